@@ -1,0 +1,60 @@
+# Dynabench: `make run` sets everything up and serves; `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test install migrate demo serve worker worker-inference worker-training beat lint bench clean
+
+# The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
+$(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (torch 2.13.0 wheels and Django 5.2); set PYTHON=/path/to/python3.11")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+demo: migrate
+	$(PY) manage.py bootstrap_demo
+
+serve:
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+run: demo
+	@echo "Serving on http://$(HOST):$(PORT)  (admin: http://$(HOST):$(PORT)/admin/)"
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Workers: one for everything, or one per queue (scale each on its own machines).
+worker: install
+	$(VENV)/bin/celery -A dynabench worker -Q default,inference,training -l info
+
+worker-inference: install
+	$(VENV)/bin/celery -A dynabench worker -Q inference -c 2 -l info -n inference@%h
+
+worker-training: install
+	$(VENV)/bin/celery -A dynabench worker -Q training -c 1 -l info -n training@%h
+
+beat: install
+	$(VENV)/bin/celery -A dynabench beat -l info
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+bench: install
+	$(PY) bench/latency.py
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache

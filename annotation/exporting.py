@@ -1,0 +1,67 @@
+"""The export format: one JSON object per example, streamed.
+
+Each record carries: uid, task, round, split, source, context (its fields),
+inputs, target, each model's prediction, the round's prediction, fooled,
+a validation summary and an anonymised annotator id. The same records are
+read back by ``import_dataset --format dynabench``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator
+
+from django.conf import settings
+
+FORMAT_VERSION = 1
+
+
+def anonymise(user_id: int | None) -> str | None:
+    """A stable pseudonym for a user id; not reversible without SECRET_KEY."""
+    if user_id is None:
+        return None
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"annotator:{user_id}".encode(), hashlib.sha256)
+    return "a-" + digest.hexdigest()[:16]
+
+
+def example_record(example) -> dict:
+    context = example.context
+    return {
+        "format": FORMAT_VERSION,
+        "uid": str(example.uid),
+        "external_uid": example.external_uid or None,
+        "task": example.task.slug,
+        "round": example.round.number,
+        "split": example.split,
+        "source": example.source,
+        "context": None if context is None else {
+            "id": context.external_id or None,
+            "fields": context.fields,
+            "tag": context.tag,
+        },
+        "inputs": example.inputs,
+        "target": example.target,
+        "model_predictions": example.model_predictions,
+        "prediction": example.prediction,
+        "fooled": example.fooled,
+        "retracted": example.retracted,
+        "flagged": example.flagged,
+        "validation": {
+            "status": example.validation_status,
+            "correct": example.validations_correct,
+            "incorrect": example.validations_incorrect,
+            "flagged": example.validations_flagged,
+        },
+        "annotator": anonymise(example.annotator_id),
+        "metadata": example.metadata,
+        "created_at": example.created_at.isoformat() if example.created_at else None,
+    }
+
+
+def iter_jsonl(queryset, chunk_size: int = 500) -> Iterator[str]:
+    """Lines of JSONL, reading the rows in chunks (constant memory)."""
+    rows = queryset.select_related("task", "round", "context").order_by("pk")
+    for example in rows.iterator(chunk_size=chunk_size):
+        yield json.dumps(example_record(example), ensure_ascii=False) + "\n"

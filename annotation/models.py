@@ -1,0 +1,104 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Example(models.Model):
+    """One example: written by an annotator against a target model, or imported."""
+
+    class ValidationStatus(models.TextChoices):
+        PENDING = "pending", "Pending"
+        VERIFIED = "verified", "Verified correct"
+        REJECTED = "rejected", "Rejected (label incorrect)"
+        FLAGGED = "flagged", "Flagged"
+
+    class Source(models.TextChoices):
+        ANNOTATION = "annotation", "Written on the platform"
+        IMPORT = "import", "Imported"
+        SEED = "seed", "Shipped seed set"
+
+    class Split(models.TextChoices):
+        TRAIN = "train", "Train"
+        DEV = "dev", "Dev"
+        TEST = "test", "Test"
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    external_uid = models.CharField(max_length=200, blank=True, help_text="Id in the imported source.")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="examples")
+    round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="examples")
+    context = models.ForeignKey("tasks.Context", on_delete=models.PROTECT, null=True, blank=True, related_name="examples")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="examples"
+    )
+    source = models.CharField(max_length=12, choices=Source.choices, default=Source.ANNOTATION)
+    split = models.CharField(max_length=5, choices=Split.choices, default=Split.TRAIN)
+    inputs = models.JSONField(help_text="What the annotator wrote, by input field.")
+    target = models.JSONField(help_text='The annotator\'s answer: {"label": ...} or {"text": ..., "start": ...}.')
+    model_predictions = models.JSONField(
+        default=dict, blank=True, help_text="Each target model's prediction, keyed by model version id."
+    )
+    prediction = models.JSONField(null=True, blank=True, help_text="The round's (ensemble) prediction.")
+    model_versions = models.ManyToManyField("leaderboard.ModelVersion", blank=True, related_name="examples")
+    fooled = models.BooleanField(null=True, blank=True, help_text="Empty when no model answered.")
+    retracted = models.BooleanField(default=False)
+    flagged = models.BooleanField(default=False)
+    flag_reason = models.CharField(max_length=500, blank=True)
+    validation_status = models.CharField(
+        max_length=10, choices=ValidationStatus.choices, default=ValidationStatus.PENDING
+    )
+    validations_correct = models.PositiveIntegerField(default=0)
+    validations_incorrect = models.PositiveIntegerField(default=0)
+    validations_flagged = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
+    signature = models.CharField(max_length=64, blank=True, help_text="HMAC over inputs, prediction and model.")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "external_uid"], condition=~models.Q(external_uid=""),
+                name="example_external_uid_unique_per_task",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["round", "split"]),
+            models.Index(fields=["task", "validation_status", "fooled"]),
+        ]
+
+    def __str__(self):
+        return f"{self.task.slug} example {self.pk}"
+
+    @property
+    def validations_total(self) -> int:
+        return self.validations_correct + self.validations_incorrect + self.validations_flagged
+
+
+class Validation(models.Model):
+    class Label(models.TextChoices):
+        CORRECT = "correct", "Correct"
+        INCORRECT = "incorrect", "Incorrect"
+        FLAGGED = "flagged", "Flagged"
+
+    class Mode(models.TextChoices):
+        USER = "user", "User"
+        OWNER = "owner", "Owner (decides at once)"
+
+    example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="validations")
+    validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="validations")
+    label = models.CharField(max_length=10, choices=Label.choices)
+    mode = models.CharField(max_length=5, choices=Mode.choices, default=Mode.USER)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["example", "validator"], name="one_validation_per_validator"),
+        ]
+
+    def __str__(self):
+        return f"{self.validator} says {self.label} on example {self.example_id}"

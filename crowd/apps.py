@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CrowdConfig(AppConfig):
+    name = "crowd"
+    verbose_name = "Crowd work (Mechanical Turk)"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TasksConfig(AppConfig):
+    name = "tasks"
+    verbose_name = "Tasks, rounds and contexts"

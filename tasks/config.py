@@ -1,0 +1,187 @@
+"""The task config: what a task asks annotators for and how it is judged.
+
+A config is JSON checked in two steps: a JSON Schema for shape and types,
+then cross-field rules (field names unique, model inputs refer to known
+fields, the output agrees with the task type). ``validate_task_config``
+returns a ``TaskConfig`` with defaults filled in, or raises Django's
+``ValidationError`` with messages that name the offending path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jsonschema
+from django.core.exceptions import ValidationError
+
+CLASSIFICATION = "classification"
+EXTRACTIVE_QA = "extractive_qa"
+TASK_TYPES = [
+    (CLASSIFICATION, "Classification (a label per example)"),
+    (EXTRACTIVE_QA, "Extractive question answering (a span of the passage)"),
+]
+SAMPLING_STRATEGIES = ["least_used", "uniform", "least_fooled"]
+METRICS = ["exact_match", "string_f1"]
+
+_NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,39}$"}
+_FIELD = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _NAME,
+        "label": {"type": "string", "maxLength": 100},
+        "placeholder": {"type": "string", "maxLength": 200},
+    },
+}
+
+CONFIG_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["context_fields", "input_fields", "model_inputs"],
+    "properties": {
+        "context_fields": {"type": "array", "items": _FIELD, "maxItems": 5},
+        "input_fields": {"type": "array", "items": _FIELD, "minItems": 1, "maxItems": 5},
+        "labels": {
+            "type": "array",
+            "maxItems": 20,
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+                    "description": {"type": "string", "maxLength": 300},
+                },
+            },
+        },
+        "answer_context_field": _NAME,
+        "model_inputs": {"type": "array", "items": _NAME, "minItems": 1, "maxItems": 2},
+        "model_wrong_metric": {
+            "type": "object",
+            "required": ["type"],
+            "additionalProperties": False,
+            "properties": {
+                "type": {"enum": METRICS},
+                "threshold": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
+        "num_matching_validations": {"type": "integer", "minimum": 1, "maximum": 10},
+        "context_sampling": {"enum": SAMPLING_STRATEGIES},
+        "max_input_length": {"type": "integer", "minimum": 1, "maximum": 20000},
+        "blind_validation": {"type": "boolean"},
+    },
+}
+
+DEFAULTS = {
+    "labels": [],
+    "model_wrong_metric": {"type": "exact_match"},
+    "num_matching_validations": 3,
+    "context_sampling": "least_used",
+    "max_input_length": 1000,
+    "blind_validation": True,
+}
+DEFAULT_F1_THRESHOLD = 0.4
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    task_type: str
+    context_fields: list[dict]
+    input_fields: list[dict]
+    model_inputs: list[str]
+    labels: list[dict] = field(default_factory=list)
+    answer_context_field: str | None = None
+    model_wrong_metric: dict = field(default_factory=lambda: {"type": "exact_match"})
+    num_matching_validations: int = 3
+    context_sampling: str = "least_used"
+    max_input_length: int = 1000
+    blind_validation: bool = True
+
+    @property
+    def label_names(self) -> list[str]:
+        return [label["name"] for label in self.labels]
+
+    @property
+    def context_field_names(self) -> list[str]:
+        return [f["name"] for f in self.context_fields]
+
+    @property
+    def input_field_names(self) -> list[str]:
+        return [f["name"] for f in self.input_fields]
+
+    @property
+    def metric_threshold(self) -> float | None:
+        if self.model_wrong_metric["type"] == "string_f1":
+            return self.model_wrong_metric.get("threshold", DEFAULT_F1_THRESHOLD)
+        return None
+
+    def ml_spec_dict(self) -> dict:
+        """The Django-free description that ``ml.TaskSpec.from_dict`` takes."""
+        kind = "extractive_qa" if self.task_type == EXTRACTIVE_QA else "classification"
+        return {
+            "kind": kind,
+            "labels": self.label_names,
+            "input_fields": list(self.model_inputs),
+            "max_chars": self.max_input_length,
+        }
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    parts = ["config", *[str(p) for p in error.absolute_path]]
+    return ".".join(parts)
+
+
+def validate_task_config(task_type: str, config) -> TaskConfig:
+    """Check ``config`` for a task of ``task_type``; return it with defaults."""
+    if task_type not in dict(TASK_TYPES):
+        raise ValidationError({"task_type": f"Unknown task type {task_type!r}."})
+    if not isinstance(config, dict):
+        raise ValidationError({"config": "The config must be a JSON object."})
+    validator = jsonschema.Draft202012Validator(CONFIG_SCHEMA)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ValidationError({"config": [f"{_path(e)}: {e.message}" for e in errors]})
+
+    merged = {**DEFAULTS, **config}
+    problems: list[str] = []
+    context_names = [f["name"] for f in merged["context_fields"]]
+    input_names = [f["name"] for f in merged["input_fields"]]
+    all_names = context_names + input_names
+    duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
+    if duplicates:
+        problems.append(f"config: field names must be unique; repeated: {', '.join(duplicates)}.")
+    label_names = [label["name"] for label in merged["labels"]]
+    if len(set(label_names)) != len(label_names):
+        problems.append("config.labels: label names must be unique.")
+    for name in merged["model_inputs"]:
+        if name not in all_names:
+            problems.append(f"config.model_inputs: {name!r} is not a context or input field.")
+    if len(set(merged["model_inputs"])) != len(merged["model_inputs"]):
+        problems.append("config.model_inputs: a field is listed twice.")
+
+    metric = merged["model_wrong_metric"]
+    if task_type == CLASSIFICATION:
+        if len(label_names) < 2:
+            problems.append("config.labels: a classification task needs at least two labels.")
+        if metric["type"] != "exact_match":
+            problems.append("config.model_wrong_metric: classification tasks use exact_match.")
+        if merged.get("answer_context_field"):
+            problems.append("config.answer_context_field: only extractive QA tasks have one.")
+    else:
+        if label_names:
+            problems.append("config.labels: an extractive QA task has no labels.")
+        answer_field = merged.get("answer_context_field")
+        if not answer_field:
+            problems.append("config.answer_context_field: QA needs the context field the answer is a span of.")
+        elif answer_field not in context_names:
+            problems.append(f"config.answer_context_field: {answer_field!r} is not a context field.")
+        if len(merged["model_inputs"]) != 2 or merged["model_inputs"][0] != answer_field:
+            problems.append(
+                "config.model_inputs: QA takes exactly [passage field, question field], passage first."
+            )
+    if problems:
+        raise ValidationError({"config": problems})
+
+    return TaskConfig(task_type=task_type, **merged)

@@ -1,0 +1,158 @@
+"""Business logic for tasks, rounds and contexts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .config import validate_task_config
+from .models import Context, Round, Task
+
+log = logging.getLogger(__name__)
+
+DEFINITIONS_DIR = Path(__file__).resolve().parent / "definitions"
+SEED_DIR = Path(__file__).resolve().parent / "seed"
+DEFAULT_TASK_SLUGS = ["nli", "qa", "sentiment", "hate"]
+TASK_FIELDS = ["name", "task_type", "config", "goal", "instructions", "content_warning"]
+
+
+def load_definition(slug: str) -> dict:
+    path = DEFINITIONS_DIR / f"{slug}.json"
+    if not path.exists():
+        raise ValidationError(f"No task definition named {slug!r} in {DEFINITIONS_DIR}.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def create_task(definition: dict, *, owners: Iterable = ()) -> tuple[Task, bool]:
+    """Create the task a definition describes, unless its slug exists already.
+
+    An existing task is left as it is (a researcher may have edited it).
+    """
+    validate_task_config(definition["task_type"], definition["config"])
+    existing = Task.objects.filter(slug=definition["slug"]).first()
+    if existing:
+        return existing, False
+    task = Task(slug=definition["slug"], **{k: definition[k] for k in TASK_FIELDS if k in definition})
+    task.full_clean()
+    task.save()
+    task.owners.add(*owners)
+    return task, True
+
+
+@transaction.atomic
+def ensure_first_round(task: Task) -> tuple[Round, bool]:
+    """Round 1, open, if the task has no rounds yet."""
+    first = task.rounds.order_by("number").first()
+    if first:
+        return first, False
+    rnd = Round.objects.create(task=task, number=1, status=Round.Status.OPEN, opened_at=timezone.now())
+    return rnd, True
+
+
+@transaction.atomic
+def open_round(rnd: Round) -> Round:
+    """Open ``rnd``, closing the task's currently open round."""
+    rnd = Round.objects.select_for_update().get(pk=rnd.pk)
+    if rnd.status == Round.Status.OPEN:
+        return rnd
+    now = timezone.now()
+    Round.objects.filter(task=rnd.task, status=Round.Status.OPEN).update(
+        status=Round.Status.CLOSED, closed_at=now
+    )
+    rnd.status, rnd.opened_at = Round.Status.OPEN, now
+    rnd.save(update_fields=["status", "opened_at"])
+    return rnd
+
+
+@transaction.atomic
+def close_round(rnd: Round) -> Round:
+    rnd = Round.objects.select_for_update().get(pk=rnd.pk)
+    if rnd.status != Round.Status.CLOSED:
+        rnd.status, rnd.closed_at = Round.Status.CLOSED, timezone.now()
+        rnd.save(update_fields=["status", "closed_at"])
+    return rnd
+
+
+def add_contexts(task: Task, rows: Iterable[dict], *, round: Round | None = None) -> tuple[int, int]:
+    """Add contexts ``{"external_id"?, "fields", "tag"?, "metadata"?}``.
+
+    Rows whose external id the task already has are skipped, so adding the
+    same file twice creates nothing twice. Returns (created, skipped).
+    """
+    created = skipped = 0
+    for row in rows:
+        external_id = str(row.get("external_id", "") or "")
+        if external_id and Context.objects.filter(task=task, external_id=external_id).exists():
+            skipped += 1
+            continue
+        context = Context(
+            task=task, round=round, external_id=external_id, fields=row["fields"],
+            tag=row.get("tag", ""), metadata=row.get("metadata", {}),
+        )
+        context.full_clean(exclude=["round"])
+        try:
+            with transaction.atomic():
+                context.save()
+        except IntegrityError:  # a concurrent import added it first
+            skipped += 1
+        else:
+            created += 1
+    return created, skipped
+
+
+def read_seed_contexts(slug: str) -> list[dict]:
+    path = SEED_DIR / "contexts" / f"{slug}.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            rows.append({"external_id": item["passage_id"], "fields": item["fields"], "tag": item.get("tag", "")})
+    return rows
+
+
+def target_model_refs(rnd: Round) -> list:
+    """The round's target models as ``ml.ModelRef``s (ready ones only)."""
+    from ml import ModelRef
+
+    models = rnd.target_models.filter(status="ready").order_by("pk")
+    return [ModelRef(str(m.artifact_dir), m.sha256) for m in models]
+
+
+def warm_up_target_models() -> int:
+    """Load every open round's target models into this process's cache."""
+    from leaderboard.models import ModelVersion
+
+    models = ModelVersion.objects.filter(
+        status="ready", target_of_rounds__status=Round.Status.OPEN, task__is_active=True
+    ).distinct()
+    from ml import ModelRef
+
+    refs = [ModelRef(str(m.artifact_dir), m.sha256) for m in models]
+    if refs:
+        import ml
+
+        ml.warm_up(refs)
+    return len(refs)
+
+
+def round_summaries(task: Task) -> list[dict]:
+    return [
+        {
+            "number": r.number,
+            "status": r.status,
+            "examples_collected": r.examples_collected,
+            "examples_fooled": r.examples_fooled,
+            "examples_verified_fooled": r.examples_verified_fooled,
+            "model_error_rate": r.model_error_rate,
+            "verified_model_error_rate": r.verified_model_error_rate,
+        }
+        for r in task.rounds.order_by("number")
+    ]

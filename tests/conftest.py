@@ -1,0 +1,108 @@
+"""Shared fixtures: personas, demo tasks, and the embedded/integration switch."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+INTEGRATION = os.environ.get("DYNABENCH_INTEGRATION") == "1"
+PASSWORD = "correct horse battery staple 42"
+
+
+def pytest_collection_modifyitems(config, items):
+    if INTEGRATION:
+        return
+    skip = pytest.mark.skip(
+        reason="integration test: set DYNABENCH_INTEGRATION=1 with DATABASE_URL (PostgreSQL) and "
+        "CELERY_BROKER_URL (Redis) pointing at running services (.ci/run does this)"
+    )
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _celery_mode(request):
+    """Unit tests run Celery tasks in-process; integration tests use the broker."""
+    from dynabench.celery import app
+
+    eager = "integration" not in request.keywords
+    before = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = eager
+    app.conf.task_eager_propagates = eager
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _models_dir(tmp_path_factory):
+    """Model artifacts written by tests go to a temporary folder."""
+    from django.conf import settings
+
+    path = tmp_path_factory.mktemp("models")
+    before = settings.DYNABENCH_MODELS_DIR
+    settings.DYNABENCH_MODELS_DIR = path
+    yield path
+    settings.DYNABENCH_MODELS_DIR = before
+
+
+def _user(django_user_model, username, **extra):
+    return django_user_model.objects.create_user(username=username, password=PASSWORD, **extra)
+
+
+@pytest.fixture
+def researcher(db, django_user_model):
+    from tasks.roles import make_researcher
+
+    return make_researcher(_user(django_user_model, "researcher", email="r@example.org"))
+
+
+@pytest.fixture
+def annotator(db, django_user_model):
+    return _user(django_user_model, "annotator")
+
+
+@pytest.fixture
+def second_annotator(db, django_user_model):
+    return _user(django_user_model, "second_annotator")
+
+
+@pytest.fixture
+def mturk_worker(db, django_user_model):
+    from crowd.models import WorkerIdentity
+
+    user = _user(django_user_model, "mturk_A1B2C3D4E5")
+    WorkerIdentity.objects.create(user=user, worker_id="A1B2C3D4E5", sandbox=True)
+    return user
+
+
+@pytest.fixture
+def anonymous():
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def client_for():
+    """An API client signed in (by session) as the given user."""
+    from rest_framework.test import APIClient
+
+    def make(user):
+        client = APIClient()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def demo_tasks(db):
+    """The four demo tasks with round 1 open and the seed contexts (no models)."""
+    from tasks.demo import bootstrap_demo
+    from tasks.models import Task
+
+    bootstrap_demo(with_models=False)
+    return {t.slug: t for t in Task.objects.all()}

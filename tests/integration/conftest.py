@@ -1,0 +1,102 @@
+"""Real services for the integration group: PostgreSQL, Redis and a Celery worker.
+
+Switched on by DYNABENCH_INTEGRATION=1 (``.ci/run`` sets it). Without the
+services these tests skip with a reason; with CI=true they fail instead.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(reason: str):
+    if IN_CI:
+        pytest.fail(f"CI=true and a required service is unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def reachable(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def services(django_db_setup):
+    from django.conf import settings
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        unavailable("integration tests need DATABASE_URL=postgres://... (got %s)" % connection.vendor)
+    broker = settings.CELERY_BROKER_URL
+    if not broker:
+        unavailable("integration tests need CELERY_BROKER_URL=redis://...")
+    if not reachable(broker):
+        unavailable(f"the broker at {broker} cannot be reached")
+    if not settings.CELERY_RESULT_BACKEND:
+        unavailable("integration tests need CELERY_RESULT_BACKEND=redis://...")
+    return settings
+
+
+def database_url(db: dict) -> str:
+    user = quote(db.get("USER") or "")
+    password = quote(db.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(services, tmp_path_factory, _models_dir):
+    """A real `celery worker` process, on the test database, all queues."""
+    from django.db import connection
+
+    from dynabench.celery import app
+
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(connection.settings_dict),
+        DYNABENCH_MODELS_DIR=str(_models_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    name = f"test-{uuid.uuid4().hex[:8]}@%h"
+    log_file = open(log_path, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dynabench", "worker", "-Q", "default,inference,training",
+         "-P", "prefork", "-c", "1", "--without-gossip", "--without-mingle", "-l", "info", "-n", name],
+        cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+    )
+    app.conf.task_always_eager = False
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the Celery worker exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+            replies = app.control.ping(timeout=1.0)
+            if any(name.split("@")[0] in host for reply in replies for host in reply):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Celery worker did not answer in 90 s:\n{log_path.read_text()[-3000:]}")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_file.close()

@@ -1,0 +1,106 @@
+import copy
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tasks.config import CLASSIFICATION, EXTRACTIVE_QA, validate_task_config
+from tasks.services import DEFAULT_TASK_SLUGS, load_definition
+
+
+@pytest.mark.parametrize("slug", DEFAULT_TASK_SLUGS)
+def test_the_four_task_definitions_pass_the_schema(slug):
+    definition = load_definition(slug)
+    config = validate_task_config(definition["task_type"], definition["config"])
+    assert config.num_matching_validations == 3
+    assert config.max_input_length == 1000
+    assert config.context_sampling == "least_used"
+
+
+def test_defaults_are_filled_in():
+    config = validate_task_config(CLASSIFICATION, {
+        "context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+        "labels": [{"name": "yes"}, {"name": "no"}],
+    })
+    assert config.model_wrong_metric == {"type": "exact_match"}
+    assert config.blind_validation is True
+    assert config.ml_spec_dict() == {
+        "kind": "classification", "labels": ["yes", "no"], "input_fields": ["text"], "max_chars": 1000,
+    }
+
+
+def test_qa_threshold_defaults_to_0_4_and_spec_is_extractive():
+    definition = load_definition("qa")
+    config = validate_task_config(EXTRACTIVE_QA, definition["config"])
+    assert config.metric_threshold == 0.4
+    assert config.ml_spec_dict()["kind"] == "extractive_qa"
+    assert config.ml_spec_dict()["input_fields"] == ["passage", "question"]
+
+
+def messages(exc_info):
+    return " ".join(exc_info.value.message_dict["config"])
+
+
+def nli():
+    return copy.deepcopy(load_definition("nli")["config"])
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda c: c.pop("input_fields"), "'input_fields' is a required property"),
+        (lambda c: c.update(num_matching_validations=0), "config.num_matching_validations"),
+        (lambda c: c.update(num_matching_validations="3"), "is not of type 'integer'"),
+        (lambda c: c.update(context_sampling="random"), "config.context_sampling"),
+        (lambda c: c.update(model_wrong_metric={"type": "bleu"}), "config.model_wrong_metric.type"),
+        (lambda c: c.update(model_wrong_metric={"type": "string_f1", "threshold": 0.4}),
+         "classification tasks use exact_match"),
+        (lambda c: c.update(labels=[{"name": "entailment"}]), "at least two labels"),
+        (lambda c: c.update(labels=[{"name": "a"}, {"name": "a"}]), "label names must be unique"),
+        (lambda c: c.update(model_inputs=["premise", "nope"]), "'nope' is not a context or input field"),
+        (lambda c: c.update(input_fields=[{"name": "premise"}]), "repeated: premise"),
+        (lambda c: c.update(max_input_length=-5), "config.max_input_length"),
+        (lambda c: c.update(unexpected=True), "Additional properties are not allowed"),
+        (lambda c: c["input_fields"][0].update(name="Bad Name"), "config.input_fields.0.name"),
+    ],
+)
+def test_bad_classification_configs_get_clear_messages(mutate, expected):
+    config = nli()
+    mutate(config)
+    with pytest.raises(ValidationError) as exc_info:
+        validate_task_config(CLASSIFICATION, config)
+    assert expected in messages(exc_info)
+
+
+def test_bad_qa_configs():
+    config = copy.deepcopy(load_definition("qa")["config"])
+    config["labels"] = [{"name": "x"}, {"name": "y"}]
+    config["model_inputs"] = ["question", "passage"]
+    with pytest.raises(ValidationError) as exc_info:
+        validate_task_config(EXTRACTIVE_QA, config)
+    text = messages(exc_info)
+    assert "an extractive QA task has no labels" in text
+    assert "passage first" in text
+
+    config = copy.deepcopy(load_definition("qa")["config"])
+    config["answer_context_field"] = "title_missing"
+    with pytest.raises(ValidationError) as exc_info:
+        validate_task_config(EXTRACTIVE_QA, config)
+    assert "'title_missing' is not a context field" in messages(exc_info)
+
+
+def test_config_must_be_an_object_and_type_known():
+    with pytest.raises(ValidationError) as exc_info:
+        validate_task_config(CLASSIFICATION, ["not", "an", "object"])
+    assert "must be a JSON object" in messages(exc_info)
+    with pytest.raises(ValidationError) as exc_info:
+        validate_task_config("translation", nli())
+    assert "Unknown task type" in str(exc_info.value)
+
+
+def test_model_clean_uses_the_schema(db):
+    from tasks.models import Task
+
+    task = Task(slug="bad", name="Bad", task_type=CLASSIFICATION, config={"input_fields": []})
+    with pytest.raises(ValidationError) as exc_info:
+        task.full_clean()
+    assert "config" in exc_info.value.message_dict

@@ -1,0 +1,87 @@
+"""Settings in embedded mode and in service mode, read in a fresh process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = (
+    "import json, django; from django.conf import settings; django.setup(); "
+    "print(json.dumps({'engine': settings.DATABASES['default']['ENGINE'], "
+    "'name': str(settings.DATABASES['default']['NAME']), 'embedded': settings.EMBEDDED_MODE, "
+    "'eager': settings.CELERY_TASK_ALWAYS_EAGER, 'broker': settings.CELERY_BROKER_URL, "
+    "'debug': settings.DEBUG, 'secret_len': len(settings.SECRET_KEY), "
+    "'sandbox': settings.MTURK_SANDBOX, 'mturk': settings.MTURK_ENDPOINT_URL, "
+    "'data_dir': settings.DYNABENCH_DATA_DIR, 'hosts': settings.ALLOWED_HOSTS}))"
+)
+SERVICE_VARS = ["DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "SECRET_KEY", "DEBUG",
+                "ALLOWED_HOSTS", "MTURK_SANDBOX", "MTURK_ENDPOINT_URL", "DYNABENCH_DATA_DIR"]
+
+
+def run_settings(tmp_path, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"))
+    env.update(env_vars)
+    return subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_embedded_mode_is_the_default(tmp_path):
+    result = run_settings(tmp_path)
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout)
+    assert values["engine"] == "django.db.backends.sqlite3"
+    assert values["name"] == str(tmp_path / "var" / "db.sqlite3")
+    assert values["embedded"] is True and values["eager"] is True and values["broker"] == ""
+    assert values["sandbox"] is True and "sandbox" in values["mturk"]
+    # A local secret key was generated and is kept for the next start.
+    key_file = tmp_path / "var" / "secret_key"
+    assert key_file.exists() and len(key_file.read_text()) >= 50
+    again = json.loads(run_settings(tmp_path).stdout)
+    assert again["secret_len"] == values["secret_len"]
+
+
+def test_service_mode_from_the_environment(tmp_path):
+    result = run_settings(
+        tmp_path, DATABASE_URL="postgres://dyna:pw@db.internal:5432/dynabench",
+        CELERY_BROKER_URL="redis://redis.internal:6379/0", MTURK_SANDBOX="false",
+        DYNABENCH_DATA_DIR="/srv/data",
+    )
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout)
+    assert values["engine"] == "django.db.backends.postgresql"
+    assert values["name"] == "dynabench"
+    assert values["embedded"] is False and values["eager"] is False
+    assert values["broker"] == "redis://redis.internal:6379/0"
+    assert values["sandbox"] is False and "sandbox" not in values["mturk"]
+    assert values["data_dir"] == "/srv/data"
+
+
+def test_secret_key_is_required_when_debug_is_off(tmp_path):
+    result = run_settings(tmp_path, DEBUG="false", ALLOWED_HOSTS="dynabench.example.org")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_check_deploy_is_clean_under_production_settings(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(
+        DEBUG="false", SECRET_KEY="x" * 20 + "-production-secret-key-with-enough-entropy-9f8e7d6c",
+        ALLOWED_HOSTS="dynabench.example.org", PUBLIC_BASE_URL="https://dynabench.example.org",
+        DYNABENCH_VAR_DIR=str(tmp_path / "var"),
+    )
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize("url", ["postgres://u@h/db", "sqlite:////tmp/x.sqlite3"])
+def test_database_url_selects_the_engine(tmp_path, url):
+    values = json.loads(run_settings(tmp_path, DATABASE_URL=url).stdout)
+    expected = "postgresql" if url.startswith("postgres") else "sqlite3"
+    assert values["engine"].endswith(expected)
