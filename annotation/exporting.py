@@ -16,6 +16,14 @@ from collections.abc import Iterator
 from django.conf import settings
 
 FORMAT_VERSION = 1
+# An imported example has no annotator user: the pseudonym its export carried
+# is kept in its metadata under this key, and exported again as "annotator".
+ANNOTATOR_METADATA_KEY = "_exported_annotator"
+RECORD_KEYS = (
+    "format", "uid", "external_uid", "task", "round", "split", "source", "context", "inputs",
+    "target", "model_predictions", "prediction", "fooled", "retracted", "flagged", "validation",
+    "annotator", "metadata", "created_at",
+)
 
 
 def anonymise(user_id: int | None) -> str | None:
@@ -28,6 +36,12 @@ def anonymise(user_id: int | None) -> str | None:
 
 def example_record(example) -> dict:
     context = example.context
+    metadata = example.metadata
+    annotator = anonymise(example.annotator_id)
+    if isinstance(metadata, dict) and ANNOTATOR_METADATA_KEY in metadata:
+        metadata = {k: v for k, v in metadata.items() if k != ANNOTATOR_METADATA_KEY}
+        if annotator is None:
+            annotator = example.metadata[ANNOTATOR_METADATA_KEY]
     return {
         "format": FORMAT_VERSION,
         "uid": str(example.uid),
@@ -54,8 +68,8 @@ def example_record(example) -> dict:
             "incorrect": example.validations_incorrect,
             "flagged": example.validations_flagged,
         },
-        "annotator": anonymise(example.annotator_id),
-        "metadata": example.metadata,
+        "annotator": annotator,
+        "metadata": metadata,
         "created_at": example.created_at.isoformat() if example.created_at else None,
     }
 
