@@ -37,7 +37,8 @@ def ensure_admin(report: DemoReport) -> None:
     report.admin_password = password if not os.environ.get("DJANGO_SUPERUSER_PASSWORD") else "(from DJANGO_SUPERUSER_PASSWORD)"
 
 
-def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None) -> DemoReport:
+def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
+                   train_options: dict | None = None) -> DemoReport:
     report = DemoReport()
     with transaction.atomic():
         ensure_admin(report)
@@ -53,5 +54,6 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None) -> De
     if with_models:
         from leaderboard.services import ensure_demo_models
 
-        report.models_trained = ensure_demo_models(slugs or services.DEFAULT_TASK_SLUGS, progress=progress)
+        report.models_trained = ensure_demo_models(
+            slugs or services.DEFAULT_TASK_SLUGS, progress=progress, **(train_options or {}))
     return report

@@ -1,0 +1,133 @@
+"""Training, registration and evaluation through Jobs (embedded mode), and the demo models."""
+
+import json
+import shutil
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from annotation.inference import predict_for_round
+from annotation.models import Example
+from leaderboard import services
+from leaderboard.models import Evaluation, ModelVersion
+from tasks.models import Job, Round
+
+pytestmark = pytest.mark.django_db
+
+TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}
+
+
+def add_examples(task, rnd, rows, split):
+    for i, (text, label) in enumerate(rows):
+        Example.objects.create(task=task, round=rnd, split=split, source="import",
+                               external_uid=f"{split}-{rnd.number}-{i}",
+                               inputs={"statement": text}, target={"label": label})
+
+
+SENTENCES = [("I loved every minute of it.", "positive"), ("A dull, tired mess.", "negative"),
+             ("Wonderful staff and great food!", "positive"), ("Never again, awful service.", "negative")] * 3
+
+
+def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, researcher, django_capture_on_commit_callbacks):
+    task = demo_tasks["sentiment"]
+    rnd = task.open_round()
+    add_examples(task, rnd, SENTENCES, "train")
+    add_examples(task, rnd, SENTENCES[:4], "dev")
+    add_examples(task, rnd, SENTENCES[4:8], "test")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.start_training(task, name="r1-tiny", user=researcher, **TINY)
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert job.progress == 100 and "training on 12 train, 4 dev, 4 test" in job.log
+    model = ModelVersion.objects.get(task=task, name="r1-tiny")
+    assert job.result["model_version"] == model.pk
+    assert model.artifact_dir.is_dir() and len(model.sha256) == 64
+    assert model.training_data["train"] == {"count": 12, "labels": {"negative": 6, "positive": 6}}
+    assert model.metrics["test"]["num_examples"] == 4
+    assert 0 <= model.metrics["test"]["model_error_rate"] <= 1
+    assert list(model.trained_on_rounds.all()) == [rnd]
+
+    # Rerunning the finished job is a no-op; a second model with the same name is refused.
+    services.run_training_job(job.pk)
+    assert ModelVersion.objects.filter(task=task).count() == 1
+    with pytest.raises(ValidationError, match="already has a model named"):
+        services.start_training(task, name="r1-tiny")
+
+    # Evaluation per round with progress, through its own job.
+    second = Round.objects.create(task=task, number=2)
+    add_examples(task, second, SENTENCES[:6], "test")
+    with django_capture_on_commit_callbacks(execute=True):
+        eval_job = services.start_evaluation(model)
+    eval_job.refresh_from_db()
+    assert eval_job.status == Job.Status.SUCCEEDED, eval_job.error
+    evaluations = {e.round.number: e for e in Evaluation.objects.filter(model_version=model)}
+    assert evaluations[1].num_examples == 4 and evaluations[2].num_examples == 6
+    accuracy = evaluations[2].metrics["accuracy"]
+    assert evaluations[2].model_error_rate == pytest.approx(1 - accuracy)
+    assert "round 2: 6 test examples" in eval_job.log
+
+
+def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_commit_callbacks):
+    task = demo_tasks["sentiment"]
+    rnd = task.open_round()
+    Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"},
+                           target={"label": "lukewarm"})  # not in the task's label set
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.start_training(task, name="broken", **TINY)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    assert "lukewarm" in job.error
+    assert not ModelVersion.objects.filter(task=task).exists()
+    leftovers = [p.name for p in services.models_root().glob("sentiment/*") if "broken" in p.name]
+    assert leftovers == []
+
+
+def test_register_refuses_a_tampered_artifact(demo_tasks):
+    task = demo_tasks["hate"]
+    rows = services.read_seed_rows("hate")
+    model = services.train_and_register(task, {"train": rows["train"][:8]}, name="m",
+                                        training_data={}, **TINY)
+    copy_dir = model.artifact_dir.parent / "tampered"
+    shutil.copytree(model.artifact_dir, copy_dir)
+    meta = json.loads((copy_dir / "metadata.json").read_text())
+    with open(copy_dir / "model.safetensors", "r+b") as fh:
+        fh.seek(-16, 2)
+        fh.write(b"\x00" * 16)
+
+    import ml
+
+    info = ml.ArtifactInfo(path=copy_dir, sha256=meta["sha256"], metadata=meta)
+    with pytest.raises(ml.ArtifactError, match="model.safetensors"):
+        services.register_model(task, info, name="tampered")
+    assert not ModelVersion.objects.filter(name="tampered").exists()
+
+    # The wrong task's artifact is refused too.
+    with pytest.raises(ValidationError, match="not for task sentiment"):
+        services.register_model(demo_tasks["sentiment"], ml.verify_artifact(model.artifact_dir), name="x")
+
+
+def test_bootstrap_demo_leaves_four_working_target_models(db):
+    from tasks.demo import bootstrap_demo
+
+    report = bootstrap_demo(train_options=TINY)
+    assert len(report.models_trained) == 4
+    inputs = {
+        "nli": {"premise": "A man plays a guitar on stage.", "hypothesis": "Someone makes music."},
+        "qa": {"passage": "The bridge opened in 1932 after six years of work.", "question": "When did the bridge open?"},
+        "sentiment": {"statement": "What a delightful little café 😍"},
+        "hate": {"statement": "Everyone deserves respect."},
+    }
+    for slug, row in inputs.items():
+        rnd = Round.objects.get(task__slug=slug, number=1)
+        assert rnd.target_models.count() == 1
+        [result] = predict_for_round(rnd, [row])
+        if slug == "qa":
+            assert row["passage"][result["start"]:result["end"]] == result["answer"]
+        else:
+            labels = rnd.task.parsed_config.label_names
+            assert result["label"] in labels
+            assert set(result["probabilities"]) == set(labels)
+            assert sum(result["probabilities"].values()) == pytest.approx(1, abs=1e-4)
+    # A second run trains nothing.
+    assert bootstrap_demo(train_options=TINY).models_trained == []
+    assert ModelVersion.objects.count() == 4
