@@ -3,7 +3,7 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from .exporting import iter_jsonl
-from .models import Example, Validation
+from .models import AnnotationSession, Example, Validation
 
 
 class ValidationInline(admin.TabularInline):
@@ -48,3 +48,15 @@ class ValidationAdmin(admin.ModelAdmin):
     list_select_related = ["example__task", "validator"]
     search_fields = ["validator__username", "reason"]
     raw_id_fields = ["example", "validator"]
+
+
+@admin.register(AnnotationSession)
+class AnnotationSessionAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "user", "task", "examples_written", "examples_fooled", "validations_done",
+                    "last_seen_at"]
+    list_filter = ["task"]
+    list_select_related = ["user", "task"]
+    search_fields = ["user__username", "mturk_assignment_id", "key"]
+    raw_id_fields = ["user", "last_context"]
+    readonly_fields = ["key", "examples_written", "examples_fooled", "validations_done", "created_at",
+                       "last_seen_at"]

@@ -102,3 +102,28 @@ class Validation(models.Model):
 
     def __str__(self):
         return f"{self.validator} says {self.label} on example {self.example_id}"
+
+
+class AnnotationSession(models.Model):
+    """One sitting of an annotator on a task: counters, the last context served,
+    and the key that a signed per-session token carries (for pages in an MTurk
+    iframe, where third-party cookies are blocked)."""
+
+    key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_sessions")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="annotation_sessions")
+    last_context = models.ForeignKey("tasks.Context", on_delete=models.SET_NULL, null=True, blank=True,
+                                     related_name="+")
+    examples_written = models.PositiveIntegerField(default=0)
+    examples_fooled = models.PositiveIntegerField(default=0)
+    validations_done = models.PositiveIntegerField(default=0)
+    mturk_assignment_id = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "task", "-created_at"])]
+
+    def __str__(self):
+        return f"{self.user} on {self.task.slug} ({self.created_at:%Y-%m-%d %H:%M})"

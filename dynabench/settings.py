@@ -149,6 +149,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: failed token auth then answers 401 with WWW-Authenticate.
         "rest_framework.authentication.TokenAuthentication",
+        "annotation.tokens.SessionTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
@@ -163,6 +164,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="120/min"),
         "user": env("THROTTLE_USER", default="600/min"),
+        "examples": env("THROTTLE_EXAMPLES", default="60/min"),
+        "explanations": env("THROTTLE_EXPLANATIONS", default="30/min"),
+        "validations": env("THROTTLE_VALIDATIONS", default="120/min"),
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -184,7 +188,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
 
 # --- i18n / static --------------------------------------------------------
 LANGUAGE_CODE = "en-us"

@@ -2,8 +2,10 @@ from django.db import connection
 from django.db.models import Count, Prefetch, Q
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 
+from .charts import error_rate_chart
 from .models import Round, Task
 
 
@@ -25,8 +27,10 @@ def task_detail(request, slug):
         .order_by("number")
     )
     open_round = next((r for r in rounds if r.status == Round.Status.OPEN), None)
+    chart = error_rate_chart([(r.number, r.model_error_rate, r.verified_model_error_rate) for r in rounds])
     return render(request, "tasks/task_detail.html", {
         "task": task, "rounds": rounds, "open_round": open_round, "config": task.parsed_config,
+        "chart": mark_safe(chart),  # built from numbers only, see tasks/charts.py
     })
 
 

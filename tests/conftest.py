@@ -37,6 +37,17 @@ def _celery_mode(request):
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """Real hashing costs ~0.3 s a user; tests create many users."""
+    from django.conf import settings
+
+    before = settings.PASSWORD_HASHERS
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    yield
+    settings.PASSWORD_HASHERS = before
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _models_dir(tmp_path_factory):
     """Model artifacts written by tests go to a temporary folder."""
     from django.conf import settings

@@ -40,7 +40,7 @@ def services(django_db_setup):
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        unavailable("integration tests need DATABASE_URL=postgres://... (got %s)" % connection.vendor)
+        unavailable(f"integration tests need DATABASE_URL=postgres://... (got {connection.vendor})")
     broker = settings.CELERY_BROKER_URL
     if not broker:
         unavailable("integration tests need CELERY_BROKER_URL=redis://...")

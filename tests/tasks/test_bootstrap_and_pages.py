@@ -73,3 +73,16 @@ def test_pages_are_not_frameable_by_default(demo_tasks, client):
 def test_healthz(db, client):
     body = client.get("/healthz").json()
     assert body["ok"] is True
+
+
+def test_task_page_draws_the_error_rate_chart_server_side(demo_tasks, client):
+    Round.objects.filter(task__slug="nli").update(examples_collected=20, examples_fooled=10,
+                                                  examples_verified_fooled=5)
+    Round.objects.create(task=demo_tasks["nli"], number=2, examples_collected=10, examples_fooled=2,
+                         examples_verified_fooled=1)
+    page = client.get("/tasks/nli/").content.decode()
+    assert page.count("<svg") == 1 and "<script" not in page
+    assert "round 1: error 50.0%, verified error 25.0%" in page
+    assert "round 2: error 20.0%, verified error 10.0%" in page
+    # The verified bar of round 1 is a quarter of the plot height (172 px).
+    assert 'height="43.0" fill="#0b5cad"' in page

@@ -1,0 +1,321 @@
+"""Latency of the ML core against a bare forward pass, in one process.
+
+    .venv/bin/python bench/latency.py [--quick]
+
+Trains (or reuses, from var/bench/) a small SST-2-style sentiment model, then
+measures on real sentences:
+
+* bare:           ``model(**tokenizer(sentence))`` under torch.inference_mode
+* ml.predict:     one example through the public API (validation, cache lookup,
+                  softmax, result dicts)
+* ml.explain:     layer integrated gradients, n_steps=10 and 50
+* batch of 32:    examples/s, bare vs ml.predict
+
+Prints a table with ratios to the bare pass and writes bench/results/latency.json.
+Sentences come from $DYNABENCH_DATA_DIR/sst2 (default ../shared/data next to the
+repository); a small built-in list is used where that is absent.  Nothing from the
+data folder is copied into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import ml  # noqa: E402  (sets the offline environment before transformers loads)
+
+BUILTIN = [
+    ("a gripping, beautifully acted story", "positive"),
+    ("the plot is a mess and the jokes fall flat", "negative"),
+    ("one of the warmest films of the year", "positive"),
+    ("tedious, overlong and oddly joyless", "negative"),
+    ("a small delight with a big heart", "positive"),
+    ("I wanted to leave after twenty minutes", "negative"),
+    ("smart, funny and surprisingly moving", "positive"),
+    ("the cast seems as bored as the audience", "negative"),
+    ("an irresistible crowd-pleaser", "positive"),
+    ("nothing here feels fresh or alive", "negative"),
+    ("a confident debut full of wit", "positive"),
+    ("clumsy dialogue sinks every scene", "negative"),
+]
+LABELS = ["negative", "positive"]
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("DYNABENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+def read_sst2(path: Path, limit: int) -> list[tuple[str, str]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        next(fh)  # header: sentence<TAB>label
+        for line in fh:
+            sentence, _, label = line.rstrip("\n").rpartition("\t")
+            sentence = sentence.strip()
+            if sentence and label in ("0", "1"):
+                rows.append((sentence, LABELS[int(label)]))
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def load_sentences(train_limit: int) -> tuple[list, list, str]:
+    sst2 = data_dir() / "sst2"
+    if (sst2 / "dev.tsv").is_file() and (sst2 / "train_full.tsv").is_file():
+        return (
+            read_sst2(sst2 / "train_full.tsv", train_limit),
+            read_sst2(sst2 / "dev.tsv", 10_000),
+            "sst2",
+        )
+    return BUILTIN, BUILTIN, "builtin"
+
+
+def get_model(train_rows, dev_rows, steps: int, source: str, log) -> tuple[ml.ModelRef, dict]:
+    """Reuse var/bench/<key> when it verifies and was trained the same way."""
+    key = f"sentiment-{source}-{len(train_rows)}x{steps}"
+    path = ROOT / "var" / "bench" / key
+    if path.exists():
+        try:
+            info = ml.verify_artifact(path)
+            log(f"reusing {path.relative_to(ROOT)} ({info.sha256[:12]})")
+            return ml.ModelRef(str(path), info.sha256), info.metadata
+        except ml.ArtifactError as exc:
+            log(f"cached model unusable ({exc}); retraining")
+            import shutil
+
+            shutil.rmtree(path)
+    spec = ml.TaskSpec(kind="classification", labels=LABELS, input_fields=["statement"])
+
+    def rows(pairs):
+        return [{"inputs": {"statement": s}, "label": label} for s, label in pairs]
+
+    log(f"training {key} ({steps} steps) ...")
+    info = ml.train(
+        spec,
+        rows(train_rows),
+        rows(dev_rows[:200]),
+        path,
+        epochs=1,
+        batch_size=16,
+        lr=2e-4,
+        max_steps=steps,
+        training_data={"source": source, "purpose": "bench/latency.py"},
+    )
+    return ml.ModelRef(str(path), info.sha256), info.metadata
+
+
+def timed(fn, repeats: int) -> list[float]:
+    out = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def once(fn, i: int) -> float:
+    t0 = time.perf_counter()
+    fn(i)
+    return time.perf_counter() - t0
+
+
+def summary_ms(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return {
+        "n": len(samples),
+        "median_ms": round(statistics.median(samples) * 1000, 3),
+        "p95_ms": round(p95 * 1000, 3),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 3),
+    }
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    num = sum(x * y for x, y in zip(a, b, strict=True))
+    den = (sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5)
+    return num / den if den else 1.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latency.json"))
+    args = parser.parse_args()
+
+    import torch
+
+    quick = args.quick
+    n_single = 40 if quick else 200
+    n_explain10 = 8 if quick else 40
+    n_explain50 = 4 if quick else 20
+    n_batches = 4 if quick else 20
+    steps = 20 if quick else 80
+
+    def log(msg):
+        print(f"[latency] {msg}", file=sys.stderr, flush=True)
+
+    load_start = os.getloadavg()[0]
+    train_pairs, dev_pairs, source = load_sentences(train_limit=16 * steps)
+    ref, metadata = get_model(train_pairs, dev_pairs, steps, source, log)
+    sentences = [s for s, _ in dev_pairs]
+    log(f"{len(sentences)} {source} sentences; torch threads {torch.get_num_threads()}")
+
+    cache = ml.ModelCache(max_size=1)
+    loaded = cache.get(ref)
+    model, tokenizer, device = loaded.model, loaded.tokenizer, loaded.device
+
+    def sentence(i):
+        return sentences[i % len(sentences)]
+
+    def bare(i):
+        enc = tokenizer(sentence(i), return_tensors="pt", truncation=True, max_length=256)
+        with torch.inference_mode():
+            model(**{k: v.to(device) for k, v in enc.items()}).logits.softmax(-1)
+
+    def api(i):
+        ml.predict(ref, [{"statement": sentence(i)}], cache=cache)
+
+    # warm up both paths (allocator, kernels, caches)
+    timed(bare, 10)
+    timed(api, 10)
+    # interleave so that drifting machine load hits both equally
+    bare_t, api_t = [], []
+    for i in range(n_single):
+        bare_t.append(once(bare, i))
+        api_t.append(once(api, i))
+
+    explain_runs = {}
+    attributions = {10: [], 50: []}
+    deltas = {10: [], 50: []}
+    for n_steps, repeats in ((10, n_explain10), (50, n_explain50)):
+        ml.explain(ref, {"statement": sentence(0)}, n_steps=n_steps, cache=cache)  # warm up
+
+        def run(i, n_steps=n_steps):
+            result = ml.explain(ref, {"statement": sentence(i)}, n_steps=n_steps, cache=cache)
+            total = sum(abs(w["attribution"]) for w in result["words"])
+            deltas[n_steps].append(abs(result["convergence_delta"]) / total if total else 0.0)
+            attributions[n_steps].append([w["attribution"] for w in result["words"]])
+
+        explain_runs[n_steps] = timed(run, repeats)
+    agree = [cosine(a, b) for a, b in zip(attributions[10], attributions[50], strict=False)]
+
+    batch_size = 32
+
+    def batch_of(i):
+        return [sentence(i * batch_size + j) for j in range(batch_size)]
+
+    def bare_batch(i):
+        enc = tokenizer(
+            batch_of(i), return_tensors="pt", padding=True, truncation=True, max_length=256
+        )
+        with torch.inference_mode():
+            model(**{k: v.to(device) for k, v in enc.items()}).logits.softmax(-1)
+
+    def api_batch(i):
+        ml.predict(ref, [{"statement": s} for s in batch_of(i)], cache=cache)
+
+    timed(bare_batch, 2)
+    timed(api_batch, 2)
+    bare_b, api_b = [], []
+    for i in range(n_batches):
+        bare_b.append(once(bare_batch, i))
+        api_b.append(once(api_batch, i))
+
+    rows = {
+        "bare_forward": summary_ms(bare_t),
+        "ml_predict_single": summary_ms(api_t),
+        "ml_explain_n10": summary_ms(explain_runs[10]),
+        "ml_explain_n50": summary_ms(explain_runs[50]),
+    }
+    base = rows["bare_forward"]["median_ms"]
+    for row in rows.values():
+        row["ratio_to_bare"] = round(row["median_ms"] / base, 2)
+    throughput = {
+        "batch_size": batch_size,
+        "bare_examples_per_s": round(batch_size * len(bare_b) / sum(bare_b), 1),
+        "ml_predict_examples_per_s": round(batch_size * len(api_b) / sum(api_b), 1),
+    }
+    throughput["ratio_to_bare"] = round(
+        throughput["ml_predict_examples_per_s"] / throughput["bare_examples_per_s"], 2
+    )
+    explain_quality = {
+        "relative_delta_n10_median": round(statistics.median(deltas[10]), 5),
+        "relative_delta_n10_max": round(max(deltas[10]), 5),
+        "relative_delta_n50_median": round(statistics.median(deltas[50]), 6),
+        "relative_delta_n50_max": round(max(deltas[50]), 6),
+        "cosine_n10_vs_n50_median": round(statistics.median(agree), 5),
+        "cosine_n10_vs_n50_min": round(min(agree), 5),
+        "note": "relative delta = |convergence_delta| / sum of |word attributions|",
+    }
+
+    result = {
+        "benchmark": "latency",
+        "quick": quick,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "device": str(device),
+            "machine": platform.machine(),
+            "loadavg_1min_start": round(load_start, 2),
+            "loadavg_1min_end": round(os.getloadavg()[0], 2),
+            "note": "other processes on a 2-core machine distort these numbers; compare ratios",
+        },
+        "model": {
+            "sha256": ref.sha256,
+            "backbone": metadata["backbone"],
+            "train_steps": metadata["metrics"]["steps"],
+            "dev_accuracy": metadata["metrics"]["dev_accuracy"],
+            "sentences": source,
+            "mean_sentence_chars": round(statistics.fmean(len(s) for s in sentences), 1),
+        },
+        "latency": rows,
+        "batch_throughput": throughput,
+        "explain_quality": explain_quality,
+    }
+
+    print(
+        f"\nSentiment model ({source}, {metadata['metrics']['steps']} steps, "
+        f"dev acc {metadata['metrics']['dev_accuracy']:.3f}), device {device}, "
+        f"{torch.get_num_threads()} torch threads, load average {load_start:.2f} -> "
+        f"{os.getloadavg()[0]:.2f}\n"
+    )
+    print(f"{'measure':<24}{'n':>5}{'median ms':>12}{'p95 ms':>10}{'x bare':>9}")
+    for name, row in rows.items():
+        print(
+            f"{name:<24}{row['n']:>5}{row['median_ms']:>12.2f}{row['p95_ms']:>10.2f}"
+            f"{row['ratio_to_bare']:>9.2f}"
+        )
+    print(
+        f"\nbatch of {batch_size}: bare {throughput['bare_examples_per_s']:.1f} ex/s, "
+        f"ml.predict {throughput['ml_predict_examples_per_s']:.1f} ex/s "
+        f"(x{throughput['ratio_to_bare']:.2f})"
+    )
+    print(
+        f"explain: |delta|/sum|attr| median n10 {explain_quality['relative_delta_n10_median']}, "
+        f"n50 {explain_quality['relative_delta_n50_median']}; cosine(n10, n50) median "
+        f"{explain_quality['cosine_n10_vs_n50_median']}, min {explain_quality['cosine_n10_vs_n50_min']}"
+    )
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,356 @@
+/* Dynabench annotation pages. No framework; user text only ever goes through
+   textContent, never innerHTML. API calls carry the signed session token in a
+   header, so the pages work inside an MTurk iframe without cookies. */
+(function () {
+  "use strict";
+
+  function $(id) { return document.getElementById(id); }
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = text;
+    return node;
+  }
+  function json(id) { var node = $(id); return node ? JSON.parse(node.textContent) : null; }
+  function codePoints(s) { return Array.from(s).length; }
+
+  function api(root, method, path, body) {
+    var options = { method: method, headers: { "X-Dynabench-Token": root.dataset.token, "Accept": "application/json" } };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    return fetch("/api/" + path, options).then(function (response) {
+      return response.text().then(function (text) {
+        var data = null;
+        try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
+        return { ok: response.ok, status: response.status, data: data };
+      });
+    });
+  }
+
+  function errorText(data) {
+    if (!data) return "Something went wrong.";
+    if (typeof data.detail === "string") return data.detail;
+    return Object.keys(data).map(function (k) { return k + ": " + [].concat(data[k]).join(" "); }).join(" ");
+  }
+
+  function renderField(container, name, label, text, cls) {
+    var box = el("div", "field" + (cls ? " " + cls : ""));
+    box.appendChild(el("span", "field-name", label || name));
+    var p = el("p", "text", text);
+    p.dataset.field = name;
+    box.appendChild(p);
+    container.appendChild(box);
+    return p;
+  }
+
+  function heatColor(heat) {
+    var a = Math.min(1, Math.abs(heat)) * 0.75;
+    return heat >= 0 ? "rgba(220, 38, 38, " + a + ")" : "rgba(37, 99, 235, " + a + ")";
+  }
+
+  /* Render a text with its words highlighted by heat; offsets are in code points. */
+  function heatText(text, words) {
+    var chars = Array.from(text);
+    var out = el("p", "text heat-text");
+    var pos = 0;
+    words.sort(function (a, b) { return a.start - b.start; }).forEach(function (w) {
+      if (w.start < pos) return;
+      if (w.start > pos) out.appendChild(document.createTextNode(chars.slice(pos, w.start).join("")));
+      var span = el("span", "heat", chars.slice(w.start, w.end).join(""));
+      span.style.backgroundColor = heatColor(w.heat);
+      span.title = "attribution " + w.attribution.toFixed(4);
+      out.appendChild(span);
+      pos = w.end;
+    });
+    if (pos < chars.length) out.appendChild(document.createTextNode(chars.slice(pos).join("")));
+    return out;
+  }
+
+  function probabilityList(probabilities) {
+    var list = el("ul", "probabilities");
+    Object.keys(probabilities).forEach(function (label) {
+      var item = el("li");
+      var pct = (probabilities[label] * 100).toFixed(1) + "%";
+      item.appendChild(el("span", "prob-label", label));
+      var meter = el("meter");
+      meter.min = 0; meter.max = 1; meter.value = probabilities[label];
+      meter.setAttribute("aria-label", label + " " + pct);
+      item.appendChild(meter);
+      item.appendChild(el("span", "prob-value", pct));
+      list.appendChild(item);
+    });
+    return list;
+  }
+
+  /* ---------------------------------------------------------------- create */
+  function createPage(root) {
+    var slug = root.dataset.task;
+    var isQA = root.dataset.taskType === "extractive_qa";
+    var answerField = root.dataset.answerField;
+    var inputFields = json("task-inputs");
+    var contextFields = json("task-context-fields");
+    var form = $("example-form");
+    var context = null, example = null, lastInputs = null, answerStart = null;
+
+    function clearErrors() {
+      Array.prototype.forEach.call(root.querySelectorAll(".field-error"), function (n) { n.textContent = ""; });
+    }
+    function showErrors(data) {
+      var shown = false;
+      Object.keys(data || {}).forEach(function (key) {
+        var target = $("error-" + key) || (key.indexOf("target") === 0 && $("error-target")) || null;
+        if (target) { target.textContent = [].concat(data[key]).join(" "); shown = true; }
+      });
+      if (!shown) $("error-form").textContent = errorText(data);
+    }
+
+    function locateAnswer() {
+      var passage = context && context.fields[answerField];
+      var typed = $("answer-text").value;
+      var where = $("answer-where");
+      answerStart = null;
+      if (!typed) { where.textContent = ""; return; }
+      var idx = passage.indexOf(typed);
+      if (idx < 0) { where.textContent = "Not found in the passage: it must be copied exactly."; return; }
+      answerStart = codePoints(passage.slice(0, idx));
+      where.textContent = "Found in the passage at character " + answerStart + ".";
+    }
+
+    function onPassageSelect(passageNode) {
+      var selection = window.getSelection();
+      if (!selection.rangeCount) return;
+      var range = selection.getRangeAt(0);
+      var textNode = passageNode.firstChild;
+      if (range.startContainer !== textNode || range.endContainer !== textNode || range.collapsed) return;
+      var full = textNode.textContent;
+      var text = full.slice(range.startOffset, range.endOffset);
+      if (!text.trim()) return;
+      $("answer-text").value = text;
+      answerStart = codePoints(full.slice(0, range.startOffset));
+      $("answer-where").textContent = "Selected in the passage at character " + answerStart + ".";
+    }
+
+    function loadContext() {
+      var box = $("context-fields");
+      box.textContent = "";
+      box.appendChild(el("p", "meta", "Loading a context…"));
+      return api(root, "GET", "tasks/" + slug + "/contexts/next/").then(function (r) {
+        box.textContent = "";
+        if (!r.ok) { box.appendChild(el("p", "error", errorText(r.data))); return; }
+        context = r.data;
+        contextFields.forEach(function (f) {
+          var p = renderField(box, f.name, f.label, context.fields[f.name]);
+          if (isQA && f.name === answerField) {
+            p.id = "passage";
+            p.classList.add("selectable");
+            p.addEventListener("mouseup", function () { onPassageSelect(p); });
+            p.addEventListener("keyup", function () { onPassageSelect(p); });
+          }
+        });
+        if (r.data.session) updateCounters(r.data.session);
+      });
+    }
+
+    function updateCounters(session) {
+      $("count-written").textContent = session.examples_written;
+      $("count-fooled").textContent = session.examples_fooled;
+    }
+
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      clearErrors();
+      if (!context) return;
+      var inputs = {};
+      inputFields.forEach(function (f) { inputs[f.name] = form.elements[f.name].value; });
+      var target;
+      if (isQA) {
+        if (answerStart === null) locateAnswer();
+        target = { text: $("answer-text").value, start: answerStart };
+      } else {
+        var checked = form.querySelector("input[name=label]:checked");
+        target = { label: checked ? checked.value : null };
+      }
+      var button = $("submit-example");
+      button.disabled = true;
+      button.textContent = "The model is thinking…";
+      api(root, "POST", "tasks/" + slug + "/examples/", { context: context.id, inputs: inputs, target: target })
+        .then(function (r) {
+          button.disabled = false;
+          button.textContent = "Submit to the model";
+          if (!r.ok) { showErrors(r.data); return; }
+          example = r.data;
+          lastInputs = inputs;
+          showResult(r.data, target);
+        });
+    });
+
+    function showResult(data, target) {
+      form.hidden = true;
+      $("result").hidden = false;
+      $("explanation").hidden = true;
+      $("result-status").textContent = "";
+      var verdict = $("result-verdict");
+      verdict.textContent = data.fooled ? "You fooled the model!" : "The model got it right. Try again?";
+      verdict.className = "verdict " + (data.fooled ? "fooled" : "not-fooled");
+      var answer = $("result-answer");
+      answer.textContent = "";
+      var yours = isQA ? target.text : target.label;
+      answer.appendChild(el("p", null, "Your answer: " + yours));
+      answer.appendChild(el("p", "model-answer", "Model (" + data.model + "): " + data.prediction));
+      if (data.probabilities) answer.appendChild(probabilityList(data.probabilities));
+      answer.appendChild(el("p", "meta", "Answered in " + Math.round(data.latency_ms) + " ms."));
+      updateCounters(data.session);
+      $("explain").disabled = false;
+      $("retract").disabled = false;
+      $("flag").disabled = false;
+      $("another").focus();
+    }
+
+    $("explain").addEventListener("click", function () {
+      var button = $("explain");
+      button.disabled = true;
+      $("result-status").textContent = "Computing the explanation…";
+      api(root, "POST", "examples/" + example.id + "/explanation/", {}).then(function (r) {
+        if (!r.ok) { $("result-status").textContent = errorText(r.data); button.disabled = false; return; }
+        $("result-status").textContent = "";
+        var body = $("explanation-body");
+        body.textContent = "";
+        var texts = Object.assign({}, context.fields, lastInputs);
+        var byField = {};
+        r.data.words.forEach(function (w) { (byField[w.field] = byField[w.field] || []).push(w); });
+        Object.keys(byField).forEach(function (field) {
+          var box = el("div", "field");
+          box.appendChild(el("span", "field-name", field));
+          box.appendChild(heatText(texts[field], byField[field]));
+          body.appendChild(box);
+        });
+        $("explanation").hidden = false;
+      });
+    });
+
+    $("retract").addEventListener("click", function () {
+      api(root, "POST", "examples/" + example.id + "/retract/").then(function (r) {
+        $("result-status").textContent = r.ok ? "Retracted: it will not count or be validated." : errorText(r.data);
+        if (r.ok) $("retract").disabled = true;
+      });
+    });
+
+    $("flag").addEventListener("click", function () {
+      var reason = window.prompt("Why flag this example? (optional)") || "";
+      api(root, "POST", "examples/" + example.id + "/flag/", { reason: reason }).then(function (r) {
+        $("result-status").textContent = r.ok ? "Flagged for the researchers." : errorText(r.data);
+        if (r.ok) $("flag").disabled = true;
+      });
+    });
+
+    $("another").addEventListener("click", function () {
+      form.reset();
+      answerStart = null;
+      if ($("answer-where")) $("answer-where").textContent = "";
+      $("result").hidden = true;
+      form.hidden = false;
+      loadContext().then(function () { form.querySelector("textarea").focus(); });
+    });
+
+    $("new-context").addEventListener("click", loadContext);
+    if (isQA) $("answer-text").addEventListener("input", locateAnswer);
+    loadContext();
+  }
+
+  /* -------------------------------------------------------------- validate */
+  function validatePage(root) {
+    var slug = root.dataset.task;
+    var isQA = root.dataset.taskType === "extractive_qa";
+    var labels = json("task-labels") || [];
+    var item = json("first-item");
+
+    function answerText(target) { return isQA ? target.text : target.label; }
+
+    function show(next) {
+      item = next;
+      $("validate-status").textContent = "";
+      $("decide-step").hidden = true;
+      $("blind-step").hidden = true;
+      $("reason").value = "";
+      var body = $("item-body");
+      if (!item) {
+        body.textContent = "";
+        body.appendChild(el("p", null, "Nothing to validate in this task right now. Thank you!"));
+        return;
+      }
+      body.textContent = "";
+      Object.keys(item.context || {}).forEach(function (name) { renderField(body, name, name, item.context[name]); });
+      Object.keys(item.inputs).forEach(function (name) { renderField(body, name, name, item.inputs[name], "written"); });
+      if (item.blind) {
+        var choices = $("blind-choices");
+        choices.textContent = "";
+        if (isQA) {
+          var label = el("label", null, "The answer you would give (copied from the passage)");
+          label.htmlFor = "blind-answer";
+          var input = el("input");
+          input.type = "text"; input.id = "blind-answer";
+          choices.appendChild(label);
+          choices.appendChild(input);
+        } else {
+          labels.forEach(function (l) {
+            var wrap = el("label", "choice");
+            var radio = el("input");
+            radio.type = "radio"; radio.name = "blind-label"; radio.value = l.name;
+            wrap.appendChild(radio);
+            wrap.appendChild(document.createTextNode(" " + l.name));
+            choices.appendChild(wrap);
+          });
+        }
+        $("blind-step").hidden = false;
+      } else {
+        reveal(item.target, null);
+      }
+    }
+
+    function reveal(target, guess) {
+      var text = "The writer's answer: " + answerText(target);
+      if (guess) text += guess === answerText(target) ? " (the same as yours)" : " (yours: " + guess + ")";
+      $("writer-answer").textContent = text;
+      $("blind-step").hidden = true;
+      $("decide-step").hidden = false;
+      $("decide-step").querySelector("button").focus();
+    }
+
+    $("reveal").addEventListener("click", function () {
+      var guess = null;
+      if (isQA) guess = $("blind-answer").value || null;
+      else {
+        var checked = root.querySelector("input[name=blind-label]:checked");
+        guess = checked ? checked.value : null;
+      }
+      api(root, "POST", "examples/" + item.id + "/reveal/").then(function (r) {
+        if (!r.ok) { $("validate-status").textContent = errorText(r.data); return; }
+        reveal(r.data.target, guess);
+      });
+    });
+
+    Array.prototype.forEach.call($("decide-step").querySelectorAll("button[data-label]"), function (button) {
+      button.addEventListener("click", function () {
+        var body = { label: button.dataset.label, reason: $("reason").value };
+        api(root, "POST", "examples/" + item.id + "/validations/", body).then(function (r) {
+          if (!r.ok) { $("validate-status").textContent = errorText(r.data); return; }
+          var counter = $("count-validated");
+          counter.textContent = String(parseInt(counter.textContent, 10) + 1);
+          api(root, "GET", "tasks/" + slug + "/validations/next/").then(function (n) {
+            show(n.ok ? n.data : null);
+            $("validate-status").textContent = "Thanks, recorded.";
+          });
+        });
+      });
+    });
+
+    show(item);
+  }
+
+  var create = $("annotate");
+  if (create && create.dataset.page === "create" && $("example-form")) createPage(create);
+  var validate = $("validate");
+  if (validate && validate.dataset.page === "validate") validatePage(validate);
+})();

@@ -1,0 +1,164 @@
+"""The create flow through the API: context, example, prediction, explanation, retract, flag."""
+
+import pytest
+
+from annotation.models import AnnotationSession, Example
+from annotation.services import verify_signature
+from tasks.models import Context, Round
+
+pytestmark = pytest.mark.django_db
+
+
+def next_context(client, slug):
+    response = client.get(f"/api/tasks/{slug}/contexts/next/")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_nli_create_flow_end_to_end(live_tasks, client_for, annotator):
+    client = client_for(annotator)
+    context = next_context(client, "nli")
+    assert set(context["fields"]) == {"premise"} and context["round"] == 1
+    response = client.post("/api/tasks/nli/examples/", {
+        "context": context["id"], "inputs": {"hypothesis": "Nobody was there <b>at all</b> 🙂"},
+        "target": {"label": "contradiction"},
+    }, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert set(body) >= {"id", "prediction", "probabilities", "fooled", "model", "latency_ms"}
+    assert body["prediction"] in ("entailment", "neutral", "contradiction")
+    assert sum(body["probabilities"].values()) == pytest.approx(1, abs=1e-4)
+    assert body["fooled"] == (body["prediction"] != "contradiction")
+    assert body["model"] == "nli-tiny" and body["latency_ms"] > 0
+    assert body["session"] == {"examples_written": 1, "examples_fooled": int(body["fooled"]), "validations_done": 0}
+
+    example = Example.objects.get(pk=body["id"])
+    assert example.inputs == {"hypothesis": "Nobody was there <b>at all</b> 🙂"}  # stored as typed
+    assert example.annotator == annotator and example.context_id == context["id"]
+    assert example.prediction["label"] == body["prediction"]
+    assert list(example.model_predictions) == [str(body["models"][0])]
+    assert verify_signature(example)
+    example.prediction = {**example.prediction, "label": "tampered"}
+    assert not verify_signature(example)
+
+    rnd = Round.objects.get(task__slug="nli", number=1)
+    assert rnd.examples_collected == 1 and rnd.examples_fooled == int(body["fooled"])
+    assert Context.objects.get(pk=context["id"]).times_used == 1
+
+    # The label the model gave is not fooling; any other label is.
+    other = next_context(client, "nli")
+    right = client.post("/api/tasks/nli/examples/", {
+        "context": other["id"], "inputs": {"hypothesis": "Same words, same model."},
+        "target": {"label": "neutral"}}, format="json").json()
+    again = client.post("/api/tasks/nli/examples/", {
+        "context": other["id"], "inputs": {"hypothesis": "Same words, same model."},
+        "target": {"label": right["prediction"]}}, format="json").json()
+    assert again["prediction"] == right["prediction"] and again["fooled"] is False
+
+
+def test_explanation_retract_and_flag(live_tasks, client_for, annotator, second_annotator):
+    client = client_for(annotator)
+    context = next_context(client, "sentiment")
+    created = client.post("/api/tasks/sentiment/examples/", {
+        "context": context["id"], "inputs": {"statement": "Not bad at all, honestly 😍!!"},
+        "target": {"label": "positive"}}, format="json").json()
+
+    # Only the author may explain or retract.
+    other = client_for(second_annotator)
+    assert other.post(f"/api/examples/{created['id']}/explanation/", {}, format="json").status_code == 403
+    assert other.post(f"/api/examples/{created['id']}/retract/").status_code == 403
+
+    explanation = client.post(f"/api/examples/{created['id']}/explanation/", {"n_steps": 8}, format="json")
+    assert explanation.status_code == 200, explanation.content
+    data = explanation.json()
+    statement = "Not bad at all, honestly 😍!!"
+    assert data["target"] == created["prediction"] and data["n_steps"] == 8
+    words = [w for w in data["words"] if w["field"] == "statement"]
+    assert [w["text"] for w in words][:3] == ["Not", "bad", "at"]
+    for word in words:
+        assert statement[word["start"]:word["end"]] == word["text"]
+        assert -1 <= word["heat"] <= 1
+    assert any("😍" in w["text"] for w in words)
+    assert client.post(f"/api/examples/{created['id']}/explanation/", {"n_steps": 0}, format="json").status_code == 400
+
+    flagged = client.post(f"/api/examples/{created['id']}/flag/", {"reason": "typo in my label"}, format="json")
+    assert flagged.status_code == 200 and flagged.json()["flagged"] is True
+
+    rnd = Round.objects.get(task__slug="sentiment", number=1)
+    assert rnd.examples_collected == 1
+    retracted = client.post(f"/api/examples/{created['id']}/retract/")
+    assert retracted.status_code == 200 and retracted.json()["retracted"] is True
+    rnd.refresh_from_db()
+    assert rnd.examples_collected == 0 and rnd.examples_fooled == 0
+
+
+def test_qa_example_with_a_span(live_tasks, client_for, annotator):
+    client = client_for(annotator)
+    context = next_context(client, "qa")
+    passage = context["fields"]["passage"]
+    answer = passage.split()[3]
+    start = passage.index(answer)
+    response = client.post("/api/tasks/qa/examples/", {
+        "context": context["id"], "inputs": {"question": "Which word comes fourth?"},
+        "target": {"text": answer, "start": start}}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["probabilities"] is None
+    assert passage[body["span"]["start"]:body["span"]["end"]] == body["prediction"]
+    from ml.metrics import f1
+
+    assert body["fooled"] == (f1(body["prediction"], answer) < 0.4)
+
+
+def test_nobody_gets_the_same_context_twice_in_a_row(live_tasks, client_for, annotator):
+    client = client_for(annotator)
+    seen = [next_context(client, "hate")["id"] for _ in range(12)]
+    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
+    # least_used spreads the load: 12 draws over 30 contexts use 12 different ones.
+    assert len(set(seen)) == 12
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "least_fooled"])
+def test_other_sampling_strategies(live_tasks, client_for, annotator, strategy):
+    task = live_tasks["nli"]
+    task.config = {**task.config, "context_sampling": strategy}
+    task.save()
+    client = client_for(annotator)
+    seen = [next_context(client, "nli")["id"] for _ in range(6)]
+    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_the_session_token_authenticates_without_cookies(live_tasks, client_for, annotator, anonymous):
+    token = client_for(annotator).post("/api/tasks/nli/sessions/").json()["token"]
+    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    context = anonymous.get("/api/tasks/nli/contexts/next/").json()
+    response = anonymous.post("/api/tasks/nli/examples/", {
+        "context": context["id"], "inputs": {"hypothesis": "Through the header."},
+        "target": {"label": "neutral"}}, format="json")
+    assert response.status_code == 201
+    session = AnnotationSession.objects.get(user=annotator, task__slug="nli")
+    assert session.examples_written == 1 and response.json()["session"]["examples_written"] == 1
+
+
+@pytest.mark.parametrize("token", ["forged", "abc:def:ghi"])
+def test_forged_tokens_are_refused(live_tasks, anonymous, token):
+    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    response = anonymous.get("/api/tasks/nli/contexts/next/")
+    assert response.status_code == 401
+    assert "not valid" in response.json()["detail"]
+
+
+def test_expired_tokens_are_refused(live_tasks, client_for, annotator, anonymous, monkeypatch):
+    from annotation import tokens
+
+    token = client_for(annotator).post("/api/tasks/nli/sessions/").json()["token"]
+    monkeypatch.setattr(tokens, "TOKEN_MAX_AGE", -1)
+    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    response = anonymous.get("/api/tasks/nli/contexts/next/")
+    assert response.status_code == 401 and "expired" in response.json()["detail"]
+
+
+def test_anonymous_visitors_cannot_annotate(live_tasks, anonymous):
+    assert anonymous.get("/api/tasks/nli/contexts/next/").status_code == 401
+    assert anonymous.post("/api/tasks/nli/examples/", {}, format="json").status_code == 401
+    assert Example.objects.count() == 0

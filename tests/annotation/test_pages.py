@@ -1,0 +1,66 @@
+"""The annotation pages: rendering, escaping, iframe headers, token entry."""
+
+import pytest
+
+from annotation.models import Example
+from annotation.tokens import make_token
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>alert("xss")</script><img src=x onerror=alert(2)>'
+
+
+def test_validation_page_shows_an_xss_payload_escaped(live_tasks, annotator, second_annotator, client):
+    task = live_tasks["nli"]
+    Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(), annotator=annotator,
+                           inputs={"hypothesis": XSS}, target={"label": "neutral"}, fooled=True)
+    client.force_login(second_annotator)
+    page = client.get("/tasks/nli/validate/").content.decode()
+    assert XSS not in page
+    assert "&lt;script&gt;alert(&quot;xss&quot;)&lt;/script&gt;" in page  # the HTML part
+    # ... and in the JSON island the script reads, "<" is escaped too.
+    assert "\\u003Cscript\\u003E" in page
+
+
+def test_create_page_renders_instructions_and_can_be_framed_by_mturk(live_tasks, annotator, client):
+    client.force_login(annotator)
+    response = client.get("/tasks/hate/create/")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Content warning" in page and live_tasks["hate"].goal in page
+    assert "X-Frame-Options" not in response.headers
+    csp = response["Content-Security-Policy"]
+    assert "frame-ancestors 'self' https://workersandbox.mturk.com https://worker.mturk.com" in csp
+    assert 'data-token="' in page and "js/dynabench.js" in page
+
+
+def test_pages_need_a_login_or_a_valid_token(live_tasks, annotator, client):
+    response = client.get("/tasks/nli/create/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    assert client.get("/tasks/nli/create/?token=forged").status_code == 403
+
+    from annotation.services import start_session
+
+    session = start_session(annotator, live_tasks["nli"])
+    ok = client.get(f"/tasks/nli/create/?token={make_token(session)}")
+    assert ok.status_code == 200
+    assert client.get(f"/tasks/qa/create/?token={make_token(session)}").status_code == 403
+
+
+def test_closed_round_page_says_so(live_tasks, annotator, client):
+    from tasks.services import close_round
+
+    close_round(live_tasks["sentiment"].open_round())
+    client.force_login(annotator)
+    assert "collection is closed" in client.get("/tasks/sentiment/create/").content.decode()
+
+
+def test_signup_then_annotate(live_tasks, client):
+    response = client.post("/accounts/signup/?next=/tasks/nli/create/", {
+        "username": "newcomer", "password1": "a-long-enough-pass-123", "password2": "a-long-enough-pass-123",
+        "next": "/tasks/nli/create/"})
+    assert response.status_code == 302 and response["Location"] == "/tasks/nli/create/"
+    assert client.get("/tasks/nli/create/").status_code == 200
+    evil = client.post("/accounts/signup/", {"username": "x2", "password1": "a-long-enough-pass-123",
+                                             "password2": "a-long-enough-pass-123", "next": "https://evil.example"})
+    assert evil["Location"] == "/"
