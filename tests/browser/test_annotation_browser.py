@@ -1,0 +1,109 @@
+"""A person in headless Chromium: open a task, write an example, see the model's
+answer and the explanation heat, then validate another person's example.
+
+Uses Debian's chromium (/usr/bin/chromium) through Playwright; never a
+downloaded browser. Skips with a reason where either is missing (CI installs both).
+"""
+
+import os
+import shutil
+
+import pytest
+
+from annotation.models import Example, Validation
+
+CHROMIUM = os.environ.get("DYNABENCH_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+XSS = '<script>window.__pwned = 1</script> they are "great" & kind'
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def browser_page():
+    if not (shutil.which(CHROMIUM) or os.path.exists(CHROMIUM)):
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but Chromium is missing at {CHROMIUM} (.ci/run installs Debian's chromium)")
+        pytest.skip(f"browser test: Debian's chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # ORM calls beside Playwright's event loop
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda dialog: (errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+        page.set_default_timeout(60_000)
+        yield page, errors
+        browser.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def sign_in(page, base, username, password, next_path):
+    page.goto(f"{base}/accounts/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}{next_path}")
+
+
+def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annotator, second_annotator, browser_page):
+    from tests.conftest import PASSWORD
+
+    page, errors = browser_page
+    base = live_server.url
+    task = live_tasks["sentiment"]
+    theirs = Example.objects.create(
+        task=task, round=task.open_round(), context=task.contexts.first(), annotator=second_annotator,
+        inputs={"statement": XSS}, target={"label": "positive"}, fooled=True,
+        prediction={"label": "negative", "probabilities": {"negative": 0.6, "positive": 0.4}},
+    )
+
+    # 1. Open the task and go to the create page.
+    page.goto(f"{base}/tasks/sentiment/")
+    assert page.locator("h1").inner_text() == "Sentiment Analysis"
+    assert page.locator("svg.error-chart").count() == 1
+    page.click("text=Write examples for round 1")
+    page.wait_for_url("**/accounts/login/**")
+    page.fill("#id_username", annotator.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/tasks/sentiment/create/")
+
+    # 2. Write an example (keyboard only for the label).
+    page.wait_for_selector("#context-fields .field .text")
+    page.fill("#input-statement", "Not exactly terrible, I suppose 🙃")
+    page.locator("input[name=label][value=positive]").focus()
+    page.keyboard.press("Space")
+    page.click("#submit-example")
+
+    # 3. The model's answer, then the explanation heat.
+    page.wait_for_selector("#result:not([hidden])")
+    verdict = page.locator("#result-verdict").inner_text()
+    assert verdict in ("You fooled the model!", "The model got it right. Try again?")
+    assert page.locator(".probabilities li").count() == 2
+    assert page.locator("#count-written").inner_text() == "1"
+    page.click("#explain")
+    page.wait_for_selector("#explanation:not([hidden]) .heat")
+    heat_words = page.locator("#explanation .heat").all_inner_texts()
+    assert "Not" in heat_words and "🙃" in "".join(heat_words)
+    example = Example.objects.get(annotator=annotator)
+    assert example.inputs == {"statement": "Not exactly terrible, I suppose 🙃"}
+    assert example.fooled == (verdict == "You fooled the model!")
+
+    # 4. Validate the other person's example: blind first, then confirm.
+    page.goto(f"{base}/tasks/sentiment/validate/")
+    body = page.locator("#item-body").inner_text()
+    assert XSS in body  # shown as text ...
+    assert page.evaluate("window.__pwned") is None  # ... never run
+    page.locator("input[name=blind-label][value=positive]").check()
+    page.click("#reveal")
+    page.wait_for_selector("#decide-step:not([hidden])")
+    assert "The writer's answer: positive (the same as yours)" in page.locator("#writer-answer").inner_text()
+    page.click("#decide-step button[data-label=correct]")
+    page.wait_for_selector("text=Thanks, recorded.")
+    assert page.locator("#count-validated").inner_text() == "1"
+    validation = Validation.objects.get(example=theirs)
+    assert validation.validator == annotator and validation.label == "correct"
+    assert errors == []
