@@ -8,7 +8,6 @@ process never imports torch before gunicorn forks.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections import Counter
@@ -94,22 +93,28 @@ def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split:
     return qs.select_related("context").order_by("pk")
 
 
-def read_seed_rows(slug: str) -> dict[str, list[dict]]:
-    """The shipped seed examples of a task, by split, as ``ml`` rows."""
+def read_seed_rows(slug: str, config=None) -> dict[str, list[dict]]:
+    """The shipped seed examples of a task, by split, as ``ml`` rows.
+
+    Read with the same ``seed`` reader that ``import_dataset`` uses. Without
+    ``config``, the task's shipped definition is used (no database needed).
+    """
+    from tasks.config import validate_task_config
+    from tasks.importers import RowError, read_records
+    from tasks.services import load_definition
+
+    if config is None:
+        definition = load_definition(slug)
+        config = validate_task_config(definition["task_type"], definition["config"])
     path = SEED_DIR / "examples" / f"{slug}.jsonl"
     splits: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
     if not path.exists():
         return splits
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        row = {"inputs": item["inputs"]}
-        if "answer" in item:
-            row["answer"] = item["answer"]
-        else:
-            row["label"] = item["label"]
-        splits[item.get("split", "train")].append(row)
+    for record in read_records("seed", path):
+        if isinstance(record, RowError):
+            raise ValidationError(f"{path}: line {record.line}: {record.message}")
+        context_fields = record.context["fields"] if record.context else None
+        splits[record.split or "train"].append(example_row(config, context_fields, record.inputs, record.target))
     return splits
 
 
@@ -316,7 +321,7 @@ def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | N
         task = Task.objects.get(slug=slug)
         model = ModelVersion.objects.filter(task=task, name=DEMO_MODEL_NAME).first()
         if model is None:
-            rows = read_seed_rows(slug)
+            rows = read_seed_rows(slug, task.parsed_config)
             if not rows["train"]:
                 continue
             if progress:
