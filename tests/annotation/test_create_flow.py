@@ -162,3 +162,28 @@ def test_anonymous_visitors_cannot_annotate(live_tasks, anonymous):
     assert anonymous.get("/api/tasks/nli/contexts/next/").status_code == 401
     assert anonymous.post("/api/tasks/nli/examples/", {}, format="json").status_code == 401
     assert Example.objects.count() == 0
+
+
+def test_an_ensemble_round_averages_its_models(live_tasks, tiny_artifacts, client_for, annotator):
+    """Two target models in mean mode: the stored prediction is the mean of the members'."""
+    from leaderboard.services import register_model
+
+    task = live_tasks["sentiment"]
+    rnd = task.open_round()
+    second = register_model(task, tiny_artifacts["sentiment"], name="sentiment-tiny-2")
+    rnd.target_models.add(second)
+    rnd.ensemble_mode = Round.EnsembleMode.MEAN
+    rnd.save()
+    client = client_for(annotator)
+    context = next_context(client, "sentiment")
+    body = client.post("/api/tasks/sentiment/examples/", {
+        "context": context["id"], "inputs": {"statement": "Two heads are better than one."},
+        "target": {"label": "positive"}}, format="json").json()
+    example = Example.objects.get(pk=body["id"])
+    assert len(body["models"]) == 2 and body["model"] == "sentiment-tiny + sentiment-tiny-2"
+    members = list(example.model_predictions.values())
+    for label in ("negative", "positive"):
+        mean = sum(m["probabilities"][label] for m in members) / 2
+        assert body["probabilities"][label] == pytest.approx(mean, abs=1e-6)
+    assert set(example.model_versions.values_list("pk", flat=True)) == set(body["models"])
+    assert verify_signature(example)

@@ -107,3 +107,38 @@ def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annota
     validation = Validation.objects.get(example=theirs)
     assert validation.validator == annotator and validation.label == "correct"
     assert errors == []
+
+
+@pytest.mark.parametrize("slug", ["nli", "qa", "hate"])
+def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_worker, browser_page, client, slug):
+    """The create flow for the other tasks, entered with a session token as from an MTurk HIT."""
+    from annotation.services import start_session
+    from annotation.tokens import make_token
+
+    page, errors = browser_page
+    task = live_tasks[slug]
+    token = make_token(start_session(mturk_worker, task))
+    page.goto(f"{live_server.url}/tasks/{slug}/create/?token={token}")  # no cookie, no login
+    page.wait_for_selector("#context-fields .field .text")
+    if slug == "qa":
+        passage = page.locator("#passage").inner_text()
+        answer = passage.split()[2]
+        page.fill("#input-question", "Which word is third in the passage?")
+        page.fill("#answer-text", answer)
+        assert "Found in the passage" in page.locator("#answer-where").inner_text()
+    else:
+        field = "hypothesis" if slug == "nli" else "statement"
+        label = task.parsed_config.label_names[0]
+        page.fill(f"#input-{field}", "Ein Satz, ένα κείμενο, 一句话 — <i>with</i> markup & emoji 🎉")
+        page.locator(f"input[name=label][value={label}]").check()
+    page.click("#submit-example")
+    page.wait_for_selector("#result:not([hidden])")
+    assert "Model (" in page.locator("#result-answer").inner_text()
+    assert page.locator("#count-written").inner_text() == "1"
+    example = Example.objects.get(task=task)
+    assert example.annotator == mturk_worker
+    if slug != "qa":
+        assert example.inputs[field] == "Ein Satz, ένα κείμενο, 一句话 — <i>with</i> markup & emoji 🎉"
+    else:
+        assert example.target["text"] == answer
+    assert errors == []
