@@ -177,11 +177,15 @@ class Processes:
     def __init__(self):
         self.running: list[tuple[str, subprocess.Popen, object]] = []
 
-    def start(self, name: str, cmd: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    def start(self, name: str, cmd: list[str], env: dict, log_path: Path, pipe: bool = False) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        if pipe:  # JSON lines on stdin/stdout, stderr to the log
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=log_file, text=True, bufsize=1, start_new_session=True)
+        else:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         self.running.append((name, proc, log_file))
         log(f"started {name} (pid {proc.pid}): {shlex.join(cmd)}")
         return proc
@@ -360,44 +364,92 @@ def hypotheses() -> list[str]:
 # --- the bench ------------------------------------------------------------------------
 
 
+def bare_main(path: str, sha256: str, threads: int) -> int:
+    """``bench/annotation.py _bare PATH SHA256 THREADS``: the bare pass, in its own process.
+
+    Reads JSON lines (``forward`` / ``explain`` requests) on stdin and answers each
+    with the seconds it took, measured here. A process per torch thread setting:
+    switching ``torch.set_num_threads`` back and forth costs more than a pass.
+    """
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    import ml
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    cache = ml.ModelCache(max_size=1)
+    ref = ml.ModelRef(path, sha256)
+    loaded = cache.get(ref)
+    model, tokenizer, spec = loaded.model, loaded.tokenizer, loaded.spec
+    print(json.dumps({"ready": True, "torch_threads": torch.get_num_threads()}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "quit":
+            break
+        started = time.perf_counter()
+        if request["op"] == "forward":
+            enc = tokenizer(request["premise"], request["hypothesis"], return_tensors="pt", truncation=True,
+                            max_length=spec.max_tokens)
+            with torch.inference_mode():
+                model(**enc).logits.softmax(-1)
+        else:
+            ml.explain(ref, {"premise": request["premise"], "hypothesis": request["hypothesis"]},
+                       target=request["target"], n_steps=10, cache=cache)
+        print(json.dumps({"s": time.perf_counter() - started}), flush=True)
+    return 0
+
+
 class BareModel:
-    """The registered artifact loaded in this process (verified, through ml's cache)."""
+    """The registered artifact, verified and loaded by ``ml`` in a separate process
+    (so this process never imports torch); timings are taken inside that process."""
 
-    def __init__(self, path: str, sha256: str):
-        sys.path.insert(0, str(ROOT))
-        import torch
+    def __init__(self, procs: Processes, path: str, sha256: str, threads: int, env: dict, log_path: Path):
+        cmd = [PYTHON, str(Path(__file__).resolve()), "_bare", path, sha256, str(threads)]
+        if threads > 0:
+            env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.proc = procs.start(f"bare pass ({threads or 'default'} torch threads)", cmd, env, log_path,
+                                pipe=True)
+        ready = self._read(timeout=300)
+        self.torch_threads = ready["torch_threads"]
 
-        import ml
+    def _read(self, timeout: float = 120) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the bare-pass process exited ({self.proc.poll()})")
+        return json.loads(line)
 
-        self.ml, self.torch = ml, torch
-        self.ref = ml.ModelRef(path, sha256)
-        self.cache = ml.ModelCache(max_size=1)
-        self.loaded = self.cache.get(self.ref)
-        self.model, self.tokenizer, self.spec = self.loaded.model, self.loaded.tokenizer, self.loaded.spec
+    def _ask(self, **request) -> float:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._read()["s"]
 
     def forward(self, premise: str, hypothesis: str) -> float:
-        started = time.perf_counter()
-        enc = self.tokenizer(premise, hypothesis, return_tensors="pt", truncation=True,
-                             max_length=self.spec.max_tokens)
-        with self.torch.inference_mode():
-            self.model(**enc).logits.softmax(-1)
-        return time.perf_counter() - started
+        return self._ask(op="forward", premise=premise, hypothesis=hypothesis)
 
     def explain(self, premise: str, hypothesis: str, target: str) -> float:
-        started = time.perf_counter()
-        self.ml.explain(self.ref, {"premise": premise, "hypothesis": hypothesis}, target=target, n_steps=10,
-                        cache=self.cache)
-        return time.perf_counter() - started
+        return self._ask(op="explain", premise=premise, hypothesis=hypothesis, target=target)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
 
 
 def example_body(context: dict, hypothesis: str, i: int) -> dict:
     return {"context": context["id"], "inputs": {"hypothesis": hypothesis}, "target": {"label": LABELS[i % 3]}}
 
 
-def latency_phase(port: int, session_token: str, bare: BareModel, hyps: list[str], n: int, n_explain: int,
-                  n_warm: int) -> dict:
+def latency_phase(port: int, session_token: str, bares: dict[str, BareModel], hyps: list[str], n: int,
+                  n_explain: int, n_warm: int) -> dict:
+    """One annotator, one request at a time; each request next to the bare passes on the same pair."""
     client = Client(port, {"X-Dynabench-Token": session_token})
-    create_t, bare_t, next_t, server_ms, statuses = [], [], [], [], {}
+    create_t, next_t, server_ms, statuses = [], [], [], {}
+    bare_t: dict[str, list[float]] = {name: [] for name in bares}
     created = []  # (id, premise, hypothesis, predicted label)
     failures = []
 
@@ -406,14 +458,15 @@ def latency_phase(port: int, session_token: str, bare: BareModel, hyps: list[str
         if status != 200:
             raise RuntimeError(f"contexts/next answered {status}: {ctx}")
         premise, hypothesis = ctx["fields"]["premise"], hyps[i % len(hyps)]
-        t_bare = bare.forward(premise, hypothesis)
+        times = {name: bare.forward(premise, hypothesis) for name, bare in bares.items()}
         status, data, t_create = client.request("POST", f"/api/tasks/{TASK}/examples/",
                                                 example_body(ctx, hypothesis, i))
         if not measure:
             return
         statuses[status] = statuses.get(status, 0) + 1
         next_t.append(t_next)
-        bare_t.append(t_bare)
+        for name, seconds in times.items():
+            bare_t[name].append(seconds)
         if status == 201:
             create_t.append(t_create)
             server_ms.append(data["latency_ms"] / 1000)
@@ -423,16 +476,18 @@ def latency_phase(port: int, session_token: str, bare: BareModel, hyps: list[str
 
     for i in range(n_warm):  # model load, caches, connection
         one(i, measure=False)
-    bare.explain("A warm-up premise.", "A warm-up hypothesis.", "neutral")
+    for bare in bares.values():
+        bare.explain("A warm-up premise.", "A warm-up hypothesis.", "neutral")
     for i in range(n):
         one(n_warm + i, measure=True)
 
-    explain_t, bare_explain_t, explain_status = [], [], {}
-    warm_id = created[0] if created else None
-    if warm_id:  # one untimed explanation warms Captum in the server
-        client.request("POST", f"/api/examples/{warm_id[0]}/explanation/", {})
-    for example_id, premise, hypothesis, predicted in created[1:1 + n_explain]:
-        bare_explain_t.append(bare.explain(premise, hypothesis, predicted))
+    explain_t, explain_status = [], {}
+    bare_explain_t: dict[str, list[float]] = {name: [] for name in bares}
+    if created:  # one untimed explanation warms Captum in the server
+        client.request("POST", f"/api/examples/{created[0][0]}/explanation/", {})
+    for example_id, premise, hypothesis, predicted in created[1:1 + n_explain]:  # fresh: never explained
+        for name, bare in bares.items():
+            bare_explain_t[name].append(bare.explain(premise, hypothesis, predicted))
         status, data, elapsed = client.request("POST", f"/api/examples/{example_id}/explanation/", {})
         explain_status[status] = explain_status.get(status, 0) + 1
         if status == 200 and data.get("n_steps") == 10:
@@ -440,13 +495,17 @@ def latency_phase(port: int, session_token: str, bare: BareModel, hyps: list[str
         else:
             failures.append({"status": status, "body": data, "endpoint": "explanation"})
     client.close()
+    variants = {name: summary_ms(samples) for name, samples in bare_t.items()}
+    reference = min(variants, key=lambda name: variants[name]["p50_ms"] or float("inf"))
     return {
         "create_example": summary_ms(create_t),
-        "bare_forward": summary_ms(bare_t),
+        "bare_forward": {**variants[reference], "variant": reference},
+        "bare_forward_variants": variants,
         "server_predict_latency": summary_ms(server_ms),
         "contexts_next": summary_ms(next_t),
         "explanation": summary_ms(explain_t),
-        "bare_explain_n10": summary_ms(bare_explain_t),
+        "bare_explain_n10": summary_ms(bare_explain_t[reference]),
+        "bare_explain_n10_variants": {name: summary_ms(v) for name, v in bare_explain_t.items()},
         "statuses": {str(k): v for k, v in statuses.items()},
         "explanation_statuses": {str(k): v for k, v in explain_status.items()},
         "failures": failures[:5],
@@ -600,16 +659,24 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
                             "pids": [worker.pid, *children_of(worker.pid)]}
     layout["web"]["pids"] = [web.pid, *children_of(web.pid)]
     layout["web"]["ready_s"] = round(ready_web, 1)
-    layout["bench_client"] = {"pid": os.getpid(), "bare_pass": "in this process, interleaved with the HTTP calls",
-                              "load": f"{args.annotators} threads, one keep-alive connection each"}
+    layout["bench_client"] = {"pid": os.getpid(), "load": f"{args.annotators} threads, one keep-alive connection each",
+                              "bare_pass": "separate processes (one per torch thread setting), timed inside, "
+                              "interleaved with the HTTP calls"}
 
-    bare = BareModel(setup["model"]["path"], setup["model"]["sha256"])
+    bares = {}
+    for threads in args.bare_threads:
+        name = "torch default threads" if threads == 0 else f"torch {threads} thread{'s' * (threads > 1)}"
+        bares[name] = BareModel(procs, setup["model"]["path"], setup["model"]["sha256"], threads, base_env,
+                                logs / f"{mode}-bare-{threads}.log")
+    layout["bare_pass"] = {name: {"pid": b.proc.pid, "torch_threads": b.torch_threads} for name, b in bares.items()}
     users = {u["username"]: u for u in setup["users"]}
     load_before = machine_load()
     log(f"latency: {args.requests} create-example requests, {args.explanations} explanations "
         f"(load average {load_before['loadavg'][0]})")
-    latency = latency_phase(port, open_session(port, users[usernames[0]]["api_token"]), bare, hyps,
+    latency = latency_phase(port, open_session(port, users[usernames[0]]["api_token"]), bares, hyps,
                             args.requests, args.explanations, n_warm=args.warmup)
+    for bare in bares.values():
+        bare.close()
     base = latency["bare_forward"]["p50_ms"]
     p50 = latency["create_example"]["p50_ms"]
     ratio = round(p50 / base, 2) if p50 and base else None
@@ -662,19 +729,20 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
 def print_table(result: dict) -> None:
     print()
     print(f"Annotation loop over HTTP, task {TASK}; machine load at start {result['machine_load_start']['loadavg']}")
-    head = f"{'mode':<9}{'measure':<34}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'x bare':>8}  target"
+    head = f"{'mode':<9}{'measure':<40}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'x bare':>8}  target"
     print(head)
     print("-" * len(head))
     for mode in result["modes"]:
         lat = mode["latency"]
         base = lat["bare_forward"]["p50_ms"]
-        rows = [
-            ("bare forward (in-process)", lat["bare_forward"], ""),
+        rows = [(f"bare forward, {name}", s, "reference" if name == lat["bare_forward"]["variant"] else "")
+                for name, s in lat["bare_forward_variants"].items()]
+        rows += [
             ("POST examples (HTTP)", lat["create_example"],
              f"<= x{lat['target_ratio']}: {'PASS' if lat['target_pass'] else 'FAIL'}"),
             ("  of which model call (server)", lat["server_predict_latency"], ""),
             ("GET contexts/next (HTTP)", lat["contexts_next"], ""),
-            ("ml.explain n10 (in-process)", lat["bare_explain_n10"], ""),
+            ("ml.explain n10 (bare process)", lat["bare_explain_n10"], ""),
             ("POST explanation n10 (HTTP)", lat["explanation"], ""),
         ]
         load = mode.get("load")
@@ -684,7 +752,7 @@ def print_table(result: dict) -> None:
             ratio = f"{s['p50_ms'] / base:.2f}" if s["p50_ms"] and base else "-"
             p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
             p95 = f"{s['p95_ms']:.1f}" if s["p95_ms"] is not None else "-"
-            print(f"{mode['mode']:<9}{name:<34}{s['n']:>6}{p50:>10}{p95:>10}{ratio:>8}  {note}")
+            print(f"{mode['mode']:<9}{name:<40}{s['n']:>6}{p50:>10}{p95:>10}{ratio:>8}  {note}")
         if load:
             db = load["db"]
             print(f"{mode['mode']:<9}load: {load['accepted']} accepted in {load['wall_s']} s = "
@@ -711,6 +779,9 @@ def main() -> int:
     parser.add_argument("--service-threads", type=int, default=8)
     parser.add_argument("--celery-pool", default="prefork", choices=["prefork", "threads", "solo"])
     parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument("--bare-threads", default="0,1",
+                        help="torch thread settings for the bare pass, 0 = torch's default; the faster is the "
+                        "reference for the targets")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432/dynabench_bench")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/10")
@@ -720,6 +791,7 @@ def main() -> int:
     args.duration = args.duration if args.duration is not None else (10.0 if args.quick else 30.0)
     args.requests = args.requests if args.requests is not None else (30 if args.quick else 200)
     args.explanations = args.explanations if args.explanations is not None else (6 if args.quick else 30)
+    args.bare_threads = [int(x) for x in args.bare_threads.split(",") if x.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(TARGETS)
     if unknown:
@@ -760,7 +832,7 @@ def main() -> int:
     finally:
         procs.stop_all()
 
-    import torch
+    from importlib.metadata import version
 
     result = {
         "benchmark": "annotation",
@@ -774,8 +846,8 @@ def main() -> int:
             "throttles": f"THROTTLE_EXAMPLES/EXPLANATIONS/USER/ANON/VALIDATIONS={THROTTLE} (raised for the bench)",
         },
         "environment": {
-            "python": platform.python_version(), "torch": torch.__version__,
-            "torch_threads_bench_process": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "torch": version("torch"), "celery": version("celery"),
+            "django": version("django"), "gunicorn": version("gunicorn"), "cpu_count": os.cpu_count(),
             "machine": platform.machine(),
             "note": "a 2-core machine shared with other work: compare ratios, read the load averages",
         },
@@ -805,6 +877,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "_bare":
+        raise SystemExit(bare_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if len(sys.argv) > 1 and sys.argv[1] in ("_setup", "_count"):
         raise SystemExit(django_main(sys.argv[1]))
     raise SystemExit(main())
