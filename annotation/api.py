@@ -30,6 +30,24 @@ def token_session(request):
     return request.auth if isinstance(request.auth, AnnotationSession) else None
 
 
+def task_for(request, slug):
+    """``visible_task(request, slug)``, without its query when the session token is for
+    that task and the task is one every signed-in user sees: the token's lookup loaded
+    the task's row in this request already."""
+    session = token_session(request)
+    if session is not None:
+        task = session.task
+        if task.slug == slug and (request.user.is_staff or (task.is_active and not task.is_hidden)):
+            return task
+    return visible_task(request, slug)
+
+
+def session_counters(session: AnnotationSession) -> dict:
+    """What ``SessionSerializer`` gives, without building a ModelSerializer per request."""
+    return {"examples_written": session.examples_written, "examples_fooled": session.examples_fooled,
+            "validations_done": session.validations_done}
+
+
 def visible_example(request, pk) -> Example:
     from tasks.models import Task
 
@@ -60,19 +78,19 @@ class SessionCreate(AnnotatorView):
 class NextContext(AnnotatorView):
     @extend_schema(responses={200: NextContextSerializer})
     def get(self, request, slug):
-        task = visible_task(request, slug)
+        task = task_for(request, slug)
         session = services.get_session(request.user, task, token_session(request))
         context = services.next_context(task, session)
-        context.round_number = task.open_round().number
-        data = NextContextSerializer(context).data
-        data["session"] = SessionSerializer(session).data
-        return Response(data)
+        # = NextContextSerializer(context).data, plus the session's counters
+        return Response({"id": context.pk, "fields": context.fields, "tag": context.tag,
+                         "round": context.round_number, "session": session_counters(session)})
 
 
-def created_payload(example: Example, session) -> dict:
+def created_payload(example: Example, session, names: dict[int, str] | None = None) -> dict:
     prediction = example.prediction
-    names = services.model_version_names(int(k) for k in example.model_predictions)
     model_ids = sorted(int(k) for k in example.model_predictions)
+    if names is None or not set(model_ids) <= set(names):
+        names = services.model_version_names(model_ids)
     qa = "answer" in prediction
     return {
         "id": example.pk,
@@ -83,7 +101,7 @@ def created_payload(example: Example, session) -> dict:
         "model": " + ".join(names.get(i, str(i)) for i in model_ids),
         "models": model_ids,
         "latency_ms": example.latency_ms,
-        "session": SessionSerializer(session).data,
+        "session": session_counters(session),
     }
 
 
@@ -96,7 +114,7 @@ class ExampleCreate(AnnotatorView):
         409: OpenApiResponse(description="The round is closed"),
         503: OpenApiResponse(description="No model answer in time")})
     def post(self, request, slug):
-        task = visible_task(request, slug)
+        task = task_for(request, slug)
         payload = ExampleCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         created = services.create_example(
@@ -104,7 +122,8 @@ class ExampleCreate(AnnotatorView):
             inputs=payload.validated_data["inputs"], target=payload.validated_data["target"],
             session=token_session(request),
         )
-        return Response(created_payload(created.example, created.session), status=status.HTTP_201_CREATED)
+        return Response(created_payload(created.example, created.session, created.model_names),
+                        status=status.HTTP_201_CREATED)
 
 
 class ExampleExplanation(AnnotatorView):

@@ -30,16 +30,27 @@ def _call(task, *args):
         ) from exc
 
 
-def predict_for_round(rnd: Round, rows_inputs: list[dict]) -> list[dict]:
-    """The round's target model (or ensemble) on ``rows_inputs`` (model field names)."""
-    from .tasks import predict
-
-    model_ids = list(rnd.target_models.filter(status="ready").order_by("pk").values_list("pk", flat=True))
-    if not model_ids:
+def round_target_models(rnd: Round) -> list[tuple[int, str]]:
+    """``(id, name)`` of the models that answer for ``rnd``: its ready target models
+    by id, only the first in single mode."""
+    models = list(rnd.target_models.filter(status="ready").order_by("pk").values_list("pk", "name"))
+    if not models:
         raise InferenceUnavailable(f"{rnd} has no target model yet.")
     if rnd.ensemble_mode == Round.EnsembleMode.SINGLE:
-        model_ids = model_ids[:1]
-    return _call(predict, model_ids, rows_inputs)
+        models = models[:1]
+    return models
+
+
+def predict_with(model_ids: list[int], rows_inputs: list[dict]) -> list[dict]:
+    """One model or an ensemble (by model version ids) on ``rows_inputs``."""
+    from .tasks import predict
+
+    return _call(predict, list(model_ids), rows_inputs)
+
+
+def predict_for_round(rnd: Round, rows_inputs: list[dict]) -> list[dict]:
+    """The round's target model (or ensemble) on ``rows_inputs`` (model field names)."""
+    return predict_with([pk for pk, _name in round_target_models(rnd)], rows_inputs)
 
 
 def explain_with(model_version_id: int, inputs: dict, target=None, n_steps: int = 10) -> dict:

@@ -25,7 +25,7 @@ from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Round, Task
 from tasks.roles import is_researcher
 
-from .inference import InferenceUnavailable, explain_with, predict_for_round
+from .inference import InferenceUnavailable, explain_with, predict_with, round_target_models
 from .models import AnnotationSession, Example, Validation
 
 MAX_REASON_LENGTH = 500
@@ -80,17 +80,21 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
     """A context by the task's sampling strategy, never the one served last."""
     rnd = open_round_or_error(task)
     candidates = usable_contexts(task, rnd)
-    if session.last_context_id:
-        others = candidates.exclude(pk=session.last_context_id)
-        if others.exists():
-            candidates = others
     strategy = task.parsed_config.context_sampling
     if strategy == "uniform":
+        if session.last_context_id:
+            others = candidates.exclude(pk=session.last_context_id)
+            if others.exists():
+                candidates = others
         count = candidates.count()
         context = candidates.order_by("pk")[random.randrange(count)] if count else None
     else:
         order = ["times_fooled", "times_used"] if strategy == "least_fooled" else ["times_used"]
-        pool = list(candidates.order_by(*order, "pk")[:20])
+        # One query: the 21 least used hold the 20 least used other than the last served
+        # one; that one stays only when it is the only context there is.
+        ranked = list(candidates.order_by(*order, "pk")[:21])
+        pool = [c for c in ranked if c.pk != session.last_context_id] or ranked
+        pool = pool[:20]
         if pool:  # among the ties for the least, pick at random so annotators spread out
             key = [getattr(pool[0], f) for f in order]
             ties = [c for c in pool if [getattr(c, f) for f in order] == key]
@@ -104,6 +108,7 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
         AnnotationSession.objects.filter(pk=session.pk).update(last_context=context)
     session.last_context = context
     context.times_used += 1
+    context.round_number = rnd.number  # the round it was served for
     return context
 
 
@@ -202,6 +207,7 @@ def verify_signature(example: Example) -> bool:
 class Created:
     example: Example
     session: AnnotationSession
+    model_names: dict[int, str] | None = None  # of the models that answered, by id
 
 
 def create_example(task: Task, user, *, context_id, inputs, target, session: AnnotationSession | None = None,
@@ -220,7 +226,8 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     row = model_inputs(task, context, inputs)
     started = time.perf_counter()
     try:
-        [result] = predict_for_round(rnd, [row])
+        models = round_target_models(rnd)
+        [result] = predict_with([pk for pk, _name in models], [row])
     except InferenceUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
     latency_ms = (time.perf_counter() - started) * 1000
@@ -229,8 +236,12 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     fooled = is_fooled(task, target, result)
 
     with transaction.atomic():
-        current = Round.objects.select_for_update().get(pk=rnd.pk)
-        if current.status != Round.Status.OPEN:
+        # Counting the example first locks the round's row, as SELECT ... FOR UPDATE
+        # would, and checks in the same statement that the round is still open.
+        counted = Round.objects.filter(pk=rnd.pk, status=Round.Status.OPEN).update(
+            examples_collected=F("examples_collected") + 1, examples_fooled=F("examples_fooled") + int(fooled)
+        )
+        if not counted:
             raise Conflict(f"Round {rnd.number} closed while the model was answering; nothing was stored.")
         example = Example.objects.create(
             task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
@@ -238,16 +249,14 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
             latency_ms=round(latency_ms, 2), signature=sign(inputs, result, model_ids),
             metadata=metadata or {},
         )
-        example.model_versions.set(model_ids)
-        Round.objects.filter(pk=rnd.pk).update(
-            examples_collected=F("examples_collected") + 1, examples_fooled=F("examples_fooled") + int(fooled)
-        )
-        Context.objects.filter(pk=context.pk).update(times_fooled=F("times_fooled") + int(fooled))
+        example.model_versions.add(*model_ids)  # a new example: nothing to replace, as set() would
+        if fooled:  # adding 0 would change nothing
+            Context.objects.filter(pk=context.pk).update(times_fooled=F("times_fooled") + 1)
         AnnotationSession.objects.filter(pk=session.pk).update(
             examples_written=F("examples_written") + 1, examples_fooled=F("examples_fooled") + int(fooled)
         )
     session.refresh_from_db(fields=["examples_written", "examples_fooled"])
-    return Created(example, session)
+    return Created(example, session, {pk: name for pk, name in models if pk in model_ids})
 
 
 def own_example(example: Example, user, action: str) -> None:

@@ -1,4 +1,10 @@
-"""Celery tasks on the ``inference`` queue: thin, they take ids and texts."""
+"""Celery tasks on the ``inference`` queue: thin, they take ids and texts.
+
+The web process waits on their results (``annotation.inference``); a STARTED state
+would cost one more write and message per call in the result backend and nobody
+reads it, so these two do not report it (``track_started=False``, whatever
+``CELERY_TASK_TRACK_STARTED`` says for the long jobs).
+"""
 
 from celery import shared_task
 
@@ -15,7 +21,7 @@ def _refs(model_version_ids):
     return [(models[pk], ref_for(models[pk])) for pk in model_version_ids]
 
 
-@shared_task(name="annotation.predict")
+@shared_task(name="annotation.predict", track_started=False)
 def predict(model_version_ids: list[int], rows_inputs: list[dict]) -> list[dict]:
     """Predict with one model or an ensemble (mean of probabilities / best span).
 
@@ -36,7 +42,7 @@ def predict(model_version_ids: list[int], rows_inputs: list[dict]) -> list[dict]
     return results
 
 
-@shared_task(name="annotation.explain")
+@shared_task(name="annotation.explain", track_started=False)
 def explain(model_version_id: int, inputs: dict, target=None, n_steps: int = 10) -> dict:
     import ml
 

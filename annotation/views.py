@@ -48,26 +48,29 @@ def _page_context(task, session):
     }
 
 
+def _task_page(request, slug):
+    """(task, session, None), or (task, None, response) when the caller may not enter."""
+    tasks = Task.objects.all() if request.GET.get("token") else Task.objects.visible_to(request.user)
+    task = get_object_or_404(tasks, slug=slug)
+    session, response = _session(request, task)
+    return task, session, response
+
+
 @xframe_options_exempt
 @frameable
 def create_page(request, slug):
-    task = get_object_or_404(Task.objects.visible_to(request.user) if not request.GET.get("token")
-                             else Task.objects.all(), slug=slug)
-    session, response = _session(request, task)
+    task, session, response = _task_page(request, slug)
     if response:
         return response
     context = _page_context(task, session)
-    if context["round"] is None:
-        context["closed"] = True
+    context["closed"] = context["round"] is None
     return render(request, "annotation/create.html", context)
 
 
 @xframe_options_exempt
 @frameable
 def validate_page(request, slug):
-    task = get_object_or_404(Task.objects.visible_to(request.user) if not request.GET.get("token")
-                             else Task.objects.all(), slug=slug)
-    session, response = _session(request, task)
+    task, session, response = _task_page(request, slug)
     if response:
         return response
     context = _page_context(task, session)

