@@ -1,6 +1,6 @@
 """Latency of the ML core against a bare forward pass, in one process.
 
-    .venv/bin/python bench/latency.py [--quick]
+    .venv/bin/python bench/latency.py [--quick] [--threads N] [--out PATH]
 
 Trains (or reuses, from var/bench/) a small SST-2-style sentiment model, then
 measures on real sentences:
@@ -12,6 +12,10 @@ measures on real sentences:
 * batch of 32:    examples/s, bare vs ml.predict
 
 Prints a table with ratios to the bare pass and writes bench/results/latency.json.
+Each measure is interleaved with bare passes and its ratio is taken against those,
+so the ratios survive other processes loading the machine; the absolute numbers do
+not (the JSON records the load average).  ``--threads N`` sets torch's intra-op
+threads (DYNABENCH_TORCH_THREADS); on a busy 2-core machine 1 thread is far faster.
 Sentences come from $DYNABENCH_DATA_DIR/sst2 (default ../shared/data next to the
 repository); a small built-in list is used where that is absent.  Nothing from the
 data folder is copied into the repository.
@@ -149,7 +153,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latency.json"))
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op threads (sets DYNABENCH_TORCH_THREADS)"
+    )
     args = parser.parse_args()
+    if args.threads:
+        os.environ["DYNABENCH_TORCH_THREADS"] = str(args.threads)
+    from ml.backbones import configure_torch_threads
+
+    configure_torch_threads()
 
     import torch
 

@@ -293,10 +293,11 @@ def load_artifact(
     """
     from transformers import AutoTokenizer
 
-    from .backbones import get_device, quiet_transformers
+    from .backbones import configure_torch_threads, get_device, quiet_transformers
 
     info = verify_artifact(path, expected_sha256)
     quiet_transformers()
+    configure_torch_threads()
     try:
         spec = TaskSpec.from_dict(info.metadata["task"])
     except Exception as exc:

@@ -22,7 +22,13 @@ import torch
 
 from . import metrics as M
 from .artifacts import ArtifactInfo, save_artifact
-from .backbones import DEFAULT_BACKBONE, get_device, quiet_transformers, resolve_backbone
+from .backbones import (
+    DEFAULT_BACKBONE,
+    configure_torch_threads,
+    get_device,
+    quiet_transformers,
+    resolve_backbone,
+)
 from .errors import ArtifactError, InputError
 from .inference import (
     answer_questions,
@@ -263,6 +269,7 @@ def train(
     from .artifacts import model_class_for
 
     quiet_transformers()
+    configure_torch_threads()
     seed_everything(seed)
     device = get_device() if device is None else torch.device(device)
     backbone_path = resolve_backbone(backbone)

@@ -81,3 +81,21 @@ def test_device_selection(monkeypatch):
         monkeypatch.setenv("DYNABENCH_DEVICE", "cuda")
         with pytest.raises(ArtifactError, match="CUDA is not available"):
             get_device()
+
+
+def test_torch_threads_from_the_environment(monkeypatch):
+    import torch
+
+    from ml.backbones import configure_torch_threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("DYNABENCH_TORCH_THREADS", raising=False)
+    assert configure_torch_threads() is None and torch.get_num_threads() == before
+    try:
+        monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "1")
+        assert configure_torch_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "many")
+        with pytest.raises(ArtifactError):
+            configure_torch_threads()
+    finally:
+        torch.set_num_threads(before)
