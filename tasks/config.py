@@ -83,6 +83,9 @@ DEFAULTS = {
     "blind_validation": True,
 }
 DEFAULT_F1_THRESHOLD = 0.4
+# Contexts (passages, premises) come from researchers and data sets, not from
+# annotators: they get a generous bound of their own, not max_input_length.
+CONTEXT_MAX_CHARS = 20000
 
 
 @dataclass(frozen=True)
@@ -120,11 +123,17 @@ class TaskConfig:
     def ml_spec_dict(self) -> dict:
         """The Django-free description that ``ml.TaskSpec.from_dict`` takes."""
         kind = "extractive_qa" if self.task_type == EXTRACTIVE_QA else "classification"
+        if self.task_type == EXTRACTIVE_QA:
+            names = dict(zip(self.model_inputs, ["passage", "question"], strict=True))
+        else:
+            names = {name: name for name in self.model_inputs}
+        contexts = set(self.context_field_names)
         return {
             "kind": kind,
             "labels": self.label_names,
-            "input_fields": list(self.model_inputs),
+            "input_fields": list(names.values()),
             "max_chars": self.max_input_length,
+            "field_max_chars": {names[f]: CONTEXT_MAX_CHARS for f in self.model_inputs if f in contexts},
         }
 
 

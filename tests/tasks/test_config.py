@@ -25,6 +25,7 @@ def test_defaults_are_filled_in():
     assert config.blind_validation is True
     assert config.ml_spec_dict() == {
         "kind": "classification", "labels": ["yes", "no"], "input_fields": ["text"], "max_chars": 1000,
+        "field_max_chars": {},
     }
 
 
@@ -34,6 +35,14 @@ def test_qa_threshold_defaults_to_0_4_and_spec_is_extractive():
     assert config.metric_threshold == 0.4
     assert config.ml_spec_dict()["kind"] == "extractive_qa"
     assert config.ml_spec_dict()["input_fields"] == ["passage", "question"]
+    # Passages come from data sets: longer than an annotator's 1,000 characters.
+    assert config.ml_spec_dict()["field_max_chars"] == {"passage": 20000}
+    import ml
+
+    spec = ml.TaskSpec.from_dict(config.ml_spec_dict())
+    spec.validate_inputs({"passage": "word " * 1000, "question": "Which word?"})
+    with pytest.raises(ml.InputError):
+        spec.validate_inputs({"passage": "short", "question": "why? " * 300})
 
 
 def messages(exc_info):
