@@ -59,6 +59,24 @@ def _models_dir(tmp_path_factory):
     settings.DYNABENCH_MODELS_DIR = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _close_database_sessions_at_the_end(django_db_setup, django_db_blocker):
+    """Before the test database is dropped, end sessions that threads, the live
+    server or a worker subprocess may still hold (PostgreSQL refuses to drop a
+    database in use)."""
+    yield
+    from django.db import connection, connections
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        connections.close_all()
+
+
 def _user(django_user_model, username, **extra):
     return django_user_model.objects.create_user(username=username, password=PASSWORD, **extra)
 
