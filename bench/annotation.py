@@ -26,10 +26,11 @@ Measured, per mode:
    of the same artifact on the same pair (``model(**tokenizer(premise, hypothesis))``
    under torch.inference_mode, timed inside a separate process that loaded the
    artifact through ``ml``), so drifting machine load hits both. The bare pass runs
-   with torch's default thread count and with one thread (``--bare-threads``); the
-   faster of the two is the reference for the targets. On this 2-core machine,
-   shared with other work, two OpenMP threads that spin-wait for each other are
-   often several times slower than one: taking the faster keeps the ratio honest.
+   in three processes (``--bare-variants``): torch's defaults, OMP_NUM_THREADS=1 and
+   OMP_WAIT_POLICY=PASSIVE; the fastest is the reference for the targets. On this
+   2-core machine, shared with other work, torch's default two OpenMP threads spin
+   waiting for each other and are often ten times slower than one thread: taking
+   the fastest keeps the ratio honest.
 2. ``POST /api/examples/{id}/explanation/`` (n_steps=10) on fresh examples (never
    explained: the service caches explanations), next to ``ml.explain`` in the bare
    process for reference.
@@ -445,20 +446,19 @@ def hypotheses() -> list[str]:
 # --- the bench ------------------------------------------------------------------------
 
 
-def bare_main(path: str, sha256: str, threads: int) -> int:
-    """``bench/annotation.py _bare PATH SHA256 THREADS``: the bare pass, in its own process.
+def bare_main(path: str, sha256: str) -> int:
+    """``bench/annotation.py _bare PATH SHA256``: the bare pass, in its own process.
 
     Reads JSON lines (``forward`` / ``explain`` requests) on stdin and answers each
-    with the seconds it took, measured here. A process per torch thread setting:
-    switching ``torch.set_num_threads`` back and forth costs more than a pass.
+    with the seconds it took, measured here. One process per OpenMP setting (from
+    the environment): switching ``torch.set_num_threads`` back and forth in one
+    process costs more than a pass.
     """
     sys.path.insert(0, str(ROOT))
     import torch
 
     import ml
 
-    if threads > 0:
-        torch.set_num_threads(threads)
     cache = ml.ModelCache(max_size=1)
     ref = ml.ModelRef(path, sha256)
     loaded = cache.get(ref)
@@ -491,18 +491,25 @@ def bare_main(path: str, sha256: str, threads: int) -> int:
     return 0
 
 
+BARE_VARIANTS = {
+    "default": ("torch defaults", {}),
+    "1thread": ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
+    "passive": ("OMP_WAIT_POLICY=PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"}),
+}
+
+
 class BareModel:
     """The registered artifact, verified and loaded by ``ml`` in a separate process
     (so this process never imports torch); timings are taken inside that process."""
 
     def __init__(
-        self, procs: Processes, path: str, sha256: str, threads: int, env: dict, log_path: Path
+        self, procs: Processes, path: str, sha256: str, variant: str, env: dict, log_path: Path
     ):
-        cmd = [PYTHON, str(Path(__file__).resolve()), "_bare", path, sha256, str(threads)]
-        if threads > 0:
-            env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.name, extra = BARE_VARIANTS[variant]
+        cmd = [PYTHON, str(Path(__file__).resolve()), "_bare", path, sha256]
+        self.env = extra
         self.proc = procs.start(
-            f"bare pass ({threads or 'default'} torch threads)", cmd, env, log_path, pipe=True
+            f"bare pass ({self.name})", cmd, {**env, **extra}, log_path, pipe=True
         )
         ready = self._read(timeout=300)
         self.torch_threads = ready["torch_threads"]
@@ -845,22 +852,19 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     }
 
     bares = {}
-    for threads in args.bare_threads:
-        name = (
-            "torch default threads"
-            if threads == 0
-            else f"torch {threads} thread{'s' * (threads > 1)}"
-        )
-        bares[name] = BareModel(
+    for variant in args.bare_variants:
+        bare = BareModel(
             procs,
             setup["model"]["path"],
             setup["model"]["sha256"],
-            threads,
+            variant,
             base_env,
-            logs / f"{mode}-bare-{threads}.log",
+            logs / f"{mode}-bare-{variant}.log",
         )
+        bares[bare.name] = bare
     layout["bare_pass"] = {
-        name: {"pid": b.proc.pid, "torch_threads": b.torch_threads} for name, b in bares.items()
+        name: {"pid": b.proc.pid, "env": b.env, "torch_threads": b.torch_threads}
+        for name, b in bares.items()
     }
     users = {u["username"]: u for u in setup["users"]}
     load_before = machine_load()
@@ -1025,10 +1029,11 @@ def main() -> int:
     parser.add_argument("--celery-pool", default="prefork", choices=["prefork", "threads", "solo"])
     parser.add_argument("--celery-concurrency", type=int, default=2)
     parser.add_argument(
-        "--bare-threads",
-        default="0,1",
-        help="torch thread settings for the bare pass, 0 = torch's default; the faster is the "
-        "reference for the targets",
+        "--bare-variants",
+        default="default,1thread,passive",
+        help="OpenMP settings for the bare pass, from "
+        + ", ".join(f"{k} ({v[0]})" for k, v in BARE_VARIANTS.items())
+        + "; the fastest is the reference for the targets",
     )
     parser.add_argument(
         "--sqlite-conn-max-age",
@@ -1056,7 +1061,9 @@ def main() -> int:
     args.explanations = (
         args.explanations if args.explanations is not None else (6 if args.quick else 30)
     )
-    args.bare_threads = [int(x) for x in args.bare_threads.split(",") if x.strip()]
+    args.bare_variants = [x.strip() for x in args.bare_variants.split(",") if x.strip()]
+    if not args.bare_variants or set(args.bare_variants) - set(BARE_VARIANTS):
+        parser.error(f"--bare-variants: choose from {sorted(BARE_VARIANTS)}")
     args.model_env = dict(item.split("=", 1) for item in args.model_env.split(",") if "=" in item)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(TARGETS)
@@ -1170,8 +1177,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "_bare":
-        raise SystemExit(bare_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if len(sys.argv) == 4 and sys.argv[1] == "_bare":
+        raise SystemExit(bare_main(sys.argv[2], sys.argv[3]))
     if len(sys.argv) > 1 and sys.argv[1] in ("_setup", "_count"):
         raise SystemExit(django_main(sys.argv[1]))
     raise SystemExit(main())
