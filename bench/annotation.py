@@ -847,7 +847,7 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     layout["bench_client"] = {
         "pid": os.getpid(),
         "load": f"{args.annotators} threads, one keep-alive connection each",
-        "bare_pass": "separate processes (one per torch thread setting), timed inside, "
+        "bare_pass": "separate processes (one per OpenMP setting), timed inside, "
         "interleaved with the HTTP calls",
     }
 
