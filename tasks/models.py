@@ -1,9 +1,18 @@
+import json
+from functools import lru_cache
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 
 from .config import TASK_TYPES, TaskConfig, validate_task_config
+
+
+@lru_cache(maxsize=256)
+def _parsed_config(task_type: str, config_json: str) -> TaskConfig:
+    """Schema checks run once per distinct config in a process, not per request."""
+    return validate_task_config(task_type, json.loads(config_json))
 
 
 class TaskQuerySet(models.QuerySet):
@@ -53,11 +62,9 @@ class Task(models.Model):
 
     @property
     def parsed_config(self) -> TaskConfig:
-        cached = getattr(self, "_parsed_config", None)
-        if cached is None or cached[0] != (self.task_type, self.config):
-            cached = ((self.task_type, self.config), validate_task_config(self.task_type, self.config))
-            self._parsed_config = cached
-        return cached[1]
+        # Keyed by the config's JSON text: every request loads a fresh Task, and an
+        # in-place edit of ``config`` gives a new key rather than a stale answer.
+        return _parsed_config(self.task_type, json.dumps(self.config, sort_keys=True))
 
     def is_owned_by(self, user) -> bool:
         return bool(user and user.is_authenticated) and (
