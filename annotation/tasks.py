@@ -1,50 +1,88 @@
-"""Celery tasks on the ``inference`` queue: thin, they take ids and texts.
+"""Celery tasks on the ``inference`` queue, and the DB-free functions they run.
 
-The web process waits on their results (``annotation.inference``); a STARTED state
-would cost one more write and message per call in the result backend and nobody
-reads it, so these two do not report it (``track_started=False``, whatever
-``CELERY_TASK_TRACK_STARTED`` says for the long jobs).
+The web process sends model references (``{"id", "name", "path", "sha256"}``, see
+``annotation.inference.TargetModel``) read with the round's target models, so a
+prediction costs the worker no database query; the artifact is verified against
+the sha256 when the model cache loads it, and weights load through safetensors
+only. Plain version ids are accepted too (for scripts): they are looked up, and
+must be ready.
+
+The web process waits on these results; a STARTED state would cost one more write
+and message per call in the result backend and nobody reads it, so these two do
+not report it (``track_started=False``, whatever ``CELERY_TASK_TRACK_STARTED``
+says for the long jobs).
 """
+
+from __future__ import annotations
 
 from celery import shared_task
 
-from leaderboard.models import ModelVersion
 
+def _resolve(models: list) -> list[dict]:
+    """Model messages from messages or bare version ids (looked up, must be ready)."""
+    ids = [m for m in models if not isinstance(m, dict)]
+    if not ids:
+        return list(models)
+    from leaderboard.models import ModelVersion
 
-def _refs(model_version_ids):
-    from leaderboard.services import ref_for
-
-    models = {m.pk: m for m in ModelVersion.objects.filter(pk__in=model_version_ids, status="ready")}
-    missing = [pk for pk in model_version_ids if pk not in models]
+    found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status="ready")}
+    missing = [pk for pk in ids if pk not in found]
     if missing:
         raise ValueError(f"unknown or retired model versions: {missing}")
-    return [(models[pk], ref_for(models[pk])) for pk in model_version_ids]
+    return [m if isinstance(m, dict) else
+            {"id": m, "name": found[m].name, "path": found[m].artifact_path, "sha256": found[m].sha256}
+            for m in models]
 
 
-@shared_task(name="annotation.predict", track_started=False)
-def predict(model_version_ids: list[int], rows_inputs: list[dict]) -> list[dict]:
-    """Predict with one model or an ensemble (mean of probabilities / best span).
+def _ref(message: dict):
+    """The ``ml`` reference; a relative path is under this process's models directory."""
+    from pathlib import Path
 
-    Each result carries ``members``: each model's own prediction, keyed by
-    model version id.
+    from django.conf import settings
+
+    from ml import ModelRef
+
+    path = Path(message["path"])
+    if not path.is_absolute():
+        path = Path(settings.DYNABENCH_MODELS_DIR) / path
+    return ModelRef(str(path), message["sha256"])
+
+
+def predict_refs(models: list[dict], rows_inputs: list[dict]) -> list[dict]:
+    """One model or an ensemble (mean of probabilities / best span), no database.
+
+    Each result carries ``members``: each model's own prediction, keyed by model
+    version id (a string, as JSON keys are).
     """
     import ml
 
-    pairs = _refs(model_version_ids)
-    if len(pairs) == 1:
-        results = ml.predict(pairs[0][1], rows_inputs)
+    if not models:
+        raise ValueError("no model to predict with")
+    if len(models) == 1:
+        key = str(models[0]["id"])
+        results = ml.predict(_ref(models[0]), rows_inputs)
         for result in results:
-            result["members"] = {str(pairs[0][0].pk): {k: v for k, v in result.items() if k != "members"}}
+            result["members"] = {key: dict(result)}
         return results
-    results = ml.predict_ensemble([ref for _, ref in pairs], rows_inputs)
+    results = ml.predict_ensemble([_ref(m) for m in models], rows_inputs)
     for result in results:
-        result["members"] = {str(m.pk): member for (m, _), member in zip(pairs, result["members"], strict=True)}
+        result["members"] = {str(m["id"]): member for m, member in zip(models, result["members"], strict=True)}
     return results
 
 
-@shared_task(name="annotation.explain", track_started=False)
-def explain(model_version_id: int, inputs: dict, target=None, n_steps: int = 10) -> dict:
+def explain_ref(model: dict, inputs: dict, target=None, n_steps: int = 10) -> dict:
     import ml
 
-    [(_, ref)] = _refs([model_version_id])
-    return ml.explain(ref, inputs, target=target, n_steps=n_steps)
+    return ml.explain(_ref(model), inputs, target=target, n_steps=n_steps)
+
+
+@shared_task(name="annotation.predict", track_started=False)
+def predict(models: list, rows_inputs: list[dict]) -> list[dict]:
+    """Predict with one model or an ensemble: ``models`` are references or version ids."""
+    return predict_refs(_resolve(models), rows_inputs)
+
+
+@shared_task(name="annotation.explain", track_started=False)
+def explain(model, inputs: dict, target=None, n_steps: int = 10) -> dict:
+    [message] = _resolve([model])
+    return explain_ref(message, inputs, target, n_steps)

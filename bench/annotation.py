@@ -22,10 +22,19 @@ runs) as the open round's target, and one user per simulated annotator.
 
 Measured, per mode:
 
-1. ``POST /api/tasks/nli/examples/`` one at a time, each next to a bare forward pass
-   of the same artifact on the same pair (``model(**tokenizer(premise, hypothesis))``
+1. ``POST /api/tasks/nli/examples/`` one at a time, next to a bare forward pass of
+   the same artifact on the same pairs (``model(**tokenizer(premise, hypothesis))``
    under torch.inference_mode, timed inside a separate process that loaded the
-   artifact through ``ml``), so drifting machine load hits both. The bare pass runs
+   artifact through ``ml``). They alternate in blocks of ``--block`` requests (10),
+   so drifting machine load hits both, with a ``--settle`` pause (50 ms) between
+   blocks: after a pass, torch's OpenMP worker threads spin for some milliseconds,
+   and on 2 cores that slows whatever runs next in another process, so measuring
+   the two back to back charged one side for the other's spinning. Each bare pass
+   keeps the HTTP loop's cadence: the bare process first idles (untimed) as long as
+   the client went from the previous POST's answer to this POST (the contexts/next
+   call), because a pass after an idle gap costs more than one right after another
+   (measured here: +0.7 ms after 4 ms idle, +1.3 ms after 10 ms, +5 ms after
+   50 ms). Passes back to back, with no gap, are reported beside it. The bare pass runs
    in three processes (``--bare-variants``): torch's defaults, OMP_NUM_THREADS=1 and
    OMP_WAIT_POLICY=PASSIVE; the fastest is the reference for the targets. On this
    2-core machine, shared with other work, torch's default two OpenMP threads spin
@@ -468,6 +477,8 @@ def bare_main(path: str, sha256: str) -> int:
         request = json.loads(line)
         if request["op"] == "quit":
             break
+        if request.get("idle"):  # the HTTP loop's cadence: see latency_phase
+            time.sleep(request["idle"])
         started = time.perf_counter()
         if request["op"] == "forward":
             enc = tokenizer(
@@ -525,8 +536,9 @@ class BareModel:
         self.proc.stdin.flush()
         return self._read()["s"]
 
-    def forward(self, premise: str, hypothesis: str) -> float:
-        return self._ask(op="forward", premise=premise, hypothesis=hypothesis)
+    def forward(self, premise: str, hypothesis: str, idle: float = 0.0) -> float:
+        """One timed pass; with ``idle``, the process first sleeps that long (untimed)."""
+        return self._ask(op="forward", premise=premise, hypothesis=hypothesis, idle=idle)
 
     def explain(self, premise: str, hypothesis: str, target: str) -> float:
         return self._ask(op="explain", premise=premise, hypothesis=hypothesis, target=target)
@@ -557,42 +569,60 @@ def latency_phase(
     n: int,
     n_explain: int,
     n_warm: int,
+    block: int = 10,
+    settle: float = 0.05,
 ) -> dict:
-    """One annotator, one request at a time; each request next to the bare passes on the same pair."""
+    """One annotator, one request at a time, in blocks alternating with the bare
+    passes on the same pairs (see the module docstring)."""
     client = Client(port, {"X-Dynabench-Token": session_token})
     create_t, next_t, server_ms, statuses = [], [], [], {}
     bare_t: dict[str, list[float]] = {name: [] for name in bares}
+    back_to_back_t: list[float] = []
     created = []  # (id, premise, hypothesis, predicted label)
     failures = []
 
-    def one(i: int, measure: bool):
+    last_post_end = [None]
+
+    def http_one(i: int, measure: bool):
         status, ctx, t_next = client.request("GET", f"/api/tasks/{TASK}/contexts/next/")
         if status != 200:
             raise RuntimeError(f"contexts/next answered {status}: {ctx}")
         premise, hypothesis = ctx["fields"]["premise"], hyps[i % len(hyps)]
-        times = {name: bare.forward(premise, hypothesis) for name, bare in bares.items()}
+        before_post = time.perf_counter()
+        idle = before_post - last_post_end[0] if last_post_end[0] is not None else 0.0
         status, data, t_create = client.request(
             "POST", f"/api/tasks/{TASK}/examples/", example_body(ctx, hypothesis, i)
         )
-        if not measure:
-            return
-        statuses[status] = statuses.get(status, 0) + 1
-        next_t.append(t_next)
-        for name, seconds in times.items():
-            bare_t[name].append(seconds)
-        if status == 201:
-            create_t.append(t_create)
-            server_ms.append(data["latency_ms"] / 1000)
-            created.append((data["id"], premise, hypothesis, data["prediction"]))
-        else:
-            failures.append({"status": status, "body": data})
+        last_post_end[0] = time.perf_counter()
+        if measure:
+            statuses[status] = statuses.get(status, 0) + 1
+            next_t.append(t_next)
+            if status == 201:
+                create_t.append(t_create)
+                server_ms.append(data["latency_ms"] / 1000)
+                created.append((data["id"], premise, hypothesis, data["prediction"]))
+            else:
+                failures.append({"status": status, "body": data})
+        return premise, hypothesis, min(idle, 1.0)
 
     for i in range(n_warm):  # model load, caches, connection
-        one(i, measure=False)
+        premise, hypothesis, _ = http_one(i, measure=False)
+        for bare in bares.values():
+            bare.forward(premise, hypothesis)
     for bare in bares.values():
         bare.explain("A warm-up premise.", "A warm-up hypothesis.", "neutral")
-    for i in range(n):
-        one(n_warm + i, measure=True)
+    reference_bare = next(iter(bares.values()))
+    done = 0
+    while done < n:
+        last_post_end[0] = None  # the first request of a block follows the settle pause
+        block_rows = [http_one(n_warm + done + k, measure=True) for k in range(min(block, n - done))]
+        done += len(block_rows)
+        for name, bare in bares.items():
+            time.sleep(settle)
+            bare_t[name].extend(bare.forward(p, h, idle=idle) for p, h, idle in block_rows)
+        time.sleep(settle)
+        back_to_back_t.extend(reference_bare.forward(p, h) for p, h, _ in block_rows)
+        time.sleep(settle)
 
     explain_t, explain_status = [], {}
     bare_explain_t: dict[str, list[float]] = {name: [] for name in bares}
@@ -618,6 +648,8 @@ def latency_phase(
         "create_example": summary_ms(create_t),
         "bare_forward": {**variants[reference], "variant": reference},
         "bare_forward_variants": variants,
+        "bare_forward_back_to_back": {**summary_ms(back_to_back_t),
+                                      "variant": next(iter(bares.values())).name},
         "server_predict_latency": summary_ms(server_ms),
         "contexts_next": summary_ms(next_t),
         "explanation": summary_ms(explain_t),
@@ -880,6 +912,8 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         args.requests,
         args.explanations,
         n_warm=args.warmup,
+        block=args.block,
+        settle=args.settle,
     )
     for bare in bares.values():
         bare.close()
@@ -967,6 +1001,9 @@ def print_table(result: dict) -> None:
             )
             for name, s in lat["bare_forward_variants"].items()
         ]
+        if lat.get("bare_forward_back_to_back"):
+            b2b = lat["bare_forward_back_to_back"]
+            rows.append((f"bare forward, {b2b['variant']}, back to back", b2b, "(no idle gaps)"))
         rows += [
             (
                 "POST examples (HTTP)",
@@ -1018,6 +1055,10 @@ def main() -> int:
         help="explanation requests per mode (default 30, quick 6)",
     )
     parser.add_argument("--warmup", type=int, default=10, help="untimed requests first")
+    parser.add_argument("--block", type=int, default=10,
+                        help="requests per block; blocks alternate with the bare passes")
+    parser.add_argument("--settle", type=float, default=0.05,
+                        help="seconds of pause between blocks (OpenMP threads stop spinning)")
     parser.add_argument("--modes", default="embedded,service")
     parser.add_argument(
         "--quick", action="store_true", help="fewer requests, shorter load (smoke run)"

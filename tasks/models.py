@@ -72,7 +72,9 @@ class Task(models.Model):
         )
 
     def open_round(self):
-        return self.rounds.filter(status=Round.Status.OPEN).first()
+        # Not ``self.rounds``: Round's default ordering (task, number) would join the
+        # task table to sort by its name; at most one round is open anyway.
+        return Round.objects.filter(task_id=self.pk, status=Round.Status.OPEN).order_by("pk").first()
 
 
 class Round(models.Model):

@@ -1,0 +1,101 @@
+"""Whole model rows through a plain cursor, for the few hot-path queries.
+
+Django compiles every ORM query anew: on the 2-core benchmark machine that is
+0.3-0.6 ms per query (select_related over three tables, default orderings),
+while the same SELECT through the cursor costs 0.02-0.05 ms. The create-example
+call makes a handful of them, next to a model pass of about 12 ms
+(bench/annotation.py), so its reads use this module; everything else uses the ORM.
+
+Nothing is hand-maintained: column lists come from the models' ``_meta``, and
+values go through the same backend and field converters the ORM applies (JSON,
+UUIDs, SQLite datetimes), so the instances equal what the ORM would build
+(``tests/annotation/test_hot_path.py`` checks that).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from django.db import connections
+
+
+def quote(name: str, using: str = "default") -> str:
+    return connections[using].ops.quote_name(name)
+
+
+def columns(model, alias: str, using: str = "default") -> str:
+    """``"alias"."col", ...`` for every concrete field of ``model``, in ``_meta`` order."""
+    q = connections[using].ops.quote_name
+    return ", ".join(f"{q(alias)}.{q(f.column)}" for f in model._meta.concrete_fields)
+
+
+@lru_cache(maxsize=256)
+def _plan(model, connection):
+    """(attnames, {index: (converters, expression)}) for ``model``'s concrete fields.
+
+    Keyed by the connection object: backend converters are bound to it, and each
+    thread has its own.
+    """
+    fields = model._meta.concrete_fields
+    compiler = model._base_manager.none().query.get_compiler(connection=connection)
+    converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in fields])
+    return [f.attname for f in fields], converters
+
+
+def build(model, values, using: str = "default"):
+    """A ``model`` instance from one row's values (in :func:`columns` order)."""
+    connection = connections[using]
+    attnames, converters = _plan(model, connection)
+    values = list(values)
+    for i, (funcs, expression) in converters.items():
+        value = values[i]
+        for convert in funcs:
+            value = convert(value, expression, connection)
+        values[i] = value
+    return model.from_db(using, attnames, values)
+
+
+def width(model) -> int:
+    return len(model._meta.concrete_fields)
+
+
+def fetch(sql: str, params, using: str = "default") -> list[tuple]:
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def execute(sql: str, params, using: str = "default") -> int:
+    """Run a write; the number of rows it touched."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+@lru_cache(maxsize=64)
+def _insert_plan(model, vendor: str, using: str):
+    connection = connections[using]
+    q = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if not (f.primary_key and f.db_returning)]
+    pk = model._meta.pk
+    sql = (
+        f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {q(pk.column)}"
+    )
+    return fields, sql
+
+
+def insert(obj, using: str = "default"):
+    """Save a new ``obj`` as ``Model.save()`` would (field defaults, ``auto_now``,
+    JSON and UUID preparation all come from the fields), in one ``INSERT ...
+    RETURNING`` statement built once per model. No signals are sent: use it only for
+    models with no save signal receivers and no ``save()`` override."""
+    connection = connections[using]
+    fields, sql = _insert_plan(type(obj), connection.vendor, using)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        obj.pk = cursor.fetchone()[0]
+    obj._state.adding = False
+    obj._state.db = using
+    return obj
