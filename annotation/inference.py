@@ -141,9 +141,15 @@ def _wait(future: Future, what: str):
         ) from exc
 
 
+class InferenceFailed(Exception):
+    """The worker ran the call and it failed (the worker logged the traceback)."""
+
+
 def _call(task, runner, *args):
     if settings.CELERY_TASK_ALWAYS_EAGER:
         return _wait(_inference_executor().submit(runner, *args), "model answer")
+    if settings.INFERENCE_REPLY_URL:
+        return _call_with_reply(task, *args)
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     result = task.apply_async(args=args, queue="inference")
@@ -154,6 +160,24 @@ def _call(task, runner, *args):
         raise InferenceUnavailable(
             f"No model answer within {settings.INFERENCE_TIMEOUT:.0f} s; try again shortly."
         ) from exc
+
+
+def _call_with_reply(task, *args):
+    """Through the Celery queue; the answer comes back on a Redis list (dynabench.replies)."""
+    from dynabench import replies
+
+    url = settings.INFERENCE_REPLY_URL
+    key = replies.new_key(task.name)
+    sent = task.apply_async(args=args, kwargs={"reply_to": key}, queue="inference", ignore_result=True)
+    payload = replies.wait(url, key, settings.INFERENCE_TIMEOUT)
+    if payload is None:
+        sent.revoke()
+        raise InferenceUnavailable(
+            f"No model answer within {settings.INFERENCE_TIMEOUT:.0f} s; try again shortly."
+        )
+    if not payload.get("ok"):
+        raise InferenceFailed(f"{payload.get('type', 'Error')}: {payload.get('error', '')}")
+    return payload["result"]
 
 
 def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:

@@ -74,24 +74,26 @@ def bump_session(session: AnnotationSession, **deltas: int) -> None:
     counters' new values onto ``session``: one ``UPDATE ... RETURNING`` statement
     (SQLite 3.35+ and PostgreSQL), so the response shows exact numbers even when the
     same session writes from two tabs at once, without a second query."""
+    sql, params = _bump_session_statement(session, **deltas)
+    _apply_session_counters(session, rawrows.fetch(sql, params))
+
+
+def _bump_session_statement(session: AnnotationSession, **deltas: int) -> tuple[str, list]:
     unknown = set(deltas) - set(SESSION_COUNTERS)
     if unknown:
         raise ValueError(f"not session counters: {sorted(unknown)}")
-    if connection.vendor not in ("sqlite", "postgresql"):  # no RETURNING: update, then read
-        AnnotationSession.objects.filter(pk=session.pk).update(**{k: F(k) + v for k, v in deltas.items()})
-        session.refresh_from_db(fields=list(SESSION_COUNTERS))
-        return
     quote = connection.ops.quote_name
     table = quote(AnnotationSession._meta.db_table)
     sets = ", ".join(f"{quote(name)} = {quote(name)} + %s" for name in deltas)
     returning = ", ".join(quote(name) for name in SESSION_COUNTERS)
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s RETURNING {returning}",  # noqa: S608
-                       [*deltas.values(), session.pk])
-        row = cursor.fetchone()
-    if row is None:
+    return (f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s RETURNING {returning}",  # noqa: S608
+            [*deltas.values(), session.pk])
+
+
+def _apply_session_counters(session: AnnotationSession, rows) -> None:
+    if not rows:
         raise AnnotationSession.DoesNotExist(f"annotation session {session.pk} is gone")
-    for name, value in zip(SESSION_COUNTERS, row, strict=True):
+    for name, value in zip(SESSION_COUNTERS, rows[0], strict=True):
         setattr(session, name, value)
 
 
@@ -258,9 +260,9 @@ def _hot_sql(vendor: str) -> dict[str, str]:
             f"{col(Round, 'examples_fooled')} = {col(Round, 'examples_fooled')} + %s "
             f"WHERE {col(Round, 'id')} = %s AND {col(Round, 'status')} = %s"
         ),
-        "add_model": (
+        "add_model": (  # by the example's uid: sent in the same batch as its INSERT
             f"INSERT INTO {q(through._meta.db_table)} ({col(through, 'example')}, {col(through, 'modelversion')}) "
-            f"VALUES (%s, %s)"
+            f"SELECT {col(Example, 'id')}, %s FROM {q(Example._meta.db_table)} WHERE {col(Example, 'uid')} = %s"
         ),
         "context_fooled": (
             f"UPDATE {q(Context._meta.db_table)} SET {col(Context, 'times_fooled')} = {col(Context, 'times_fooled')} + 1 "
@@ -314,22 +316,32 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     fooled = is_fooled(task, target, result)
 
     sql = _hot_sql(connection.vendor)
+    example = Example(
+        task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
+        inputs=inputs, target=target, prediction=result, model_predictions=members, fooled=fooled,
+        latency_ms=round(latency_ms, 2), signature=sign(inputs, result, model_ids),
+        metadata=metadata or {},
+    )
+    uid = Example._meta.get_field("uid").get_db_prep_value(example.uid, connection)
+    bump_sql, bump_params = _bump_session_statement(session, examples_written=1, examples_fooled=int(fooled))
     with transaction.atomic():
-        # Counting the example first locks the round's row, as SELECT ... FOR UPDATE
-        # would, and checks in the same statement that the round is still open.
-        if not rawrows.execute(sql["count_example"], [int(fooled), rnd.pk, Round.Status.OPEN.value]):
+        # One batch (one round trip on PostgreSQL: rawrows.run_many). Counting the
+        # example first locks the round's row, as SELECT ... FOR UPDATE would, and
+        # checks in the same statement that the round is still open; if it was not,
+        # the exception below rolls the whole batch back.
+        statements = [
+            (sql["count_example"], [int(fooled), rnd.pk, Round.Status.OPEN.value]),
+            rawrows.insert_statement(example),
+            *[(sql["add_model"], [model_id, uid]) for model_id in model_ids],
+            *([(sql["context_fooled"], [context.pk])] if fooled else []),  # adding 0 would change nothing
+            (bump_sql, bump_params),
+        ]
+        results = rawrows.run_many(statements)
+        if not results[0][0]:
             raise Conflict(f"Round {rnd.number} closed while the model was answering; nothing was stored.")
-        example = rawrows.insert(Example(
-            task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
-            inputs=inputs, target=target, prediction=result, model_predictions=members, fooled=fooled,
-            latency_ms=round(latency_ms, 2), signature=sign(inputs, result, model_ids),
-            metadata=metadata or {},
-        ))
-        for model_id in model_ids:  # a new example: nothing to replace or skip, as set()/add() would
-            rawrows.execute(sql["add_model"], [example.pk, model_id])
-        if fooled:  # adding 0 would change nothing
-            rawrows.execute(sql["context_fooled"], [context.pk])
-        bump_session(session, examples_written=1, examples_fooled=int(fooled))
+        example.pk = results[1][1][0][0]
+        example._state.adding, example._state.db = False, "default"
+        _apply_session_counters(session, results[-1][1])
     return Created(example, session, {m.id: m.name for m in models if m.id in model_ids})
 
 

@@ -15,7 +15,11 @@ says for the long jobs).
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
+
+log = logging.getLogger(__name__)
 
 
 def _resolve(models: list) -> list[dict]:
@@ -76,13 +80,36 @@ def explain_ref(model: dict, inputs: dict, target=None, n_steps: int = 10) -> di
     return ml.explain(_ref(model), inputs, target=target, n_steps=n_steps)
 
 
+def _answer(reply_to: str | None, compute):
+    """Run ``compute``; with ``reply_to``, push the outcome (result or error) to the
+    waiting caller's Redis list (dynabench.replies) as well."""
+    if not reply_to:
+        return compute()
+    from django.conf import settings
+
+    from dynabench import replies
+
+    try:
+        result = compute()
+    except Exception as exc:
+        log.exception("inference call failed")
+        replies.push(settings.INFERENCE_REPLY_URL, reply_to,
+                     {"ok": False, "type": type(exc).__name__, "error": str(exc)[:2000]})
+        raise
+    replies.push(settings.INFERENCE_REPLY_URL, reply_to, {"ok": True, "result": result})
+    return result
+
+
 @shared_task(name="annotation.predict", track_started=False)
-def predict(models: list, rows_inputs: list[dict]) -> list[dict]:
+def predict(models: list, rows_inputs: list[dict], reply_to: str | None = None) -> list[dict]:
     """Predict with one model or an ensemble: ``models`` are references or version ids."""
-    return predict_refs(_resolve(models), rows_inputs)
+    return _answer(reply_to, lambda: predict_refs(_resolve(models), rows_inputs))
 
 
 @shared_task(name="annotation.explain", track_started=False)
-def explain(model, inputs: dict, target=None, n_steps: int = 10) -> dict:
-    [message] = _resolve([model])
-    return explain_ref(message, inputs, target, n_steps)
+def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str | None = None) -> dict:
+    def compute():
+        [message] = _resolve([model])
+        return explain_ref(message, inputs, target, n_steps)
+
+    return _answer(reply_to, compute)

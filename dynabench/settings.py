@@ -145,6 +145,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # reuse it; a PostgreSQL reconnect costs about 9 ms, more than a small task.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=100)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Where the inference worker pushes each answer for the web request waiting on it
+# (one Redis list per call, read with BLPOP): one round trip, where waiting through
+# Celery's result backend costs a subscribe, a read and an unsubscribe per call
+# (bench/annotation.py). Defaults to the result backend (or broker) when that is
+# Redis; empty means "wait through the result backend".
+_redis_urls = [u for u in (CELERY_RESULT_BACKEND, CELERY_BROKER_URL) if u.startswith(("redis://", "rediss://"))]
+INFERENCE_REPLY_URL = env("INFERENCE_REPLY_URL", default=_redis_urls[0] if _redis_urls else "")
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TIMEZONE = "UTC"
 # Seconds a web request waits for an inference result before answering 503.
