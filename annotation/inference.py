@@ -99,11 +99,20 @@ def open_round_with_models(task) -> tuple[Round | None, list[TargetModel]]:
     The round comes back partly loaded (id, task, number, status, ensemble mode):
     enough to check contexts against and to count examples on, never to save.
     """
-    from django.db import connection
-
     from dynabench import rawrows
 
-    rows = rawrows.fetch(_open_round_models_sql(connection.vendor), [task.pk, Round.Status.OPEN.value, "ready"])
+    [(_, rows)] = rawrows.run_many([open_round_models_statement(task)])
+    return open_round_from_rows(task, rows)
+
+
+def open_round_models_statement(task) -> tuple[str, list]:
+    """``(sql, params)`` of :func:`open_round_with_models`'s query, to batch with others."""
+    from django.db import connection
+
+    return _open_round_models_sql(connection.vendor), [task.pk, Round.Status.OPEN.value, "ready"]
+
+
+def open_round_from_rows(task, rows) -> tuple[Round | None, list[TargetModel]]:
     if not rows:
         return task.open_round(), []
     round_id, number, mode = rows[0][4:]

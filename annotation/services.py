@@ -30,7 +30,8 @@ from tasks.roles import is_researcher
 from .inference import (
     InferenceUnavailable,
     explain_with,
-    open_round_with_models,
+    open_round_from_rows,
+    open_round_models_statement,
     predict_with,
     target_model,
 )
@@ -290,12 +291,18 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     The hot path of the platform: three reads (open round with its models, context;
     the caller's session comes with the token) and one write transaction.
     """
-    rnd, models = open_round_with_models(task)
+    context_ok = isinstance(context_id, int) and not isinstance(context_id, bool) and 0 < context_id < 2**63
+    # Both reads in one batch (one round trip on PostgreSQL).
+    (_, round_rows), (_, context_rows) = rawrows.run_many([
+        open_round_models_statement(task),
+        (_hot_sql(connection.vendor)["context"], [context_id if context_ok else -1, task.pk]),
+    ])
+    rnd, models = open_round_from_rows(task, round_rows)
     if rnd is None:
         raise Conflict(f"Task {task.slug} has no open round: collection is closed.")
-    if not isinstance(context_id, int) or isinstance(context_id, bool):
+    if not context_ok:
         raise bad("context", "Must be a context id.")
-    context = _active_context(task, context_id)
+    context = rawrows.build(Context, context_rows[0]) if context_rows else None
     if context is None or context.round_id not in (None, rnd.pk):
         raise bad("context", f"Context {context_id} is not an active context of {task.slug} round {rnd.number}.")
     inputs = clean_inputs(task, inputs)

@@ -202,3 +202,13 @@ def test_the_worker_task_takes_references_or_ids_and_resolves_relative_paths(liv
     ModelVersion.objects.filter(pk=model.pk).update(status="retired")
     with pytest.raises(ValueError, match="unknown or retired"):
         worker_tasks.predict.apply(args=[[model.pk], row]).get()
+
+
+@pytest.mark.parametrize("forged", [10**30, -1, 0, True, "twelve", 1.5, None])
+def test_forged_context_ids_get_400_and_store_nothing(live_tasks, client_for, annotator, forged):
+    client = client_for(annotator)
+    response = client.post("/api/tasks/nli/examples/", {
+        "context": forged, "inputs": {"hypothesis": "Forged."}, "target": {"label": "neutral"}}, format="json")
+    assert response.status_code == 400, response.content
+    assert "context" in response.json()
+    assert Example.objects.count() == 0 and Round.objects.get(task__slug="nli", number=1).examples_collected == 0
