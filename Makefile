@@ -41,7 +41,7 @@ worker: install
 	$(VENV)/bin/celery -A dynabench worker -Q default,inference,training -l info
 
 worker-inference: install
-	$(VENV)/bin/celery -A dynabench worker -Q inference -c 1 -l info -n inference@%h
+	$(VENV)/bin/celery -A dynabench worker -Q inference -P solo -l info -n inference@%h
 
 worker-training: install
 	$(VENV)/bin/celery -A dynabench worker -Q training -c 1 -l info -n training@%h

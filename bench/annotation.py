@@ -1067,8 +1067,9 @@ def main() -> int:
     parser.add_argument("--embedded-threads", type=int, default=16)
     parser.add_argument("--service-workers", type=int, default=2)
     parser.add_argument("--service-threads", type=int, default=8)
-    parser.add_argument("--celery-pool", default="prefork", choices=["prefork", "threads", "solo"])
-    parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument("--celery-pool", default="solo", choices=["prefork", "threads", "solo"],
+                        help="the inference worker's pool (solo, as `make worker-inference`)")
+    parser.add_argument("--celery-concurrency", type=int, default=1)
     parser.add_argument(
         "--bare-variants",
         default="default,1thread,passive",

@@ -77,3 +77,36 @@ def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_t
     assert job.result["model_version"] == model.pk
     assert model.artifact_dir.is_dir()
     assert "saved artifact" in job.log or "training on 8 train" in job.log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_worker_process, live_tasks, settings):
+    from annotation import inference
+    from dynabench import replies
+
+    assert settings.INFERENCE_REPLY_URL.startswith("redis://")  # the direct-reply path is the one in use
+    task = live_tasks["sentiment"]
+    _, models = inference.open_round_with_models(task)
+    [result] = inference.predict_with(models, [{"statement": "What a lovely day."}])
+    assert set(result["probabilities"]) == {"positive", "negative"}
+    explanation = inference.explain_with(models[0], {"statement": "What a lovely day."}, result["label"], 4)
+    assert [w["text"] for w in explanation["words"]][:2] == ["What", "a"]
+
+    # The worker fails (an artifact that is not there): the caller gets the reason, not a timeout.
+    broken = inference.TargetModel(models[0].id, "broken", "/nonexistent/artifact", models[0].sha256)
+    with pytest.raises(inference.InferenceFailed, match="ArtifactError.*nonexistent"):
+        inference.predict_with([broken], [{"statement": "Anything."}])
+
+    # Nobody waits any more (the caller timed out): the late answer expires instead of lingering.
+    settings.INFERENCE_TIMEOUT = 0.001
+    keys_before = set(replies.client(settings.INFERENCE_REPLY_URL).keys("dynabench:reply:*"))
+    with pytest.raises(inference.InferenceUnavailable, match="No model answer within"):
+        inference.predict_with(models, [{"statement": "Too slow for this caller."}])
+    redis = replies.client(settings.INFERENCE_REPLY_URL)
+    deadline = time.monotonic() + 5
+    late = set()
+    while time.monotonic() < deadline and not late:
+        late = set(redis.keys("dynabench:reply:*")) - keys_before
+        time.sleep(0.1)
+    for key in late:  # the worker may have been told to skip it (revoked): then there is none
+        assert 0 < redis.ttl(key) <= replies.REPLY_TTL
