@@ -9,10 +9,13 @@ and stops everything it started (also on Ctrl-C or an error):
 
 * embedded: ``gunicorn dynabench.wsgi`` (gthread workers, never --preload: see the
   fork pitfall in DESIGN.md) on a SQLite file under var/bench/annotation/, no
-  broker: predictions run inside the web process.
+  broker: predictions run inside the web process, on its inference thread.
 * service:  the same server on PostgreSQL (database ``dynabench_bench``, dropped and
   created here) with the Celery broker and result backend on Redis (db 10 and 11,
-  flushed here), plus a real ``celery -A dynabench worker -Q inference,default``.
+  flushed here), plus a real ``celery -A dynabench worker -Q inference,default``
+  (``-P solo`` as ``make worker-inference``; ``--celery-pool``/``--celery-concurrency``
+  to compare). Answers come back on a Redis list (INFERENCE_REPLY_URL, here the
+  result backend's URL).
 
 Setup runs Django in a subprocess with the mode's environment (this process never
 imports Django): migrate, ``bootstrap_demo --no-models``, one small NLI model trained
