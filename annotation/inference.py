@@ -155,7 +155,7 @@ class InferenceFailed(Exception):
 
 
 def _call(task, runner, *args):
-    if settings.CELERY_TASK_ALWAYS_EAGER:
+    if task.app.conf.task_always_eager:  # embedded mode (CELERY_TASK_ALWAYS_EAGER)
         return _wait(_inference_executor().submit(runner, *args), "model answer")
     if settings.INFERENCE_REPLY_URL:
         return _call_with_reply(task, *args)
