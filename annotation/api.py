@@ -11,6 +11,7 @@ from tasks.api import visible_task
 from tasks.models import Round
 
 from . import services
+from .inference import prefetch_models
 from .models import AnnotationSession, Example
 from .serializers import (
     ExampleCreatedSerializer,
@@ -81,6 +82,7 @@ class NextContext(AnnotatorView):
         task = task_for(request, slug)
         session = services.get_session(request.user, task, token_session(request))
         context = services.next_context(task, session)
+        prefetch_models(task)  # embedded mode: the model loads while the annotator writes
         # = NextContextSerializer(context).data, plus the session's counters
         return Response({"id": context.pk, "fields": context.fields, "tag": context.tag,
                          "round": context.round_number, "session": session_counters(session)})

@@ -212,3 +212,20 @@ def test_forged_context_ids_get_400_and_store_nothing(live_tasks, client_for, an
     assert response.status_code == 400, response.content
     assert "context" in response.json()
     assert Example.objects.count() == 0 and Round.objects.get(task__slug="nli", number=1).examples_collected == 0
+
+
+def test_serving_a_context_loads_the_model_before_the_first_example(live_tasks, client_for, annotator, monkeypatch):
+    import ml
+
+    monkeypatch.setattr(inference, "_prefetched", {})
+    task = live_tasks["sentiment"]
+    [model] = inference.open_round_with_models(task)[1]
+    from annotation.tasks import _ref
+
+    ref = _ref(model.message())
+    ml.default_cache().clear()
+    client = client_for(annotator)
+    assert client.get("/api/tasks/sentiment/contexts/next/").status_code == 200
+    inference._inference_executor().submit(lambda: None).result(timeout=60)  # the queued load is done
+    assert ref in ml.default_cache()
+    assert inference.prefetch_models(task) is False  # checked once a minute per task, not per request
