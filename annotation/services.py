@@ -272,8 +272,12 @@ def _hot_sql(vendor: str) -> dict[str, str]:
     }
 
 
-def _active_context(task: Task, context_id: int) -> Context | None:
-    rows = rawrows.fetch(_hot_sql(connection.vendor)["context"], [context_id, task.pk])
+def _active_context_statement(task: Task, context_id: int) -> tuple[str, list]:
+    """``(sql, params)`` reading the task's active context ``context_id`` (any round)."""
+    return _hot_sql(connection.vendor)["context"], [context_id, task.pk]
+
+
+def _context_from_rows(rows) -> Context | None:
     return rawrows.build(Context, rows[0]) if rows else None
 
 
@@ -295,14 +299,14 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     # Both reads in one batch (one round trip on PostgreSQL).
     (_, round_rows), (_, context_rows) = rawrows.run_many([
         open_round_models_statement(task),
-        (_hot_sql(connection.vendor)["context"], [context_id if context_ok else -1, task.pk]),
+        _active_context_statement(task, context_id if context_ok else -1),
     ])
     rnd, models = open_round_from_rows(task, round_rows)
     if rnd is None:
         raise Conflict(f"Task {task.slug} has no open round: collection is closed.")
     if not context_ok:
         raise bad("context", "Must be a context id.")
-    context = rawrows.build(Context, context_rows[0]) if context_rows else None
+    context = _context_from_rows(context_rows)
     if context is None or context.round_id not in (None, rnd.pk):
         raise bad("context", f"Context {context_id} is not an active context of {task.slug} round {rnd.number}.")
     inputs = clean_inputs(task, inputs)

@@ -19,27 +19,28 @@ from functools import lru_cache
 from django.db import connections
 
 
-def quote(name: str, using: str = "default") -> str:
-    return connections[using].ops.quote_name(name)
-
-
 def columns(model, alias: str, using: str = "default") -> str:
     """``"alias"."col", ...`` for every concrete field of ``model``, in ``_meta`` order."""
     q = connections[using].ops.quote_name
     return ", ".join(f"{q(alias)}.{q(f.column)}" for f in model._meta.concrete_fields)
 
 
-@lru_cache(maxsize=256)
 def _plan(model, connection):
     """(attnames, {index: (converters, expression)}) for ``model``'s concrete fields.
 
-    Keyed by the connection object: backend converters are bound to it, and each
-    thread has its own.
+    Kept on the connection object: backend converters are bound to it, each thread
+    has its own, and the plans go away with it (a module-level cache keyed by
+    connection would keep every thread's connection open, e.g. under runserver,
+    which starts a thread per request).
     """
-    fields = model._meta.concrete_fields
-    compiler = model._base_manager.none().query.get_compiler(connection=connection)
-    converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in fields])
-    return [f.attname for f in fields], converters
+    plans = connection.__dict__.setdefault("_dynabench_rawrows_plans", {})
+    plan = plans.get(model)
+    if plan is None:
+        fields = model._meta.concrete_fields
+        compiler = model._base_manager.none().query.get_compiler(connection=connection)
+        converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in fields])
+        plan = plans[model] = ([f.attname for f in fields], converters)
+    return plan
 
 
 def build(model, values, using: str = "default"):
@@ -65,13 +66,6 @@ def fetch(sql: str, params, using: str = "default") -> list[tuple]:
         return cursor.fetchall()
 
 
-def execute(sql: str, params, using: str = "default") -> int:
-    """Run a write; the number of rows it touched."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
-
-
 @lru_cache(maxsize=64)
 def _insert_plan(model, vendor: str, using: str):
     connection = connections[using]
@@ -85,25 +79,12 @@ def _insert_plan(model, vendor: str, using: str):
     return fields, sql
 
 
-def insert(obj, using: str = "default"):
-    """Save a new ``obj`` as ``Model.save()`` would (field defaults, ``auto_now``,
-    JSON and UUID preparation all come from the fields), in one ``INSERT ...
-    RETURNING`` statement built once per model. No signals are sent: use it only for
-    models with no save signal receivers and no ``save()`` override."""
-    connection = connections[using]
-    fields, sql = _insert_plan(type(obj), connection.vendor, using)
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        obj.pk = cursor.fetchone()[0]
-    obj._state.adding = False
-    obj._state.db = using
-    return obj
-
-
 def insert_statement(obj, using: str = "default") -> tuple[str, list]:
-    """``(sql, params)`` of :func:`insert` for ``obj``, to run in :func:`run_many`
-    (the returned row holds the new primary key)."""
+    """``(sql, params)`` saving the new ``obj`` as ``Model.save()`` would (field
+    defaults, ``auto_now``, JSON and UUID preparation all come from the fields), as
+    one ``INSERT ... RETURNING`` built once per model, to run in :func:`run_many`:
+    its row holds the new primary key. No signals are sent: only for models with no
+    save signal receivers and no ``save()`` override."""
     connection = connections[using]
     fields, sql = _insert_plan(type(obj), connection.vendor, using)
     return sql, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
