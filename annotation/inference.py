@@ -63,9 +63,12 @@ def round_target_models(rnd: Round) -> list[TargetModel]:
                 .values_list("pk", "name", "artifact_path", "sha256"))
     if not rows:
         raise InferenceUnavailable(f"{rnd} has no target model yet.")
-    if rnd.ensemble_mode == Round.EnsembleMode.SINGLE:
-        rows = rows[:1]
-    return [TargetModel(*row) for row in rows]
+    return _answering([TargetModel(*row) for row in rows], rnd.ensemble_mode)
+
+
+def _answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel]:
+    """Of a round's ready target models (by id), those that answer: the first in single mode."""
+    return models[:1] if ensemble_mode == Round.EnsembleMode.SINGLE else models
 
 
 @lru_cache(maxsize=4)
@@ -101,8 +104,7 @@ def open_round_with_models(task) -> tuple[Round | None, list[TargetModel]]:
     """
     from dynabench import rawrows
 
-    [(_, rows)] = rawrows.run_many([open_round_models_statement(task)])
-    return open_round_from_rows(task, rows)
+    return open_round_from_rows(task, rawrows.fetch(*open_round_models_statement(task)))
 
 
 def open_round_models_statement(task) -> tuple[str, list]:
@@ -117,8 +119,7 @@ def open_round_from_rows(task, rows) -> tuple[Round | None, list[TargetModel]]:
         return task.open_round(), []
     round_id, number, mode = rows[0][4:]
     rnd = Round(id=round_id, task=task, number=number, status=Round.Status.OPEN, ensemble_mode=mode)
-    models = [TargetModel(*row[:4]) for row in rows]
-    return rnd, models[:1] if mode == Round.EnsembleMode.SINGLE else models
+    return rnd, _answering([TargetModel(*row[:4]) for row in rows], mode)
 
 
 # --- embedded mode: one inference thread per process ---------------------------------
@@ -126,6 +127,14 @@ def open_round_from_rows(task, rows) -> tuple[Round | None, list[TargetModel]]:
 _executor: ThreadPoolExecutor | None = None
 _executor_pid: int | None = None
 _executor_lock = threading.Lock()
+
+
+def _embedded() -> bool:
+    """Embedded mode: Celery runs tasks in this process (CELERY_TASK_ALWAYS_EAGER, the
+    switch the tests flip too)."""
+    from dynabench.celery import app
+
+    return bool(app.conf.task_always_eager)
 
 
 def _inference_executor() -> ThreadPoolExecutor:
@@ -155,7 +164,7 @@ class InferenceFailed(Exception):
 
 
 def _call(task, runner, *args):
-    if task.app.conf.task_always_eager:  # embedded mode (CELERY_TASK_ALWAYS_EAGER)
+    if _embedded():
         return _wait(_inference_executor().submit(runner, *args), "model answer")
     if settings.INFERENCE_REPLY_URL:
         return _call_with_reply(task, *args)
@@ -203,9 +212,7 @@ def prefetch_models(task) -> bool:
     import logging
     import time
 
-    from dynabench.celery import app
-
-    if not app.conf.task_always_eager:
+    if not _embedded():
         return False
     now = time.monotonic()
     if now - _prefetched.get(task.pk, -PREFETCH_EVERY) < PREFETCH_EVERY:

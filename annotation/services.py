@@ -87,7 +87,7 @@ def _bump_session_statement(session: AnnotationSession, **deltas: int) -> tuple[
     table = quote(AnnotationSession._meta.db_table)
     sets = ", ".join(f"{quote(name)} = {quote(name)} + %s" for name in deltas)
     returning = ", ".join(quote(name) for name in SESSION_COUNTERS)
-    return (f"UPDATE {table} SET {sets} WHERE {quote('id')} = %s RETURNING {returning}",  # noqa: S608
+    return (f"UPDATE {table} SET {sets} WHERE {quote(AnnotationSession._meta.pk.column)} = %s RETURNING {returning}",  # noqa: S608
             [*deltas.values(), session.pk])
 
 

@@ -29,27 +29,21 @@ def _resolve(models: list) -> list[dict]:
         return list(models)
     from leaderboard.models import ModelVersion
 
+    from .inference import target_model
+
     found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status="ready")}
     missing = [pk for pk in ids if pk not in found]
     if missing:
         raise ValueError(f"unknown or retired model versions: {missing}")
-    return [m if isinstance(m, dict) else
-            {"id": m, "name": found[m].name, "path": found[m].artifact_path, "sha256": found[m].sha256}
-            for m in models]
+    return [m if isinstance(m, dict) else target_model(found[m]).message() for m in models]
 
 
 def _ref(message: dict):
     """The ``ml`` reference; a relative path is under this process's models directory."""
-    from pathlib import Path
-
-    from django.conf import settings
-
+    from leaderboard.models import resolve_artifact_path
     from ml import ModelRef
 
-    path = Path(message["path"])
-    if not path.is_absolute():
-        path = Path(settings.DYNABENCH_MODELS_DIR) / path
-    return ModelRef(str(path), message["sha256"])
+    return ModelRef(str(resolve_artifact_path(message["path"])), message["sha256"])
 
 
 def predict_refs(models: list[dict], rows_inputs: list[dict]) -> list[dict]:

@@ -26,6 +26,12 @@ app.autodiscover_tasks()
 log = logging.getLogger(__name__)
 
 
+def _pool_name(worker) -> str:
+    """The worker's pool class as a dotted name (``pool_cls`` is a class or a string)."""
+    pool = getattr(worker, "pool_cls", None)
+    return str(pool if isinstance(pool, str) else getattr(pool, "__module__", ""))
+
+
 def torch_threads_per_process(cpus: int, processes: int) -> int:
     """Intra-op threads for each of ``processes`` pool processes sharing ``cpus``."""
     return max(1, cpus // max(1, processes))
@@ -40,10 +46,8 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
     pass under load slows several-fold (measured 8.3 against 31.7 examples/s)."""
     if os.environ.get("DYNABENCH_TORCH_THREADS", "").strip():
         return
-    pool = getattr(sender, "pool_cls", None)
-    pool_name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
     # prefork children and pool threads each run passes at once; solo runs one
-    parallel = any(name in str(pool_name) for name in ("prefork", "thread"))
+    parallel = any(name in _pool_name(sender) for name in ("prefork", "thread"))
     processes = getattr(sender, "concurrency", 1) if parallel else 1
     threads = torch_threads_per_process(os.cpu_count() or 1, processes)
     os.environ["DYNABENCH_TORCH_THREADS"] = str(threads)
@@ -54,8 +58,7 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
 def load_models_in_solo_worker(sender=None, **_kwargs):
     """The solo pool (``-P solo``, one process that never forks) sends no
     ``worker_process_init``: warm its cache once the worker is ready."""
-    pool = getattr(sender, "pool_cls", None)
-    if "solo" in str(pool if isinstance(pool, str) else getattr(pool, "__module__", "")):
+    if "solo" in _pool_name(sender):
         load_models_in_child()
 
 

@@ -4,6 +4,13 @@ from django.conf import settings
 from django.db import models
 
 
+def resolve_artifact_path(artifact_path: str) -> Path:
+    """Where a stored artifact path points in this process: a relative one is under
+    this process's DYNABENCH_MODELS_DIR (workers on other machines have their own)."""
+    path = Path(artifact_path)
+    return path if path.is_absolute() else Path(settings.DYNABENCH_MODELS_DIR) / path
+
+
 class ModelVersion(models.Model):
     """A trained model artifact registered for a task."""
 
@@ -42,8 +49,7 @@ class ModelVersion(models.Model):
 
     @property
     def artifact_dir(self) -> Path:
-        path = Path(self.artifact_path)
-        return path if path.is_absolute() else Path(settings.DYNABENCH_MODELS_DIR) / path
+        return resolve_artifact_path(self.artifact_path)
 
 
 class Evaluation(models.Model):

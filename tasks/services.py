@@ -120,10 +120,9 @@ def read_seed_contexts(slug: str) -> list[dict]:
 
 def target_model_refs(rnd: Round) -> list:
     """The round's target models as ``ml.ModelRef``s (ready ones only)."""
-    from ml import ModelRef
+    from leaderboard.services import ref_for
 
-    models = rnd.target_models.filter(status="ready").order_by("pk")
-    return [ModelRef(str(m.artifact_dir), m.sha256) for m in models]
+    return [ref_for(m) for m in rnd.target_models.filter(status="ready").order_by("pk")]
 
 
 def warm_up_target_models() -> int:
@@ -133,9 +132,9 @@ def warm_up_target_models() -> int:
     models = ModelVersion.objects.filter(
         status="ready", target_of_rounds__status=Round.Status.OPEN, task__is_active=True
     ).distinct()
-    from ml import ModelRef
+    from leaderboard.services import ref_for
 
-    refs = [ModelRef(str(m.artifact_dir), m.sha256) for m in models]
+    refs = [ref_for(m) for m in models]
     if refs:
         import ml
 
