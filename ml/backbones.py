@@ -92,6 +92,20 @@ def get_device(name: str | None = None):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def positive_int_from_env(name: str, error: type[Exception]) -> int | None:
+    """``$name`` as an integer of at least 1, None when unset or blank; ``error`` otherwise."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise error(f"{name} must be an integer, got {raw!r}") from exc
+    if value < 1:
+        raise error(f"{name} must be at least 1")
+    return value
+
+
 def configure_torch_threads() -> int | None:
     """Apply ``$DYNABENCH_TORCH_THREADS`` (intra-op threads) if set; return it.
 
@@ -99,15 +113,9 @@ def configure_torch_threads() -> int | None:
     25 ms with 1 thread and 160 ms with torch's default 2 (idle machine: ~10 ms
     either way).  Where several worker processes share few cores, set it to 1.
     """
-    raw = os.environ.get("DYNABENCH_TORCH_THREADS", "").strip()
-    if not raw:
+    threads = positive_int_from_env("DYNABENCH_TORCH_THREADS", ArtifactError)
+    if threads is None:
         return None
-    try:
-        threads = int(raw)
-    except ValueError as exc:
-        raise ArtifactError(f"DYNABENCH_TORCH_THREADS must be an integer, got {raw!r}") from exc
-    if threads < 1:
-        raise ArtifactError("DYNABENCH_TORCH_THREADS must be at least 1")
     import torch
 
     if torch.get_num_threads() != threads:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import METADATA_FILE, LoadedModel, load_artifact
+from .backbones import positive_int_from_env
 from .errors import ArtifactError, InputError, MLError
 from .spec import TaskSpec
 
@@ -45,16 +46,8 @@ def _as_ref(ref: ModelRef | str | os.PathLike) -> ModelRef:
 
 
 def _cache_size_from_env() -> int:
-    raw = os.environ.get("DYNABENCH_MODEL_CACHE_SIZE", "").strip()
-    if not raw:
-        return DEFAULT_CACHE_SIZE
-    try:
-        size = int(raw)
-    except ValueError as exc:
-        raise MLError(f"DYNABENCH_MODEL_CACHE_SIZE must be an integer, got {raw!r}") from exc
-    if size < 1:
-        raise MLError("DYNABENCH_MODEL_CACHE_SIZE must be at least 1")
-    return size
+    size = positive_int_from_env("DYNABENCH_MODEL_CACHE_SIZE", MLError)
+    return DEFAULT_CACHE_SIZE if size is None else size
 
 
 class ModelCache:
