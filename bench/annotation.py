@@ -83,6 +83,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from benchio import write_json
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "var" / "bench" / "annotation"
 PYTHON = sys.executable
@@ -1223,12 +1225,7 @@ def main() -> int:
         "modes": results,
     }
     print_table(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    print(f"wrote {write_json(Path(args.out), result)}")
     return 0
 
 

@@ -122,6 +122,8 @@ from collections import Counter, defaultdict
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
+from benchio import display_path, write_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -304,18 +306,17 @@ def class_scores(rows: list[dict], predicted: list[str], labels: list[str]) -> d
 # -- tasks ---------------------------------------------------------------------------
 
 
+def classification_spec(labels: list[str], fields: list[str]):
+    return ml.TaskSpec.from_dict(
+        {"kind": "classification", "labels": labels, "input_fields": fields, "max_chars": MAX_CHARS}
+    )
+
+
 def run_sentiment(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> dict:
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["statement"]
-    spec = ml.TaskSpec.from_dict(
-        {
-            "kind": "classification",
-            "labels": SENTIMENT_LABELS,
-            "input_fields": fields,
-            "max_chars": MAX_CHARS,
-        }
-    )
+    spec = classification_spec(SENTIMENT_LABELS, fields)
     pool = load("sst2", data / "sst2" / "train_full.tsv", notes)
     dev = load("sst2", data / "sst2" / "dev.tsv", notes)
     test = load("sst2", data / "sst2" / "test-labeled.tsv", notes)
@@ -387,14 +388,7 @@ def run_nli(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> di
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["premise", "hypothesis"]
-    spec = ml.TaskSpec.from_dict(
-        {
-            "kind": "classification",
-            "labels": NLI_LABELS,
-            "input_fields": fields,
-            "max_chars": MAX_CHARS,
-        }
-    )
+    spec = classification_spec(NLI_LABELS, fields)
     records = []
     for source in ("mnli", "snli"):
         for record in load("nli-jsonl", data / "nli" / source / "dev.jsonl", notes):
@@ -501,14 +495,7 @@ def run_hate(cfg: dict, data: Path, out_root: Path, eval_limit: int | None) -> d
     notes: dict = {}
     seed = cfg["seed"]
     fields = ["statement"]
-    spec = ml.TaskSpec.from_dict(
-        {
-            "kind": "classification",
-            "labels": HATE_LABELS,
-            "input_fields": fields,
-            "max_chars": MAX_CHARS,
-        }
-    )
+    spec = classification_spec(HATE_LABELS, fields)
     records = load("davidson", data / "davidson" / "labeled_data.csv", notes)
     test, dev, pool = [], [], {"hateful": [], "not-hateful": []}
     for label in HATE_LABELS:  # stratified: each split keeps the natural label rates
@@ -1022,18 +1009,6 @@ def parse_per_task(value: str | None, cast, name: str) -> dict:
         else:
             out.update(dict.fromkeys(TASKS, cast(part)))
     return out
-
-
-def display_path(path: Path) -> str:
-    path = Path(path).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:

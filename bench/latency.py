@@ -24,13 +24,14 @@ data folder is copied into the repository.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchio import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -328,12 +329,7 @@ def main() -> int:
         f"{explain_quality['cosine_n10_vs_n50_median']}, min {explain_quality['cosine_n10_vs_n50_min']}"
     )
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    print(f"\nwrote {write_json(Path(args.out), result)}")
     return 0
 
 
