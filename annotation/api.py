@@ -45,8 +45,7 @@ def task_for(request, slug):
 
 def session_counters(session: AnnotationSession) -> dict:
     """What ``SessionSerializer`` gives, without building a ModelSerializer per request."""
-    return {"examples_written": session.examples_written, "examples_fooled": session.examples_fooled,
-            "validations_done": session.validations_done}
+    return {name: getattr(session, name) for name in services.SESSION_COUNTERS}
 
 
 def visible_example(request, pk) -> Example:
