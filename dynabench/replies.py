@@ -13,22 +13,30 @@ answer nobody waits for any more (the caller timed out) does not linger.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import uuid
 
 REPLY_TTL = 60
-_clients: dict[str, object] = {}
+# Seconds a blocking read may take beyond the wait it asked the server for: the
+# server answers BLPOP by its own timeout, so the socket only has to outlast that.
+SOCKET_MARGIN = 5
+_clients: dict[tuple[str, float | None], object] = {}
 _lock = threading.Lock()
 
 
-def client(url: str):
-    """A redis-py client per URL and process (its pool reconnects after a fork)."""
+def client(url: str, socket_timeout: float | None = None):
+    """A redis-py client per URL, socket timeout and process (its pool reconnects
+    after a fork). Without ``socket_timeout``, redis-py's default applies (5 s in
+    redis-py 8): right for quick commands, too short for a long blocking read."""
     import redis
 
+    key = (url, socket_timeout)
     with _lock:
-        found = _clients.get(url)
+        found = _clients.get(key)
         if found is None:
-            found = _clients[url] = redis.Redis.from_url(url)
+            options = {} if socket_timeout is None else {"socket_timeout": socket_timeout}
+            found = _clients[key] = redis.Redis.from_url(url, **options)
         return found
 
 
@@ -45,8 +53,14 @@ def push(url: str, key: str, payload: dict) -> None:
 
 
 def wait(url: str, key: str, timeout: float) -> dict | None:
-    """The payload pushed to ``key``, or None after ``timeout`` seconds."""
-    item = client(url).blpop([key], timeout=max(timeout, 0.001))
+    """The payload pushed to ``key``, or None after ``timeout`` seconds.
+
+    The socket's own timeout must outlast the blocking read: with redis-py's 5 s
+    default, a BLPOP asked to wait 30 s died after 5 s with a TimeoutError, so any
+    answer slower than 5 s (a cold worker, a backlog) became an HTTP 500. Clients
+    are kept per whole second of timeout, so a process holds a handful at most."""
+    timeout = max(timeout, 0.001)
+    item = client(url, socket_timeout=math.ceil(timeout) + SOCKET_MARGIN).blpop([key], timeout=timeout)
     if item is None:
         return None
     return json.loads(item[1])

@@ -110,3 +110,23 @@ def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_wo
         time.sleep(0.1)
     for key in late:  # the worker may have been told to skip it (revoked): then there is none
         assert 0 < redis.ttl(key) <= replies.REPLY_TTL
+
+
+def test_an_answer_slower_than_the_redis_socket_default_still_comes_back(services):
+    """redis-py 8 gives a client a 5 s socket timeout: a BLPOP waiting longer died with
+    a TimeoutError (an HTTP 500 in service mode) unless the wait sets its own."""
+    import threading
+
+    from dynabench import replies
+
+    url = services.INFERENCE_REPLY_URL
+    key = replies.new_key("slow-test")
+    pusher = threading.Timer(6.0, replies.push, args=(url, key, {"ok": True, "result": "late but here"}))
+    pusher.start()
+    started = time.monotonic()
+    try:
+        payload = replies.wait(url, key, timeout=20)
+    finally:
+        pusher.cancel()
+    assert payload == {"ok": True, "result": "late but here"}
+    assert 5.5 < time.monotonic() - started < 15
