@@ -7,6 +7,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# The settings fail closed (DEBUG off, SECRET_KEY required); these targets are for a
+# development checkout, so they turn DEBUG on explicitly. Override: make run DEBUG=false
+DEBUG ?= true
+export DEBUG
 
 .PHONY: run test install migrate demo serve worker worker-inference worker-training beat lint bench clean
 
@@ -51,6 +55,7 @@ beat: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
 
 bench: install

@@ -1,19 +1,34 @@
-from django.contrib import admin
+"""Admin for examples, validations and annotation sessions.
+
+What the platform decided is read-only here: an example's text, answers, model
+predictions, ``fooled``, validation status and counters, and every Validation
+row. Flags and sessions change through actions that call the services.
+Researchers who are not superusers see only their own tasks' rows.
+"""
+
+from django.contrib import admin, messages
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from core.errors import DomainError
+from tasks.admin import TaskScopedAdmin
+
 from .exporting import iter_jsonl
 from .models import AnnotationSession, Example, Validation
+from .services import examples as example_services
 
 
 class ValidationInline(admin.TabularInline):
     model = Validation
     extra = 0
-    fields = ["validator", "label", "mode", "reason", "created_at"]
-    readonly_fields = ["validator", "label", "mode", "reason", "created_at"]
+    fields = ["validator", "blind_answer", "blind_agrees", "label", "mode", "reason", "created_at", "decided_at"]
+    readonly_fields = fields
     can_delete = False
 
     def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
 
 
@@ -25,38 +40,93 @@ def export_jsonl(modeladmin, request, queryset):
     return response
 
 
+def _each(modeladmin, request, queryset, action, done):
+    changed = 0
+    for example in queryset.select_related("task"):
+        try:
+            action(example)
+        except DomainError as exc:
+            modeladmin.message_user(request, f"{example}: {exc.message}", messages.ERROR)
+        else:
+            changed += 1
+    if changed:
+        modeladmin.message_user(request, f"{done}: {changed}.", messages.SUCCESS)
+
+
+@admin.action(description="Flag the selected examples")
+def flag_examples(modeladmin, request, queryset):
+    _each(modeladmin, request, queryset,
+          lambda e: example_services.flag_example(e, request.user, "flagged by a researcher in the admin"), "Flagged")
+
+
+@admin.action(description="Unflag the selected examples")
+def unflag_examples(modeladmin, request, queryset):
+    _each(modeladmin, request, queryset, lambda e: example_services.unflag_example(e, request.user), "Unflagged")
+
+
+DECIDED_FIELDS = [
+    "uid", "external_uid", "task", "round", "context", "annotator", "source", "inputs", "target",
+    "model_predictions", "prediction", "fooled", "retracted", "flagged", "flag_reason", "flagged_by",
+    "validation_status", "validations_correct", "validations_incorrect", "validations_flagged", "latency_ms",
+    "signature", "created_at", "updated_at",
+]
+
+
 @admin.register(Example)
-class ExampleAdmin(admin.ModelAdmin):
+class ExampleAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "split", "source", "fooled", "validation_status",
                     "retracted", "flagged", "created_at"]
     list_filter = ["task", "source", "split", "fooled", "validation_status", "retracted", "flagged"]
     list_select_related = ["task", "round__task"]
-    search_fields = ["uid", "external_uid", "inputs", "annotator__username"]
-    raw_id_fields = ["context", "annotator", "round"]
-    readonly_fields = ["uid", "model_predictions", "prediction", "latency_ms", "signature",
-                       "validations_correct", "validations_incorrect", "validations_flagged",
-                       "created_at", "updated_at"]
+    search_fields = ["uid", "external_uid", "annotator__username"]
+    fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
+    readonly_fields = DECIDED_FIELDS
     inlines = [ValidationInline]
-    actions = [export_jsonl]
+    actions = [export_jsonl, flag_examples, unflag_examples]
     date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False  # examples are written through the annotation flow or imported
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
 
 
 @admin.register(Validation)
-class ValidationAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "example", "validator", "label", "mode", "created_at"]
-    list_filter = ["label", "mode", "example__task"]
+class ValidationAdmin(TaskScopedAdmin):
+    task_path = "example__task"
+    list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "created_at"]
+    list_filter = ["label", "mode", "blind_agrees", "example__task"]
     list_select_related = ["example__task", "validator"]
     search_fields = ["validator__username", "reason"]
-    raw_id_fields = ["example", "validator"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.action(description="End the selected sessions (their tokens stop working)")
+def revoke_sessions(modeladmin, request, queryset):
+    ended = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    modeladmin.message_user(request, f"Ended {ended} session(s).", messages.SUCCESS)
 
 
 @admin.register(AnnotationSession)
-class AnnotationSessionAdmin(admin.ModelAdmin):
+class AnnotationSessionAdmin(TaskScopedAdmin):
     list_display = ["__str__", "user", "task", "examples_written", "examples_fooled", "validations_done",
-                    "last_seen_at"]
-    list_filter = ["task"]
+                    "revoked_at", "last_seen_at"]
+    list_filter = ["task", ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user", "task"]
-    search_fields = ["user__username", "mturk_assignment_id", "key"]
-    raw_id_fields = ["user", "last_context"]
-    readonly_fields = ["key", "examples_written", "examples_fooled", "validations_done", "created_at",
-                       "last_seen_at"]
+    search_fields = ["user__username", "mturk_assignment_id"]
+    readonly_fields = ["key", "user", "task", "last_context", "examples_written", "examples_fooled",
+                       "validations_done", "mturk_assignment_id", "revoked_at", "created_at", "last_seen_at"]
+    actions = [revoke_sessions]
+
+    def has_add_permission(self, request):
+        return False
+

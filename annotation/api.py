@@ -1,208 +1,275 @@
-"""REST endpoints of the annotation loop (paths kept stable for scripts)."""
+"""REST endpoints of the annotation loop (paths kept stable for scripts).
 
-from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import permissions, serializers, status
+Views parse input, call a service and serialise its result; the services raise
+domain errors that ``core.api.exception_handler`` turns into statuses. Views with
+a ``token_scope`` accept the signed session token (``X-Dynabench-Token``) of
+their own task; no other view does.
+"""
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, permissions, status
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from tasks.api import visible_task
+from core.errors import NotFound
 from tasks.models import Round
 
-from . import services
+from . import idempotency
+from .access import example_for, task_for, token_session
 from .inference import prefetch_models
-from .models import AnnotationSession, Example
 from .serializers import (
+    BlindAnswerRequestSerializer,
+    BlindAnswerSerializer,
     ExampleCreatedSerializer,
     ExampleCreateSerializer,
     ExampleStateSerializer,
     ExplanationRequestSerializer,
+    ExplanationSerializer,
     NextContextSerializer,
     ReasonSerializer,
-    SessionSerializer,
+    RevealSerializer,
+    RoundSerializer,
+    RoundStatsSerializer,
+    SessionTokenSerializer,
+    ValidatedSerializer,
     ValidationCreateSerializer,
     ValidationItemSerializer,
 )
+from .services import contexts, examples, sessions, stats, validation
 from .tokens import make_token
 
 
-def token_session(request):
-    return request.auth if isinstance(request.auth, AnnotationSession) else None
+def idempotency_key_parameter() -> OpenApiParameter:
+    return OpenApiParameter(
+        "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+        pattern=idempotency.KEY_PATTERN.pattern,
+        description="1-255 printable ASCII characters, new for each write: a retry with the same key "
+                    "gets the first answer again and stores nothing twice.")
 
 
-def task_for(request, slug):
-    """``visible_task(request, slug)``, without its query when the session token is for
-    that task and the task is one every signed-in user sees: the token's lookup loaded
-    the task's row in this request already."""
-    session = token_session(request)
-    if session is not None:
-        task = session.task
-        if task.slug == slug and (request.user.is_staff or (task.is_active and not task.is_hidden)):
-            return task
-    return visible_task(request, slug)
+class AnnotationView(APIView):
+    """An annotation endpoint: signed-in users, or a session token for this task."""
 
-
-def session_counters(session: AnnotationSession) -> dict:
-    """What ``SessionSerializer`` gives, without building a ModelSerializer per request."""
-    return {name: getattr(session, name) for name in services.SESSION_COUNTERS}
-
-
-def visible_example(request, pk) -> Example:
-    from tasks.models import Task
-
-    tasks = Task.objects.visible_to(request.user)
-    return get_object_or_404(Example.objects.select_related("task", "round", "context").filter(task__in=tasks), pk=pk)
-
-
-class AnnotatorView(APIView):
     permission_classes = [permissions.IsAuthenticated]
+    token_scope = "task"
 
 
-class SessionCreate(AnnotatorView):
+class SessionCreate(APIView):
     """Start an annotation session on a task; returns its signed token.
 
-    Send the token as ``X-Dynabench-Token`` where cookies are unavailable
-    (pages inside an MTurk iframe).
+    Send the token as ``X-Dynabench-Token`` where cookies are unavailable (pages in
+    an MTurk iframe). It works on this task's annotation endpoints only, until the
+    session ends (sign-out, password change, or ``expires_at``). A session token
+    cannot be used here to mint another one.
     """
 
-    @extend_schema(request=None, responses={201: inline_serializer("SessionToken", {
-        "token": serializers.CharField(), "session": SessionSerializer()})})
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(request=None, responses={201: SessionTokenSerializer})
     def post(self, request, slug):
-        task = visible_task(request, slug)
-        session = services.start_session(request.user, task)
-        return Response({"token": make_token(session), "session": SessionSerializer(session).data},
-                        status=status.HTTP_201_CREATED)
+        task = task_for(request, slug)
+        session = sessions.start_session(request.user, task)
+        body = {"token": make_token(session), "expires_at": session.created_at + sessions.max_age(),
+                "session": session}
+        return Response(SessionTokenSerializer(body).data, status=status.HTTP_201_CREATED)
 
 
-class NextContext(AnnotatorView):
+class NextContext(AnnotationView):
+    error_statuses = (409,)
+
     @extend_schema(responses={200: NextContextSerializer})
     def get(self, request, slug):
         task = task_for(request, slug)
-        session = services.get_session(request.user, task, token_session(request))
-        context = services.next_context(task, session)
+        session = sessions.current_session(request.user, task, token_session(request))
+        context = contexts.next_context(task, session)
         prefetch_models(task)  # embedded mode: the model loads while the annotator writes
-        # = NextContextSerializer(context).data, plus the session's counters
-        return Response({"id": context.pk, "fields": context.fields, "tag": context.tag,
-                         "round": context.round_number, "session": session_counters(session)})
+        context.served_to = session
+        return Response(NextContextSerializer(context).data)
 
 
-def created_payload(example: Example, session, names: dict[int, str] | None = None) -> dict:
-    prediction = example.prediction
-    model_ids = sorted(int(k) for k in example.model_predictions)
-    if names is None or not set(model_ids) <= set(names):
-        names = services.model_version_names(model_ids)
-    qa = "answer" in prediction
-    return {
-        "id": example.pk,
-        "prediction": prediction["answer"] if qa else prediction["label"],
-        "probabilities": None if qa else prediction["probabilities"],
-        "span": {"start": prediction["start"], "end": prediction["end"]} if qa else None,
-        "fooled": example.fooled,
-        "model": " + ".join(names.get(i, str(i)) for i in model_ids),
-        "models": model_ids,
-        "latency_ms": example.latency_ms,
-        "session": session_counters(session),
-    }
+class ExampleCreate(AnnotationView):
+    """Write an example: the round's target model answers, and the example is stored
+    with its answer and whether it fooled the model."""
 
-
-class ExampleCreate(AnnotatorView):
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "examples"
+    error_statuses = (409, 422, 503)
 
-    @extend_schema(request=ExampleCreateSerializer, responses={
-        201: ExampleCreatedSerializer, 400: OpenApiResponse(description="Field-level errors"),
-        409: OpenApiResponse(description="The round is closed"),
-        503: OpenApiResponse(description="No model answer in time")})
+    @extend_schema(request=ExampleCreateSerializer, parameters=[idempotency_key_parameter()],
+                   responses={201: ExampleCreatedSerializer})
     def post(self, request, slug):
         task = task_for(request, slug)
         payload = ExampleCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        created = services.create_example(
-            task, request.user, context_id=payload.validated_data["context"],
-            inputs=payload.validated_data["inputs"], target=payload.validated_data["target"],
-            session=token_session(request),
-        )
-        return Response(created_payload(created.example, created.session, created.model_names),
-                        status=status.HTTP_201_CREATED)
+        data = request.data  # as sent: the task config checks inputs and target itself
+
+        def write(within_transaction):
+            return examples.create_example(
+                task, request.user, context_id=payload.validated_data["context"], inputs=data["inputs"],
+                target=data["target"], session=token_session(request), within_transaction=within_transaction)
+
+        return idempotency.run(request, write, lambda created: ExampleCreatedSerializer(created).data,
+                               status.HTTP_201_CREATED)
 
 
-class ExampleExplanation(AnnotatorView):
+class ExampleExplanation(AnnotationView):
+    """Word-level heat for the example's text and context (its author or the task's researchers)."""
+
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "explanations"
+    error_statuses = (409, 503)
 
-    @extend_schema(request=ExplanationRequestSerializer, responses={200: inline_serializer("Explanation", {
-        "target": serializers.JSONField(), "convergence_delta": serializers.FloatField(),
-        "n_steps": serializers.IntegerField(), "words": serializers.ListField(child=serializers.DictField()),
-        "model_version": serializers.IntegerField()})})
+    @extend_schema(request=ExplanationRequestSerializer, responses={200: ExplanationSerializer})
     def post(self, request, pk):
-        example = visible_example(request, pk)
+        example = example_for(request, pk)
         params = ExplanationRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        return Response(services.explain_example(example, request.user, n_steps=params.validated_data["n_steps"]))
+        explanation = examples.explain_example(example, request.user, n_steps=params.validated_data["n_steps"])
+        return Response(ExplanationSerializer(explanation).data)
 
 
-class ExampleRetract(AnnotatorView):
+class ExampleRetract(AnnotationView):
+    error_statuses = (409,)
+
     @extend_schema(request=None, responses={200: ExampleStateSerializer})
     def post(self, request, pk):
-        example = services.retract_example(visible_example(request, pk), request.user)
+        example = examples.retract_example(example_for(request, pk), request.user)
         return Response(ExampleStateSerializer(example).data)
 
 
-class ExampleFlag(AnnotatorView):
+class ExampleFlag(AnnotationView):
+    """Flag an example for the researchers: its author or the task's researchers only.
+    A validator flags with the validation label ``flagged`` instead."""
+
     @extend_schema(request=ReasonSerializer, responses={200: ExampleStateSerializer})
     def post(self, request, pk):
         params = ReasonSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        example = services.flag_example(visible_example(request, pk), request.user, params.validated_data["reason"])
+        example = examples.flag_example(example_for(request, pk), request.user, params.validated_data["reason"])
         return Response(ExampleStateSerializer(example).data)
 
 
-class NextValidation(AnnotatorView):
-    @extend_schema(responses={200: ValidationItemSerializer})
-    def get(self, request, slug):
-        task = visible_task(request, slug)
-        example = services.next_for_validation(task, request.user)
-        return Response(ValidationItemSerializer(example).data)
+class ExampleUnflag(APIView):
+    """Clear an example's flag (the task's researchers)."""
 
+    permission_classes = [permissions.IsAuthenticated]
 
-class ExampleReveal(AnnotatorView):
-    """The annotator's answer, shown after a blind validator gave theirs."""
-
-    @extend_schema(request=None, responses={200: inline_serializer("Reveal", {"target": serializers.DictField()})})
+    @extend_schema(request=None, responses={200: ExampleStateSerializer})
     def post(self, request, pk):
-        example = visible_example(request, pk)
-        return Response({"target": example.target})
+        example = examples.unflag_example(example_for(request, pk), request.user)
+        return Response(ExampleStateSerializer(example).data)
 
 
-class ExampleValidate(AnnotatorView):
+class NextValidation(AnnotationView):
+    """The next example for the caller to validate; 204 when there is none right now."""
+
+    @extend_schema(responses={200: ValidationItemSerializer,
+                              204: OpenApiResponse(description="Nothing to validate in this task right now.")})
+    def get(self, request, slug):
+        task = task_for(request, slug)
+        example = validation.validation_queue(task, request.user).first()
+        if example is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(ValidationItemSerializer(example, context={"user": request.user}).data)
+
+
+class BlindAnswer(AnnotationView):
+    """Give your own answer to an example before you see the writer's; the answer is
+    stored, and the writer's answer comes back."""
+
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "validations"
+    error_statuses = (409,)
 
-    @extend_schema(request=ValidationCreateSerializer, responses={
-        201: ExampleStateSerializer, 403: OpenApiResponse(description="Your own example"),
-        409: OpenApiResponse(description="Validated twice, retracted or already decided")})
+    @extend_schema(request=BlindAnswerRequestSerializer, responses={201: BlindAnswerSerializer})
     def post(self, request, pk):
-        example = visible_example(request, pk)
+        example = example_for(request, pk)
+        params = BlindAnswerRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        given = validation.give_blind_answer(example.pk, request.user, request.data["answer"])
+        return Response(BlindAnswerSerializer(given).data, status=status.HTTP_201_CREATED)
+
+
+class ExampleReveal(AnnotationView):
+    """The writer's answer: for a validator who has given their own (blind) answer,
+    the example's author, and the task's researchers."""
+
+    @extend_schema(responses={200: RevealSerializer})
+    def get(self, request, pk):
+        example = example_for(request, pk)
+        return Response(RevealSerializer({"target": validation.reveal_target(example, request.user)}).data)
+
+
+class ExampleValidate(AnnotationView):
+    """Decide whether the writer's label is right (after your blind answer, where blind)."""
+
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "validations"
+    error_statuses = (409, 422)
+
+    @extend_schema(request=ValidationCreateSerializer, parameters=[idempotency_key_parameter()],
+                   responses={201: ValidatedSerializer})
+    def post(self, request, pk):
+        example = example_for(request, pk)
         params = ValidationCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        example, _validation = services.validate_example(
-            example.pk, request.user, label=params.validated_data["label"],
-            reason=params.validated_data["reason"], session=token_session(request))
-        return Response(ExampleStateSerializer(example).data, status=status.HTTP_201_CREATED)
+
+        def write(within_transaction):
+            return validation.validate_example(
+                example.pk, request.user, label=params.validated_data["label"],
+                reason=params.validated_data["reason"], session=token_session(request),
+                within_transaction=within_transaction)
+
+        return idempotency.run(request, write, lambda validated: ValidatedSerializer(validated).data,
+                               status.HTTP_201_CREATED)
 
 
-class RoundStats(APIView):
+# --- rounds and their statistics (public) ------------------------------------------------
+
+
+class PublicView(APIView):
     permission_classes = [permissions.AllowAny]
 
-    @extend_schema(responses={200: inline_serializer("RoundStats", {
-        "task": serializers.CharField(), "round": serializers.IntegerField(),
-        "collected": serializers.IntegerField(), "fooled": serializers.IntegerField(),
-        "verified_fooled": serializers.IntegerField(),
-        "model_error_rate": serializers.FloatField(allow_null=True),
-        "verified_model_error_rate": serializers.FloatField(allow_null=True),
-        "annotators": serializers.ListField(child=serializers.DictField())})})
+
+def _rounds(task):
+    return stats.with_counts(Round.objects.filter(task=task)).select_related("task").prefetch_related(
+        "target_models").order_by("number")
+
+
+@extend_schema(tags=["rounds"])
+class RoundList(generics.ListAPIView):
+    """A task's rounds with their counts and model error rates (paginated)."""
+
+    permission_classes = [permissions.AllowAny]
+    serializer_class = RoundSerializer
+
+    def get_queryset(self):
+        return _rounds(task_for(self.request, self.kwargs["slug"]))
+
+
+@extend_schema(tags=["rounds"])
+class RoundDetail(generics.RetrieveAPIView):
+    permission_classes = [permissions.AllowAny]
+    serializer_class = RoundSerializer
+
+    def get_object(self):
+        slug, number = self.kwargs["slug"], self.kwargs["number"]
+        rnd = _rounds(task_for(self.request, slug)).filter(number=number).first()
+        if rnd is None:
+            raise NotFound(f"Task {slug} has no round {number}.")
+        return rnd
+
+
+@extend_schema(tags=["rounds"])
+class RoundStats(PublicView):
+    """A round's counts and rates, per (pseudonymous) annotator too, with the blind
+    validators' agreement with the writers."""
+
+    @extend_schema(responses={200: RoundStatsSerializer})
     def get(self, request, slug, number):
-        task = visible_task(request, slug)
-        rnd = get_object_or_404(Round.objects.select_related("task"), task=task, number=number)
-        return Response(services.round_stats(rnd))
+        task = task_for(request, slug)
+        rnd = Round.objects.select_related("task").filter(task=task, number=number).first()
+        if rnd is None:
+            raise NotFound(f"Task {slug} has no round {number}.")
+        return Response(RoundStatsSerializer(stats.round_stats(rnd)).data)

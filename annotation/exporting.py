@@ -8,14 +8,13 @@ read back by ``import_dataset --format dynabench``.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Iterator
 
-from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 FORMAT_VERSION = 1
+PSEUDONYM_SALT = "dynabench.export.annotator"
 # An imported example has no annotator user: the pseudonym its export carried
 # is kept in its metadata under this key, and exported again as "annotator".
 ANNOTATOR_METADATA_KEY = "_exported_annotator"
@@ -30,8 +29,7 @@ def anonymise(user_id: int | None) -> str | None:
     """A stable pseudonym for a user id; not reversible without SECRET_KEY."""
     if user_id is None:
         return None
-    digest = hmac.new(settings.SECRET_KEY.encode(), f"annotator:{user_id}".encode(), hashlib.sha256)
-    return "a-" + digest.hexdigest()[:16]
+    return "a-" + salted_hmac(PSEUDONYM_SALT, str(user_id), algorithm="sha256").hexdigest()[:16]
 
 
 def example_record(example) -> dict:

@@ -2,6 +2,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class Example(models.Model):
@@ -39,11 +40,13 @@ class Example(models.Model):
         default=dict, blank=True, help_text="Each target model's prediction, keyed by model version id."
     )
     prediction = models.JSONField(null=True, blank=True, help_text="The round's (ensemble) prediction.")
-    model_versions = models.ManyToManyField("leaderboard.ModelVersion", blank=True, related_name="examples")
+    model_versions = models.ManyToManyField("tasks.ModelVersion", blank=True, related_name="examples")
     fooled = models.BooleanField(null=True, blank=True, help_text="Empty when no model answered.")
     retracted = models.BooleanField(default=False)
     flagged = models.BooleanField(default=False)
-    flag_reason = models.CharField(max_length=500, blank=True)
+    flag_reason = models.CharField(max_length=500, blank=True, help_text="The first reason given; never overwritten.")
+    flagged_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
     validation_status = models.CharField(
         max_length=10, choices=ValidationStatus.choices, default=ValidationStatus.PENDING
     )
@@ -51,9 +54,12 @@ class Example(models.Model):
     validations_incorrect = models.PositiveIntegerField(default=0)
     validations_flagged = models.PositiveIntegerField(default=0)
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
-    signature = models.CharField(max_length=64, blank=True, help_text="HMAC over inputs, prediction and model.")
+    signature = models.CharField(
+        max_length=64, blank=True,
+        help_text="HMAC over what was written, the target, the models' answers and fooled; checked before "
+                  "an example is used (training data).")
     metadata = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -66,6 +72,7 @@ class Example(models.Model):
         ]
         indexes = [
             models.Index(fields=["round", "split"]),
+            models.Index(fields=["round", "source", "retracted"]),
             models.Index(fields=["task", "validation_status", "fooled"]),
         ]
 
@@ -78,6 +85,10 @@ class Example(models.Model):
 
 
 class Validation(models.Model):
+    """One validator's work on one example: first their own (blind) answer, then
+    their decision on the writer's label. A row with a blind answer and no label
+    yet counts for nothing until the decision comes."""
+
     class Label(models.TextChoices):
         CORRECT = "correct", "Correct"
         INCORRECT = "incorrect", "Incorrect"
@@ -89,10 +100,16 @@ class Validation(models.Model):
 
     example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="validations")
     validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="validations")
-    label = models.CharField(max_length=10, choices=Label.choices)
+    label = models.CharField(max_length=10, choices=Label.choices, blank=True,
+                             help_text="Empty until the validator decides (after their blind answer).")
     mode = models.CharField(max_length=5, choices=Mode.choices, default=Mode.USER)
     reason = models.CharField(max_length=500, blank=True)
+    blind_answer = models.JSONField(null=True, blank=True,
+                                    help_text="The validator's own answer, given before the writer's was shown.")
+    blind_agrees = models.BooleanField(null=True, blank=True,
+                                       help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
     created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -101,13 +118,18 @@ class Validation(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.validator} says {self.label} on example {self.example_id}"
+        said = self.label or "(blind answer only)"
+        return f"{self.validator} says {said} on example {self.example_id}"
 
 
 class AnnotationSession(models.Model):
     """One sitting of an annotator on a task: counters, the last context served,
     and the key that a signed per-session token carries (for pages in an MTurk
-    iframe, where third-party cookies are blocked)."""
+    iframe, where third-party cookies are blocked).
+
+    A token stops working when the session is revoked (sign-out), when the user's
+    password changes (``auth_hash`` no longer matches) and, at the latest,
+    ``ANNOTATION_SESSION_MAX_AGE`` after the session was created."""
 
     key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_sessions")
@@ -118,7 +140,12 @@ class AnnotationSession(models.Model):
     examples_fooled = models.PositiveIntegerField(default=0)
     validations_done = models.PositiveIntegerField(default=0)
     mturk_assignment_id = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    auth_hash = models.CharField(max_length=128, blank=True, editable=False,
+                                 help_text="The user's session auth hash when the session began (password changes end it).")
+    login_key = models.CharField(max_length=64, blank=True, editable=False,
+                                 help_text="A hash of the sign-in session it was started from (sign-out ends it).")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
     last_seen_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -127,3 +154,22 @@ class AnnotationSession(models.Model):
 
     def __str__(self):
         return f"{self.user} on {self.task.slug} ({self.created_at:%Y-%m-%d %H:%M})"
+
+
+class IdempotentRequest(models.Model):
+    """The first answer to a write sent with an ``Idempotency-Key``: a retry with the
+    same key gets this answer again, and nothing is stored twice. Written in the
+    same transaction as the write it answers."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of the method, path and body.")
+    status_code = models.PositiveSmallIntegerField()
+    body = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_unique_per_user")]
+
+    def __str__(self):
+        return f"{self.user} key {self.key[:20]}"

@@ -1,8 +1,18 @@
+"""Request and response shapes of the annotation API.
+
+Request serializers check the shape (types, sizes); what a task accepts (its input
+fields, labels, passage spans) is checked by the task config in the services, and
+reported with the same field names.
+"""
+
 from rest_framework import serializers
 
-from tasks.models import Context
+from tasks.models import Round
 
 from .models import AnnotationSession, Example
+from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
+
+MAX_TEXT = 20000  # the largest max_input_length a task config allows
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -12,69 +22,167 @@ class SessionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class NextContextSerializer(serializers.ModelSerializer):
-    round = serializers.IntegerField(source="round_number", read_only=True)
-
-    class Meta:
-        model = Context
-        fields = ["id", "fields", "tag", "round"]
-        read_only_fields = fields
-
-
-class ExampleCreateSerializer(serializers.Serializer):
-    context = serializers.IntegerField(help_text="The id of the context from contexts/next/.")
-    inputs = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
-                                   help_text="What the annotator wrote, by input field.")
-    target = serializers.DictField(help_text='{"label": ...} or, for QA, {"text": ..., "start": ...}.')
-
-
-class ExampleCreatedSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    prediction = serializers.CharField(help_text="The model's label (or, for QA, its answer text).")
-    probabilities = serializers.DictField(child=serializers.FloatField(), allow_null=True)
-    span = serializers.DictField(child=serializers.IntegerField(), allow_null=True,
-                                 help_text="QA: the model's answer offsets in the passage.")
-    fooled = serializers.BooleanField()
-    model = serializers.CharField()
-    models = serializers.ListField(child=serializers.IntegerField())
-    latency_ms = serializers.FloatField()
+class SessionTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="Send as X-Dynabench-Token.")
+    expires_at = serializers.DateTimeField(help_text="When the token stops working at the latest.")
     session = SessionSerializer()
 
 
+class NextContextSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    fields = serializers.DictField(child=serializers.CharField(), help_text="The context's text fields.")
+    tag = serializers.CharField(allow_blank=True)
+    round = serializers.IntegerField(source="round_number", help_text="The round it is served for.")
+    session = SessionSerializer(source="served_to", help_text="The caller's session counters.")
+
+
+class AnswerSerializer(serializers.Serializer):
+    """An answer: ``label`` for classification tasks, ``text`` and ``start`` for QA."""
+
+    label = serializers.CharField(required=False, max_length=40, help_text="Classification: one of the task's labels.")
+    text = serializers.CharField(required=False, max_length=MAX_TEXT, trim_whitespace=False,
+                                 help_text="QA: the answer, a span of the passage.")
+    start = serializers.IntegerField(required=False, min_value=0, max_value=MAX_DATABASE_ID,
+                                     help_text="QA: the span's character offset in the passage.")
+
+
+class ExampleCreateSerializer(serializers.Serializer):
+    context = serializers.IntegerField(min_value=1, max_value=MAX_DATABASE_ID,
+                                       help_text="The id of the context from contexts/next/.")
+    inputs = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=MAX_TEXT),
+        help_text="What the annotator wrote: exactly the task's input fields, each non-empty text "
+                  "of at most the task's max_input_length characters.")
+    target = AnswerSerializer(help_text='The writer\'s answer: {"label": ...} or, for QA, {"text": ..., "start": ...}.')
+
+
+class ExampleCreatedSerializer(serializers.Serializer):
+    """The model's answer to a new example (from ``services.examples.Created``)."""
+
+    id = serializers.IntegerField(source="example.pk")
+    prediction = serializers.SerializerMethodField(help_text="The model's label (or, for QA, its answer text).")
+    probabilities = serializers.SerializerMethodField()
+    span = serializers.SerializerMethodField(help_text="QA: the model's answer offsets in the passage.")
+    fooled = serializers.BooleanField(source="example.fooled")
+    model = serializers.SerializerMethodField(help_text="The answering model's name (' + '-joined for an ensemble).")
+    models = serializers.SerializerMethodField(help_text="The answering model versions' ids.")
+    latency_ms = serializers.FloatField(source="example.latency_ms")
+    session = SessionSerializer()
+
+    def _is_qa(self, created) -> bool:
+        return "answer" in created.example.prediction
+
+    def get_prediction(self, created) -> str:
+        prediction = created.example.prediction
+        return prediction["answer"] if self._is_qa(created) else prediction["label"]
+
+    def get_probabilities(self, created) -> dict[str, float] | None:
+        return None if self._is_qa(created) else created.example.prediction["probabilities"]
+
+    def get_span(self, created) -> dict[str, int] | None:
+        prediction = created.example.prediction
+        return {"start": prediction["start"], "end": prediction["end"]} if self._is_qa(created) else None
+
+    def get_models(self, created) -> list[int]:
+        return sorted(int(k) for k in created.example.model_predictions)
+
+    def get_model(self, created) -> str:
+        return " + ".join(created.model_names.get(i, str(i)) for i in self.get_models(created))
+
+
 class ExplanationRequestSerializer(serializers.Serializer):
-    n_steps = serializers.IntegerField(required=False, default=10, min_value=1, max_value=200)
+    n_steps = serializers.IntegerField(required=False, default=10, min_value=1, max_value=200,
+                                       help_text="Integrated-gradients steps: more is slower and closer.")
+
+
+class WordHeatSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    text = serializers.CharField()
+    start = serializers.IntegerField()
+    end = serializers.IntegerField()
+    attribution = serializers.FloatField()
+    heat = serializers.FloatField()
+
+
+class ExplanationSerializer(serializers.Serializer):
+    target = serializers.JSONField(help_text="What was explained: the label, or the answer span for QA.")
+    convergence_delta = serializers.FloatField()
+    n_steps = serializers.IntegerField()
+    words = WordHeatSerializer(many=True)
+    model_version = serializers.IntegerField()
 
 
 class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
 
 
 class ValidationCreateSerializer(serializers.Serializer):
     label = serializers.ChoiceField(choices=["correct", "incorrect", "flagged"])
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
+
+
+class BlindAnswerRequestSerializer(serializers.Serializer):
+    answer = AnswerSerializer(help_text='Your own answer: {"label": ...}, or for QA {"text": ...} '
+                                        '(with "start" if you know it).')
+
+
+class BlindAnswerSerializer(serializers.Serializer):
+    answer = serializers.JSONField(source="blind_answer", help_text="Your answer, as stored.")
+    agrees = serializers.BooleanField(source="blind_agrees", help_text="Whether it agrees with the writer's.")
+    target = serializers.JSONField(source="example.target", help_text="The writer's answer, shown now.")
+
+
+class RevealSerializer(serializers.Serializer):
+    target = serializers.JSONField(help_text="The writer's answer.")
 
 
 class ValidationItemSerializer(serializers.ModelSerializer):
-    """An example to validate. ``target`` is left out when validation is blind."""
+    """An example to validate. While validation is blind for the caller, it carries
+    neither the writer's answer (``target``) nor the model's (``prediction``) nor
+    whether it fooled the model (``fooled``): all three are null until the caller
+    has given their own answer (``blind_answer``). Needs ``context={"user": ...}``."""
 
     context = serializers.SerializerMethodField()
     round = serializers.IntegerField(source="round.number")
+    blind = serializers.SerializerMethodField(help_text="Whether the caller must answer before seeing the target.")
+    blind_answer = serializers.SerializerMethodField(help_text="The caller's stored blind answer, if any.")
     target = serializers.SerializerMethodField()
-    blind = serializers.SerializerMethodField()
+    prediction = serializers.SerializerMethodField()
+    fooled = serializers.SerializerMethodField()
 
     class Meta:
         model = Example
-        fields = ["id", "round", "context", "inputs", "target", "blind", "fooled"]
+        fields = ["id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction", "fooled"]
         read_only_fields = fields
 
-    def get_blind(self, obj) -> bool:
-        return obj.task.parsed_config.blind_validation
+    def to_representation(self, obj):
+        from .services.validation import may_see_target
 
-    def get_context(self, obj) -> dict | None:
+        # Decided once per item (it may cost a query): every field below reads it.
+        obj.shown_to_caller = may_see_target(obj, self.context["user"],
+                                             blind_answer_given=self.get_blind_answer(obj) is not None)
+        return super().to_representation(obj)
+
+    def _shown(self, obj) -> bool:
+        return obj.shown_to_caller
+
+    def get_context(self, obj) -> dict[str, str] | None:
         return obj.context.fields if obj.context_id else None
 
+    def get_blind(self, obj) -> bool:
+        return not self._shown(obj)
+
+    def get_blind_answer(self, obj) -> dict | None:
+        return getattr(obj, "my_blind_answer", None)
+
     def get_target(self, obj) -> dict | None:
-        return None if self.get_blind(obj) else obj.target
+        return obj.target if self._shown(obj) else None
+
+    def get_prediction(self, obj) -> dict | None:
+        return obj.prediction if self._shown(obj) else None
+
+    def get_fooled(self, obj) -> bool | None:
+        return obj.fooled if self._shown(obj) else None
 
 
 class ExampleStateSerializer(serializers.ModelSerializer):
@@ -83,3 +191,72 @@ class ExampleStateSerializer(serializers.ModelSerializer):
         fields = ["id", "retracted", "flagged", "flag_reason", "validation_status", "validations_correct",
                   "validations_incorrect", "validations_flagged"]
         read_only_fields = fields
+
+
+class ValidatedSerializer(serializers.Serializer):
+    """The example's state after a decision (from ``services.validation.Validated``)."""
+
+    example = ExampleStateSerializer()
+    label = serializers.CharField(source="validation.label")
+    mode = serializers.CharField(source="validation.mode")
+    session = SessionSerializer()
+
+
+class RoundStatsFieldsMixin(serializers.Serializer):
+    collected = serializers.IntegerField(source="n_collected", read_only=True)
+    fooled = serializers.IntegerField(source="n_fooled", read_only=True)
+    verified = serializers.IntegerField(source="n_verified", read_only=True)
+    verified_fooled = serializers.IntegerField(source="n_verified_fooled", read_only=True)
+    validations = serializers.IntegerField(source="n_validations", read_only=True)
+    model_error_rate = serializers.SerializerMethodField()
+    verified_model_error_rate = serializers.SerializerMethodField()
+
+    def get_model_error_rate(self, obj) -> float | None:
+        return obj.n_fooled / obj.n_collected if obj.n_collected else None
+
+    def get_verified_model_error_rate(self, obj) -> float | None:
+        return obj.n_verified_fooled / obj.n_collected if obj.n_collected else None
+
+
+class RoundSerializer(RoundStatsFieldsMixin, serializers.ModelSerializer):
+    """A round with its counts (from ``services.stats.with_counts``)."""
+
+    task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    target_models = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+
+    class Meta:
+        model = Round
+        fields = ["task", "number", "status", "ensemble_mode", "description", "target_models",
+                  "starts_at", "ends_at", "opened_at", "closed_at", "collected", "fooled", "verified",
+                  "verified_fooled", "validations", "model_error_rate", "verified_model_error_rate"]
+        read_only_fields = fields
+
+
+class AnnotatorStatsSerializer(serializers.Serializer):
+    annotator = serializers.CharField(allow_null=True, help_text="A pseudonym.")
+    collected = serializers.IntegerField()
+    fooled = serializers.IntegerField()
+    verified_fooled = serializers.IntegerField()
+    model_error_rate = serializers.FloatField(allow_null=True)
+    verified_model_error_rate = serializers.FloatField(allow_null=True)
+    blind_answers = serializers.IntegerField(help_text="Blind answers validators gave to this writer's examples.")
+    blind_agreement = serializers.FloatField(allow_null=True,
+                                             help_text="Share of those that agreed with the writer's answer.")
+
+
+class RoundStatsSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    round = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Round.Status.choices)
+    collected = serializers.IntegerField()
+    fooled = serializers.IntegerField()
+    verified = serializers.IntegerField()
+    verified_fooled = serializers.IntegerField()
+    validations = serializers.IntegerField()
+    model_error_rate = serializers.FloatField(allow_null=True)
+    verified_model_error_rate = serializers.FloatField(allow_null=True)
+    blind_answers = serializers.IntegerField()
+    blind_agreement = serializers.FloatField(allow_null=True,
+                                             help_text="Share of blind answers that agreed with the writer's.")
+    target_models = serializers.ListField(child=serializers.CharField())
+    annotators = AnnotatorStatsSerializer(many=True)

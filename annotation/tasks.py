@@ -1,16 +1,14 @@
-"""Celery tasks on the ``inference`` queue, and the DB-free functions they run.
+"""Celery tasks on the ``inference`` queue, and the database-free functions they run.
 
 The web process sends model references (``{"id", "name", "path", "sha256"}``, see
-``annotation.inference.TargetModel``) read with the round's target models, so a
-prediction costs the worker no database query; the artifact is verified against
-the sha256 when the model cache loads it, and weights load through safetensors
-only. Plain version ids are accepted too (for scripts): they are looked up, and
-must be ready.
+``tasks.registry.TargetModel``), so a prediction costs the worker no database
+query; the artifact is verified against the sha256 when the model cache loads it,
+and weights load through safetensors only. Plain version ids are accepted too (for
+scripts): they are looked up, and must be ready.
 
 The web process waits on these results; a STARTED state would cost one more write
 and message per call in the result backend and nobody reads it, so these two do
-not report it (``track_started=False``, whatever ``CELERY_TASK_TRACK_STARTED``
-says for the long jobs).
+not report it (``track_started=False``).
 """
 
 from __future__ import annotations
@@ -27,11 +25,10 @@ def _resolve(models: list) -> list[dict]:
     ids = [m for m in models if not isinstance(m, dict)]
     if not ids:
         return list(models)
-    from leaderboard.models import ModelVersion
+    from tasks.models import ModelVersion
+    from tasks.registry import target_model
 
-    from .inference import target_model
-
-    found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status="ready")}
+    found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status=ModelVersion.Status.READY)}
     missing = [pk for pk in ids if pk not in found]
     if missing:
         raise ValueError(f"unknown or retired model versions: {missing}")
@@ -39,11 +36,9 @@ def _resolve(models: list) -> list[dict]:
 
 
 def _ref(message: dict):
-    """The ``ml`` reference; a relative path is under this process's models directory."""
-    from leaderboard.models import resolve_artifact_path
-    from ml import ModelRef
+    from tasks.registry import TargetModel
 
-    return ModelRef(str(resolve_artifact_path(message["path"])), message["sha256"])
+    return TargetModel.from_message(message).ref()
 
 
 def predict_refs(models: list[dict], rows_inputs: list[dict]) -> list[dict]:
@@ -76,12 +71,12 @@ def explain_ref(model: dict, inputs: dict, target=None, n_steps: int = 10) -> di
 
 def _answer(reply_to: str | None, compute):
     """Run ``compute``; with ``reply_to``, push the outcome (result or error) to the
-    waiting caller's Redis list (dynabench.replies) as well."""
+    waiting caller's Redis list (core.replies) as well."""
     if not reply_to:
         return compute()
     from django.conf import settings
 
-    from dynabench import replies
+    from core import replies
 
     try:
         result = compute()
@@ -107,3 +102,11 @@ def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str |
         return explain_ref(message, inputs, target, n_steps)
 
     return _answer(reply_to, compute)
+
+
+@shared_task(name="annotation.prune_idempotency_keys")
+def prune_idempotency_keys() -> int:
+    """Forget Idempotency-Keys older than IDEMPOTENCY_KEY_TTL (on the beat schedule)."""
+    from .idempotency import prune
+
+    return prune()

@@ -1,83 +1,110 @@
-"""Annotation pages: server-rendered, with a small script (static/js/dynabench.js).
+"""Pages: a task's public page, and the annotation pages (write, validate).
 
-They work inside an MTurk iframe: framing is allowed for the MTurk worker
-sites only, and the script authenticates API calls with a signed session
-token in a header, so no third-party cookie is needed. A page may be opened
-with ``?token=...`` (the MTurk landing passes one) instead of a login.
+The annotation pages work inside an MTurk iframe: framing is allowed for the
+MTurk worker sites only, and the script authenticates API calls with the signed
+session token in a header, so no third-party cookie is needed. A page may be
+opened with ``?token=...`` (the MTurk landing passes one) instead of a sign-in.
+A signed-in user's page reuses their session from the same sign-in; the pages
+are never cached (they carry a token).
 """
 
 from csp.constants import SELF
 from csp.decorators import csp_replace
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404
+from django.shortcuts import render
+from django.utils.safestring import mark_safe
+from django.views.decorators.cache import never_cache
 from django.views.decorators.clickjacking import xframe_options_exempt
-from rest_framework.exceptions import APIException, AuthenticationFailed
 
-from tasks.models import Task
+from tasks.charts import error_rate_chart
+from tasks.models import Round, Task
+from tasks.roles import is_researcher
 
-from . import services
 from .serializers import ValidationItemSerializer
-from .tokens import make_token, session_from_token
+from .services import sessions, stats, validation
+from .tokens import InvalidToken, make_token, session_from_token
 
 frameable = csp_replace({"frame-ancestors": [SELF, *settings.MTURK_FRAME_ANCESTORS]})
 
 
-def _session(request, task):
-    """(session, None) for a signed-in user or a valid ``?token=``; else (None, response)."""
+def task_detail(request, slug):
+    """A task's public page: its rounds, their counts and the error-rate chart."""
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise Http404(f"No task {slug!r}.")
+    rounds = list(stats.with_counts(Round.objects.filter(task=task)).prefetch_related("target_models")
+                  .order_by("number"))
+    for r in rounds:
+        r.stats = stats.summary(r)
+        r.target_names = [m.name for m in r.target_models.all()]
+    open_round = next((r for r in rounds if r.status == Round.Status.OPEN), None)
+    chart = error_rate_chart([(r.number, r.stats["model_error_rate"], r.stats["verified_model_error_rate"])
+                              for r in rounds])
+    return render(request, "annotation/task_detail.html", {
+        "task": task, "rounds": rounds, "open_round": open_round, "config": task.parsed_config,
+        "chart": mark_safe(chart),  # built from numbers only, see tasks/charts.py
+    })
+
+
+def _refuse(request, message, task=None, status=403):
+    return render(request, "annotation/error.html", {"message": message, "task": task}, status=status)
+
+
+def _page(request, slug):
+    """(task, session, None) when the caller may work on the task; else (None, None, response)."""
     token = request.GET.get("token")
     if token:
         try:
             session = session_from_token(token)
-        except AuthenticationFailed as exc:
-            return None, render(request, "annotation/error.html", {"message": exc.detail, "task": task}, status=403)
-        if session.task_id != task.pk:
-            return None, render(request, "annotation/error.html",
-                                {"message": "This token is for another task.", "task": task}, status=403)
-        return session, None
+        except InvalidToken as exc:
+            return None, None, _refuse(request, exc.message)
+        task = session.task
+        if task.slug != slug:
+            return None, None, _refuse(request, "This link's token is for another task.")
+        if not (task.is_public or is_researcher(session.user, task)):
+            return None, None, _refuse(request, "This task is not open to this session.", status=404)
+        return task, session, None
     if not request.user.is_authenticated:
-        return None, redirect_to_login(request.get_full_path())
-    return services.start_session(request.user, task), None
+        return None, None, redirect_to_login(request.get_full_path())
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise Http404(f"No task {slug!r}.")
+    session = sessions.session_for_page(request.user, task, sessions.login_key(request.session.session_key))
+    return task, session, None
 
 
-def _page_context(task, session):
-    config = task.parsed_config
+def _page_context(request, task, session):
+    foreign = request.user.is_authenticated and request.user.pk != session.user_id
     return {
-        "task": task, "config": config, "session": session, "token": make_token(session),
+        "task": task, "config": task.parsed_config, "session": session, "token": make_token(session),
         "round": task.open_round(),
+        # A signed-in user who opened someone else's link sees whose session this is.
+        "session_owner": session.user.get_username() if foreign else None,
     }
 
 
-def _task_page(request, slug):
-    """(task, session, None), or (task, None, response) when the caller may not enter."""
-    tasks = Task.objects.all() if request.GET.get("token") else Task.objects.visible_to(request.user)
-    task = get_object_or_404(tasks, slug=slug)
-    session, response = _session(request, task)
-    return task, session, response
-
-
+@never_cache
 @xframe_options_exempt
 @frameable
 def create_page(request, slug):
-    task, session, response = _task_page(request, slug)
+    task, session, response = _page(request, slug)
     if response:
         return response
-    context = _page_context(task, session)
+    context = _page_context(request, task, session)
     context["closed"] = context["round"] is None
     return render(request, "annotation/create.html", context)
 
 
+@never_cache
 @xframe_options_exempt
 @frameable
 def validate_page(request, slug):
-    task, session, response = _task_page(request, slug)
+    task, session, response = _page(request, slug)
     if response:
         return response
-    context = _page_context(task, session)
-    try:
-        example = services.next_for_validation(task, session.user)
-    except APIException:
-        example = None
-    context["example"] = example
-    context["item"] = ValidationItemSerializer(example).data if example else None
+    context = _page_context(request, task, session)
+    example = validation.validation_queue(task, session.user).first()
+    context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
     return render(request, "annotation/validate.html", context)

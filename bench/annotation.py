@@ -134,6 +134,7 @@ def _django_setup(cfg: dict) -> dict:
     import ml
     from leaderboard import services as lb
     from tasks.models import Task
+    from tasks.registry import register_model
 
     task = Task.objects.get(slug=cfg["task"])
     rnd = task.open_round()
@@ -142,7 +143,7 @@ def _django_setup(cfg: dict) -> dict:
     if manifest.exists():
         kept = json.loads(manifest.read_text())
         try:
-            model = lb.register_model(
+            model = register_model(
                 task, ml.verify_artifact(kept["path"], kept["sha256"]), name=MODEL_NAME
             )
         except (ml.ArtifactError, ValidationError, KeyError, OSError):
@@ -195,6 +196,7 @@ def _django_count(cfg: dict) -> dict:
     from django.db.models import Count
 
     from annotation.models import AnnotationSession, Example
+    from annotation.services.stats import round_stats
     from tasks.models import Task
 
     task = Task.objects.get(slug=cfg["task"])
@@ -216,7 +218,7 @@ def _django_count(cfg: dict) -> dict:
         "examples_by_user": by_user,
         "examples_total": sum(by_user.values()),
         "session_examples_written": sessions_written,
-        "round_examples_collected": rnd.examples_collected,
+        "round_examples_collected": round_stats(rnd)["collected"],
         "task_examples_all": Example.objects.filter(task=task).count(),
     }
 
@@ -1188,7 +1190,7 @@ def main() -> int:
         "server_environment": {
             "DEBUG": "false",
             "LOG_LEVEL": "WARNING",
-            "CACHE_URL": "unset (locmem, per process)",
+            "CACHE_URL": "unset: per-process memory (embedded), the Redis reply server (service)",
             "throttles": f"THROTTLE_EXAMPLES/EXPLANATIONS/USER/ANON/VALIDATIONS={THROTTLE} (raised for the bench)",
         },
         "environment": {

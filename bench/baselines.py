@@ -5,7 +5,7 @@ held-out scores and how badly the adversarial rounds fool it.
     .venv/bin/python bench/baselines.py --quick         # smoke run, a few minutes
     .venv/bin/python bench/baselines.py --tasks nli,hate --train-size nli=4000 --epochs 1
 
-Everything goes through the project's Django-free code: ``tasks.importers.read_records``
+Everything goes through the project's Django-free code: ``annotation.importers.read_records``
 reads and maps the files (same label mapping as the importer), ``ml.train`` fine-tunes
 all-MiniLM-L6-v2 (best epoch on the dev split is kept), ``ml.predict`` scores the
 held-out sets, ``ml.metrics`` computes the numbers.  Data come from
@@ -128,8 +128,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import ml  # noqa: E402  (sets the offline environment before transformers loads)
+from annotation.importers import RowError, read_records  # noqa: E402
 from ml import metrics as M  # noqa: E402
-from tasks.importers import RowError, read_records  # noqa: E402
 
 TASKS = ("sentiment", "nli", "hate", "qa")
 SENTIMENT_LABELS = ["negative", "positive"]

@@ -12,7 +12,6 @@ hang (see DESIGN.md), so the parent never touches torch.
 
 import logging
 import os
-import socket
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_ready
@@ -65,7 +64,7 @@ def load_models_in_solo_worker(sender=None, **_kwargs):
 @worker_process_init.connect
 def load_models_in_child(**_kwargs):
     """Warm the model cache with the open rounds' target models."""
-    from tasks.services import warm_up_target_models
+    from tasks.registry import warm_up_target_models
 
     try:
         loaded = warm_up_target_models()
@@ -73,15 +72,3 @@ def load_models_in_child(**_kwargs):
         log.exception("warming up target models failed")
     else:
         log.info("worker process %s loaded %d target model(s)", os.getpid(), loaded)
-
-
-@app.task(name="dynabench.health_check")
-def health_check() -> dict:
-    """Round trip through broker, worker, database and result backend."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        db_ok = cursor.fetchone()[0] == 1
-    return {"ok": db_ok, "hostname": socket.gethostname(), "pid": os.getpid(),
-            "database": connection.vendor}

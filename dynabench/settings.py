@@ -6,6 +6,7 @@ Celery tasks run in-process. See the settings table in README.md.
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 import environ
@@ -21,22 +22,41 @@ if (BASE_DIR / ".env").exists():
 VAR_DIR = Path(env("DYNABENCH_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env.bool("DEBUG", default=True)
+# Off unless asked for: `make run`, `make test` and the other make targets set
+# DEBUG=true for a development checkout; a deployment that forgets it is safe.
+DEBUG = env.bool("DEBUG", default=False)
 
 
 def _local_secret_key() -> str:
-    """A key generated once per checkout and kept in var/ (local use only)."""
+    """A key generated once per checkout and kept in var/ (local development only).
+
+    Written to a private temporary file (mode 0600 from the start) and linked into
+    place, so a reader never sees a half-written key, the key is never readable by
+    others, and when two processes start at once the first link wins and both use it.
+    """
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(64))
-        path.chmod(0o600)
+        descriptor, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")  # mode 0600
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_urlsafe(64))
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process got there first: use its key
+        finally:
+            os.unlink(tmp)
     return path.read_text().strip()
 
 
 SECRET_KEY = env("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off. For local development set DEBUG=true "
+            "(the make targets do), which keeps a generated key in var/secret_key.")
     SECRET_KEY = _local_secret_key()
 
 ALLOWED_HOSTS = env.list(
@@ -118,7 +138,6 @@ else:
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
@@ -131,6 +150,7 @@ CELERY_TASK_STORE_EAGER_RESULT = False
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "dynabench.health_check": {"queue": "default"},
+    "annotation.prune_idempotency_keys": {"queue": "default"},
     "annotation.predict": {"queue": "inference"},
     "annotation.explain": {"queue": "inference"},
     "leaderboard.train_model": {"queue": "training"},
@@ -154,11 +174,34 @@ _redis_urls = [u for u in (CELERY_RESULT_BACKEND, CELERY_BROKER_URL) if u.starts
 INFERENCE_REPLY_URL = env("INFERENCE_REPLY_URL", default=_redis_urls[0] if _redis_urls else "")
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = {
+    "prune-idempotency-keys": {"task": "annotation.prune_idempotency_keys", "schedule": 3600.0},
+}
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 
+# --- Cache ------------------------------------------------------------------
+# Throttles and sign-in lockouts count on the default cache, so every web process
+# must share it: in service mode it defaults to Redis (the reply-list server);
+# embedded mode keeps it in process memory.
+if env("CACHE_URL", default=""):
+    CACHES = {"default": env.cache("CACHE_URL")}
+elif INFERENCE_REPLY_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": INFERENCE_REPLY_URL, "KEY_PREFIX": "dynabench"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 # --- REST API -------------------------------------------------------------
+# Largest JSON body the API reads (413 above it); forms and uploads are bounded by
+# DATA_UPLOAD_MAX_MEMORY_SIZE and FILE_UPLOAD_MAX_MEMORY_SIZE.
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=1024 * 1024)
 REST_FRAMEWORK = {
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: failed token auth then answers 401 with WWW-Authenticate.
         "rest_framework.authentication.TokenAuthentication",
@@ -166,10 +209,14 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
-    "DEFAULT_PAGINATION_CLASS": "dynabench.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.Pagination",
     "PAGE_SIZE": 25,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "dynabench.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "core.schema.AutoSchema",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+    # Proxies in front of the web processes whose X-Forwarded-For may be trusted:
+    # 0 (the default) trusts none, so throttles key on the connection's address and
+    # a client cannot pick its own by sending the header.
+    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
         "rest_framework.throttling.UserRateThrottle",
@@ -204,6 +251,17 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
+# Sign-in lockout (the page and /api/auth/token/): 429 after this many failures in
+# the window, per account and per address; sign-ups per address per hour.
+LOGIN_FAILURES_PER_ACCOUNT = env.int("LOGIN_FAILURES_PER_ACCOUNT", default=5)
+LOGIN_FAILURES_PER_ADDRESS = env.int("LOGIN_FAILURES_PER_ADDRESS", default=20)
+LOGIN_FAILURE_WINDOW = env.int("LOGIN_FAILURE_WINDOW", default=15 * 60)
+SIGNUPS_PER_ADDRESS = env.int("SIGNUPS_PER_ADDRESS", default=10)
+SIGNUP_WINDOW = env.int("SIGNUP_WINDOW", default=3600)
+# A session token works at most this long after its annotation session began.
+ANNOTATION_SESSION_MAX_AGE = env.int("ANNOTATION_SESSION_MAX_AGE", default=12 * 3600)
+# How long an Idempotency-Key's first answer is kept for retries.
+IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=24 * 3600)
 
 # --- i18n / static --------------------------------------------------------
 LANGUAGE_CODE = "en-us"

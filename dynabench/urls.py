@@ -1,13 +1,14 @@
+"""URL wiring: pages, the REST API under /api/, the admin."""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from annotation import api as annotation_api
 from annotation import views as annotation_views
-from dynabench import accounts
+from core import accounts
 from tasks import api as tasks_api
 from tasks import views as tasks_views
 
@@ -16,20 +17,22 @@ router.register("tasks", tasks_api.TaskViewSet, basename="task")
 
 api_patterns = [
     path("", include(router.urls)),
-    path("tasks/<slug:slug>/rounds/", tasks_api.RoundList.as_view(), name="round-list"),
-    path("tasks/<slug:slug>/rounds/<int:number>/", tasks_api.RoundDetail.as_view(), name="round-detail"),
+    path("tasks/<slug:slug>/rounds/", annotation_api.RoundList.as_view(), name="round-list"),
+    path("tasks/<slug:slug>/rounds/<int:number>/", annotation_api.RoundDetail.as_view(), name="round-detail"),
+    path("tasks/<slug:slug>/rounds/<int:number>/stats/", annotation_api.RoundStats.as_view(), name="round-stats"),
     path("tasks/<slug:slug>/contexts/", tasks_api.ContextList.as_view(), name="context-list"),
     path("tasks/<slug:slug>/contexts/next/", annotation_api.NextContext.as_view(), name="context-next"),
     path("tasks/<slug:slug>/sessions/", annotation_api.SessionCreate.as_view(), name="session-create"),
     path("tasks/<slug:slug>/examples/", annotation_api.ExampleCreate.as_view(), name="example-create"),
     path("tasks/<slug:slug>/validations/next/", annotation_api.NextValidation.as_view(), name="validation-next"),
-    path("tasks/<slug:slug>/rounds/<int:number>/stats/", annotation_api.RoundStats.as_view(), name="round-stats"),
     path("examples/<int:pk>/explanation/", annotation_api.ExampleExplanation.as_view(), name="example-explanation"),
     path("examples/<int:pk>/retract/", annotation_api.ExampleRetract.as_view(), name="example-retract"),
     path("examples/<int:pk>/flag/", annotation_api.ExampleFlag.as_view(), name="example-flag"),
+    path("examples/<int:pk>/unflag/", annotation_api.ExampleUnflag.as_view(), name="example-unflag"),
+    path("examples/<int:pk>/blind-answer/", annotation_api.BlindAnswer.as_view(), name="example-blind-answer"),
     path("examples/<int:pk>/reveal/", annotation_api.ExampleReveal.as_view(), name="example-reveal"),
     path("examples/<int:pk>/validations/", annotation_api.ExampleValidate.as_view(), name="example-validate"),
-    path("auth/token/", obtain_auth_token, name="token"),
+    path("auth/token/", accounts.obtain_auth_token, name="token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]
@@ -37,11 +40,11 @@ api_patterns = [
 urlpatterns = [
     path("", tasks_views.home, name="home"),
     path("healthz", tasks_views.healthz, name="healthz"),
+    path("tasks/<slug:slug>/", annotation_views.task_detail, name="task-detail"),
     path("tasks/<slug:slug>/create/", annotation_views.create_page, name="annotate"),
     path("tasks/<slug:slug>/validate/", annotation_views.validate_page, name="validate"),
-    path("tasks/", include("tasks.urls")),
     path("api/", include((api_patterns, "api"))),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("admin/", admin.site.urls),

@@ -1,18 +1,23 @@
 from django.contrib import admin
 
-from .models import ModelVersion
+from .models import Evaluation
 
 
-@admin.register(ModelVersion)
-class ModelVersionAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "task", "backbone", "status", "short_sha256", "created_at"]
-    list_filter = ["task", "status", "backbone"]
-    list_select_related = ["task"]
-    search_fields = ["name", "sha256", "artifact_path"]
-    raw_id_fields = ["parent"]
-    filter_horizontal = ["trained_on_rounds"]
-    readonly_fields = ["sha256", "artifact_path", "training_data", "metrics", "created_at", "created_by"]
+@admin.register(Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "model_version", "round", "split", "num_examples", "model_error_rate", "created_at"]
+    list_filter = ["split", "model_version__task"]
+    list_select_related = ["model_version__task", "round__task"]
+    readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "model_error_rate", "job",
+                       "created_at"]
 
-    @admin.display(description="sha256")
-    def short_sha256(self, obj):
-        return obj.sha256[:12]
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        from tasks.models import Task
+
+        return super().get_queryset(request).filter(model_version__task__in=Task.objects.researched_by(request.user))

@@ -12,19 +12,18 @@ import logging
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.utils import timezone
-from django.utils.text import slugify
 
+from annotation.models import Example
+from annotation.services.examples import signature_ok
 from tasks.jobs import JobReporter, create_job, enqueue, run_job
-from tasks.models import Job, Round, Task
+from tasks.models import Job, ModelVersion, Round, Task
+from tasks.registry import artifact_dir_for, ref_for, register_model
 from tasks.services import SEED_DIR
 
-from .models import Evaluation, ModelVersion
+from .models import Evaluation
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +35,10 @@ DEMO_TRAINING = {"epochs": 6, "batch_size": 8, "lr": 1e-4, "seed": 0}
 DEMO_TRAINING_BY_TASK = {"qa": {"lr": 2e-4}}
 
 
-def models_root() -> Path:
-    root = Path(settings.DYNABENCH_MODELS_DIR)
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def artifact_dir_for(task: Task, name: str) -> Path:
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S-%f")
-    return models_root() / task.slug / f"{slugify(name) or 'model'}-{stamp}"
-
-
 def ml_spec(task: Task):
     import ml
 
     return ml.TaskSpec.from_dict(task.parsed_config.ml_spec_dict())
-
-
-def ref_for(model_version: ModelVersion):
-    from ml import ModelRef
-
-    return ModelRef(str(model_version.artifact_dir), model_version.sha256)
 
 
 # --- rows ------------------------------------------------------------------
@@ -85,8 +67,6 @@ def example_rows(task: Task, examples: Iterable) -> list[dict]:
 
 def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split: str = "train"):
     """Examples usable for training: not retracted, not rejected or flagged."""
-    from annotation.models import Example
-
     qs = Example.objects.filter(task=task, split=split, retracted=False).exclude(
         validation_status__in=[Example.ValidationStatus.REJECTED, Example.ValidationStatus.FLAGGED]
     )
@@ -95,14 +75,29 @@ def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split:
     return qs.select_related("context").order_by("pk")
 
 
+def untampered(examples: Iterable[Example], reporter: JobReporter | None = None) -> list[Example]:
+    """``examples`` without the written ones whose signature does not check (their text,
+    answer, the model's answer or ``fooled`` changed after the model answered)."""
+    kept, dropped = [], 0
+    for example in examples:
+        if example.source == Example.Source.ANNOTATION and not signature_ok(example):
+            dropped += 1
+            log.warning("example %s: signature does not match its data; left out", example.pk)
+            continue
+        kept.append(example)
+    if dropped and reporter:
+        reporter.progress(0, f"left out {dropped} example(s) whose signature does not match their data")
+    return kept
+
+
 def read_seed_rows(slug: str, config=None) -> dict[str, list[dict]]:
     """The shipped seed examples of a task, by split, as ``ml`` rows.
 
     Read with the same ``seed`` reader that ``import_dataset`` uses. Without
     ``config``, the task's shipped definition is used (no database needed).
     """
+    from annotation.importers import RowError, read_records
     from tasks.config import validate_task_config
-    from tasks.importers import RowError, read_records
     from tasks.services import load_definition
 
     if config is None:
@@ -128,36 +123,7 @@ def data_summary(rows_by_split: dict[str, list[dict]], **extra) -> dict:
     return summary
 
 
-# --- registration -------------------------------------------------------------
-
-
-@transaction.atomic
-def register_model(task: Task, info, *, name: str, parent: ModelVersion | None = None,
-                   rounds: Iterable[Round] = (), user=None) -> ModelVersion:
-    """Register a finished artifact, after checking it once more on disk."""
-    import ml
-
-    verified = ml.verify_artifact(info.path, info.sha256)
-    spec = verified.metadata.get("task", {})
-    expected = task.parsed_config.ml_spec_dict()
-    if spec.get("kind") != expected["kind"] or list(spec.get("labels", [])) != expected["labels"]:
-        raise ValidationError(
-            f"The artifact was trained for {spec.get('kind')} {spec.get('labels')}, "
-            f"not for task {task.slug} ({expected['kind']} {expected['labels']})."
-        )
-    path = Path(info.path)
-    try:
-        stored = str(path.relative_to(models_root()))
-    except ValueError:
-        stored = str(path)
-    model = ModelVersion.objects.create(
-        task=task, name=name, artifact_path=stored, sha256=verified.sha256,
-        backbone=verified.metadata.get("backbone", ""), parent=parent,
-        training_data=verified.metadata.get("training_data", {}),
-        metrics=verified.metadata.get("metrics", {}), created_by=user,
-    )
-    model.trained_on_rounds.set(list(rounds))
-    return model
+# --- training --------------------------------------------------------------------
 
 
 def train_and_register(task: Task, rows_by_split: dict[str, list[dict]], *, name: str,
@@ -208,15 +174,13 @@ def score_rows(task: Task, model: ModelVersion, rows: list[dict], batch_size: in
             progress(min(start + batch_size, len(rows)))
     if config.task_type == "extractive_qa":
         golds = [r["answer"]["text"] for r in rows]
-        answers = [p["answer"] for p in predictions]
-        scores = metrics.squad_scores(answers, golds)
-        wrong = [metrics.model_fooled("string_f1", a, g, threshold=config.metric_threshold)
-                 for a, g in zip(answers, golds, strict=True)]
+        scores = metrics.squad_scores([p["answer"] for p in predictions], golds)
+        wrong = [config.model_fooled(r["answer"], p) for r, p in zip(rows, predictions, strict=True)]
     else:
         golds = [r["label"] for r in rows]
         labels = [p["label"] for p in predictions]
         scores = metrics.classification_report(golds, labels, labels=config.label_names)
-        wrong = [a != g for a, g in zip(labels, golds, strict=True)]
+        wrong = [config.model_fooled({"label": g}, p) for g, p in zip(golds, predictions, strict=True)]
     scores["num_examples"] = len(rows)
     scores["model_error_rate"] = sum(wrong) / len(rows) if rows else None
     return scores
@@ -235,7 +199,7 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
     rounds = list(rounds)
     results = []
     for i, rnd in enumerate(rounds):
-        examples = list(training_examples(model.task, rounds=[rnd.number], split=split))
+        examples = untampered(training_examples(model.task, rounds=[rnd.number], split=split), reporter)
         rows = example_rows(model.task, examples)
         if reporter:
             reporter.progress(100 * i / max(len(rounds), 1), f"round {rnd.number}: {len(rows)} {split} examples")
@@ -274,7 +238,8 @@ def run_training_job(job_id: int) -> Job:
         existing = ModelVersion.objects.filter(task=task, name=params["name"]).first()
         if existing:  # a redelivered job after registration: nothing to redo
             return {"model_version": existing.pk, "reused": True}
-        rows = {split: example_rows(task, training_examples(task, rounds=params.get("rounds"), split=split))
+        rows = {split: example_rows(task, untampered(training_examples(task, rounds=params.get("rounds"),
+                                                                           split=split), reporter))
                 for split in ("train", "dev", "test")}
         reporter.progress(1, "training on " + ", ".join(f"{len(v)} {k}" for k, v in rows.items()))
         rounds = task.rounds.filter(number__in=params["rounds"]) if params.get("rounds") else task.rounds.all()

@@ -1,20 +1,91 @@
-from django.contrib import admin
+"""Admin for tasks, rounds, contexts, model versions and jobs.
+
+The admin is no back door: a researcher who is not a superuser sees and edits
+only the rows of the tasks they own (``TaskScopedAdmin``), round status moves
+only through actions that call the services, and what the platform decided
+(counters, sha256, metrics) is read-only.
+"""
+
+from django.contrib import admin, messages
 from django.db.models import Count
 
-from .models import Context, Job, Round, Task
+from core.errors import DomainError
+
+from . import services
+from .models import Context, Job, ModelVersion, Round, Task
+
+
+class TaskScopedAdmin(admin.ModelAdmin):
+    """Rows reached through ``task_path`` (a lookup to the row's Task); a
+    non-superuser sees and edits only those of the tasks they own, and picks
+    related rows (tasks, rounds, contexts, models) only from those tasks."""
+
+    task_path = "task"
+
+    def researched_tasks(self, request):
+        return Task.objects.researched_by(request.user)
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**{f"{self.task_path}__in": self.researched_tasks(request)})
+
+    def _in_scope(self, request, obj) -> bool:
+        return obj is None or request.user.is_superuser or self.get_queryset(request).filter(pk=obj.pk).exists()
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) and self._in_scope(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self._in_scope(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and self._in_scope(request, obj)
+
+    def _limit(self, request, field, kwargs):
+        if request.user.is_superuser:
+            return kwargs
+        tasks = self.researched_tasks(request)
+        model = field.related_model
+        if model is Task:
+            kwargs["queryset"] = tasks
+        elif model in (Round, Context, ModelVersion):
+            kwargs["queryset"] = model.objects.filter(task__in=tasks)
+        return kwargs
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        return super().formfield_for_foreignkey(db_field, request, **self._limit(request, db_field, kwargs))
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        return super().formfield_for_manytomany(db_field, request, **self._limit(request, db_field, kwargs))
+
+
+def run_service_action(modeladmin, request, queryset, service, done: str):
+    """Call ``service`` on each selected row; report each refusal by name."""
+    changed = 0
+    for obj in queryset:
+        try:
+            service(obj)
+        except DomainError as exc:
+            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+        else:
+            changed += 1
+    if changed:
+        modeladmin.message_user(request, f"{done}: {changed}.", messages.SUCCESS)
 
 
 class RoundInline(admin.TabularInline):
     model = Round
     extra = 0
-    fields = ["number", "status", "ensemble_mode", "examples_collected", "examples_fooled",
-              "examples_verified_fooled"]
-    readonly_fields = ["examples_collected", "examples_fooled", "examples_verified_fooled"]
+    fields = ["number", "status", "ensemble_mode", "opened_at", "closed_at"]
+    readonly_fields = ["status", "opened_at", "closed_at"]
     show_change_link = True
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(TaskScopedAdmin):
+    task_path = "pk"
     list_display = ["name", "slug", "task_type", "is_active", "is_hidden", "round_count", "updated_at"]
     list_filter = ["task_type", "is_active", "is_hidden"]
     search_fields = ["name", "slug", "goal"]
@@ -32,36 +103,74 @@ class TaskAdmin(admin.ModelAdmin):
     ]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(_round_count=Count("rounds"))
+        queryset = Task.objects.annotate(_round_count=Count("rounds"))
+        return queryset if request.user.is_superuser else queryset.filter(pk__in=self.researched_tasks(request))
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        if not change and not request.user.is_superuser:
+            form.instance.owners.add(request.user)  # a researcher owns the tasks they create
 
     @admin.display(description="rounds", ordering="_round_count")
     def round_count(self, obj):
         return obj._round_count
 
 
+@admin.action(description="Open the selected rounds (closes the task's open round)")
+def open_rounds(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, services.open_round, "Opened")
+
+
+@admin.action(description="Close the selected rounds")
+def close_rounds(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, services.close_round, "Closed")
+
+
 @admin.register(Round)
-class RoundAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "task", "number", "status", "ensemble_mode", "examples_collected",
-                    "examples_fooled", "examples_verified_fooled", "opened_at"]
+class RoundAdmin(TaskScopedAdmin):
+    list_display = ["__str__", "task", "number", "status", "ensemble_mode", "opened_at", "closed_at"]
     list_filter = ["status", "task"]
     list_select_related = ["task"]
     search_fields = ["task__slug", "task__name", "description"]
     filter_horizontal = ["target_models"]
-    readonly_fields = ["examples_collected", "examples_fooled", "examples_verified_fooled",
-                       "validations_count", "opened_at", "closed_at", "created_at"]
+    readonly_fields = ["status", "opened_at", "closed_at", "created_at"]
+    actions = [open_rounds, close_rounds]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "task", "number"] if obj is not None else fields
 
 
 @admin.register(Context)
-class ContextAdmin(admin.ModelAdmin):
+class ContextAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "tag", "times_used", "times_fooled", "is_active"]
     list_filter = ["task", "is_active", "tag"]
     list_select_related = ["task", "round__task"]
     search_fields = ["external_id", "tag", "fields"]
     raw_id_fields = ["round"]
+    readonly_fields = ["times_used", "times_fooled", "created_at"]
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(TaskScopedAdmin):
+    list_display = ["__str__", "task", "backbone", "status", "short_sha256", "created_at"]
+    list_filter = ["task", "status", "backbone"]
+    list_select_related = ["task"]
+    search_fields = ["name", "sha256", "artifact_path"]
+    raw_id_fields = ["parent"]
+    readonly_fields = ["task", "name", "sha256", "artifact_path", "backbone", "parent", "trained_on_rounds",
+                       "training_data", "metrics", "created_at", "created_by"]
+
+    def has_add_permission(self, request):
+        return False  # models are registered by training jobs, after their artifact is verified
+
+    @admin.display(description="sha256")
+    def short_sha256(self, obj):
+        return obj.sha256[:12]
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(TaskScopedAdmin):
     list_display = ["__str__", "kind", "status", "progress", "task", "created_by", "created_at", "finished_at"]
     list_filter = ["kind", "status", "task"]
     list_select_related = ["task", "created_by"]

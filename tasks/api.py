@@ -7,11 +7,12 @@ from rest_framework import generics, mixins, permissions, viewsets
 
 from .models import Context, Round, Task
 from .roles import IsResearcherOrReadOnly
-from .serializers import ContextSerializer, RoundSerializer, TaskSerializer
+from .serializers import ContextSerializer, TaskSerializer
 
 
 class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Tasks. Anyone reads public tasks; staff create; researchers edit."""
+    """Tasks. Anyone reads public tasks; staff researchers create them (and own them);
+    a task's researchers edit it."""
 
     serializer_class = TaskSerializer
     lookup_field = "slug"
@@ -26,30 +27,12 @@ class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
 
     def perform_create(self, serializer):
         task = serializer.save()
-        if not self.request.user.is_staff:
+        if not self.request.user.is_superuser:
             task.owners.add(self.request.user)
 
 
 def visible_task(request, slug) -> Task:
     return get_object_or_404(Task.objects.visible_to(request.user), slug=slug)
-
-
-@extend_schema(tags=["rounds"])
-class RoundList(generics.ListAPIView):
-    serializer_class = RoundSerializer
-
-    def get_queryset(self):
-        task = visible_task(self.request, self.kwargs["slug"])
-        return task.rounds.select_related("task").prefetch_related("target_models").order_by("number")
-
-
-@extend_schema(tags=["rounds"])
-class RoundDetail(generics.RetrieveAPIView):
-    serializer_class = RoundSerializer
-
-    def get_object(self):
-        task = visible_task(self.request, self.kwargs["slug"])
-        return get_object_or_404(task.rounds.select_related("task"), number=self.kwargs["number"])
 
 
 @extend_schema(tags=["contexts"])

@@ -5,6 +5,13 @@ then cross-field rules (field names unique, model inputs refer to known
 fields, the output agrees with the task type). ``validate_task_config``
 returns a ``TaskConfig`` with defaults filled in, or raises Django's
 ``ValidationError`` with messages that name the offending path.
+
+``TaskConfig`` is also the one place where a task's rules for data live: what
+an annotator's inputs, answer and a context must look like
+(``clean_inputs``, ``clean_target``, ``clean_context_fields``), when two answers
+agree and so when the model was fooled (``answers_agree``, ``model_fooled``),
+and the bounds the ML spec gets (``ml_spec_dict``). The API, the importer,
+``Context.clean``, the validation flow and the evaluations all call these.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 from django.core.exceptions import ValidationError
+
+from core.errors import InvalidInput
 
 CLASSIFICATION = "classification"
 EXTRACTIVE_QA = "extractive_qa"
@@ -120,6 +129,104 @@ class TaskConfig:
             return self.model_wrong_metric.get("threshold", DEFAULT_F1_THRESHOLD)
         return None
 
+    # --- the task's data rules ------------------------------------------------------
+
+    def clean_inputs(self, inputs) -> dict:
+        """An annotator's inputs, checked: exactly the task's input fields, each
+        non-empty text of at most ``max_input_length`` characters. Raises
+        ``InvalidInput`` naming each bad field (``inputs.<name>``)."""
+        names = self.input_field_names
+        if not isinstance(inputs, dict):
+            raise InvalidInput.field("inputs", f"Must be an object with the fields {names}.")
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise InvalidInput.field("inputs", f"Unknown fields {unknown}; expected {names}.")
+        errors, cleaned = {}, {}
+        for name in names:
+            problem = text_problem(inputs.get(name), self.max_input_length, required=True)
+            if problem:
+                errors[f"inputs.{name}"] = [problem]
+            else:
+                cleaned[name] = inputs[name]
+        if errors:
+            raise InvalidInput(errors)
+        return cleaned
+
+    def clean_context_fields(self, fields) -> dict:
+        """A context's fields, checked: exactly the task's context fields, each text
+        of at most ``CONTEXT_MAX_CHARS``; those the model reads must not be empty."""
+        expected = self.context_field_names
+        if not isinstance(fields, dict):
+            raise InvalidInput.field("fields", f"Must be an object with the fields {expected}.")
+        missing = [n for n in expected if n not in fields]
+        unknown = sorted(set(fields) - set(expected))
+        if missing or unknown:
+            raise InvalidInput.field("fields", (
+                f"Expected the fields {expected}; missing {missing}, unknown {unknown}."))
+        errors = {}
+        for name in expected:
+            problem = text_problem(fields[name], CONTEXT_MAX_CHARS, required=name in self.model_inputs)
+            if problem:
+                errors[f"fields.{name}"] = [problem]
+        if errors:
+            raise InvalidInput(errors)
+        return {name: fields[name] for name in expected}
+
+    def clean_target(self, target, context_fields: dict | None, *, field: str = "target",
+                     need_start: bool = True) -> dict:
+        """An answer to an example: ``{"label"}`` from the task's labels, or for QA
+        ``{"text", "start"}``, the passage's text at that character offset. Without
+        ``need_start`` a QA answer may be the text alone (a validator's blind answer),
+        and must then occur in the passage."""
+        if not isinstance(target, dict):
+            raise InvalidInput.field(field, "Must be an object.")
+        if self.task_type != EXTRACTIVE_QA:
+            label = target.get("label")
+            if label not in self.label_names:
+                raise InvalidInput.field(f"{field}.label", f"{label!r} is not one of {self.label_names}.")
+            return {"label": label}
+        passage = (context_fields or {}).get(self.answer_context_field)
+        if not isinstance(passage, str):
+            raise InvalidInput.field(field, "A QA answer needs the context's passage.")
+        text, start = target.get("text"), target.get("start")
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput.field(f"{field}.text", "The answer needs 'text': the span of the passage.")
+        if start is None and not need_start:
+            found = passage.find(text)
+            if found < 0:
+                raise InvalidInput.field(f"{field}.text", "The answer must be copied exactly from the passage.")
+            return {"text": text, "start": found}
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise InvalidInput.field(f"{field}.start", "The answer needs 'start': its character offset.")
+        end = start + len(text)
+        if start < 0 or end > len(passage):
+            raise InvalidInput.field(f"{field}.start",
+                                     f"The span {start}-{end} is outside the passage (0-{len(passage)}).")
+        if passage[start:end] != text:
+            raise InvalidInput.field(f"{field}.text", "The answer must be the passage's text at the given offsets.")
+        return {"text": text, "start": start}
+
+    def answers_agree(self, answer: dict, other: dict) -> bool:
+        """Whether two answers (targets or predictions) say the same thing, by the
+        task's metric: the same label; for QA a SQuAD exact match, or token F1 at
+        least the threshold (``string_f1``). The one rule behind "fooled" and behind
+        a blind validator agreeing with the writer."""
+        from ml import metrics
+
+        if self.task_type != EXTRACTIVE_QA:
+            return answer.get("label") == other.get("label")
+        a = answer.get("text", answer.get("answer"))
+        b = other.get("text", other.get("answer"))
+        if not isinstance(a, str) or not isinstance(b, str):
+            return False
+        if self.model_wrong_metric["type"] == "string_f1":
+            return metrics.f1(a, b) >= self.metric_threshold
+        return metrics.exact_match(a, b) == 1.0
+
+    def model_fooled(self, target: dict, prediction: dict) -> bool:
+        """The model got the writer's example wrong: its answer disagrees with the target."""
+        return not self.answers_agree(target, prediction)
+
     def ml_spec_dict(self) -> dict:
         """The Django-free description that ``ml.TaskSpec.from_dict`` takes."""
         kind = "extractive_qa" if self.task_type == EXTRACTIVE_QA else "classification"
@@ -135,6 +242,22 @@ class TaskConfig:
             "max_chars": self.max_input_length,
             "field_max_chars": {names[f]: CONTEXT_MAX_CHARS for f in self.model_inputs if f in contexts},
         }
+
+
+def text_problem(value, max_length: int, *, required: bool) -> str | None:
+    """What is wrong with a text value, or None: text, no NUL, at most ``max_length``
+    characters, and (``required``) not empty or blank."""
+    if value is None:
+        return "This field is required."
+    if not isinstance(value, str):
+        return "Must be text."
+    if required and not value.strip():
+        return "Must not be empty."
+    if len(value) > max_length:
+        return f"Must be at most {max_length} characters (got {len(value)})."
+    if "\x00" in value:
+        return "Must not contain NUL characters."
+    return None
 
 
 def _path(error: jsonschema.ValidationError) -> str:

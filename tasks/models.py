@@ -1,10 +1,20 @@
+"""Tasks, their rounds and contexts, the model registry the rounds point at, and Jobs.
+
+The registry (``ModelVersion``) sits here, next to ``Round``, because a round's
+target models are part of what a round is; training and evaluating models is the
+business of the apps above (see README, "Architecture").
+"""
+
 import json
 from functools import lru_cache
+from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
+
+from core.errors import InvalidInput
 
 from .config import TASK_TYPES, TaskConfig, validate_task_config
 
@@ -20,12 +30,20 @@ class TaskQuerySet(models.QuerySet):
         return self.filter(is_active=True, is_hidden=False)
 
     def visible_to(self, user):
-        """Public tasks, plus hidden ones the user researches."""
-        if user.is_authenticated and user.is_staff:
+        """Public tasks, plus the ones the user researches (all of them for superusers)."""
+        if user.is_authenticated and user.is_superuser:
             return self.all()
         if user.is_authenticated:
             return self.filter(models.Q(is_active=True, is_hidden=False) | models.Q(owners=user)).distinct()
         return self.public()
+
+    def researched_by(self, user):
+        """The tasks whose rows ``user`` may manage: all for superusers, else the ones they own."""
+        if user.is_authenticated and user.is_superuser:
+            return self.all()
+        if user.is_authenticated:
+            return self.filter(owners=user)
+        return self.none()
 
 
 class Task(models.Model):
@@ -54,7 +72,7 @@ class Task(models.Model):
         return self.name
 
     def get_absolute_url(self):
-        return reverse("tasks:detail", args=[self.slug])
+        return reverse("task-detail", args=[self.slug])
 
     def clean(self):
         super().clean()
@@ -66,10 +84,9 @@ class Task(models.Model):
         # in-place edit of ``config`` gives a new key rather than a stale answer.
         return _parsed_config(self.task_type, json.dumps(self.config, sort_keys=True))
 
-    def is_owned_by(self, user) -> bool:
-        return bool(user and user.is_authenticated) and (
-            user.is_staff or self.owners.filter(pk=user.pk).exists()
-        )
+    @property
+    def is_public(self) -> bool:
+        return self.is_active and not self.is_hidden
 
     def open_round(self):
         # Not ``self.rounds``: Round's default ordering (task, number) would join the
@@ -90,18 +107,13 @@ class Round(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.DRAFT)
-    target_models = models.ManyToManyField("leaderboard.ModelVersion", blank=True, related_name="target_of_rounds")
+    target_models = models.ManyToManyField("ModelVersion", blank=True, related_name="target_of_rounds")
     ensemble_mode = models.CharField(max_length=10, choices=EnsembleMode.choices, default=EnsembleMode.SINGLE)
     description = models.TextField(blank=True)
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)
     opened_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
-    # Counters, kept with F() updates by the annotation services.
-    examples_collected = models.PositiveIntegerField(default=0)
-    examples_fooled = models.PositiveIntegerField(default=0)
-    examples_verified_fooled = models.PositiveIntegerField(default=0)
-    validations_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -121,16 +133,6 @@ class Round(models.Model):
         super().clean()
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
             raise ValidationError({"ends_at": "The round must end after it starts."})
-
-    @property
-    def model_error_rate(self) -> float | None:
-        return self.examples_fooled / self.examples_collected if self.examples_collected else None
-
-    @property
-    def verified_model_error_rate(self) -> float | None:
-        if not self.examples_collected:
-            return None
-        return self.examples_verified_fooled / self.examples_collected
 
 
 class Context(models.Model):
@@ -168,19 +170,11 @@ class Context(models.Model):
         super().clean()
         if self.round_id and self.task_id and self.round.task_id != self.task_id:
             raise ValidationError({"round": "The round belongs to another task."})
-        if not isinstance(self.fields, dict):
-            raise ValidationError({"fields": "Fields must be a JSON object of text fields."})
         if self.task_id:
-            expected = set(self.task.parsed_config.context_field_names)
-            missing = expected - set(self.fields)
-            unknown = set(self.fields) - expected
-            if missing or unknown:
-                raise ValidationError({"fields": (
-                    f"Expected the fields {sorted(expected)}; missing {sorted(missing)}, unknown {sorted(unknown)}."
-                )})
-            bad = [k for k, v in self.fields.items() if not isinstance(v, str)]
-            if bad:
-                raise ValidationError({"fields": f"Fields must be text: {sorted(bad)}."})
+            try:
+                self.task.parsed_config.clean_context_fields(self.fields)
+            except InvalidInput as exc:
+                raise ValidationError({"fields": str(exc)}) from None
 
 
 class Job(models.Model):
@@ -189,7 +183,6 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         TRAIN_MODEL = "train_model", "Train a model"
         EVALUATE_MODEL = "evaluate_model", "Evaluate a model"
-        IMPORT_DATASET = "import_dataset", "Import a data set"
         HEALTH_CHECK = "health_check", "Health check"
 
     class Status(models.TextChoices):
@@ -222,3 +215,51 @@ class Job(models.Model):
 
     def __str__(self):
         return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+
+def resolve_artifact_path(artifact_path: str) -> Path:
+    """Where a stored artifact path points in this process: a relative one is under
+    this process's DYNABENCH_MODELS_DIR (workers on other machines have their own)."""
+    path = Path(artifact_path)
+    return path if path.is_absolute() else Path(settings.DYNABENCH_MODELS_DIR) / path
+
+
+class ModelVersion(models.Model):
+    """A trained model artifact registered for a task (the registry rounds point at)."""
+
+    class Status(models.TextChoices):
+        READY = "ready", "Ready"
+        RETIRED = "retired", "Retired"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="model_versions")
+    name = models.CharField(max_length=100)
+    artifact_path = models.CharField(
+        max_length=500, help_text="Artifact directory; relative paths are under DYNABENCH_MODELS_DIR."
+    )
+    sha256 = models.CharField(max_length=64, help_text="Digest over the artifact's files, checked on load.")
+    backbone = models.CharField(max_length=200, blank=True)
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children",
+        help_text="The model this one was fine-tuned from, if any.",
+    )
+    trained_on_rounds = models.ManyToManyField(Round, blank=True, related_name="trained_models")
+    training_data = models.JSONField(default=dict, blank=True, help_text="Sources and counts per split and label.")
+    metrics = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "name"], name="model_name_unique_per_task"),
+        ]
+
+    def __str__(self):
+        return f"{self.task.slug}/{self.name}"
+
+    @property
+    def artifact_dir(self) -> Path:
+        return resolve_artifact_path(self.artifact_path)

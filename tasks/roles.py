@@ -1,6 +1,10 @@
 """Who may do what.
 
-- researcher: staff, or an owner of the task in question;
+- researcher of a task: a superuser, or an owner of the task. Researchers see
+  and manage their own tasks' rows (admin and API), decide validations at once,
+  see writers' answers without a blind step, flag and unflag;
+- researcher (in general): a staff user in the Researchers group
+  (``make_researcher``): may use the admin and create tasks, which they then own;
 - annotator: any signed-in user (writes and validates examples);
 - MTurk worker: a user with a ``crowd.WorkerIdentity``;
 - visitor: anonymous; reads public pages and leaderboards only.
@@ -9,14 +13,17 @@
 from rest_framework import permissions
 
 
-def is_researcher(user, task=None) -> bool:
-    if not (user and user.is_authenticated):
+def is_researcher(user, task) -> bool:
+    """Whether ``user`` researches ``task``: a superuser, or one of its owners."""
+    if not (user and user.is_authenticated and user.is_active):
         return False
-    if user.is_staff:
+    if user.is_superuser:
         return True
-    if task is None:
-        return user.owned_tasks.exists()
     return task.owners.filter(pk=user.pk).exists()
+
+
+def can_create_tasks(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
 
 
 def is_mturk_worker(user) -> bool:
@@ -26,7 +33,7 @@ def is_mturk_worker(user) -> bool:
 class IsResearcherOrReadOnly(permissions.BasePermission):
     """Anyone may read; only staff create; staff or owners change a task."""
 
-    message = "Only researchers (staff or the task's owners) may change tasks."
+    message = "Only researchers (the task's owners) may change tasks; only staff researchers create them."
 
     def has_permission(self, request, view):
         if request.method in permissions.SAFE_METHODS:
@@ -34,7 +41,7 @@ class IsResearcherOrReadOnly(permissions.BasePermission):
         if not (request.user and request.user.is_authenticated):
             return False
         if view.action == "create":
-            return request.user.is_staff
+            return can_create_tasks(request.user)
         return True
 
     def has_object_permission(self, request, view, obj):

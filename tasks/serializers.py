@@ -5,24 +5,6 @@ from .config import validate_task_config
 from .models import Context, Round, Task
 
 
-class RoundSerializer(serializers.ModelSerializer):
-    task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    model_error_rate = serializers.FloatField(read_only=True, allow_null=True)
-    verified_model_error_rate = serializers.FloatField(read_only=True, allow_null=True)
-    target_models = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Round
-        fields = ["task", "number", "status", "ensemble_mode", "description", "target_models",
-                  "starts_at", "ends_at", "opened_at", "closed_at", "examples_collected",
-                  "examples_fooled", "examples_verified_fooled", "validations_count",
-                  "model_error_rate", "verified_model_error_rate"]
-        read_only_fields = fields
-
-    def get_target_models(self, obj) -> list[str]:
-        return [m.name for m in obj.target_models.all()]
-
-
 class TaskSerializer(serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="api:task-detail", lookup_field="slug")
     current_round = serializers.SerializerMethodField()

@@ -11,8 +11,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.errors import Conflict
+
 from .config import validate_task_config
-from .models import Context, Round, Task
+from .models import Context, ModelVersion, Round, Task
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +59,17 @@ def ensure_first_round(task: Task) -> tuple[Round, bool]:
 
 @transaction.atomic
 def open_round(rnd: Round) -> Round:
-    """Open ``rnd``, closing the task's currently open round."""
-    rnd = Round.objects.select_for_update().get(pk=rnd.pk)
+    """Open a draft round, closing the task's currently open one. The round must
+    have a ready target model: annotators would otherwise get a 503 on every example."""
+    rnd = Round.objects.select_for_update().select_related("task").get(pk=rnd.pk)
     if rnd.status == Round.Status.OPEN:
         return rnd
+    if rnd.status == Round.Status.CLOSED:
+        raise Conflict(f"{rnd} is closed; a closed round is not opened again.")
+    if not rnd.target_models.filter(status=ModelVersion.Status.READY).exists():
+        raise Conflict(f"{rnd} has no ready target model; choose one before opening it.")
     now = timezone.now()
-    Round.objects.filter(task=rnd.task, status=Round.Status.OPEN).update(
+    Round.objects.select_for_update().filter(task=rnd.task, status=Round.Status.OPEN).update(
         status=Round.Status.CLOSED, closed_at=now
     )
     rnd.status, rnd.opened_at = Round.Status.OPEN, now
@@ -72,7 +79,10 @@ def open_round(rnd: Round) -> Round:
 
 @transaction.atomic
 def close_round(rnd: Round) -> Round:
-    rnd = Round.objects.select_for_update().get(pk=rnd.pk)
+    """Close an open round (collection stops); closing a closed round changes nothing."""
+    rnd = Round.objects.select_for_update().select_related("task").get(pk=rnd.pk)
+    if rnd.status == Round.Status.DRAFT:
+        raise Conflict(f"{rnd} was never opened; there is nothing to close.")
     if rnd.status != Round.Status.CLOSED:
         rnd.status, rnd.closed_at = Round.Status.CLOSED, timezone.now()
         rnd.save(update_fields=["status", "closed_at"])
@@ -116,42 +126,3 @@ def read_seed_contexts(slug: str) -> list[dict]:
             item = json.loads(line)
             rows.append({"external_id": item["passage_id"], "fields": item["fields"], "tag": item.get("tag", "")})
     return rows
-
-
-def target_model_refs(rnd: Round) -> list:
-    """The round's target models as ``ml.ModelRef``s (ready ones only)."""
-    from leaderboard.services import ref_for
-
-    return [ref_for(m) for m in rnd.target_models.filter(status="ready").order_by("pk")]
-
-
-def warm_up_target_models() -> int:
-    """Load every open round's target models into this process's cache."""
-    from leaderboard.models import ModelVersion
-
-    models = ModelVersion.objects.filter(
-        status="ready", target_of_rounds__status=Round.Status.OPEN, task__is_active=True
-    ).distinct()
-    from leaderboard.services import ref_for
-
-    refs = [ref_for(m) for m in models]
-    if refs:
-        import ml
-
-        ml.warm_up(refs)
-    return len(refs)
-
-
-def round_summaries(task: Task) -> list[dict]:
-    return [
-        {
-            "number": r.number,
-            "status": r.status,
-            "examples_collected": r.examples_collected,
-            "examples_fooled": r.examples_fooled,
-            "examples_verified_fooled": r.examples_verified_fooled,
-            "model_error_rate": r.model_error_rate,
-            "verified_model_error_rate": r.verified_model_error_rate,
-        }
-        for r in task.rounds.order_by("number")
-    ]

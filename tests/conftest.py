@@ -82,10 +82,27 @@ def _user(django_user_model, username, **extra):
 
 
 @pytest.fixture
-def researcher(db, django_user_model):
+def researcher(demo_tasks, django_user_model):
+    """A staff researcher who owns the four demo tasks."""
     from tasks.roles import make_researcher
 
-    return make_researcher(_user(django_user_model, "researcher", email="r@example.org"))
+    user = make_researcher(_user(django_user_model, "researcher", email="r@example.org"))
+    for task in demo_tasks.values():
+        task.owners.add(user)
+    return user
+
+
+@pytest.fixture
+def other_researcher(db, django_user_model):
+    """A staff researcher who owns no demo task."""
+    from tasks.roles import make_researcher
+
+    return make_researcher(_user(django_user_model, "other_researcher"))
+
+
+@pytest.fixture
+def superuser(db, django_user_model):
+    return django_user_model.objects.create_superuser("root", password=PASSWORD)
 
 
 @pytest.fixture
@@ -128,9 +145,25 @@ def client_for():
 
 
 @pytest.fixture
+def token_client():
+    """An API client that authenticates only with a session token for ``user`` on ``task``."""
+    from rest_framework.test import APIClient
+
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    def make(user, task):
+        client = APIClient()
+        client.credentials(HTTP_X_DYNABENCH_TOKEN=make_token(start_session(user, task)))
+        return client
+
+    return make
+
+
+@pytest.fixture
 def demo_tasks(db):
     """The four demo tasks with round 1 open and the seed contexts (no models)."""
-    from tasks.demo import bootstrap_demo
+    from leaderboard.demo import bootstrap_demo
     from tasks.models import Task
 
     bootstrap_demo(with_models=False)
@@ -158,10 +191,24 @@ def tiny_artifacts(tmp_path_factory):
     return artifacts
 
 
+@pytest.fixture(scope="session")
+def other_sentiment_artifact(tmp_path_factory, tiny_artifacts):
+    """A second, different tiny sentiment model (other rows, other seed): for ensembles."""
+    import ml
+    from leaderboard.services import read_seed_rows
+    from tasks.config import validate_task_config
+    from tasks.services import load_definition
+
+    definition = load_definition("sentiment")
+    spec = ml.TaskSpec.from_dict(validate_task_config(definition["task_type"], definition["config"]).ml_spec_dict())
+    rows = read_seed_rows("sentiment")["train"][-16:]
+    return ml.train(spec, rows, [], tmp_path_factory.mktemp("other-sentiment") / "artifact", seed=7, **TINY)
+
+
 @pytest.fixture
 def live_tasks(demo_tasks, tiny_artifacts):
     """The demo tasks with a registered target model on each open round."""
-    from leaderboard.services import register_model
+    from tasks.registry import register_model
 
     for slug, task in demo_tasks.items():
         model = register_model(task, tiny_artifacts[slug], name=f"{slug}-tiny")

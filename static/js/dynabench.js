@@ -14,25 +14,46 @@
   function json(id) { var node = $(id); return node ? JSON.parse(node.textContent) : null; }
   function codePoints(s) { return Array.from(s).length; }
 
-  function api(root, method, path, body) {
+  /* A fresh key per submit: a retry of the same submit sends the same key, and the
+     server answers it with the first answer, storing nothing twice. */
+  function newIdempotencyKey() {
+    if (window.crypto && window.crypto.randomUUID) return window.crypto.randomUUID();
+    var bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.from(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+  }
+
+  /* Calls the API with the page's session token. A write given an idempotency key is
+     retried once after a network failure (the server may have stored it already:
+     the key makes the retry safe). Resolves to {ok, status, data}. */
+  function api(root, method, path, body, idempotencyKey) {
     var options = { method: method, headers: { "X-Dynabench-Token": root.dataset.token, "Accept": "application/json" } };
     if (body !== undefined) {
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(body);
     }
-    return fetch("/api/" + path, options).then(function (response) {
-      return response.text().then(function (text) {
-        var data = null;
-        try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
-        return { ok: response.ok, status: response.status, data: data };
+    if (idempotencyKey) options.headers["Idempotency-Key"] = idempotencyKey;
+    function send(retries) {
+      return fetch("/api/" + path, options).then(function (response) {
+        return response.text().then(function (text) {
+          var data = null;
+          try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
+          return { ok: response.ok, status: response.status, data: data };
+        });
+      }, function () {
+        if (retries > 0) {
+          return new Promise(function (resolve) { setTimeout(resolve, 1000); }).then(function () { return send(retries - 1); });
+        }
+        return { ok: false, status: 0, data: { detail: "The network failed; check your connection and try again." } };
       });
-    });
+    }
+    return send(idempotencyKey ? 1 : 0);
   }
 
   function errorText(data) {
     if (!data) return "Something went wrong.";
     if (typeof data.detail === "string") return data.detail;
-    return Object.keys(data).map(function (k) { return k + ": " + [].concat(data[k]).join(" "); }).join(" ");
+    return "Something went wrong.";
   }
 
   function renderField(container, name, label, text, cls) {
@@ -97,11 +118,14 @@
     function clearErrors() {
       Array.prototype.forEach.call(root.querySelectorAll(".field-error"), function (n) { n.textContent = ""; });
     }
+    /* Field errors next to their fields; anything else (503: the model is down)
+       above the button. The form keeps what the annotator wrote either way. */
     function showErrors(data) {
       var shown = false;
-      Object.keys(data || {}).forEach(function (key) {
+      var errors = (data && data.errors) || {};
+      Object.keys(errors).forEach(function (key) {
         var target = $("error-" + key) || (key.indexOf("target") === 0 && $("error-target")) || null;
-        if (target) { target.textContent = [].concat(data[key]).join(" "); shown = true; }
+        if (target) { target.textContent = [].concat(errors[key]).join(" "); shown = true; }
       });
       if (!shown) $("error-form").textContent = errorText(data);
     }
@@ -175,7 +199,8 @@
       var button = $("submit-example");
       button.disabled = true;
       button.textContent = "The model is thinking…";
-      api(root, "POST", "tasks/" + slug + "/examples/", { context: context.id, inputs: inputs, target: target })
+      api(root, "POST", "tasks/" + slug + "/examples/", { context: context.id, inputs: inputs, target: target },
+          newIdempotencyKey())
         .then(function (r) {
           button.disabled = false;
           button.textContent = "Submit to the model";
@@ -305,7 +330,7 @@
         }
         $("blind-step").hidden = false;
       } else {
-        reveal(item.target, null);
+        reveal(item.target, item.blind_answer ? answerText(item.blind_answer) : null);
       }
     }
 
@@ -318,28 +343,33 @@
       $("decide-step").querySelector("button").focus();
     }
 
+    /* Blind validation: the server stores this answer, and only then shows the writer's. */
     $("reveal").addEventListener("click", function () {
-      var guess = null;
-      if (isQA) guess = $("blind-answer").value || null;
-      else {
+      var answer;
+      if (isQA) {
+        var typed = $("blind-answer").value;
+        if (!typed.trim()) { $("validate-status").textContent = "Type your answer first."; return; }
+        answer = { text: typed };
+      } else {
         var checked = root.querySelector("input[name=blind-label]:checked");
-        guess = checked ? checked.value : null;
+        if (!checked) { $("validate-status").textContent = "Choose your answer first."; return; }
+        answer = { label: checked.value };
       }
-      api(root, "POST", "examples/" + item.id + "/reveal/").then(function (r) {
+      api(root, "POST", "examples/" + item.id + "/blind-answer/", { answer: answer }).then(function (r) {
         if (!r.ok) { $("validate-status").textContent = errorText(r.data); return; }
-        reveal(r.data.target, guess);
+        $("validate-status").textContent = "";
+        reveal(r.data.target, answerText(r.data.answer));
       });
     });
 
     Array.prototype.forEach.call($("decide-step").querySelectorAll("button[data-label]"), function (button) {
       button.addEventListener("click", function () {
         var body = { label: button.dataset.label, reason: $("reason").value };
-        api(root, "POST", "examples/" + item.id + "/validations/", body).then(function (r) {
+        api(root, "POST", "examples/" + item.id + "/validations/", body, newIdempotencyKey()).then(function (r) {
           if (!r.ok) { $("validate-status").textContent = errorText(r.data); return; }
-          var counter = $("count-validated");
-          counter.textContent = String(parseInt(counter.textContent, 10) + 1);
+          $("count-validated").textContent = String(r.data.session.validations_done);
           api(root, "GET", "tasks/" + slug + "/validations/next/").then(function (n) {
-            show(n.ok ? n.data : null);
+            show(n.status === 200 ? n.data : null);
             $("validate-status").textContent = "Thanks, recorded.";
           });
         });

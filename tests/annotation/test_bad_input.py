@@ -2,15 +2,17 @@
 
 import pytest
 
-from annotation.models import Example
+from annotation.models import AnnotationSession, Example
 from tasks.models import Context, Round
 
 pytestmark = pytest.mark.django_db
 
 
 def snapshot():
-    rounds = list(Round.objects.order_by("pk").values_list("examples_collected", "examples_fooled"))
-    return Example.objects.count(), rounds
+    """Everything a bad request must leave as it was."""
+    return (Example.objects.count(), list(Round.objects.order_by("pk").values_list("status", flat=True)),
+            list(Context.objects.order_by("pk").values_list("times_fooled", flat=True)),
+            list(AnnotationSession.objects.order_by("pk").values_list("examples_written", "examples_fooled")))
 
 
 @pytest.fixture
@@ -39,7 +41,9 @@ def test_bad_classification_inputs(nli_client, inputs, target, field, message):
     before = snapshot()
     response = post(client, "nli", context["id"], inputs, target)
     assert response.status_code == 400, response.content
-    assert message in " ".join(response.json()[field])
+    body = response.json()
+    assert body["code"] == "invalid" and message in " ".join(body["errors"][field])
+    assert field in body["detail"]  # the message names the field
     assert snapshot() == before
 
 
@@ -50,12 +54,12 @@ def test_unknown_and_foreign_contexts(nli_client, live_tasks):
     for context_id in [999999, foreign.pk, "1; DROP TABLE", None]:
         response = post(client, "nli", context_id, {"hypothesis": "x"}, {"label": "neutral"})
         assert response.status_code == 400
-        assert "context" in response.json()
+        assert list(response.json()["errors"]) == ["context"]
     inactive = Context.objects.filter(task=live_tasks["nli"]).last()
     inactive.is_active = False
     inactive.save()
     response = post(client, "nli", inactive.pk, {"hypothesis": "x"}, {"label": "neutral"})
-    assert response.status_code == 400 and "not an active context" in response.json()["context"][0]
+    assert response.status_code == 400 and "not an active context" in response.json()["errors"]["context"][0]
     assert snapshot() == before
 
 
@@ -80,9 +84,9 @@ def test_unknown_task_is_404(nli_client):
     ({"text": "zzz-not-in-passage", "start": 0}, "target.text"),
     ({"text": "a", "start": -1}, "target.start"),
     ({"text": "a", "start": 10**6}, "target.start"),
-    ({"text": "", "start": 0}, "target"),
-    ({"text": "a", "start": "0"}, "target"),
-    ({"label": "x"}, "target"),
+    ({"text": "", "start": 0}, "target.text"),
+    ({"text": "a", "start": "zero"}, "target.start"),
+    ({"label": "x"}, "target.text"),
 ])
 def test_bad_qa_spans(live_tasks, client_for, annotator, target, field):
     client = client_for(annotator)
@@ -90,7 +94,7 @@ def test_bad_qa_spans(live_tasks, client_for, annotator, target, field):
     before = snapshot()
     response = post(client, "qa", context["id"], {"question": "What?"}, target)
     assert response.status_code == 400, response.content
-    assert field in response.json()
+    assert field in response.json()["errors"]
     assert snapshot() == before
 
 
@@ -135,25 +139,26 @@ def test_no_model_answer_is_a_clear_503(live_tasks, client_for, annotator):
 
 
 def test_round_closed_while_the_model_answers_stores_nothing(nli_client, live_tasks, monkeypatch):
-    from annotation import services
-    from annotation.models import AnnotationSession
+    from annotation.services import examples
     from tasks.services import close_round
 
     client, context = nli_client
-    answer = services.predict_with
+    answer = examples.predict_with
 
-    def close_then_answer(model_ids, rows):
+    def close_then_answer(model_ids, rows):  # the real pass, after a researcher closes the round
         close_round(live_tasks["nli"].open_round())
         return answer(model_ids, rows)
 
-    monkeypatch.setattr(services, "predict_with", close_then_answer)
+    monkeypatch.setattr(examples, "predict_with", close_then_answer)
     before = snapshot()
     times_fooled = Context.objects.get(pk=context["id"]).times_fooled
     response = post(client, "nli", context["id"], {"hypothesis": "x"}, {"label": "neutral"})
     assert response.status_code == 409 and "closed while the model was answering" in response.json()["detail"]
-    assert snapshot() == before
+    after = snapshot()
+    assert (after[0], after[2], after[3]) == (before[0], before[2], before[3])  # only the round changed
     assert Context.objects.get(pk=context["id"]).times_fooled == times_fooled
     assert AnnotationSession.objects.get(task__slug="nli").examples_written == 0
+    assert response["Content-Type"] == "application/json"
 
 
 def test_a_single_context_is_served_again(live_tasks, client_for, annotator):
@@ -163,3 +168,85 @@ def test_a_single_context_is_served_again(live_tasks, client_for, annotator):
     client = client_for(annotator)
     served = [client.get("/api/tasks/nli/contexts/next/").json()["id"] for _ in range(3)]
     assert served == [only.pk] * 3
+
+
+def test_a_qa_task_judged_by_exact_match_works(live_tasks, client_for, annotator):
+    """``model_wrong_metric: exact_match`` on a QA task: fooled means no SQuAD exact match."""
+    from ml.metrics import exact_match
+
+    task = live_tasks["qa"]
+    task.config = {**task.config, "model_wrong_metric": {"type": "exact_match"}}
+    task.save()
+    client = client_for(annotator)
+    context = client.get("/api/tasks/qa/contexts/next/").json()
+    passage = context["fields"]["passage"]
+    answer = passage.split()[2]
+    response = post(client, "qa", context["id"], {"question": "Which word is third?"},
+                    {"text": answer, "start": passage.index(answer)})
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["fooled"] == (exact_match(body["prediction"], answer) < 1.0)
+
+
+def test_a_broken_model_answers_503_with_the_reason_and_stores_nothing(live_tasks, client_for, annotator):
+    """A model whose artifact is gone (or corrupt) is a 503 that says why, never a 500."""
+    import shutil
+
+    import ml
+
+    model = live_tasks["sentiment"].open_round().target_models.get()
+    ml.default_cache().clear()
+    backup = model.artifact_dir.with_name(model.artifact_dir.name + "-moved")
+    shutil.move(model.artifact_dir, backup)
+    try:
+        client = client_for(annotator)
+        context = client.get("/api/tasks/sentiment/contexts/next/").json()
+        before = snapshot()
+        response = post(client, "sentiment", context["id"], {"statement": "Lovely."}, {"label": "positive"})
+    finally:
+        shutil.move(backup, model.artifact_dir)
+    assert response.status_code == 503, response.content
+    body = response.json()
+    assert body["code"] == "unavailable" and "ArtifactError" in body["detail"] and "nothing was stored" in body["detail"]
+    assert int(response["Retry-After"]) > 0
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ("[" * 5000 + "]" * 5000, 400, "nested deeper than"),
+    ('{"context": 1, "inputs": ' + "[" * 40 + "]" * 40 + "}", 400, "nested deeper than"),
+    ('{"context": NaN, "inputs": {}, "target": {}}', 400, "JSON parse error"),
+    ("{not json", 400, "JSON parse error"),
+    ('"just a string"', 400, "Invalid data"),
+    ("[1, 2]", 400, "Invalid data"),
+])
+def test_unreadable_or_deeply_nested_json_is_a_400(nli_client, body, status, fragment):
+    client, _context = nli_client
+    before = snapshot()
+    response = client.generic("POST", "/api/tasks/nli/examples/", body, content_type="application/json")
+    assert response.status_code == status, response.content
+    assert fragment in response.json()["detail"]
+    assert snapshot() == before
+
+
+def test_an_oversized_body_is_a_413(nli_client, settings):
+    client, context = nli_client
+    settings.API_MAX_BODY_BYTES = 10_000
+    before = snapshot()
+    huge = {"context": context["id"], "inputs": {"hypothesis": "x" * 20_000}, "target": {"label": "neutral"}}
+    response = client.post("/api/tasks/nli/examples/", huge, format="json")
+    assert response.status_code == 413 and response.json()["code"] == "too_large"
+    assert snapshot() == before
+    # A form body over Django's own limit gets 413 too, not a 400 page.
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = client.post("/api/tasks/nli/examples/", {"context": "1", "inputs": "y" * 5000})
+    assert response.status_code == 413 and response.json()["code"] == "too_large"
+    assert snapshot() == before
+
+
+def test_text_with_nul_characters_is_refused(nli_client):
+    client, context = nli_client
+    before = snapshot()
+    response = post(client, "nli", context["id"], {"hypothesis": "a\x00b"}, {"label": "neutral"})
+    assert response.status_code == 400 and "nul" in response.json()["errors"]["inputs.hypothesis"][0].lower()
+    assert snapshot() == before

@@ -3,7 +3,8 @@
 import pytest
 
 from annotation.models import AnnotationSession, Example
-from annotation.services import verify_signature
+from annotation.services.examples import signature_ok
+from annotation.services.stats import round_stats
 from tasks.models import Context, Round
 
 pytestmark = pytest.mark.django_db
@@ -37,12 +38,15 @@ def test_nli_create_flow_end_to_end(live_tasks, client_for, annotator):
     assert example.annotator == annotator and example.context_id == context["id"]
     assert example.prediction["label"] == body["prediction"]
     assert list(example.model_predictions) == [str(body["models"][0])]
-    assert verify_signature(example)
-    example.prediction = {**example.prediction, "label": "tampered"}
-    assert not verify_signature(example)
+    assert signature_ok(example)
+    for field, value in [("prediction", {**example.prediction, "label": "tampered"}), ("fooled", not example.fooled),
+                         ("target", {"label": "neutral"}), ("inputs", {"hypothesis": "edited"})]:
+        tampered = Example.objects.get(pk=example.pk)
+        setattr(tampered, field, value)
+        assert not signature_ok(tampered), field
 
-    rnd = Round.objects.get(task__slug="nli", number=1)
-    assert rnd.examples_collected == 1 and rnd.examples_fooled == int(body["fooled"])
+    stats = round_stats(Round.objects.get(task__slug="nli", number=1))
+    assert stats["collected"] == 1 and stats["fooled"] == int(body["fooled"])
     assert Context.objects.get(pk=context["id"]).times_used == 1
 
     # The label the model gave is not fooling; any other label is.
@@ -85,11 +89,10 @@ def test_explanation_retract_and_flag(live_tasks, client_for, annotator, second_
     assert flagged.status_code == 200 and flagged.json()["flagged"] is True
 
     rnd = Round.objects.get(task__slug="sentiment", number=1)
-    assert rnd.examples_collected == 1
+    assert round_stats(rnd)["collected"] == 1
     retracted = client.post(f"/api/examples/{created['id']}/retract/")
     assert retracted.status_code == 200 and retracted.json()["retracted"] is True
-    rnd.refresh_from_db()
-    assert rnd.examples_collected == 0 and rnd.examples_fooled == 0
+    assert (round_stats(rnd)["collected"], round_stats(rnd)["fooled"]) == (0, 0)
 
 
 def test_qa_example_with_a_span(live_tasks, client_for, annotator):
@@ -148,29 +151,41 @@ def test_forged_tokens_are_refused(live_tasks, anonymous, token):
     assert "not valid" in response.json()["detail"]
 
 
-def test_expired_tokens_are_refused(live_tasks, client_for, annotator, anonymous, monkeypatch):
-    from annotation import tokens
+def test_expired_tokens_are_refused(live_tasks, annotator, anonymous, settings):
+    """A token expires a fixed time after its session began, however recently it was signed."""
+    from datetime import timedelta
 
-    token = client_for(annotator).post("/api/tasks/nli/sessions/").json()["token"]
-    monkeypatch.setattr(tokens, "TOKEN_MAX_AGE", -1)
-    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    from django.utils import timezone
+
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    session = start_session(annotator, live_tasks["nli"])
+    AnnotationSession.objects.filter(pk=session.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.ANNOTATION_SESSION_MAX_AGE + 1))
+    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=make_token(session))  # signed just now
     response = anonymous.get("/api/tasks/nli/contexts/next/")
     assert response.status_code == 401 and "expired" in response.json()["detail"]
+    AnnotationSession.objects.filter(pk=session.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.ANNOTATION_SESSION_MAX_AGE - 60))
+    assert anonymous.get("/api/tasks/nli/contexts/next/").status_code == 200
 
 
 def test_anonymous_visitors_cannot_annotate(live_tasks, anonymous):
     assert anonymous.get("/api/tasks/nli/contexts/next/").status_code == 401
-    assert anonymous.post("/api/tasks/nli/examples/", {}, format="json").status_code == 401
+    response = anonymous.post("/api/tasks/nli/examples/", {}, format="json")
+    assert response.status_code == 401
+    assert response.json()["code"] == "not_authenticated"
     assert Example.objects.count() == 0
 
 
-def test_an_ensemble_round_averages_its_models(live_tasks, tiny_artifacts, client_for, annotator):
-    """Two target models in mean mode: the stored prediction is the mean of the members'."""
-    from leaderboard.services import register_model
+def test_an_ensemble_round_averages_its_models(live_tasks, other_sentiment_artifact, client_for, annotator):
+    """Two different target models in mean mode: the stored prediction is the mean of the members'."""
+    from tasks.registry import register_model
 
     task = live_tasks["sentiment"]
     rnd = task.open_round()
-    second = register_model(task, tiny_artifacts["sentiment"], name="sentiment-tiny-2")
+    second = register_model(task, other_sentiment_artifact, name="sentiment-tiny-2")
     rnd.target_models.add(second)
     rnd.ensemble_mode = Round.EnsembleMode.MEAN
     rnd.save()
@@ -182,8 +197,11 @@ def test_an_ensemble_round_averages_its_models(live_tasks, tiny_artifacts, clien
     example = Example.objects.get(pk=body["id"])
     assert len(body["models"]) == 2 and body["model"] == "sentiment-tiny + sentiment-tiny-2"
     members = list(example.model_predictions.values())
+    assert len(members) == 2
+    # Different models give different probabilities, so the mean is not either member's.
+    assert members[0]["probabilities"]["positive"] != pytest.approx(members[1]["probabilities"]["positive"], abs=1e-4)
     for label in ("negative", "positive"):
         mean = sum(m["probabilities"][label] for m in members) / 2
         assert body["probabilities"][label] == pytest.approx(mean, abs=1e-6)
     assert set(example.model_versions.values_list("pk", flat=True)) == set(body["models"])
-    assert verify_signature(example)
+    assert signature_ok(example)

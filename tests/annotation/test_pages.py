@@ -13,9 +13,11 @@ XSS = '<script>alert("xss")</script><img src=x onerror=alert(2)>'
 def test_validation_page_shows_an_xss_payload_escaped(live_tasks, annotator, second_annotator, client):
     task = live_tasks["nli"]
     Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(), annotator=annotator,
-                           inputs={"hypothesis": XSS}, target={"label": "neutral"}, fooled=True)
+                           inputs={"hypothesis": XSS}, target={"label": "neutral"}, fooled=True,
+                           prediction={"label": "entailment", "probabilities": {}})
     client.force_login(second_annotator)
     page = client.get("/tasks/nli/validate/").content.decode()
+    assert '"target": null' in page and '"fooled": null' in page  # blind: nothing given away
     assert XSS not in page
     assert "&lt;script&gt;alert(&quot;xss&quot;)&lt;/script&gt;" in page  # the HTML part
     # ... and in the JSON island the script reads, "<" is escaped too.
@@ -37,14 +39,16 @@ def test_create_page_renders_instructions_and_can_be_framed_by_mturk(live_tasks,
 def test_pages_need_a_login_or_a_valid_token(live_tasks, annotator, client):
     response = client.get("/tasks/nli/create/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
-    assert client.get("/tasks/nli/create/?token=forged").status_code == 403
+    forged = client.get("/tasks/nli/create/?token=forged")
+    assert forged.status_code == 403 and "not valid" in forged.content.decode()
 
-    from annotation.services import start_session
+    from annotation.services.sessions import start_session
 
     session = start_session(annotator, live_tasks["nli"])
     ok = client.get(f"/tasks/nli/create/?token={make_token(session)}")
     assert ok.status_code == 200
-    assert client.get(f"/tasks/qa/create/?token={make_token(session)}").status_code == 403
+    other_task = client.get(f"/tasks/qa/create/?token={make_token(session)}")
+    assert other_task.status_code == 403 and "another task" in other_task.content.decode()
 
 
 def test_closed_round_page_says_so(live_tasks, annotator, client):

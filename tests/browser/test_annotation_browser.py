@@ -33,6 +33,9 @@ def browser_page():
         page = browser.new_page()
         errors = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        # Any console error fails the test: a CSP violation, an asset that answers 404, ...
+        page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text} at {msg.location}")
+                if msg.type == "error" else None)
         page.on("dialog", lambda dialog: (errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
         page.set_default_timeout(60_000)
         yield page, errors
@@ -112,7 +115,7 @@ def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annota
 @pytest.mark.parametrize("slug", ["nli", "qa", "hate"])
 def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_worker, browser_page, client, slug):
     """The create flow for the other tasks, entered with a session token as from an MTurk HIT."""
-    from annotation.services import start_session
+    from annotation.services.sessions import start_session
     from annotation.tokens import make_token
 
     page, errors = browser_page

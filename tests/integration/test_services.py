@@ -5,10 +5,9 @@ import time
 
 import pytest
 
-from dynabench.celery import health_check
 from tasks.jobs import create_job, enqueue
 from tasks.models import Job
-from tasks.tasks import health_check_job
+from tasks.tasks import health_check, health_check_job
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +44,12 @@ def test_a_job_enqueued_on_commit_runs_in_the_worker(celery_worker_process):
 
 @pytest.mark.django_db(transaction=True)
 def test_predictions_go_through_the_inference_queue(celery_worker_process, live_tasks):
-    from annotation.inference import predict_for_round
+    from annotation.inference import predict_with
+    from tasks.registry import round_target_models
 
     rnd = live_tasks["nli"].open_round()
-    [result] = predict_for_round(rnd, [{"premise": "Two dogs run on a beach.", "hypothesis": "Animals are outside."}])
+    [result] = predict_with(round_target_models(rnd), [{"premise": "Two dogs run on a beach.",
+                                                        "hypothesis": "Animals are outside."}])
     assert result["label"] in ("entailment", "neutral", "contradiction")
     assert sum(result["probabilities"].values()) == pytest.approx(1, abs=1e-4)
     assert list(result["members"]) == [str(rnd.target_models.get().pk)]
@@ -57,8 +58,8 @@ def test_predictions_go_through_the_inference_queue(celery_worker_process, live_
 @pytest.mark.django_db(transaction=True)
 def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_tasks):
     from annotation.models import Example
-    from leaderboard.models import ModelVersion
     from leaderboard.services import start_training
+    from tasks.models import ModelVersion
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
@@ -82,18 +83,19 @@ def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_t
 @pytest.mark.django_db(transaction=True)
 def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_worker_process, live_tasks, settings):
     from annotation import inference
-    from dynabench import replies
+    from core import replies
+    from tasks.registry import TargetModel, open_round_with_models
 
     assert settings.INFERENCE_REPLY_URL.startswith("redis://")  # the direct-reply path is the one in use
     task = live_tasks["sentiment"]
-    _, models = inference.open_round_with_models(task)
+    _, models = open_round_with_models(task)
     [result] = inference.predict_with(models, [{"statement": "What a lovely day."}])
     assert set(result["probabilities"]) == {"positive", "negative"}
     explanation = inference.explain_with(models[0], {"statement": "What a lovely day."}, result["label"], 4)
     assert [w["text"] for w in explanation["words"]][:2] == ["What", "a"]
 
     # The worker fails (an artifact that is not there): the caller gets the reason, not a timeout.
-    broken = inference.TargetModel(models[0].id, "broken", "/nonexistent/artifact", models[0].sha256)
+    broken = TargetModel(models[0].id, "broken", "/nonexistent/artifact", models[0].sha256)
     with pytest.raises(inference.InferenceFailed, match="ArtifactError.*nonexistent"):
         inference.predict_with([broken], [{"statement": "Anything."}])
 
@@ -117,7 +119,7 @@ def test_an_answer_slower_than_the_redis_socket_default_still_comes_back(service
     a TimeoutError (an HTTP 500 in service mode) unless the wait sets its own."""
     import threading
 
-    from dynabench import replies
+    from core import replies
 
     url = services.INFERENCE_REPLY_URL
     key = replies.new_key("slow-test")

@@ -6,11 +6,12 @@ import shutil
 import pytest
 from django.core.exceptions import ValidationError
 
-from annotation.inference import predict_for_round
+from annotation.inference import predict_with
 from annotation.models import Example
 from leaderboard import services
-from leaderboard.models import Evaluation, ModelVersion
-from tasks.models import Job, Round
+from leaderboard.models import Evaluation
+from tasks.models import Job, ModelVersion, Round
+from tasks.registry import models_root, register_model, round_target_models
 
 pytestmark = pytest.mark.django_db
 
@@ -70,15 +71,15 @@ def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, resea
 def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_commit_callbacks):
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
-    Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"},
-                           target={"label": "lukewarm"})  # not in the task's label set
+    Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"}, source="import",
+                           external_uid="bad-1", target={"label": "lukewarm"})  # not in the task's label set
     with django_capture_on_commit_callbacks(execute=True):
         job = services.start_training(task, name="broken", **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
     assert "lukewarm" in job.error
     assert not ModelVersion.objects.filter(task=task).exists()
-    leftovers = [p.name for p in services.models_root().glob("sentiment/*") if "broken" in p.name]
+    leftovers = [p.name for p in models_root().glob("sentiment/*") if "broken" in p.name]
     assert leftovers == []
 
 
@@ -98,16 +99,16 @@ def test_register_refuses_a_tampered_artifact(demo_tasks):
 
     info = ml.ArtifactInfo(path=copy_dir, sha256=meta["sha256"], metadata=meta)
     with pytest.raises(ml.ArtifactError, match="model.safetensors"):
-        services.register_model(task, info, name="tampered")
+        register_model(task, info, name="tampered")
     assert not ModelVersion.objects.filter(name="tampered").exists()
 
     # The wrong task's artifact is refused too.
     with pytest.raises(ValidationError, match="not for task sentiment"):
-        services.register_model(demo_tasks["sentiment"], ml.verify_artifact(model.artifact_dir), name="x")
+        register_model(demo_tasks["sentiment"], ml.verify_artifact(model.artifact_dir), name="x")
 
 
 def test_bootstrap_demo_leaves_four_working_target_models(db):
-    from tasks.demo import bootstrap_demo
+    from leaderboard.demo import bootstrap_demo
 
     report = bootstrap_demo(train_options=TINY)
     assert len(report.models_trained) == 4
@@ -120,7 +121,7 @@ def test_bootstrap_demo_leaves_four_working_target_models(db):
     for slug, row in inputs.items():
         rnd = Round.objects.get(task__slug=slug, number=1)
         assert rnd.target_models.count() == 1
-        [result] = predict_for_round(rnd, [row])
+        [result] = predict_with(round_target_models(rnd), [row])
         if slug == "qa":
             assert row["passage"][result["start"]:result["end"]] == result["answer"]
         else:
@@ -131,3 +132,27 @@ def test_bootstrap_demo_leaves_four_working_target_models(db):
     # A second run trains nothing.
     assert bootstrap_demo(train_options=TINY).models_trained == []
     assert ModelVersion.objects.count() == 4
+
+
+def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_tasks, annotator):
+    """An example edited after the model answered (its label, its text or ``fooled``)
+    no longer matches its signature: training and evaluation leave it out."""
+    from annotation.services.examples import example_signature
+
+    task = demo_tasks["sentiment"]
+    rnd = task.open_round()
+    written = []
+    for text, label in SENTENCES[:3]:
+        example = Example(task=task, round=rnd, split="train", annotator=annotator, inputs={"statement": text},
+                          target={"label": label}, prediction={"label": label, "probabilities": {}},
+                          model_predictions={}, fooled=False)
+        example.signature = example_signature(example)
+        example.save()
+        written.append(example)
+    add_examples(task, rnd, SENTENCES[3:5], "train")  # imported: no signature, kept
+    Example.objects.filter(pk=written[1].pk).update(target={"label": "negative" if SENTENCES[1][1] == "positive"
+                                                             else "positive"})
+    Example.objects.filter(pk=written[2].pk).update(fooled=True)
+    kept = services.untampered(services.training_examples(task))
+    assert [e.pk for e in kept if e.source == "annotation"] == [written[0].pk]
+    assert sum(e.source == "import" for e in kept) == 2

@@ -3,12 +3,18 @@ import json
 import pytest
 from django.urls import reverse
 
-from annotation.models import Example, Validation
+from annotation.models import AnnotationSession, Example, Validation
+from annotation.services.sessions import start_session
 from crowd.models import WorkerIdentity
-from leaderboard.models import ModelVersion
-from tasks.models import Context, Job, Round, Task
+from leaderboard.models import Evaluation
+from tasks.models import Context, Job, ModelVersion, Round, Task
 
-ALL_MODELS = [Task, Round, Context, Job, Example, Validation, ModelVersion, WorkerIdentity]
+TASK_SCOPED = [Task, Round, Context, Job, Example, Validation, ModelVersion, AnnotationSession, Evaluation]
+
+
+def admin_url(model, view, *args):
+    meta = model._meta
+    return reverse(f"admin:{meta.app_label}_{meta.model_name}_{view}", args=args)
 
 
 @pytest.fixture
@@ -18,25 +24,115 @@ def populated(demo_tasks, annotator, second_annotator):
     example = Example.objects.create(
         task=nli, round=nli.open_round(), context=context, annotator=annotator,
         inputs={"hypothesis": "A <script>alert(1)</script> hypothesis 😀"}, target={"label": "neutral"},
-        fooled=True,
+        fooled=True, prediction={"label": "entailment", "probabilities": {}},
     )
     Validation.objects.create(example=example, validator=second_annotator, label="correct")
-    ModelVersion.objects.create(task=nli, name="r0", artifact_path="nli/r0", sha256="ab" * 32)
+    model = ModelVersion.objects.create(task=nli, name="r0", artifact_path="nli/r0", sha256="ab" * 32)
+    Evaluation.objects.create(model_version=model, round=nli.open_round(), num_examples=3, metrics={"accuracy": 1})
     Job.objects.create(kind=Job.Kind.HEALTH_CHECK, task=nli)
+    start_session(annotator, nli)
     return example
 
 
-@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
-def test_every_model_is_registered_and_renders_for_researchers(populated, client, researcher, mturk_worker, model):
+@pytest.mark.parametrize("model", TASK_SCOPED, ids=lambda m: m.__name__)
+def test_every_model_is_registered_and_renders_for_researchers(populated, client, researcher, model):
     client.force_login(researcher)
-    meta = model._meta
-    changelist = client.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+    changelist = client.get(admin_url(model, "changelist"))
     assert changelist.status_code == 200
     obj = model.objects.first()
-    change = client.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk]))
+    assert obj is not None
+    change = client.get(admin_url(model, "change", obj.pk))
     assert change.status_code == 200
     # Search and filters work without errors.
     assert client.get(changelist.request["PATH_INFO"] + "?q=a").status_code == 200
+
+
+@pytest.mark.parametrize("model", TASK_SCOPED, ids=lambda m: m.__name__)
+def test_researchers_see_only_their_own_tasks_rows(populated, client, other_researcher, model):
+    """A staff researcher who owns none of the demo tasks sees none of their rows."""
+    client.force_login(other_researcher)
+    changelist = client.get(admin_url(model, "changelist"))
+    assert changelist.status_code == 200
+    assert changelist.context["cl"].result_count == 0
+    obj = model.objects.first()
+    response = client.get(admin_url(model, "change", obj.pk))
+    assert response.status_code == 302  # "does not exist" redirect, nothing shown
+    assert str(obj.pk) not in response.get("Location", "").split("/")[-2:-1]
+
+
+def test_worker_identities_are_for_superusers_only(client, researcher, superuser, mturk_worker):
+    client.force_login(researcher)
+    assert client.get(admin_url(WorkerIdentity, "changelist")).status_code == 403
+    client.force_login(superuser)
+    assert client.get(admin_url(WorkerIdentity, "changelist")).status_code == 200
+
+
+def test_decision_fields_and_validations_are_read_only(populated, client, researcher):
+    """Posting a changed fooled, prediction, target, status or counter changes nothing."""
+    client.force_login(researcher)
+    url = admin_url(Example, "change", populated.pk)
+    response = client.post(url, {
+        "split": "dev", "metadata": "{}", "fooled": "", "target": json.dumps({"label": "entailment"}),
+        "prediction": json.dumps({"label": "neutral"}), "validation_status": "verified",
+        "validations_correct": "9", "retracted": "on",
+        "validations-TOTAL_FORMS": "1", "validations-INITIAL_FORMS": "1",
+        "validations-MIN_NUM_FORMS": "0", "validations-MAX_NUM_FORMS": "1000",
+    })
+    assert response.status_code == 302, response.content.decode()[:2000]
+    stored = Example.objects.get(pk=populated.pk)
+    assert stored.split == "dev"  # the one field a researcher edits
+    assert (stored.fooled, stored.target, stored.prediction["label"]) == (True, {"label": "neutral"}, "entailment")
+    assert (stored.validation_status, stored.validations_correct, stored.retracted) == ("pending", 0, False)
+    validation = Validation.objects.get(example=populated)
+    assert client.post(admin_url(Validation, "change", validation.pk), {"label": "incorrect"}).status_code == 403
+    assert client.post(admin_url(Validation, "delete", validation.pk), {"post": "yes"}).status_code == 403
+    assert client.get(admin_url(Validation, "add")).status_code == 403
+    assert Validation.objects.get(pk=validation.pk).label == "correct"
+
+
+def test_round_status_moves_only_through_the_actions(populated, client, researcher):
+    client.force_login(researcher)
+    nli = Task.objects.get(slug="nli")
+    first = nli.open_round()
+    second = Round.objects.create(task=nli, number=2)
+    # The status field is not editable: a posted status is ignored.
+    response = client.post(admin_url(Round, "change", second.pk), {
+        "status": "open", "ensemble_mode": "single", "description": "",
+    })
+    assert response.status_code == 302
+    assert Round.objects.get(pk=second.pk).status == "draft"
+    # The action refuses a round without a target model, with the reason.
+    response = client.post(admin_url(Round, "changelist"), {"action": "open_rounds", "_selected_action": [second.pk]},
+                           follow=True)
+    assert "no ready target model" in response.content.decode()
+    assert Round.objects.get(pk=second.pk).status == "draft"
+    second.target_models.add(ModelVersion.objects.get(name="r0"))
+    client.post(admin_url(Round, "changelist"), {"action": "open_rounds", "_selected_action": [second.pk]})
+    assert Round.objects.get(pk=second.pk).status == "open"
+    assert Round.objects.get(pk=first.pk).status == "closed"
+    client.post(admin_url(Round, "changelist"), {"action": "close_rounds", "_selected_action": [second.pk]})
+    assert nli.open_round() is None
+
+
+def test_unflag_action_calls_the_service(populated, client, researcher):
+    Example.objects.filter(pk=populated.pk).update(flagged=True, flag_reason="spam?")
+    client.force_login(researcher)
+    client.post(admin_url(Example, "changelist"), {"action": "unflag_examples", "_selected_action": [populated.pk]})
+    stored = Example.objects.get(pk=populated.pk)
+    assert stored.flagged is False and stored.flag_reason == "spam?"  # the reason stays on record
+
+
+def test_a_researcher_owns_the_task_they_create(client, other_researcher):
+    client.force_login(other_researcher)
+    response = client.post(admin_url(Task, "add"), {
+        "name": "Mine", "slug": "mine", "task_type": "classification", "is_active": "on",
+        "config": json.dumps({"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+                              "labels": [{"name": "a"}, {"name": "b"}]}),
+        "rounds-TOTAL_FORMS": "0", "rounds-INITIAL_FORMS": "0",
+    })
+    assert response.status_code == 302
+    assert list(Task.objects.get(slug="mine").owners.all()) == [other_researcher]
+    assert client.get(admin_url(Task, "changelist")).context["cl"].result_count == 1
 
 
 def test_admin_refuses_non_staff_and_anonymous(client, annotator):
@@ -84,3 +180,4 @@ def test_admin_change_page_escapes_user_text(populated, client, researcher):
     client.force_login(researcher)
     page = client.get(reverse("admin:annotation_example_change", args=[populated.pk])).content.decode()
     assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -1,8 +1,8 @@
 import pytest
 from django.core.management import call_command
 
-from leaderboard.models import ModelVersion
-from tasks.models import Context, Round, Task
+from annotation.models import Example
+from tasks.models import Context, ModelVersion, Round, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -54,10 +54,27 @@ def test_home_page_lists_the_active_tasks(demo_tasks, client, django_assert_max_
     assert "Hate Speech Detection" not in page
 
 
-def test_task_page_shows_rounds_and_counters(demo_tasks, client):
-    Round.objects.filter(task__slug="hate").update(examples_collected=10, examples_fooled=4,
-                                                   examples_verified_fooled=3)
-    page = client.get("/tasks/hate/").content.decode()
+def add_examples(task, rnd, *, collected, fooled, verified_fooled, annotator=None):
+    """``collected`` written examples of ``rnd``: ``fooled`` of them fooled the model and
+    ``verified_fooled`` of those are verified."""
+    context = task.contexts.first()
+    for i in range(collected):
+        Example.objects.create(
+            task=task, round=rnd, context=context, annotator=annotator, inputs={"statement": f"text {i}"},
+            target={"label": "hateful"}, fooled=i < fooled,
+            validation_status="verified" if i < verified_fooled else "pending")
+
+
+def test_task_page_shows_rounds_and_counters(demo_tasks, client, django_assert_max_num_queries):
+    task = demo_tasks["hate"]
+    add_examples(task, task.open_round(), collected=10, fooled=4, verified_fooled=3)
+    retracted = Example.objects.create(task=task, round=task.open_round(), inputs={"statement": "gone"},
+                                       target={"label": "hateful"}, fooled=True, retracted=True)
+    Example.objects.create(task=task, round=task.open_round(), inputs={"statement": "imported"},
+                           target={"label": "hateful"}, fooled=True, source="import", external_uid="x1")
+    assert retracted.pk  # neither the retracted nor the imported example counts
+    with django_assert_max_num_queries(4):  # task, rounds with counts, target models (+ session)
+        page = client.get("/tasks/hate/").content.decode()
     assert "Content warning" in page
     assert "<td>10</td>" in page and "<td>4</td>" in page and "<td>3</td>" in page
     assert "40%" in page and "30%" in page
@@ -76,11 +93,10 @@ def test_healthz(db, client):
 
 
 def test_task_page_draws_the_error_rate_chart_server_side(demo_tasks, client):
-    Round.objects.filter(task__slug="nli").update(examples_collected=20, examples_fooled=10,
-                                                  examples_verified_fooled=5)
-    Round.objects.create(task=demo_tasks["nli"], number=2, examples_collected=10, examples_fooled=2,
-                         examples_verified_fooled=1)
-    page = client.get("/tasks/nli/").content.decode()
+    task = demo_tasks["hate"]
+    add_examples(task, task.open_round(), collected=20, fooled=10, verified_fooled=5)
+    add_examples(task, Round.objects.create(task=task, number=2), collected=10, fooled=2, verified_fooled=1)
+    page = client.get("/tasks/hate/").content.decode()
     assert page.count("<svg") == 1 and "<script" not in page
     assert "round 1: error 50.0%, verified error 25.0%" in page
     assert "round 2: error 20.0%, verified error 10.0%" in page

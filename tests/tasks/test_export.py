@@ -12,10 +12,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from annotation.datasets import export_examples, import_records
 from annotation.exporting import RECORD_KEYS, anonymise, example_record
+from annotation.importers import read_records
 from annotation.models import Example
-from tasks.datasets import export_examples, import_records
-from tasks.importers import read_records
 from tasks.models import Context, Round, Task
 from tasks.services import create_task, load_definition
 

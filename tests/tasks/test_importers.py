@@ -15,9 +15,8 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from annotation.models import Example
-from tasks.datasets import DatasetImportError, check_format, import_records
-from tasks.importers import (
+from annotation.datasets import DatasetImportError, check_format, import_records
+from annotation.importers import (
     FORMATS,
     FormatError,
     Record,
@@ -26,6 +25,7 @@ from tasks.importers import (
     read_records,
     round_number,
 )
+from annotation.models import Example
 from tasks.models import Context, Round
 
 SEED_DIR = Path(settings.BASE_DIR) / "tasks" / "seed" / "examples"
@@ -322,10 +322,10 @@ def test_bad_rows_are_reported_and_skipped(demo_tasks, tmp_path):
     report = import_records(nli, read_records("anli", path), round_number=2, split="dev")
     assert report.created == 2 and report.skipped_duplicates == 0
     assert [str(e) for e in report.errors] == [
-        "line 2: unknown label 'foo' (expected one of entailment, neutral, contradiction)",
-        "line 3: empty 'hypothesis'",
+        "line 2: target.label: 'foo' is not one of ['entailment', 'neutral', 'contradiction'].",
+        "line 3: inputs.hypothesis: Must not be empty.",
         "line 4: invalid JSON: Expecting property name enclosed in double quotes (column 2)",
-        "line 5: 'hypothesis' is 1001 characters long; the task allows at most 1000",
+        "line 5: inputs.hypothesis: Must be at most 1000 characters (got 1001).",
     ]
     assert set(nli.examples.values_list("external_uid", flat=True)) == {"u1", "u6"}
     example = nli.examples.get(external_uid="u1")
@@ -333,7 +333,10 @@ def test_bad_rows_are_reported_and_skipped(demo_tasks, tmp_path):
     assert example.validation_status == "verified" and example.round.number == 2
     assert example.context.fields == {"premise": "A man is eating."}
     rnd = Round.objects.get(task=nli, number=2)
-    assert rnd.status == "closed" and rnd.examples_collected == 0
+    assert rnd.status == "closed"
+    from annotation.services.stats import round_stats
+
+    assert round_stats(rnd)["collected"] == 0  # imported data is not collected on the platform
     assert nli.rounds.get(number=1).status == "open"
 
 
@@ -351,7 +354,7 @@ def test_strict_import_writes_nothing(demo_tasks, tmp_path):
     with pytest.raises(CommandError) as caught:
         run_import(path, "--task", "nli", "--format", "anli", "--round", 2, "--split", "dev", "--strict")
     message = str(caught.value)
-    assert "2 malformed row(s); nothing was written" in message and "line 2: unknown label 'foo'" in message
+    assert "2 malformed row(s); nothing was written" in message and "line 2: target.label: 'foo' is not one of" in message
     assert (Example.objects.count(), Context.objects.count(), Round.objects.count()) == before
 
     path.write_text(json.dumps(premise_row("u1")) + "\n")
@@ -372,7 +375,9 @@ def test_importing_twice_creates_nothing_twice(demo_tasks, tmp_path):
     second = import_records(nli, read_records("anli", path), round_number=1, split="train", batch_size=10)
     assert (second.created, second.skipped_duplicates, second.contexts_created) == (0, 26, 0)
     assert (Example.objects.count(), Context.objects.count()) == counts
-    assert nli.rounds.get(number=1).examples_collected == 0  # counters are for platform examples
+    from annotation.services.stats import round_stats
+
+    assert round_stats(nli.rounds.get(number=1))["collected"] == 0  # stats count platform examples
 
 
 def test_context_with_same_id_but_other_text_is_an_error(demo_tasks, tmp_path):
@@ -434,7 +439,7 @@ def test_command_reports_only_the_first_twenty_errors(demo_tasks, tmp_path):
     path = nli_file(tmp_path, [premise_row("ok")] + [premise_row(f"u{i}", label="bad") for i in range(25)])
     out = run_import(path, "--task", "nli", "--format", "anli", "--round", 1, "--split", "train")
     assert "1 created, 0 skipped as duplicates, 25 malformed" in out
-    assert "line 2: unknown label 'bad'" in out and "line 21: " in out and "line 22: " not in out
+    assert "line 2: target.label: 'bad' is not one of" in out and "line 21: " in out and "line 22: " not in out
     assert "... and 5 more" in out
 
 

@@ -16,7 +16,9 @@ PROBE = (
     "'eager': settings.CELERY_TASK_ALWAYS_EAGER, 'broker': settings.CELERY_BROKER_URL, "
     "'debug': settings.DEBUG, 'secret_len': len(settings.SECRET_KEY), "
     "'sandbox': settings.MTURK_SANDBOX, 'mturk': settings.MTURK_ENDPOINT_URL, "
-    "'data_dir': settings.DYNABENCH_DATA_DIR, 'hosts': settings.ALLOWED_HOSTS}))"
+    "'data_dir': settings.DYNABENCH_DATA_DIR, 'hosts': settings.ALLOWED_HOSTS, "
+    "'cache': settings.CACHES['default']['BACKEND'], "
+    "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES']}))"
 )
 SERVICE_VARS = ["DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "SECRET_KEY", "DEBUG",
                 "ALLOWED_HOSTS", "MTURK_SANDBOX", "MTURK_ENDPOINT_URL", "DYNABENCH_DATA_DIR"]
@@ -30,8 +32,16 @@ def run_settings(tmp_path, **env_vars):
                           text=True, timeout=60)
 
 
+def test_debug_is_off_unless_asked_for(tmp_path):
+    result = run_settings(tmp_path, SECRET_KEY="k" * 50)
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout)
+    assert values["debug"] is False and values["hosts"] == []
+    assert not (tmp_path / "var" / "secret_key").exists()  # no local key without DEBUG
+
+
 def test_embedded_mode_is_the_default(tmp_path):
-    result = run_settings(tmp_path)
+    result = run_settings(tmp_path, DEBUG="true")
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout)
     assert values["engine"] == "django.db.backends.sqlite3"
@@ -41,15 +51,29 @@ def test_embedded_mode_is_the_default(tmp_path):
     # A local secret key was generated and is kept for the next start.
     key_file = tmp_path / "var" / "secret_key"
     assert key_file.exists() and len(key_file.read_text()) >= 50
-    again = json.loads(run_settings(tmp_path).stdout)
+    assert key_file.stat().st_mode & 0o777 == 0o600  # readable by its owner only
+    assert [p.name for p in key_file.parent.iterdir() if p.name.startswith(".secret_key")] == []
+    again = json.loads(run_settings(tmp_path, DEBUG="true").stdout)
     assert again["secret_len"] == values["secret_len"]
+
+
+def test_processes_starting_together_share_one_secret_key(tmp_path):
+    """Eight processes create the key file at once: one key wins, all use it, no temp file is left."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), DEBUG="true")
+    probe = "import django; from django.conf import settings; django.setup(); print(settings.SECRET_KEY)"
+    procs = [subprocess.Popen([sys.executable, "-c", probe], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert len(keys) == 1 and len(keys.pop()) >= 50
+    assert sorted(p.name for p in (tmp_path / "var").iterdir() if "secret" in p.name) == ["secret_key"]
 
 
 def test_service_mode_from_the_environment(tmp_path):
     result = run_settings(
         tmp_path, DATABASE_URL="postgres://dyna:pw@db.internal:5432/dynabench",
         CELERY_BROKER_URL="redis://redis.internal:6379/0", MTURK_SANDBOX="false",
-        DYNABENCH_DATA_DIR="/srv/data",
+        DYNABENCH_DATA_DIR="/srv/data", DEBUG="true",
     )
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout)
@@ -59,6 +83,9 @@ def test_service_mode_from_the_environment(tmp_path):
     assert values["broker"] == "redis://redis.internal:6379/0"
     assert values["sandbox"] is False and "sandbox" not in values["mturk"]
     assert values["data_dir"] == "/srv/data"
+    # Throttles and sign-in lockouts count on a cache every web process shares.
+    assert values["cache"] == "django.core.cache.backends.redis.RedisCache"
+    assert values["num_proxies"] == 0  # no client-sent X-Forwarded-For is trusted
 
 
 def test_secret_key_is_required_when_debug_is_off(tmp_path):
@@ -82,6 +109,6 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
 
 @pytest.mark.parametrize("url", ["postgres://u@h/db", "sqlite:////tmp/x.sqlite3"])
 def test_database_url_selects_the_engine(tmp_path, url):
-    values = json.loads(run_settings(tmp_path, DATABASE_URL=url).stdout)
+    values = json.loads(run_settings(tmp_path, DATABASE_URL=url, DEBUG="true").stdout)
     expected = "postgresql" if url.startswith("postgres") else "sqlite3"
     assert values["engine"].endswith(expected)

@@ -1,6 +1,6 @@
 """Importing data sets into a task, and exporting a task's examples.
 
-``import_records`` takes the records that ``tasks.importers`` reads (public
+``import_records`` takes the records that ``annotation.importers`` reads (public
 data sets, our seed files, our own export) and writes them as examples of a
 task: each row is checked against the task's config, duplicates are skipped,
 contexts are shared by id, and the rows are written with ``bulk_create`` in
@@ -13,9 +13,9 @@ Choices worth knowing:
   has no annotator, and is ``verified`` by default: its label is the data
   set's gold label, and a pending import would flood the validation queue.
   Records from our own export keep everything they carried.
-- Round counters (examples_collected, ...) are left alone: they count what
-  annotators wrote on the platform against the round's target models.
-  Imported history is not that.
+- Round statistics (examples collected, fooled, verified) count only what
+  annotators wrote on the platform against the round's target models
+  (``source="annotation"``); imported history is not that.
 - A round that does not exist yet is created closed (imported history); an
   existing round is left as it is.
 - Contexts are found by ``external_id`` (a hash of their text for public
@@ -42,15 +42,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotation.exporting import ANNOTATOR_METADATA_KEY, RECORD_KEYS, example_record, iter_jsonl
-from annotation.models import Example
+from core.errors import InvalidInput
+from tasks.config import EXTRACTIVE_QA
+from tasks.models import Context, Round, Task
 
-from .config import EXTRACTIVE_QA
+from .exporting import ANNOTATOR_METADATA_KEY, RECORD_KEYS, example_record, iter_jsonl
 from .importers import FORMATS, SPLITS, FormatError, Record, RowError
-from .models import Context, Round, Task
+from .models import Example
 
 BATCH_SIZE = 1000
 MAX_ID_LENGTH = 200
@@ -141,9 +142,7 @@ class _Importer:
         self.rounds: dict[int, Round] = {}
         self.contexts: dict[object, list] = {}  # key -> [signature of fields, pk or None]
         self.seen: set[str] = set()  # external uids and uids taken in this run
-        self.input_names = self.config.input_field_names
         self.context_names = self.config.context_field_names
-        self.labels = self.config.label_names
         self.is_qa = self.config.task_type == EXTRACTIVE_QA
         if split is not None and split not in SPLITS:
             raise DatasetImportError(f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
@@ -153,67 +152,29 @@ class _Importer:
     # --- checks -------------------------------------------------------------
 
     def problem(self, record: Record) -> str | None:
+        """What is wrong with ``record`` for this task, or None. The inputs, the
+        context and the answer are checked by the task config's own rules, the same
+        ones the API applies (``TaskConfig.clean_*``)."""
         config = self.config
-        inputs = record.inputs
-        if not isinstance(inputs, dict):
-            return "the inputs must be a JSON object of text fields"
-        for name in self.input_names:
-            if name not in inputs:
-                return f"missing input field {name!r}"
-        unknown = [name for name in inputs if name not in self.input_names]
-        if unknown:
-            return (f"unknown input field(s) {', '.join(repr(n) for n in unknown)} "
-                    f"(the task's input fields: {', '.join(self.input_names)})")
-        for name in self.input_names:
-            value = inputs[name]
-            if not isinstance(value, str):
-                return f"{name!r} must be text, not {type(value).__name__}"
-            if not value.strip():
-                return f"empty {name!r}"
-            if len(value) > config.max_input_length:
-                return (f"{name!r} is {len(value)} characters long; the task allows at most "
-                        f"{config.max_input_length}")
         context = record.context
+        try:
+            config.clean_inputs(record.inputs)
+            if context is not None:
+                if not self.context_names:
+                    return "the row has a context but the task has no context fields"
+                if not isinstance(context, dict):
+                    return "the context must be a JSON object"
+                config.clean_context_fields(context.get("fields"))
+            elif self.is_qa:
+                return "a QA example needs a context with the passage"
+            config.clean_target(record.target, context["fields"] if context else None)
+        except InvalidInput as exc:
+            return str(exc)
         if context is not None:
-            if not self.context_names:
-                return "the row has a context but the task has no context fields"
-            fields = context.get("fields") if isinstance(context, dict) else None
-            if not isinstance(fields, dict):
-                return "the context's fields must be a JSON object"
-            missing = [n for n in self.context_names if n not in fields]
-            extra = [n for n in fields if n not in self.context_names]
-            if missing or extra:
-                return (f"context fields {', '.join(sorted(fields)) or '(none)'} do not match the task's "
-                        f"({', '.join(self.context_names)})")
-            for name, value in fields.items():
-                if not isinstance(value, str):
-                    return f"context field {name!r} must be text"
-                if name in config.model_inputs and not value.strip():
-                    return f"empty context field {name!r}"
             if len(context.get("external_id") or "") > MAX_ID_LENGTH:
                 return f"the context id is longer than {MAX_ID_LENGTH} characters"
             if not isinstance(context.get("tag") or "", str) or len(context.get("tag") or "") > MAX_TAG_LENGTH:
                 return f"the context tag must be text of at most {MAX_TAG_LENGTH} characters"
-        elif self.is_qa:
-            return "a QA example needs a context with the passage"
-        target = record.target
-        if not isinstance(target, dict):
-            return "the target must be a JSON object"
-        if self.is_qa:
-            text, start = target.get("text"), target.get("start")
-            if not isinstance(text, str) or not text:
-                return "the answer text is missing or empty"
-            if not _is_int(start) or start < 0:
-                return f"the answer start must be a whole number >= 0, not {start!r}"
-            passage = context["fields"][config.answer_context_field]
-            if passage[start:start + len(text)] != text:
-                return f"answer {text!r} is not at offset {start} of the {config.answer_context_field}"
-        else:
-            label = target.get("label")
-            if label is None or label == "":
-                return "missing label"
-            if label not in self.labels:
-                return f"unknown label {label!r} (expected one of {', '.join(self.labels)})"
         if len(record.external_uid or "") > MAX_ID_LENGTH:
             return f"the id is longer than {MAX_ID_LENGTH} characters"
         if not isinstance(record.metadata, dict):
@@ -396,6 +357,8 @@ class _Importer:
             inputs=record.inputs, target=record.target, metadata=metadata,
             validation_status=self.validation_status,
         )
+        if row.created_at is not None:
+            example.created_at = row.created_at
         platform = record.platform
         if platform is not None:
             validation = platform["validation"]
@@ -429,9 +392,7 @@ class _Importer:
                     [self.new_context(row, key) for key, row in pending], batch_size=self.batch_size)
                 for (key, _row), context in zip(pending, contexts, strict=True):
                     self.contexts[key][1] = context.pk
-                examples = Example.objects.bulk_create(
-                    [self.new_example(row) for row in rows], batch_size=self.batch_size)
-                self.fix_created_at(rows, examples)
+                Example.objects.bulk_create([self.new_example(row) for row in rows], batch_size=self.batch_size)
         except IntegrityError:
             # Someone else wrote some of these rows meanwhile: go row by row.
             for key, _row in pending:
@@ -464,30 +425,7 @@ class _Importer:
             except IntegrityError:
                 self.report.skipped_duplicates += 1
                 continue
-            self.fix_created_at([row], [example])
             self.count(row)
-
-    def fix_created_at(self, rows: list[_Row], examples: list[Example]) -> None:
-        """created_at is auto_now_add: put back the times an export carried.
-
-        One executemany; ``bulk_update`` builds a CASE over the whole batch
-        and costs more than the insert itself.
-        """
-        connection = connections[Example.objects.db]
-        params = [
-            (connection.ops.adapt_datetimefield_value(row.created_at), example.pk)
-            for row, example in zip(rows, examples, strict=True)
-            if row.created_at is not None
-        ]
-        if params:
-            quote = connection.ops.quote_name
-            column = Example._meta.get_field("created_at").column
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    f"UPDATE {quote(Example._meta.db_table)} SET {quote(column)} = %s "
-                    f"WHERE {quote(Example._meta.pk.column)} = %s",
-                    params,
-                )
 
     def count(self, row: _Row) -> None:
         self.report.created += 1

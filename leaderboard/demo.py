@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from . import services
+from tasks import services
+
+from .services import ensure_demo_models
 
 DEMO_ADMIN_USERNAME = "admin"
 
@@ -52,8 +54,6 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
             created_contexts, _ = services.add_contexts(task, services.read_seed_contexts(slug))
             report.contexts_created[slug] = created_contexts
     if with_models:
-        from leaderboard.services import ensure_demo_models
-
         report.models_trained = ensure_demo_models(
             slugs or services.DEFAULT_TASK_SLUGS, progress=progress, **(train_options or {}))
     return report

@@ -11,7 +11,7 @@ This module imports nothing from Django, so scripts such as
 ``bench/baselines.py`` and the demo-model training can read the same files
 without a database::
 
-    from tasks.importers import read_records
+    from annotation.importers import read_records
     for item in read_records("anli", "anli/R1/dev.jsonl"):
         ...
 

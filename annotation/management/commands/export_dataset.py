@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.datasets import EXPORT_FORMATS, export_examples
+from annotation.datasets import EXPORT_FORMATS, export_examples
 from tasks.models import Task
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from tasks.demo import DEMO_ADMIN_USERNAME, bootstrap_demo
+from leaderboard.demo import DEMO_ADMIN_USERNAME, bootstrap_demo
 
 
 class Command(BaseCommand):

@@ -1,0 +1,98 @@
+"""Annotation sessions: one sitting of an annotator on a task.
+
+A session carries the counters a page shows and the key its signed token holds.
+``session_problem`` is the one rule for whether a session (and so its token)
+still works: not revoked, not past ``ANNOTATION_SESSION_MAX_AGE`` since it was
+created, the user still active, and their password unchanged since.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare, salted_hmac
+
+from tasks.models import Task
+
+from ..models import AnnotationSession
+
+SESSION_COUNTERS = ("examples_written", "examples_fooled", "validations_done")
+LOGIN_KEY_SALT = "dynabench.annotation.login-session"
+
+
+def login_key(django_session_key: str | None) -> str:
+    """A hash naming the sign-in session a page was opened in (never the key itself)."""
+    if not django_session_key:
+        return ""
+    return salted_hmac(LOGIN_KEY_SALT, django_session_key, algorithm="sha256").hexdigest()
+
+
+def max_age() -> timedelta:
+    return timedelta(seconds=settings.ANNOTATION_SESSION_MAX_AGE)
+
+
+def start_session(user, task: Task, *, login_key: str = "", mturk_assignment_id: str = "") -> AnnotationSession:
+    return AnnotationSession.objects.create(
+        user=user, task=task, login_key=login_key, mturk_assignment_id=mturk_assignment_id,
+        auth_hash=user.get_session_auth_hash(),
+    )
+
+
+def session_problem(session: AnnotationSession) -> str | None:
+    """Why ``session`` no longer works, or None when it does."""
+    if session.revoked_at is not None:
+        return "This session was ended (its user signed out); open the page again."
+    if session.created_at <= timezone.now() - max_age():
+        return "This session has expired; open the page again."
+    user = session.user
+    if not user.is_active:
+        return "This account is disabled."
+    if not constant_time_compare(session.auth_hash, user.get_session_auth_hash()):
+        return "This session ended when the account's password changed; open the page again."
+    return None
+
+
+def _live(queryset):
+    return queryset.filter(revoked_at__isnull=True, created_at__gt=timezone.now() - max_age())
+
+
+def session_for_page(user, task: Task, login_key: str) -> AnnotationSession:
+    """The session a signed-in user's page uses: their newest working one on ``task``
+    from the same sign-in, else a new one (opening a page again starts nothing new)."""
+    candidates = _live(AnnotationSession.objects.filter(user=user, task=task, login_key=login_key))
+    for session in candidates.select_related("user").order_by("-created_at")[:1]:
+        if session_problem(session) is None:
+            return session
+    return start_session(user, task, login_key=login_key)
+
+
+def current_session(user, task: Task, session: AnnotationSession | None = None) -> AnnotationSession:
+    """The caller's session on ``task``: the token's, else their newest working one, else a new one."""
+    if session is not None and session.task_id == task.pk and session.user_id == user.pk:
+        return session
+    latest = _live(AnnotationSession.objects.filter(user=user, task=task)).order_by("-created_at").first()
+    return latest or start_session(user, task)
+
+
+def bump(session: AnnotationSession, **deltas: int) -> None:
+    """Add ``deltas`` to the session's counters in the database, then read all three
+    back onto ``session``: exact even when the same session writes from two tabs."""
+    unknown = set(deltas) - set(SESSION_COUNTERS)
+    if unknown:
+        raise ValueError(f"not session counters: {sorted(unknown)}")
+    updated = AnnotationSession.objects.filter(pk=session.pk).update(
+        **{name: F(name) + value for name, value in deltas.items()})
+    if not updated:
+        raise AnnotationSession.DoesNotExist(f"annotation session {session.pk} is gone")
+    session.refresh_from_db(fields=SESSION_COUNTERS)
+
+
+def revoke_sessions(user, *, login_key: str | None = None) -> int:
+    """End the user's working sessions (those of one sign-in, with ``login_key``)."""
+    sessions = AnnotationSession.objects.filter(user=user, revoked_at__isnull=True)
+    if login_key is not None:
+        sessions = sessions.filter(login_key=login_key)
+    return sessions.update(revoked_at=timezone.now())

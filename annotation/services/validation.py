@@ -1,0 +1,191 @@
+"""Validation: other people check that an example is labelled right.
+
+With blind validation (the task config's ``blind_validation``, on by default) a
+validator first gives their own answer, which is stored on their Validation;
+only then does the server show them the writer's answer, and only then may they
+decide (correct, incorrect, flagged). Blind items carry neither the writer's
+answer nor the model's prediction nor whether it fooled the model. The example's
+author and the task's researchers may always see the writer's answer, and a
+researcher's decision is final at once.
+
+An example is verified, rejected or flagged when ``num_matching_validations``
+user decisions agree; the counters move under the example's row lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, JSONField, OuterRef, Subquery
+from django.utils import timezone
+
+from core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from tasks.models import Task
+from tasks.roles import is_researcher
+
+from ..models import AnnotationSession, Example, Validation
+from . import sessions
+from .examples import MAX_REASON_LENGTH
+
+OWNER_OUTCOME = {
+    Validation.Label.CORRECT: Example.ValidationStatus.VERIFIED,
+    Validation.Label.INCORRECT: Example.ValidationStatus.REJECTED,
+    Validation.Label.FLAGGED: Example.ValidationStatus.FLAGGED,
+}
+COUNTER = {
+    Validation.Label.CORRECT: "validations_correct",
+    Validation.Label.INCORRECT: "validations_incorrect",
+    Validation.Label.FLAGGED: "validations_flagged",
+}
+
+
+def validation_queue(task: Task, user):
+    """Examples ``user`` may validate: those they answered blind and have not decided
+    yet first, then model-fooling ones, then those with the fewest validations.
+    Never their own, never retracted, flagged or decided ones, never twice. Each
+    carries ``my_blind_answer`` (their stored blind answer, or None)."""
+    mine = Validation.objects.filter(example=OuterRef("pk"), validator=user)
+    return (
+        Example.objects.filter(task=task, retracted=False, flagged=False,
+                               validation_status=Example.ValidationStatus.PENDING,
+                               source=Example.Source.ANNOTATION)
+        .exclude(annotator=user)
+        .exclude(Exists(mine.exclude(label="")))
+        .annotate(
+            started=Exists(mine.filter(label="")),
+            my_blind_answer=Subquery(mine.values("blind_answer")[:1], output_field=JSONField()),
+            n_validations=F("validations_correct") + F("validations_incorrect") + F("validations_flagged"),
+        )
+        .order_by(F("started").desc(), F("fooled").desc(nulls_last=True), "n_validations", "created_at", "pk")
+        .select_related("context", "round", "task")
+    )
+
+
+def may_see_target(example: Example, user, *, blind_answer_given: bool) -> bool:
+    """Whether ``user`` may see the writer's answer (and the model's) on ``example``."""
+    if not example.task.parsed_config.blind_validation:
+        return True
+    return blind_answer_given or example.annotator_id == user.pk or is_researcher(user, example.task)
+
+
+def _locked_example(example_id: int) -> Example:
+    example = (Example.objects.select_for_update(of=("self",)).select_related("task", "context")
+               .filter(pk=example_id).first())
+    if example is None:
+        raise NotFound("No such example.")
+    return example
+
+
+def _check_can_validate(example: Example, user) -> None:
+    if example.annotator_id == user.pk:
+        raise Forbidden("You cannot validate your own example.")
+    if example.retracted:
+        raise Conflict("The example was retracted by its author.")
+    if example.source != Example.Source.ANNOTATION:
+        raise Conflict("Imported examples are not validated on the platform.")
+
+
+@transaction.atomic
+def give_blind_answer(example_id: int, user, answer) -> Validation:
+    """Store ``user``'s own answer to the example, before they see the writer's."""
+    example = _locked_example(example_id)
+    _check_can_validate(example, user)
+    if example.validation_status != Example.ValidationStatus.PENDING and not is_researcher(user, example.task):
+        raise Conflict("This example has been decided already.")
+    config = example.task.parsed_config
+    context_fields = example.context.fields if example.context_id else None
+    answer = config.clean_target(answer, context_fields, field="answer", need_start=False)
+    existing = Validation.objects.filter(example=example, validator=user).first()
+    if existing is not None:
+        raise Conflict("You already answered this example; your first answer stands."
+                       if existing.blind_answer is not None else "You have already validated this example.")
+    try:
+        with transaction.atomic():
+            return Validation.objects.create(
+                example=example, validator=user, blind_answer=answer,
+                blind_agrees=config.answers_agree(answer, example.target),
+                mode=Validation.Mode.OWNER if is_researcher(user, example.task) else Validation.Mode.USER,
+            )
+    except IntegrityError as exc:  # the same user, twice at once
+        raise Conflict("You already answered this example; your first answer stands.") from exc
+
+
+def reveal_target(example: Example, user) -> dict:
+    """The writer's answer, for a validator who has given their own (or its author,
+    or the task's researchers)."""
+    given = Validation.objects.filter(example=example, validator=user, blind_answer__isnull=False).exists()
+    if not may_see_target(example, user, blind_answer_given=given):
+        raise Forbidden("Give your own answer first (blind validation): the writer's answer is shown after it.")
+    return example.target
+
+
+def _decide(example: Example, needed: int) -> str:
+    """The validation status after a user decision changed the counters."""
+    if example.validations_flagged >= needed:
+        return Example.ValidationStatus.FLAGGED
+    if example.validations_correct >= needed:
+        return Example.ValidationStatus.VERIFIED
+    if example.validations_incorrect >= needed:
+        return Example.ValidationStatus.REJECTED
+    return example.validation_status
+
+
+@dataclass
+class Validated:
+    example: Example
+    validation: Validation
+    session: AnnotationSession
+
+
+def validate_example(example_id: int, user, *, label: str, reason: str = "",
+                     session: AnnotationSession | None = None,
+                     within_transaction: Callable[[Validated], None] | None = None) -> Validated:
+    """``user`` decides whether the writer's label is right.
+
+    ``within_transaction(validated)`` runs inside the transaction after the writes;
+    if it raises, nothing is stored."""
+    if label not in COUNTER:
+        raise InvalidInput.field("label", f"{label!r} is not one of {sorted(COUNTER)}.")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH or "\x00" in reason:
+        raise InvalidInput.field("reason", f"Must be text of at most {MAX_REASON_LENGTH} characters.")
+    with transaction.atomic():
+        example = _locked_example(example_id)
+        _check_can_validate(example, user)
+        owner = is_researcher(user, example.task)
+        existing = Validation.objects.filter(example=example, validator=user).first()
+        if existing is not None and existing.label:
+            raise Conflict("You have already validated this example.")
+        if not owner and example.validation_status != Example.ValidationStatus.PENDING:
+            raise Conflict("This example has been decided already.")
+        if not may_see_target(example, user, blind_answer_given=existing is not None):
+            raise Conflict("Give your own answer first (blind validation): "
+                           f"POST /api/examples/{example.pk}/blind-answer/, then decide.")
+        mode = Validation.Mode.OWNER if owner else Validation.Mode.USER
+        now = timezone.now()
+        if existing is not None:
+            existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
+            existing.save(update_fields=["label", "mode", "reason", "decided_at"])
+            validation = existing
+        else:
+            try:
+                with transaction.atomic():
+                    validation = Validation.objects.create(example=example, validator=user, label=label,
+                                                           mode=mode, reason=reason, decided_at=now)
+            except IntegrityError as exc:  # a concurrent duplicate from the same user
+                raise Conflict("You have already validated this example.") from exc
+
+        field = COUNTER[label]
+        setattr(example, field, getattr(example, field) + 1)
+        if owner:
+            example.validation_status = OWNER_OUTCOME[label]
+        else:
+            example.validation_status = _decide(example, example.task.parsed_config.num_matching_validations)
+        example.save(update_fields=[field, "validation_status", "updated_at"])
+        session = sessions.current_session(user, example.task, session)
+        sessions.bump(session, validations_done=1)
+        validated = Validated(example, validation, session)
+        if within_transaction is not None:
+            within_transaction(validated)
+    return validated

@@ -1,0 +1,89 @@
+"""Sign-up, sign-in and API tokens, with limits against guessing and bulk sign-ups.
+
+- Sign-in (the page and ``POST /api/auth/token/``): after
+  ``LOGIN_FAILURES_PER_ACCOUNT`` failed attempts on an account, or
+  ``LOGIN_FAILURES_PER_ADDRESS`` from an address, within
+  ``LOGIN_FAILURE_WINDOW`` seconds, both answer 429 with ``Retry-After`` until the
+  window ends, without checking the password. A success clears the account's count.
+- Sign-up: at most ``SIGNUPS_PER_ADDRESS`` attempts per address per ``SIGNUP_WINDOW``.
+- Signing out ends the annotation sessions (and their tokens) opened in that
+  sign-in; a password change ends all of the user's (see ``annotation``).
+"""
+
+from django.contrib.auth import login
+from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.views import LoginView
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
+from rest_framework.authtoken.views import ObtainAuthToken
+
+from . import ratelimit
+
+
+def too_many(request, wait: int, what: str):
+    response = render(request, "too_many_requests.html", {"wait": wait, "what": what}, status=429)
+    response["Retry-After"] = str(wait)
+    return response
+
+
+class ThrottledLoginView(LoginView):
+    """Django's sign-in page, refusing (429) after too many failures."""
+
+    def post(self, request, *args, **kwargs):
+        wait = ratelimit.login_retry_after(request, request.POST.get("username"))
+        if wait:
+            return too_many(request, wait, "failed sign-ins")
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        ratelimit.login_failed(self.request, self.request.POST.get("username"))
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        ratelimit.login_succeeded(form.get_user().get_username())
+        return super().form_valid(form)
+
+
+class ThrottledObtainAuthToken(ObtainAuthToken):
+    """``POST /api/auth/token/``: an API token for a username and password; 429
+    after too many failures (the same counts as the sign-in page)."""
+
+    def post(self, request, *args, **kwargs):
+        username = request.data.get("username") if hasattr(request.data, "get") else None
+        wait = ratelimit.login_retry_after(request, username)
+        if wait:
+            raise exceptions.Throttled(wait, detail=f"Too many failed sign-ins; try again in {wait} s.")
+        try:
+            response = super().post(request, *args, **kwargs)
+        except exceptions.ValidationError:
+            ratelimit.login_failed(request, username)
+            raise
+        ratelimit.login_succeeded(username)
+        return response
+
+
+obtain_auth_token = extend_schema(tags=["auth"])(ThrottledObtainAuthToken).as_view()
+
+
+def signup(request):
+    next_url = request.POST.get("next") or request.GET.get("next") or "/"
+    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        next_url = "/"
+    if request.method == "POST":
+        limiter = ratelimit.signup_by_address()
+        address = ratelimit.client_ip(request)
+        wait = limiter.retry_after(address)
+        if wait:
+            return too_many(request, wait, "sign-ups from this address")
+        limiter.hit(address)
+        form = UserCreationForm(request.POST)
+        if form.is_valid():
+            user = form.save()
+            login(request, user)
+            return redirect(next_url)
+    else:
+        form = UserCreationForm()
+    return render(request, "registration/signup.html", {"form": form, "next": next_url})

@@ -1,0 +1,119 @@
+"""The API's errors: one body for all of them, and the one mapping from errors to
+HTTP statuses (pagination, parsing and the schema are in their own modules).
+
+Every error answers with one body, documented in the schema as ``Error``::
+
+    {"detail": "inputs.hypothesis: Must not be empty.", "code": "invalid",
+     "errors": {"inputs.hypothesis": ["Must not be empty."]}}
+
+``errors`` (field -> messages, dotted paths into the request) is there for 400s
+only. ``exception_handler`` is the one place where domain errors
+(``core.errors``), Django's, DRF's and the job queue's become statuses:
+
+=====  =====================================================================
+400    bad input (``InvalidInput``, DRF validation, unreadable JSON)
+401    credentials missing where needed, or sent and invalid
+403    known caller, not allowed (``Forbidden``)
+404    no such thing, or not visible to the caller (``NotFound``)
+409    clashes with the current state (``Conflict``)
+413    request body over ``API_MAX_BODY_BYTES``
+415    a body in a media type the endpoint does not read
+422    an ``Idempotency-Key`` reused for a different request
+429    throttled, or too many failed sign-ins (``Retry-After`` says when to retry)
+503    model, worker, broker or database unavailable (``Unavailable``), with ``Retry-After``
+=====  =====================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError as DatabaseUnavailable
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from . import errors
+from .exceptions import ConflictError, PayloadTooLarge, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+
+# --- errors -------------------------------------------------------------------------
+
+
+def as_api_exception(exc: BaseException) -> BaseException:
+    """The DRF exception for ``exc`` (domain, Django or infrastructure errors); others as they are."""
+    if isinstance(exc, errors.InvalidInput):
+        return exceptions.ValidationError(exc.errors)
+    if isinstance(exc, errors.NotFound):
+        return exceptions.NotFound(exc.message)
+    if isinstance(exc, errors.Forbidden):
+        return exceptions.PermissionDenied(exc.message)
+    if isinstance(exc, errors.Conflict):
+        return ConflictError(exc.message)
+    if isinstance(exc, errors.Unavailable):
+        return ServiceUnavailable(exc.message, retry_after=exc.retry_after)
+    if isinstance(exc, Http404):
+        return exceptions.NotFound(str(exc) or None)
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(str(exc) or None)
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        return exceptions.ValidationError(detail)
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge(f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
+    if isinstance(exc, SuspiciousOperation):
+        return exceptions.ParseError(str(exc) or "The request could not be read.")
+    if isinstance(exc, errors.queue_errors()):
+        log.warning("job queue unavailable: %s: %s", type(exc).__name__, exc)
+        return ServiceUnavailable("The job queue is unreachable right now; nothing was stored. Try again shortly.")
+    if isinstance(exc, DatabaseUnavailable):
+        log.exception("database unavailable")
+        return ServiceUnavailable("The database is busy or unreachable; nothing was stored. Try again shortly.")
+    return exc
+
+
+def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail as ``{"dotted.path": [messages]}``."""
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            out.update(flatten_errors(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(detail, list) and any(isinstance(item, dict | list) for item in detail):
+        out = {}
+        for index, item in enumerate(detail):
+            out.update(flatten_errors(item, f"{prefix}.{index}" if prefix else str(index)))
+        return out
+    messages = [str(m) for m in detail] if isinstance(detail, list) else [str(detail)]
+    return {prefix or "non_field_errors": messages}
+
+
+def error_body(exc: exceptions.APIException) -> dict:
+    codes = exc.get_codes()
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten_errors(exc.detail)
+        detail = " ".join(
+            " ".join(messages) if field == "non_field_errors" else f"{field}: {' '.join(messages)}"
+            for field, messages in fields.items()
+        )
+        return {"detail": detail or "Invalid input.", "code": "invalid", "errors": fields}
+    return {"detail": str(exc.detail), "code": codes if isinstance(codes, str) else exc.default_code}
+
+
+def exception_handler(exc, context):
+    """DRF's handler, after mapping ``exc`` (see the module docstring); one body for all errors."""
+    exc = as_api_exception(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    response.data = error_body(exc)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response["Retry-After"] = str(int(retry_after))
+    return response

@@ -1,0 +1,71 @@
+"""Domain errors: what a service says went wrong, in words, without HTTP.
+
+Services raise these; ``core.api.exception_handler`` is the one place that turns
+them into HTTP statuses (400, 403, 404, 409, 503), and the pages show their
+messages. A service never raises a DRF or Django HTTP exception itself.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base class. ``message`` is shown to the user as it is."""
+
+    code = "error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(DomainError):
+    """Bad input: ``errors`` maps each offending field (dotted path) to its messages."""
+
+    code = "invalid"
+
+    def __init__(self, errors: dict[str, list[str] | str], message: str = "Invalid input."):
+        super().__init__(message)
+        self.errors = {field: [m] if isinstance(m, str) else list(m) for field, m in errors.items()}
+
+    @classmethod
+    def field(cls, name: str, message: str) -> InvalidInput:
+        return cls({name: [message]})
+
+    def __str__(self) -> str:
+        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in self.errors.items())
+
+
+class NotFound(DomainError):
+    code = "not_found"
+
+
+class Forbidden(DomainError):
+    """The caller is known but may not do this."""
+
+    code = "forbidden"
+
+
+class Conflict(DomainError):
+    """The request clashes with the current state (closed round, decided example, ...)."""
+
+    code = "conflict"
+
+
+class Unavailable(DomainError):
+    """A dependency (model, worker, broker) cannot answer now; worth retrying later."""
+
+    code = "unavailable"
+
+    def __init__(self, message: str, retry_after: int = 5):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def queue_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the job queue is down: the broker's connection error
+    and Redis's (broker, reply lists and shared cache are Redis here)."""
+    from kombu.exceptions import OperationalError as BrokerUnavailable
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    return BrokerUnavailable, RedisConnectionError, RedisTimeout

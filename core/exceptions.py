@@ -1,0 +1,37 @@
+"""HTTP exceptions DRF does not have (409, 413, 422, 503 with Retry-After).
+
+Kept apart from ``core.api`` so the parser module can use them: DRF reads its
+parser classes while ``rest_framework.views`` is still loading.
+"""
+
+from rest_framework import exceptions, status
+
+RETRY_AFTER_SECONDS = 5
+
+
+class ConflictError(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state."
+    default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "too_large"
+
+
+class UnprocessableRequest(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The request cannot be processed."
+    default_code = "unprocessable"
+
+
+class ServiceUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "A service the platform needs is unavailable; try again shortly."
+    default_code = "unavailable"
+
+    def __init__(self, detail=None, retry_after: int = RETRY_AFTER_SECONDS):
+        super().__init__(detail)
+        self.retry_after = retry_after

@@ -1,0 +1,110 @@
+"""Failure counters on the shared cache: sign-in lockout and the sign-up limit.
+
+A ``Limiter`` counts events per identity (an account name, an address) in a
+fixed window: once ``limit`` events fall in the window, ``retry_after`` says how
+many seconds remain. Counts go to the default cache, which is Redis in service
+mode (shared by every web process) and per-process memory in embedded mode.
+Counting is atomic (``cache.add`` + ``cache.incr``). If the cache is down the
+limiter lets the request through and logs it: the lockout is defence in depth,
+and an outage must not lock everyone out.
+
+``client_ip`` is the address the API throttles use too: ``REMOTE_ADDR``, or,
+behind ``NUM_PROXIES`` trusted proxies, the address they saw. A client's own
+``X-Forwarded-For`` is never trusted unless ``NUM_PROXIES`` is set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.throttling import BaseThrottle
+
+log = logging.getLogger(__name__)
+
+
+def client_ip(request) -> str:
+    """The client's address as the API throttles see it (DRF's ``get_ident`` with ``NUM_PROXIES``)."""
+    return BaseThrottle().get_ident(request) or "unknown"
+
+
+@dataclass(frozen=True)
+class Limiter:
+    scope: str
+    limit: int
+    window: int  # seconds
+
+    def _keys(self, identity: str) -> tuple[str, str]:
+        digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"dynabench:limit:{self.scope}:{digest}:n", f"dynabench:limit:{self.scope}:{digest}:t"
+
+    def retry_after(self, identity: str) -> int | None:
+        """Seconds until ``identity`` may try again, or None if it may now."""
+        count_key, start_key = self._keys(identity)
+        try:
+            values = cache.get_many([count_key, start_key])
+        except Exception:
+            log.warning("rate-limit cache unavailable; not limiting %s", self.scope, exc_info=True)
+            return None
+        if values.get(count_key, 0) < self.limit:
+            return None
+        now = int(time.time())
+        return max(1, int(values.get(start_key, now)) + self.window - now)
+
+    def hit(self, identity: str) -> int:
+        """Count one event for ``identity``; returns the count in the current window."""
+        count_key, start_key = self._keys(identity)
+        try:
+            cache.add(start_key, int(time.time()), self.window)
+            cache.add(count_key, 0, self.window)
+            try:
+                return cache.incr(count_key)
+            except ValueError:  # expired between add and incr
+                cache.set(count_key, 1, self.window)
+                return 1
+        except Exception:
+            log.warning("rate-limit cache unavailable; %s not counted", self.scope, exc_info=True)
+            return 0
+
+    def reset(self, identity: str) -> None:
+        try:
+            cache.delete_many(list(self._keys(identity)))
+        except Exception:
+            log.warning("rate-limit cache unavailable; %s not reset", self.scope, exc_info=True)
+
+
+def login_by_account() -> Limiter:
+    return Limiter("login-account", settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURE_WINDOW)
+
+
+def login_by_address() -> Limiter:
+    return Limiter("login-address", settings.LOGIN_FAILURES_PER_ADDRESS, settings.LOGIN_FAILURE_WINDOW)
+
+
+def signup_by_address() -> Limiter:
+    return Limiter("signup-address", settings.SIGNUPS_PER_ADDRESS, settings.SIGNUP_WINDOW)
+
+
+def normalise_username(username) -> str:
+    return str(username or "")[:150].strip().casefold()
+
+
+def login_retry_after(request, username) -> int | None:
+    """Seconds until this account, from this address, may try to sign in again."""
+    waits = [login_by_account().retry_after(normalise_username(username)),
+             login_by_address().retry_after(client_ip(request))]
+    waits = [w for w in waits if w]
+    return max(waits) if waits else None
+
+
+def login_failed(request, username) -> None:
+    login_by_account().hit(normalise_username(username))
+    login_by_address().hit(client_ip(request))
+
+
+def login_succeeded(username) -> None:
+    login_by_account().reset(normalise_username(username))

@@ -1,0 +1,74 @@
+"""The OpenAPI pieces every endpoint shares: the error body and the error statuses."""
+
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="What went wrong, for people.")
+    code = serializers.CharField(help_text="A stable machine-readable code, e.g. invalid, conflict.")
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), required=False,
+        help_text="400 only: messages by field (dotted paths into the request body).")
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Bad input: `errors` names each field and what is wrong with it.",
+    401: "Credentials are missing where needed, or were sent and are invalid or expired.",
+    403: "The caller may not do this (not theirs, not a researcher, or a session token outside its task).",
+    404: "No such resource, or not visible to the caller.",
+    409: "The request conflicts with the current state.",
+    413: "The request body is too large.",
+    415: "The body is in a media type this endpoint does not read.",
+    422: "The Idempotency-Key was used before for a different request.",
+    429: "Too many requests; `Retry-After` says when to retry.",
+    503: "A model, worker, the job queue or the database is unavailable; `Retry-After` says when to retry.",
+}
+
+
+def error_response(code: int, description: str | None = None) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description or ERROR_DESCRIPTIONS[code])
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """drf-spectacular's schema, plus the error statuses every endpoint can answer.
+
+    Every operation documents 401, 403 and 429 (authentication runs, permissions
+    and throttles apply, on every endpoint); 404 where the path names a resource
+    or the list is paginated; 400, 413 and 415 where a body is read. A view adds its
+    own (409, 422, 503) with ``extend_schema(responses=...)`` or by number in
+    ``error_statuses``. All share the ``Error`` body; 429 and 503 carry
+    ``Retry-After``. The session-token scheme is listed only where a session token
+    is accepted (views with a ``token_scope``).
+    """
+
+    def get_operation(self, path, path_regex, path_prefix, method, registry):
+        operation = super().get_operation(path, path_regex, path_prefix, method, registry)
+        if operation is None:
+            return None
+        parameters = {p.get("name") for p in operation.get("parameters", [])}
+        codes = {401, 403, 429, *getattr(self.view, "error_statuses", ())}
+        if "{" in self.path or "page" in parameters:
+            codes.add(404)
+        if "page" in parameters:
+            codes.add(400)
+        if self.method in ("POST", "PUT", "PATCH"):
+            codes |= {400, 413, 415}
+        error_schema = self.resolve_serializer(ErrorSerializer, "response").ref
+        responses = operation.setdefault("responses", {})
+        for code in sorted(codes):
+            responses.setdefault(str(code), {"description": ERROR_DESCRIPTIONS[code]})
+        for code, response in responses.items():
+            if code.isdigit() and int(code) >= 400:
+                response["content"] = {"application/json": {"schema": error_schema}}
+                if int(code) in (429, 503):
+                    response["headers"] = {"Retry-After": {
+                        "schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}}
+        return operation
+
+    def get_auth(self):
+        auth = super().get_auth()
+        if getattr(self.view, "token_scope", None) is None:
+            auth = [entry for entry in auth if "sessionToken" not in entry]
+        return auth

@@ -1,0 +1,155 @@
+"""The model registry: registered model versions, the rounds' target models, and
+the references the inference code passes around.
+
+A ``TargetModel`` is what an inference call needs to know about a model version
+(id, name, artifact path, sha256): the web process reads it with the round's
+target models in one query and sends it along, so neither the inference thread
+nor a worker queries the database to answer; the artifact is still checked
+against its sha256 when it is loaded. ``ml`` is imported inside functions, so a
+web process never imports torch before a fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from .models import ModelVersion, Round, Task, resolve_artifact_path
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    """A registered model version, as inference calls see it."""
+
+    id: int
+    name: str
+    path: str  # as stored: a relative one is under each process's DYNABENCH_MODELS_DIR
+    sha256: str
+
+    def message(self) -> dict:
+        """The JSON-safe form sent to a worker."""
+        return asdict(self)
+
+    def ref(self):
+        """The ``ml.ModelRef`` in this process (its own models directory)."""
+        from ml import ModelRef
+
+        return ModelRef(str(resolve_artifact_path(self.path)), self.sha256)
+
+    @classmethod
+    def from_message(cls, message: dict) -> TargetModel:
+        return cls(int(message["id"]), str(message["name"]), str(message["path"]), str(message["sha256"]))
+
+
+def target_model(model_version: ModelVersion) -> TargetModel:
+    return TargetModel(model_version.pk, model_version.name, model_version.artifact_path, model_version.sha256)
+
+
+def ref_for(model_version: ModelVersion):
+    return target_model(model_version).ref()
+
+
+def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel]:
+    """Of a round's ready target models (by id), those that answer: the first in single mode."""
+    return models[:1] if ensemble_mode == Round.EnsembleMode.SINGLE else models
+
+
+def round_target_models(rnd: Round) -> list[TargetModel]:
+    """The models that answer for ``rnd``: its ready target models by id (one query)."""
+    rows = (rnd.target_models.filter(status=ModelVersion.Status.READY).order_by("pk")
+            .values_list("pk", "name", "artifact_path", "sha256"))
+    return answering([TargetModel(*row) for row in rows], rnd.ensemble_mode)
+
+
+def open_round_with_models(task: Task) -> tuple[Round | None, list[TargetModel]]:
+    """The task's open round and the models that answer for it.
+
+    One query when the round has a ready target model (the hot path of every new
+    example); a second finds the round when it has none. ``(None, [])``: no round
+    is open. The round comes back partly loaded (id, task, number, status,
+    ensemble mode): enough to check contexts against, never to save.
+    """
+    rows = list(
+        ModelVersion.objects.filter(
+            status=ModelVersion.Status.READY, target_of_rounds__task=task,
+            target_of_rounds__status=Round.Status.OPEN,
+        ).order_by("pk").values_list(
+            "pk", "name", "artifact_path", "sha256",
+            "target_of_rounds__id", "target_of_rounds__number", "target_of_rounds__ensemble_mode",
+        )
+    )
+    if not rows:
+        return task.open_round(), []
+    round_id, number, mode = rows[0][4:]
+    rnd = Round(id=round_id, task=task, number=number, status=Round.Status.OPEN, ensemble_mode=mode)
+    return rnd, answering([TargetModel(*row[:4]) for row in rows], mode)
+
+
+def open_rounds_target_models() -> list[TargetModel]:
+    """Every ready target model of an open round of an active task."""
+    rows = (ModelVersion.objects.filter(status=ModelVersion.Status.READY, target_of_rounds__status=Round.Status.OPEN,
+                                        task__is_active=True)
+            .distinct().order_by("pk").values_list("pk", "name", "artifact_path", "sha256"))
+    return [TargetModel(*row) for row in rows]
+
+
+def warm_up_target_models() -> int:
+    """Load every open round's target models into this process's model cache."""
+    refs = [m.ref() for m in open_rounds_target_models()]
+    if refs:
+        import ml
+
+        ml.warm_up(refs)
+    return len(refs)
+
+
+# --- artifacts and registration --------------------------------------------------------
+
+
+def models_root() -> Path:
+    root = Path(settings.DYNABENCH_MODELS_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def artifact_dir_for(task: Task, name: str) -> Path:
+    """A fresh directory name for a new artifact of ``task`` (not created)."""
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S-%f")
+    return models_root() / task.slug / f"{slugify(name) or 'model'}-{stamp}"
+
+
+@transaction.atomic
+def register_model(task: Task, info, *, name: str, parent: ModelVersion | None = None,
+                   rounds: Iterable[Round] = (), user=None) -> ModelVersion:
+    """Register a finished artifact (``ml.ArtifactInfo``), after verifying it once more
+    on disk and checking that it was trained for this task's labels."""
+    import ml
+
+    verified = ml.verify_artifact(info.path, info.sha256)
+    spec = verified.metadata.get("task", {})
+    expected = task.parsed_config.ml_spec_dict()
+    if spec.get("kind") != expected["kind"] or list(spec.get("labels", [])) != expected["labels"]:
+        raise ValidationError(
+            f"The artifact was trained for {spec.get('kind')} {spec.get('labels')}, "
+            f"not for task {task.slug} ({expected['kind']} {expected['labels']})."
+        )
+    path = Path(info.path)
+    try:
+        stored = str(path.relative_to(models_root()))
+    except ValueError:
+        stored = str(path)
+    model = ModelVersion.objects.create(
+        task=task, name=name, artifact_path=stored, sha256=verified.sha256,
+        backbone=verified.metadata.get("backbone", ""), parent=parent,
+        training_data=verified.metadata.get("training_data", {}),
+        metrics=verified.metadata.get("metrics", {}), created_by=user,
+    )
+    model.trained_on_rounds.set(list(rounds))
+    return model

@@ -1,0 +1,105 @@
+"""Sign-in lockout, sign-up limits and the client address behind them."""
+
+import pytest
+from django.core.cache import cache
+from django.test import RequestFactory
+
+from core.ratelimit import client_ip
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def test_the_api_token_endpoint_locks_an_account_after_repeated_failures(annotator, anonymous, settings):
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 3
+    codes = [anonymous.post("/api/auth/token/", {"username": "annotator", "password": "wrong"}).status_code
+             for _ in range(3)]
+    assert codes == [400, 400, 400]
+    locked = anonymous.post("/api/auth/token/", {"username": "annotator", "password": PASSWORD})
+    assert locked.status_code == 429 and int(locked["Retry-After"]) > 0  # even the right password waits
+    assert "Too many failed sign-ins" in locked.json()["detail"]
+    # Another account from the same address is not locked by this one's failures.
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("someone", password=PASSWORD)
+    assert anonymous.post("/api/auth/token/", {"username": "someone", "password": PASSWORD}).status_code == 200
+
+
+def test_the_sign_in_page_locks_too_and_counts_per_address(annotator, client, settings):
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 100
+    settings.LOGIN_FAILURES_PER_ADDRESS = 4
+    for i in range(4):  # four different accounts from one address
+        assert client.post("/accounts/login/", {"username": f"guess{i}", "password": "x"}).status_code == 200
+    response = client.post("/accounts/login/", {"username": "annotator", "password": PASSWORD})
+    assert response.status_code == 429 and "too many failed sign-ins" in response.content.decode()
+    assert int(response["Retry-After"]) > 0
+    assert "_auth_user_id" not in client.session
+    # The API shares the counts: the address is locked there as well.
+    assert client.post("/api/auth/token/", {"username": "annotator", "password": PASSWORD}).status_code == 429
+
+
+def test_a_success_clears_the_accounts_count(annotator, client, settings):
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 3
+    for _ in range(2):
+        client.post("/accounts/login/", {"username": "annotator", "password": "wrong"})
+    assert client.post("/accounts/login/", {"username": "annotator", "password": PASSWORD}).status_code == 302
+    client.logout()
+    for _ in range(2):
+        assert client.post("/accounts/login/", {"username": "ANNOTATOR", "password": "wrong"}).status_code == 200
+    assert client.post("/accounts/login/", {"username": "annotator", "password": PASSWORD}).status_code == 302
+
+
+def test_sign_ups_are_limited_per_address(client, settings):
+    settings.SIGNUPS_PER_ADDRESS = 2
+    for i in range(2):
+        response = client.post("/accounts/signup/", {"username": f"new{i}", "password1": "a-long-enough-pass-123",
+                                                     "password2": "a-long-enough-pass-123"})
+        assert response.status_code == 302
+        client.logout()
+    response = client.post("/accounts/signup/", {"username": "new9", "password1": "a-long-enough-pass-123",
+                                                 "password2": "a-long-enough-pass-123"})
+    assert response.status_code == 429
+    from django.contrib.auth import get_user_model
+
+    assert not get_user_model().objects.filter(username="new9").exists()
+
+
+def test_a_client_cannot_choose_its_address_with_x_forwarded_for(settings):
+    request = RequestFactory().get("/", REMOTE_ADDR="10.0.0.7", HTTP_X_FORWARDED_FOR="1.2.3.4")
+    assert client_ip(request) == "10.0.0.7"  # no proxies configured: the header is ignored
+
+
+def test_behind_a_configured_proxy_its_forwarded_address_counts(settings):
+    from rest_framework.settings import api_settings
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    api_settings.reload()
+    try:
+        request = RequestFactory().get("/", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.9")
+        assert client_ip(request) == "203.0.113.9"  # what our one proxy saw, not what the client claimed
+    finally:
+        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 0}
+        api_settings.reload()
+
+
+def test_the_anonymous_throttle_ignores_a_forged_x_forwarded_for(demo_tasks, settings):
+    """Rotating X-Forwarded-For does not reset the anonymous throttle."""
+    from rest_framework.settings import api_settings
+    from rest_framework.test import APIClient
+    from rest_framework.throttling import AnonRateThrottle
+
+    original = AnonRateThrottle.THROTTLE_RATES
+    AnonRateThrottle.THROTTLE_RATES = {**api_settings.DEFAULT_THROTTLE_RATES, "anon": "3/min"}
+    try:
+        client = APIClient()
+        codes = [client.get("/api/tasks/", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").status_code for i in range(4)]
+    finally:
+        AnonRateThrottle.THROTTLE_RATES = original
+    assert codes == [200, 200, 200, 429]
