@@ -19,12 +19,12 @@ from . import idempotency
 from .access import example_for, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
-    BlindAnswerRequestSerializer,
+    BlindAnswerCreateSerializer,
     BlindAnswerSerializer,
     ExampleCreatedSerializer,
     ExampleCreateSerializer,
     ExampleStateSerializer,
-    ExplanationRequestSerializer,
+    ExplainSerializer,
     ExplanationSerializer,
     NextContextSerializer,
     ReasonSerializer,
@@ -94,7 +94,7 @@ class ExampleCreate(AnnotationView):
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "examples"
-    error_statuses = (409, 422, 503)
+    error_statuses = (409, 503)
 
     @extend_schema(request=ExampleCreateSerializer, parameters=[idempotency_key_parameter()],
                    responses={201: ExampleCreatedSerializer})
@@ -120,10 +120,10 @@ class ExampleExplanation(AnnotationView):
     throttle_scope = "explanations"
     error_statuses = (409, 503)
 
-    @extend_schema(request=ExplanationRequestSerializer, responses={200: ExplanationSerializer})
+    @extend_schema(request=ExplainSerializer, responses={200: ExplanationSerializer})
     def post(self, request, pk):
         example = example_for(request, pk)
-        params = ExplanationRequestSerializer(data=request.data)
+        params = ExplainSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         explanation = examples.explain_example(example, request.user, n_steps=params.validated_data["n_steps"])
         return Response(ExplanationSerializer(explanation).data)
@@ -182,10 +182,10 @@ class BlindAnswer(AnnotationView):
     throttle_scope = "validations"
     error_statuses = (409,)
 
-    @extend_schema(request=BlindAnswerRequestSerializer, responses={201: BlindAnswerSerializer})
+    @extend_schema(request=BlindAnswerCreateSerializer, responses={201: BlindAnswerSerializer})
     def post(self, request, pk):
         example = example_for(request, pk)
-        params = BlindAnswerRequestSerializer(data=request.data)
+        params = BlindAnswerCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         given = validation.give_blind_answer(example.pk, request.user, request.data["answer"])
         return Response(BlindAnswerSerializer(given).data, status=status.HTTP_201_CREATED)
@@ -206,7 +206,7 @@ class ExampleValidate(AnnotationView):
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "validations"
-    error_statuses = (409, 422)
+    error_statuses = (409,)
 
     @extend_schema(request=ValidationCreateSerializer, parameters=[idempotency_key_parameter()],
                    responses={201: ValidatedSerializer})

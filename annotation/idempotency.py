@@ -6,7 +6,7 @@ as the write it answers (the service's ``within_transaction`` hook). Two copies 
 the same request racing each other both reach the write; the second one's record
 collides with the first's, its transaction rolls back, and it answers with the
 first's answer. The same key with a different request (method, path or body) gets
-422. Keys are per user, printable ASCII of 1 to 255 characters, and are kept for
+409: the key is already bound to another request. Keys are per user, printable ASCII of 1 to 255 characters, and are kept for
 ``IDEMPOTENCY_KEY_TTL`` seconds (pruned by the beat schedule).
 """
 
@@ -22,8 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.response import Response
 
-from core.errors import InvalidInput
-from core.exceptions import UnprocessableRequest
+from core.errors import Conflict, InvalidInput
 
 from .models import IdempotentRequest
 
@@ -59,7 +58,7 @@ class Idempotency:
         if record is None:
             return None
         if record.fingerprint != self.fingerprint:
-            raise UnprocessableRequest("This Idempotency-Key was used for a different request; use a new key.")
+            raise Conflict("This Idempotency-Key was used for a different request; use a new key.")
         return Response(record.body, status=record.status_code, headers={REPLAYED_HEADER: "true"})
 
     def record(self, status_code: int, body: dict) -> None:

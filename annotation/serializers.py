@@ -7,6 +7,7 @@ reported with the same field names.
 
 from rest_framework import serializers
 
+from core.fields import StrictCharField, StrictChoiceField, StrictIntegerField
 from tasks.models import Round
 
 from .models import AnnotationSession, Example
@@ -39,18 +40,18 @@ class NextContextSerializer(serializers.Serializer):
 class AnswerSerializer(serializers.Serializer):
     """An answer: ``label`` for classification tasks, ``text`` and ``start`` for QA."""
 
-    label = serializers.CharField(required=False, max_length=40, help_text="Classification: one of the task's labels.")
-    text = serializers.CharField(required=False, max_length=MAX_TEXT, trim_whitespace=False,
-                                 help_text="QA: the answer, a span of the passage.")
-    start = serializers.IntegerField(required=False, min_value=0, max_value=MAX_DATABASE_ID,
-                                     help_text="QA: the span's character offset in the passage.")
+    label = StrictCharField(required=False, max_length=40, help_text="Classification: one of the task's labels.")
+    text = StrictCharField(required=False, max_length=MAX_TEXT, trim_whitespace=False,
+                           help_text="QA: the answer, a span of the passage.")
+    start = StrictIntegerField(required=False, min_value=0, max_value=MAX_DATABASE_ID,
+                               help_text="QA: the span's character offset in the passage.")
 
 
 class ExampleCreateSerializer(serializers.Serializer):
-    context = serializers.IntegerField(min_value=1, max_value=MAX_DATABASE_ID,
-                                       help_text="The id of the context from contexts/next/.")
+    context = StrictIntegerField(min_value=1, max_value=MAX_DATABASE_ID,
+                                 help_text="The id of the context from contexts/next/.")
     inputs = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=MAX_TEXT),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=MAX_TEXT),
         help_text="What the annotator wrote: exactly the task's input fields, each non-empty text "
                   "of at most the task's max_input_length characters.")
     target = AnswerSerializer(help_text='The writer\'s answer: {"label": ...} or, for QA, {"text": ..., "start": ...}.')
@@ -90,9 +91,9 @@ class ExampleCreatedSerializer(serializers.Serializer):
         return " + ".join(created.model_names.get(i, str(i)) for i in self.get_models(created))
 
 
-class ExplanationRequestSerializer(serializers.Serializer):
-    n_steps = serializers.IntegerField(required=False, default=10, min_value=1, max_value=200,
-                                       help_text="Integrated-gradients steps: more is slower and closer.")
+class ExplainSerializer(serializers.Serializer):
+    n_steps = StrictIntegerField(required=False, default=10, min_value=1, max_value=200,
+                                 help_text="Integrated-gradients steps: more is slower and closer.")
 
 
 class WordHeatSerializer(serializers.Serializer):
@@ -113,15 +114,15 @@ class ExplanationSerializer(serializers.Serializer):
 
 
 class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
+    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
 
 
 class ValidationCreateSerializer(serializers.Serializer):
-    label = serializers.ChoiceField(choices=["correct", "incorrect", "flagged"])
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
+    label = StrictChoiceField(choices=["correct", "incorrect", "flagged"])
+    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
 
 
-class BlindAnswerRequestSerializer(serializers.Serializer):
+class BlindAnswerCreateSerializer(serializers.Serializer):
     answer = AnswerSerializer(help_text='Your own answer: {"label": ...}, or for QA {"text": ...} '
                                         '(with "start" if you know it).')
 

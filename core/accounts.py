@@ -17,9 +17,13 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.parsers import FormParser, MultiPartParser
 
 from . import ratelimit
+from .fields import StrictCharField
+from .parsers import BoundedJSONParser
 
 
 def too_many(request, wait: int, what: str):
@@ -46,9 +50,21 @@ class ThrottledLoginView(LoginView):
         return super().form_valid(form)
 
 
+class CredentialsSerializer(AuthTokenSerializer):
+    """A username and password as typed: text, never trimmed (the schema says so too)."""
+
+    username = StrictCharField(label="Username", write_only=True, trim_whitespace=False)
+    password = StrictCharField(label="Password", style={"input_type": "password"}, trim_whitespace=False,
+                               write_only=True)
+
+
 class ThrottledObtainAuthToken(ObtainAuthToken):
-    """``POST /api/auth/token/``: an API token for a username and password; 429
-    after too many failures (the same counts as the sign-in page)."""
+    """``POST /api/auth/token/``: an API token for a username and password. Wrong
+    credentials are 401; 429 after too many failures (the same counts as the
+    sign-in page)."""
+
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+    serializer_class = CredentialsSerializer
 
     def post(self, request, *args, **kwargs):
         username = request.data.get("username") if hasattr(request.data, "get") else None
@@ -57,9 +73,11 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
             raise exceptions.Throttled(wait, detail=f"Too many failed sign-ins; try again in {wait} s.")
         try:
             response = super().post(request, *args, **kwargs)
-        except exceptions.ValidationError:
+        except exceptions.ValidationError as exc:
+            if exc.get_codes() != {"non_field_errors": ["authorization"]}:
+                raise  # a field is missing or malformed: 400
             ratelimit.login_failed(request, username)
-            raise
+            raise exceptions.AuthenticationFailed("Unable to sign in with the username and password given.") from None
         ratelimit.login_succeeded(username)
         return response
 

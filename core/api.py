@@ -15,10 +15,10 @@ only. ``exception_handler`` is the one place where domain errors
 401    credentials missing where needed, or sent and invalid
 403    known caller, not allowed (``Forbidden``)
 404    no such thing, or not visible to the caller (``NotFound``)
-409    clashes with the current state (``Conflict``)
+409    clashes with the current state (``Conflict``): a closed round, a decided example,
+       a taken slug, an ``Idempotency-Key`` used for another request
 413    request body over ``API_MAX_BODY_BYTES``
 415    a body in a media type the endpoint does not read
-422    an ``Idempotency-Key`` reused for a different request
 429    throttled, or too many failed sign-ins (``Retry-After`` says when to retry)
 503    model, worker, broker or database unavailable (``Unavailable``), with ``Retry-After``
 =====  =====================================================================
@@ -33,7 +33,9 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import OperationalError as DatabaseUnavailable
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as django_server_error
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -117,3 +119,18 @@ def exception_handler(exc, context):
     if retry_after is not None:
         response["Retry-After"] = str(int(retry_after))
     return response
+
+
+def not_found(request, exception=None):
+    """404 for a URL that matches no route: the API's error body under /api/, the page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"No API endpoint at {request.path}.", "code": "not_found"}, status=404)
+    return page_not_found(request, exception)
+
+
+def server_error(request):
+    """The last resort: a JSON error body under /api/, the page elsewhere (the error is logged)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Something went wrong on our side; it has been logged.",
+                             "code": "server_error"}, status=500)
+    return django_server_error(request)

@@ -1,4 +1,4 @@
-"""HTTP exceptions DRF does not have (409, 413, 422, 503 with Retry-After).
+"""HTTP exceptions DRF does not have (409, 413, 503 with Retry-After).
 
 Kept apart from ``core.api`` so the parser module can use them: DRF reads its
 parser classes while ``rest_framework.views`` is still loading.
@@ -19,12 +19,6 @@ class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."
     default_code = "too_large"
-
-
-class UnprocessableRequest(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = "The request cannot be processed."
-    default_code = "unprocessable"
 
 
 class ServiceUnavailable(exceptions.APIException):

@@ -1,7 +1,7 @@
 """The OpenAPI pieces every endpoint shares: the error body and the error statuses."""
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
-from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
 
@@ -21,14 +21,9 @@ ERROR_DESCRIPTIONS = {
     409: "The request conflicts with the current state.",
     413: "The request body is too large.",
     415: "The body is in a media type this endpoint does not read.",
-    422: "The Idempotency-Key was used before for a different request.",
     429: "Too many requests; `Retry-After` says when to retry.",
     503: "A model, worker, the job queue or the database is unavailable; `Retry-After` says when to retry.",
 }
-
-
-def error_response(code: int, description: str | None = None) -> OpenApiResponse:
-    return OpenApiResponse(ErrorSerializer, description=description or ERROR_DESCRIPTIONS[code])
 
 
 class AutoSchema(SpectacularAutoSchema):
@@ -37,7 +32,7 @@ class AutoSchema(SpectacularAutoSchema):
     Every operation documents 401, 403 and 429 (authentication runs, permissions
     and throttles apply, on every endpoint); 404 where the path names a resource
     or the list is paginated; 400, 413 and 415 where a body is read. A view adds its
-    own (409, 422, 503) with ``extend_schema(responses=...)`` or by number in
+    own (409, 503) with ``extend_schema(responses=...)`` or by number in
     ``error_statuses``. All share the ``Error`` body; 429 and 503 carry
     ``Retry-After``. The session-token scheme is listed only where a session token
     is accepted (views with a ``token_scope``).
@@ -71,4 +66,28 @@ class AutoSchema(SpectacularAutoSchema):
         auth = super().get_auth()
         if getattr(self.view, "token_scope", None) is None:
             auth = [entry for entry in auth if "sessionToken" not in entry]
+        # Permissions that let anyone read (``anonymous_reads``) make reading public.
+        reads_public = self.method in ("GET", "HEAD", "OPTIONS") and any(
+            getattr(permission, "anonymous_reads", False) for permission in self.view.get_permissions())
+        if reads_public and {} not in auth:
+            auth.append({})
         return auth
+
+
+NO_NUL = r"^[^\x00]+$"  # with allow_blank, drf-spectacular adds the empty string as its own option
+NOT_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+
+
+class StrictCharFieldExtension(OpenApiSerializerFieldExtension):
+    """A strict text field's schema states what it refuses: NUL characters always, and
+    text that is empty once trimmed where blank is not allowed."""
+
+    target_class = "core.fields.StrictCharField"
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        if "pattern" not in schema and "enum" not in schema:
+            field = self.target
+            schema["pattern"] = NOT_BLANK if field.trim_whitespace and not field.allow_blank else NO_NUL
+        return schema

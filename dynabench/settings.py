@@ -197,14 +197,11 @@ else:
 # DATA_UPLOAD_MAX_MEMORY_SIZE and FILE_UPLOAD_MAX_MEMORY_SIZE.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=1024 * 1024)
 REST_FRAMEWORK = {
-    "DEFAULT_PARSER_CLASSES": [
-        "core.parsers.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # The API reads JSON (415 otherwise); an endpoint that takes forms or files says so.
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.BoundedJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: failed token auth then answers 401 with WWW-Authenticate.
-        "rest_framework.authentication.TokenAuthentication",
+        "core.authentication.StrictTokenAuthentication",
         "annotation.tokens.SessionTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -234,6 +231,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Dynamic adversarial data collection and benchmarking.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+
     "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI is served by us (no CDN), its script as a file (strict CSP).
     "SWAGGER_UI_DIST": "SIDECAR",

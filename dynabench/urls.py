@@ -50,5 +50,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler404 = "core.api.not_found"
+handler500 = "core.api.server_error"
+
 admin.site.site_header = "Dynabench administration"
 admin.site.site_title = "Dynabench"

@@ -6,6 +6,7 @@ only through actions that call the services, and what the platform decided
 (counters, sha256, metrics) is read-only.
 """
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count
 
@@ -83,8 +84,25 @@ class RoundInline(admin.TabularInline):
     show_change_link = True
 
 
+class TaskForm(forms.ModelForm):
+    class Meta:
+        model = Task
+        fields = ["name", "slug", "task_type", "is_active", "is_hidden", "owners", "goal", "instructions",
+                  "content_warning", "config"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk and not self.errors:
+            try:
+                services.check_config_change(self.instance, cleaned["task_type"], cleaned["config"])
+            except DomainError as exc:
+                raise forms.ValidationError(exc.message) from None
+        return cleaned
+
+
 @admin.register(Task)
 class TaskAdmin(TaskScopedAdmin):
+    form = TaskForm
     task_path = "pk"
     list_display = ["name", "slug", "task_type", "is_active", "is_hidden", "round_count", "updated_at"]
     list_filter = ["task_type", "is_active", "is_hidden"]
@@ -101,6 +119,12 @@ class TaskAdmin(TaskScopedAdmin):
             "max_input_length, blind_validation."
         )}),
     ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["slug"] if obj is not None else []  # links and HITs point at it
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if obj is not None else self.prepopulated_fields
 
     def get_queryset(self, request):
         queryset = Task.objects.annotate(_round_count=Count("rounds"))

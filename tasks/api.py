@@ -1,13 +1,16 @@
 """REST endpoints for tasks, rounds and contexts."""
 
+from django.db import IntegrityError, transaction
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, permissions, viewsets
 
+from core.errors import Conflict
+
 from .models import Context, Round, Task
 from .roles import IsResearcherOrReadOnly
-from .serializers import ContextSerializer, TaskSerializer
+from .serializers import ContextSerializer, TaskSerializer, TaskUpdateSerializer
 
 
 class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -16,7 +19,12 @@ class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
 
     serializer_class = TaskSerializer
     lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
     permission_classes = [IsResearcherOrReadOnly]
+    error_statuses = (409,)
+
+    def get_serializer_class(self):
+        return TaskUpdateSerializer if self.action in ("update", "partial_update") else TaskSerializer
 
     def get_queryset(self):
         return (
@@ -26,9 +34,16 @@ class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
         )
 
     def perform_create(self, serializer):
-        task = serializer.save()
-        if not self.request.user.is_superuser:
-            task.owners.add(self.request.user)
+        slug = serializer.validated_data["slug"]
+        try:
+            with transaction.atomic():
+                task = serializer.save()
+                if not self.request.user.is_superuser:
+                    task.owners.add(self.request.user)
+        except IntegrityError:
+            if Task.objects.filter(slug=slug).exists():
+                raise Conflict(f"A task with the slug {slug!r} exists already.") from None
+            raise
 
 
 def visible_task(request, slug) -> Task:

@@ -34,6 +34,7 @@ class IsResearcherOrReadOnly(permissions.BasePermission):
     """Anyone may read; only staff create; staff or owners change a task."""
 
     message = "Only researchers (the task's owners) may change tasks; only staff researchers create them."
+    anonymous_reads = True  # read in the OpenAPI schema: reading needs no credentials
 
     def has_permission(self, request, view):
         if request.method in permissions.SAFE_METHODS:

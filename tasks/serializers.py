@@ -1,11 +1,17 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from core.fields import StrictModelSerializer
+
+from . import services
 from .config import validate_task_config
 from .models import Context, Round, Task
 
 
-class TaskSerializer(serializers.ModelSerializer):
+class TaskSerializer(StrictModelSerializer):
+    """A task. Its slug is set when it is created; a config change that would reshape
+    the task's data (fields, labels, model inputs, type) is refused once it has data."""
+
     url = serializers.HyperlinkedIdentityField(view_name="api:task-detail", lookup_field="slug")
     current_round = serializers.SerializerMethodField()
 
@@ -14,6 +20,8 @@ class TaskSerializer(serializers.ModelSerializer):
         fields = ["url", "slug", "name", "task_type", "goal", "instructions", "content_warning",
                   "is_active", "is_hidden", "config", "current_round", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
+        # A taken slug is a conflict with what exists (409, services.create_task), not bad input.
+        extra_kwargs = {"slug": {"validators": []}}
 
     def get_current_round(self, obj) -> int | None:
         open_rounds = [r for r in obj.rounds.all() if r.status == Round.Status.OPEN]
@@ -26,7 +34,17 @@ class TaskSerializer(serializers.ModelSerializer):
             validate_task_config(task_type, config)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from exc
+        if self.instance is not None:
+            services.check_config_change(self.instance, task_type, config)
         return attrs
+
+
+class TaskUpdateSerializer(TaskSerializer):
+    """Changes to a task: everything but its slug (links and HITs point at it)."""
+
+    class Meta(TaskSerializer.Meta):
+        read_only_fields = ["slug", "created_at", "updated_at"]
+        extra_kwargs = {}
 
 
 class ContextSerializer(serializers.ModelSerializer):

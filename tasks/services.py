@@ -31,6 +31,27 @@ def load_definition(slug: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def data_shape(task_type: str, config: dict) -> tuple:
+    """What a task's stored data depends on: its type, field names, labels and model inputs."""
+    parsed = validate_task_config(task_type, config)
+    return (task_type, parsed.context_field_names, parsed.input_field_names, parsed.label_names,
+            parsed.model_inputs, parsed.answer_context_field)
+
+
+def check_config_change(task: Task, task_type: str, config: dict) -> None:
+    """Refuse a change of type or config that would no longer fit the task's data: once it
+    has contexts, examples or models, its field names, labels and model inputs stay.
+    Descriptions, validation, sampling and length settings may change at any time."""
+    if data_shape(task_type, config) == data_shape(task.task_type, task.config):
+        return
+    has_data = (task.contexts.exists() or task.model_versions.exists()
+                # ``examples``: the reverse relation of annotation's Example (no import of that app)
+                or task.examples.exists())
+    if has_data:
+        raise Conflict(f"Task {task.slug} already has data: its type, field names, labels and model inputs "
+                       "cannot change. Create a new task for a new shape of data.")
+
+
 def create_task(definition: dict, *, owners: Iterable = ()) -> tuple[Task, bool]:
     """Create the task a definition describes, unless its slug exists already.
 

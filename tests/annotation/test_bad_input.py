@@ -237,11 +237,25 @@ def test_an_oversized_body_is_a_413(nli_client, settings):
     response = client.post("/api/tasks/nli/examples/", huge, format="json")
     assert response.status_code == 413 and response.json()["code"] == "too_large"
     assert snapshot() == before
-    # A form body over Django's own limit gets 413 too, not a 400 page.
+    # A form body over Django's own limit (the token endpoint reads forms) gets 413 too, not a 400 page.
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    response = client.post("/api/tasks/nli/examples/", {"context": "1", "inputs": "y" * 5000})
+    response = client.post("/api/auth/token/", {"username": "u", "password": "y" * 5000})
     assert response.status_code == 413 and response.json()["code"] == "too_large"
+
+
+def test_a_body_in_another_media_type_is_a_415(nli_client):
+    client, context = nli_client
+    before = snapshot()
+    response = client.post("/api/tasks/nli/examples/", {"context": str(context["id"]), "inputs": "x"})
+    assert response.status_code == 415 and response.json()["code"] == "unsupported_media_type"
     assert snapshot() == before
+
+
+def test_an_unknown_api_url_is_a_json_404(nli_client):
+    client, _context = nli_client
+    for path in ("/api/nope/", "/api/tasks/a b/", "/api/examples/-1/retract/"):
+        response = client.get(path)
+        assert response.status_code == 404 and response.json()["code"] == "not_found", path
 
 
 def test_text_with_nul_characters_is_refused(nli_client):

@@ -34,12 +34,12 @@ def test_a_retried_create_returns_the_first_answer_and_stores_once(live_tasks, c
     assert Example.objects.count() == 3
 
 
-def test_the_same_key_for_another_request_is_a_422(live_tasks, client_for, annotator):
+def test_the_same_key_for_another_request_is_a_409(live_tasks, client_for, annotator):
     client = client_for(annotator)
     context = client.get("/api/tasks/sentiment/contexts/next/").json()
     assert create(client, context["id"], text="First.", key="k").status_code == 201
     response = create(client, context["id"], text="Something else.", key="k")
-    assert response.status_code == 422 and "different request" in response.json()["detail"]
+    assert response.status_code == 409 and "different request" in response.json()["detail"]
     assert Example.objects.count() == 1
 
 

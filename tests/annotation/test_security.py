@@ -163,3 +163,12 @@ def test_examples_of_hidden_tasks_are_invisible(live_tasks, annotator, second_an
     assert other.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
                       format="json").status_code == 404
     assert other.get("/api/tasks/sentiment/validations/next/").status_code == 404
+
+
+def test_an_unreadable_authorization_header_is_refused_even_beside_a_valid_token(live_tasks, annotator,
+                                                                                token_client):
+    client = token_client(annotator, live_tasks["sentiment"])
+    assert client.get("/api/tasks/sentiment/contexts/next/").status_code == 200
+    for header in ("Bearer abc", "garbage", "Basic dXNlcjpwYXNz"):
+        response = client.get("/api/tasks/sentiment/contexts/next/", HTTP_AUTHORIZATION=header)
+        assert response.status_code == 401 and "Unsupported Authorization header" in response.json()["detail"]

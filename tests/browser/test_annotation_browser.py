@@ -145,3 +145,39 @@ def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_
     else:
         assert example.target["text"] == answer
     assert errors == []
+
+
+def test_a_model_failure_keeps_the_annotators_text_and_says_why(live_server, live_tasks, annotator, browser_page):
+    """The model is down (its artifact is gone): the page says so and keeps what was written."""
+    import shutil
+
+    import ml
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    page, errors = browser_page
+    task = live_tasks["sentiment"]
+    model = task.open_round().target_models.get()
+    token = make_token(start_session(annotator, task))
+    page.goto(f"{live_server.url}/tasks/sentiment/create/?token={token}")
+    page.wait_for_selector("#context-fields .field .text")
+    ml.default_cache().clear()
+    moved = model.artifact_dir.with_name(model.artifact_dir.name + "-away")
+    shutil.move(model.artifact_dir, moved)
+    try:
+        page.fill("#input-statement", "Words I do not want to type twice.")
+        page.locator("input[name=label][value=positive]").check()
+        page.click("#submit-example")
+        page.wait_for_function("document.getElementById('error-form').textContent.length > 0")
+    finally:
+        shutil.move(moved, model.artifact_dir)
+    assert "could not answer" in page.locator("#error-form").inner_text()
+    assert page.locator("#input-statement").input_value() == "Words I do not want to type twice."
+    assert page.locator("#result").is_hidden()
+    assert not Example.objects.filter(task=task).exists()
+    # The 503 itself is logged by the browser as a failed resource load; nothing else may be.
+    assert [e for e in errors if "status of 503" not in e] == []
+    # Once the model is back, the same text goes through.
+    page.click("#submit-example")
+    page.wait_for_selector("#result:not([hidden])")
+    assert Example.objects.get(task=task).inputs == {"statement": "Words I do not want to type twice."}

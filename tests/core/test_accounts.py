@@ -21,7 +21,7 @@ def test_the_api_token_endpoint_locks_an_account_after_repeated_failures(annotat
     settings.LOGIN_FAILURES_PER_ACCOUNT = 3
     codes = [anonymous.post("/api/auth/token/", {"username": "annotator", "password": "wrong"}).status_code
              for _ in range(3)]
-    assert codes == [400, 400, 400]
+    assert codes == [401, 401, 401]
     locked = anonymous.post("/api/auth/token/", {"username": "annotator", "password": PASSWORD})
     assert locked.status_code == 429 and int(locked["Retry-After"]) > 0  # even the right password waits
     assert "Too many failed sign-ins" in locked.json()["detail"]

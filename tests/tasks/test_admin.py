@@ -181,3 +181,21 @@ def test_admin_change_page_escapes_user_text(populated, client, researcher):
     page = client.get(reverse("admin:annotation_example_change", args=[populated.pk])).content.decode()
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_make_researcher_command(demo_tasks, annotator, client):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("make_researcher", "annotator", "--task", "nli", stdout=out)
+    assert "owns: nli" in out.getvalue()
+    annotator.refresh_from_db()
+    assert annotator.is_staff and annotator.groups.filter(name="Researchers").exists()
+    client.force_login(annotator)
+    assert client.get(admin_url(Task, "changelist")).context["cl"].result_count == 1
+    with pytest.raises(CommandError, match="Unknown task"):
+        call_command("make_researcher", "annotator", "--task", "nope")
+    with pytest.raises(CommandError, match="No user"):
+        call_command("make_researcher", "ghost")

@@ -118,7 +118,8 @@ def test_owner_can_edit_their_task_but_not_break_it(demo_tasks, client_for, anno
 
 def test_token_authentication(researcher, anonymous):
     response = anonymous.post("/api/auth/token/", {"username": "researcher", "password": "wrong"})
-    assert response.status_code == 400
+    assert response.status_code == 401 and "Unable to sign in" in response.json()["detail"]
+    assert anonymous.post("/api/auth/token/", {"username": "researcher"}).status_code == 400  # no password
     from tests.conftest import PASSWORD
 
     response = anonymous.post("/api/auth/token/", {"username": "researcher", "password": PASSWORD})
@@ -142,3 +143,48 @@ def test_openapi_schema_and_docs(anonymous):
     docs = anonymous.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
     assert b"cdn" not in docs.content.lower()
+
+
+def test_a_taken_slug_is_a_409_and_the_slug_never_changes(demo_tasks, researcher, client_for):
+    client = client_for(researcher)
+    taken = {**NEW_TASK, "slug": "nli"}
+    response = client.post("/api/tasks/", taken, format="json")
+    assert response.status_code == 409 and "exists already" in response.json()["detail"]
+    assert Task.objects.get(slug="nli").name == "Natural Language Inference"
+    response = client.patch("/api/tasks/sentiment/", {"slug": "renamed", "goal": "Still here"}, format="json")
+    assert response.status_code == 200 and response.json()["slug"] == "sentiment"
+    assert Task.objects.filter(slug="sentiment", goal="Still here").exists()
+
+
+def test_a_task_with_data_keeps_its_fields_and_labels(demo_tasks, researcher, client_for):
+    """The demo tasks have contexts: renaming a field or a label would orphan them (409),
+    while descriptions and validation settings may change."""
+    client = client_for(researcher)
+    config = Task.objects.get(slug="sentiment").config
+    renamed = {**config, "labels": [{"name": "neg"}, {"name": "pos"}]}
+    response = client.patch("/api/tasks/sentiment/", {"config": renamed}, format="json")
+    assert response.status_code == 409 and "cannot change" in response.json()["detail"]
+    softer = {**config, "num_matching_validations": 2,
+              "labels": [{**label, "description": "new words"} for label in config["labels"]]}
+    assert client.patch("/api/tasks/sentiment/", {"config": softer}, format="json").status_code == 200
+    assert Task.objects.get(slug="sentiment").parsed_config.num_matching_validations == 2
+    fresh = client.post("/api/tasks/", NEW_TASK, format="json")
+    assert fresh.status_code == 201
+    changed = {**NEW_TASK["config"], "labels": [{"name": "a"}, {"name": "b"}]}
+    assert client.patch("/api/tasks/toxicity/", {"config": changed}, format="json").status_code == 200  # no data yet
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": 7}, "name"), ({"is_hidden": 0}, "is_hidden"), ({"is_active": "true"}, "is_active"),
+    ({"goal": ["x"]}, "goal"),
+])
+def test_values_of_the_wrong_json_type_are_refused(demo_tasks, researcher, client_for, body, field):
+    response = client_for(researcher).patch("/api/tasks/sentiment/", body, format="json")
+    assert response.status_code == 400 and field in response.json()["errors"]
+    assert Task.objects.get(slug="sentiment").name == "Sentiment Analysis"
+
+
+@pytest.mark.parametrize("query", ["page_size=0", "page_size=abc", "page_size=201", "page_size=2&page_size=3"])
+def test_a_bad_page_size_is_a_400_not_ignored(demo_tasks, anonymous, query):
+    response = anonymous.get(f"/api/tasks/?{query}")
+    assert response.status_code == 400 and "page_size" in response.json()["errors"]

@@ -1,0 +1,166 @@
+"""Property-based fuzzing of the whole API from its own OpenAPI schema (schemathesis).
+
+Every operation gets generated requests, valid and invalid, sent as each persona
+(visitor, two annotators, the task's researcher, another researcher, an MTurk
+worker with a session token), and every response must pass all of schemathesis's
+checks: no 5xx; the status and the body documented; documented headers; schema-
+valid data accepted and invalid data rejected; required headers and unsupported
+methods handled; authentication not ignored.
+
+A JSON schema cannot say which fields and labels a given task takes or which
+context and example ids exist: those are the task config's rules and the
+database's contents, checked at run time. So the published schema is refined for
+the fuzzing, never loosened: path parameters pinned to real ids (and to the
+sentiment task), the sentiment task's input field and labels written in, and task
+configs drawn from valid ones.
+Everything else comes from the published schema as it is.
+
+It runs schemathesis's own engine (the CLI: the examples, coverage and fuzzing
+phases) against a live server on the test database, once per persona. Bounded
+for CI: ``FUZZ_EXAMPLES`` generated requests per operation and persona (default
+12), with a fixed seed for repeatability.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
+SEED = 20261130
+SENTIMENT_LABELS = ["negative", "positive"]
+NON_BLANK_TEXT = {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": r"^[^\x00]*[^\s\x00][^\x00]*$"}
+VALID_CONFIGS = [
+    {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+     "labels": [{"name": "yes"}, {"name": "no"}]},
+    {"context_fields": [{"name": "premise"}], "input_fields": [{"name": "hypothesis"}],
+     "model_inputs": ["premise", "hypothesis"], "labels": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+     "blind_validation": False},
+]
+
+
+@pytest.fixture
+def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_researcher, mturk_worker):
+    """Real rows to aim at, and each persona's credentials."""
+    from rest_framework.authtoken.models import Token
+
+    from annotation.models import Example
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    task = live_tasks["sentiment"]
+    rnd = task.open_round()
+    context_ids = list(task.contexts.values_list("pk", flat=True)[:5])
+
+    def example(author, **extra):
+        return Example.objects.create(
+            task=task, round=rnd, context_id=context_ids[0], annotator=author, inputs={"statement": "So good."},
+            target={"label": "positive"}, fooled=True, latency_ms=12.0, signature="",
+            prediction={"label": "negative", "probabilities": {"negative": 0.6, "positive": 0.4}},
+            model_predictions={str(rnd.target_models.get().pk): {"label": "negative",
+                                                                  "probabilities": {"negative": 0.6,
+                                                                                    "positive": 0.4}}},
+            **extra)
+
+    examples = [example(annotator), example(second_annotator), example(annotator, retracted=True),
+                example(second_annotator, flagged=True, flag_reason="check")]
+    personas = {
+        "visitor": {},
+        "annotator": {"Authorization": f"Token {Token.objects.create(user=annotator).key}"},
+        "second_annotator": {"Authorization": f"Token {Token.objects.create(user=second_annotator).key}"},
+        "researcher": {"Authorization": f"Token {Token.objects.create(user=researcher).key}"},
+        "other_researcher": {"Authorization": f"Token {Token.objects.create(user=other_researcher).key}"},
+        "mturk_worker": {"X-Dynabench-Token": make_token(start_session(mturk_worker, task))},
+    }
+    return {"context_ids": context_ids, "example_ids": [e.pk for e in examples], "personas": personas}
+
+
+def refine(schema: dict, world: dict) -> dict:
+    """The published schema, with the run-time rules a JSON schema cannot state written in."""
+    refined = copy.deepcopy(schema)
+    pinned = {"slug": {"type": "string", "enum": ["sentiment"]},
+              "id": {"type": "integer", "enum": world["example_ids"]},
+              "number": {"type": "integer", "enum": [1, 2]}}
+    for item in refined["paths"].values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] in pinned:
+                    parameter["schema"] = pinned[parameter["name"]]
+    components = refined["components"]["schemas"]
+    components["AnswerRequest"] = {
+        "type": "object", "required": ["label"], "additionalProperties": False,
+        "properties": {"label": {"type": "string", "enum": SENTIMENT_LABELS}}}
+    create = components["ExampleCreateRequest"]
+    create["properties"]["context"] = {"type": "integer", "enum": world["context_ids"]}
+    create["properties"]["inputs"] = {"type": "object", "required": ["statement"], "additionalProperties": False,
+                                      "properties": {"statement": NON_BLANK_TEXT}}
+    for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
+        properties = components[name]["properties"]
+        properties["config"] = {"enum": VALID_CONFIGS}
+        properties["task_type"] = {"type": "string", "enum": ["classification"]}
+    return refined
+
+
+# Writes to tasks change what the other operations see (a new task's slug, a hidden or
+# reshaped task), so they run after everything else: updates, then creation.
+TASK_WRITES = ["tasks_update", "tasks_partial_update", "tasks_create"]
+PASSES = [
+    ("everything but task writes", [arg for op in TASK_WRITES for arg in ("--exclude-operation-id", op)]),
+    ("task updates", ["--include-operation-id", "tasks_update", "--include-operation-id", "tasks_partial_update"]),
+    ("task creation", ["--include-operation-id", "tasks_create"]),
+]
+
+
+@pytest.fixture
+def high_throttles(settings):
+    """Throttles would turn most generated requests into 429s: raised for the run."""
+    from django.core.cache import cache
+    from rest_framework.settings import api_settings
+    from rest_framework.throttling import SimpleRateThrottle
+
+    original = SimpleRateThrottle.THROTTLE_RATES
+    SimpleRateThrottle.THROTTLE_RATES = {scope: "100000/min" for scope in api_settings.DEFAULT_THROTTLE_RATES}
+    settings.LOGIN_FAILURES_PER_ACCOUNT = settings.LOGIN_FAILURES_PER_ADDRESS = 100000
+    cache.clear()
+    yield
+    SimpleRateThrottle.THROTTLE_RATES = original
+    cache.clear()
+
+
+def run_schemathesis(schema_path, base_url, headers: dict, selection: list, report_dir) -> subprocess.CompletedProcess:
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")), "run", str(schema_path), "--url", base_url,
+        "--checks", "all", "--max-examples", str(EXAMPLES), "--seed", str(SEED), "--workers", "1",
+        "--phases", "examples,coverage,fuzzing", "--suppress-health-check", "all", "--request-timeout", "60",
+        "--continue-on-failure", "--output-truncate", "false", "--generation-database", "none", "--no-color",
+    ]
+    for name, value in headers.items():
+        command += ["--header", f"{name}: {value}"]
+    command += selection
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEMATHESIS_", "HYPOTHESIS_"))}
+    return subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=report_dir)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_conforms_to_its_schema_for_every_persona(live_server, fuzz_world, high_throttles, client, tmp_path):
+    published = client.get("/api/schema/?format=json").json()
+    schema_path = tmp_path / "schema.json"
+    schema_path.write_text(json.dumps(refine(published, fuzz_world)))
+    failures = {}
+    for number, (what, selection) in enumerate(PASSES, 1):
+        for persona, headers in fuzz_world["personas"].items():
+            report_dir = tmp_path / f"{number}-{persona}"
+            report_dir.mkdir()
+            result = run_schemathesis(schema_path, live_server.url, headers, selection, report_dir)
+            output = result.stdout + result.stderr
+            if os.environ.get("FUZZ_KEEP"):
+                Path(os.environ["FUZZ_KEEP"], f"{number}-{persona}.txt").write_text(output)
+            if result.returncode != 0:
+                failures[f"{what}, as {persona}"] = output[-12000:]
+    assert not failures, "\n\n".join(f"=== {persona}\n{out}" for persona, out in failures.items())
