@@ -168,7 +168,7 @@ def test_a_model_failure_keeps_the_annotators_text_and_says_why(live_server, liv
         page.fill("#input-statement", "Words I do not want to type twice.")
         page.locator("input[name=label][value=positive]").check()
         page.click("#submit-example")
-        page.wait_for_function("document.getElementById('error-form').textContent.length > 0")
+        page.wait_for_selector("#error-form:has-text('could not answer')")
     finally:
         shutil.move(moved, model.artifact_dir)
     assert "could not answer" in page.locator("#error-form").inner_text()
