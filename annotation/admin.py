@@ -10,8 +10,7 @@ from django.contrib import admin, messages
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from core.errors import DomainError
-from tasks.admin import TaskScopedAdmin
+from tasks.admin import TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
 from .models import AnnotationSession, Example, Validation
@@ -40,28 +39,17 @@ def export_jsonl(modeladmin, request, queryset):
     return response
 
 
-def _each(modeladmin, request, queryset, action, done):
-    changed = 0
-    for example in queryset.select_related("task"):
-        try:
-            action(example)
-        except DomainError as exc:
-            modeladmin.message_user(request, f"{example}: {exc.message}", messages.ERROR)
-        else:
-            changed += 1
-    if changed:
-        modeladmin.message_user(request, f"{done}: {changed}.", messages.SUCCESS)
-
-
 @admin.action(description="Flag the selected examples")
 def flag_examples(modeladmin, request, queryset):
-    _each(modeladmin, request, queryset,
-          lambda e: example_services.flag_example(e, request.user, "flagged by a researcher in the admin"), "Flagged")
+    run_service_action(modeladmin, request, queryset.select_related("task"),
+                       lambda e: example_services.flag_example(e, request.user, "flagged by a researcher in the admin"),
+                       "Flagged")
 
 
 @admin.action(description="Unflag the selected examples")
 def unflag_examples(modeladmin, request, queryset):
-    _each(modeladmin, request, queryset, lambda e: example_services.unflag_example(e, request.user), "Unflagged")
+    run_service_action(modeladmin, request, queryset.select_related("task"),
+                       lambda e: example_services.unflag_example(e, request.user), "Unflagged")
 
 
 DECIDED_FIELDS = [

@@ -10,17 +10,19 @@ from rest_framework import serializers
 from core.fields import StrictCharField, StrictChoiceField, StrictIntegerField
 from tasks.models import Round
 
-from .models import AnnotationSession, Example
+from .models import Example
 from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
 
 
-class SessionSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AnnotationSession
-        fields = ["examples_written", "examples_fooled", "validations_done"]
-        read_only_fields = fields
+class SessionSerializer(serializers.Serializer):
+    """An annotation session's counters (a plain Serializer: it is on every write's answer,
+    and a ModelSerializer builds its fields from the model anew each time)."""
+
+    examples_written = serializers.IntegerField(read_only=True)
+    examples_fooled = serializers.IntegerField(read_only=True)
+    validations_done = serializers.IntegerField(read_only=True)
 
 
 class SessionTokenSerializer(serializers.Serializer):

@@ -129,6 +129,12 @@ def test_only_the_author_and_researchers_flag(live_tasks, annotator, second_anno
     assert response.status_code == 200 and response.json()["flag_reason"] == "my typo"
     stored = Example.objects.get(pk=example.pk)
     assert stored.flag_reason == "my typo" and stored.flagged_by == annotator
+    # Unflagged and flagged again: still the first reason on record.
+    assert client_for(researcher).post(f"/api/examples/{example.pk}/unflag/").status_code == 200
+    response = client_for(annotator).post(f"/api/examples/{example.pk}/flag/", {"reason": "second thoughts"},
+                                          format="json")
+    assert response.status_code == 200 and response.json()["flagged"] is True
+    assert Example.objects.get(pk=example.pk).flag_reason == "my typo"
 
 
 def test_only_researchers_unflag(live_tasks, annotator, second_annotator, researcher, client_for):

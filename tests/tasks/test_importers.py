@@ -98,7 +98,7 @@ def test_anli_rows(data_file):
     by_premise = {}
     for r in rows:
         by_premise.setdefault(r.context["fields"]["premise"], set()).add(r.context["external_id"])
-    assert all(len(ids) == 1 for ids in by_premise.values())
+    assert by_premise and all(len(ids) == 1 for ids in by_premise.values())
 
 
 def test_nli_jsonl_rows_get_stable_content_ids(data_file):
