@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from tasks.admin import TaskScopedAdmin, run_service_action
+from tasks.admin import TASK_FILTER, TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
 from .models import AnnotationSession, Example, Validation
@@ -64,7 +64,7 @@ DECIDED_FIELDS = [
 class ExampleAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "split", "source", "fooled", "validation_status",
                     "retracted", "flagged", "created_at"]
-    list_filter = ["task", "source", "split", "fooled", "validation_status", "retracted", "flagged"]
+    list_filter = [TASK_FILTER, "source", "split", "fooled", "validation_status", "retracted", "flagged"]
     list_select_related = ["task", "round__task"]
     search_fields = ["uid", "external_uid", "annotator__username"]
     fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
@@ -84,7 +84,7 @@ class ExampleAdmin(TaskScopedAdmin):
 class ValidationAdmin(TaskScopedAdmin):
     task_path = "example__task"
     list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "created_at"]
-    list_filter = ["label", "mode", "blind_agrees", "example__task"]
+    list_filter = ["label", "mode", "blind_agrees", ("example__task", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["example__task", "validator"]
     search_fields = ["validator__username", "reason"]
 
@@ -108,7 +108,7 @@ def revoke_sessions(modeladmin, request, queryset):
 class AnnotationSessionAdmin(TaskScopedAdmin):
     list_display = ["__str__", "user", "task", "examples_written", "examples_fooled", "validations_done",
                     "revoked_at", "last_seen_at"]
-    list_filter = ["task", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_filter = [TASK_FILTER, ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user", "task"]
     search_fields = ["user__username", "mturk_assignment_id"]
     readonly_fields = ["key", "user", "task", "last_context", "examples_written", "examples_fooled",

@@ -8,6 +8,7 @@ their own task; no other view does.
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, permissions, status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
@@ -60,8 +61,9 @@ class SessionCreate(APIView):
 
     Send the token as ``X-Dynabench-Token`` where cookies are unavailable (pages in
     an MTurk iframe). It works on this task's annotation endpoints only, until the
-    session ends (sign-out, password change, or ``expires_at``). A session token
-    cannot be used here to mint another one.
+    session ends: at ``expires_at``, when the password changes, when a researcher
+    ends it in the admin, and, if it was made from a signed-in browser session, when
+    that session signs out. A session token cannot be used here to mint another one.
     """
 
     permission_classes = [permissions.IsAuthenticated]
@@ -69,7 +71,9 @@ class SessionCreate(APIView):
     @extend_schema(request=None, responses={201: SessionTokenSerializer})
     def post(self, request, slug):
         task = task_for(request, slug)
-        session = sessions.start_session(request.user, task)
+        signed_in = isinstance(request.successful_authenticator, SessionAuthentication)
+        key = sessions.login_key(request.session.session_key) if signed_in else ""
+        session = sessions.start_session(request.user, task, login_key=key)
         body = {"token": make_token(session), "expires_at": session.created_at + sessions.max_age(),
                 "session": session}
         return Response(SessionTokenSerializer(body).data, status=status.HTTP_201_CREATED)

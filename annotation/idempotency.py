@@ -39,8 +39,9 @@ class Idempotency:
     def __init__(self, request, key: str):
         self.user = request.user
         self.key = key
-        body = json.dumps(request.data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-        self.fingerprint = hashlib.sha256(f"{request.method} {request.path}\n{body}".encode()).hexdigest()
+        body = json.dumps(request.data, sort_keys=True, separators=(",", ":"), default=str)  # ASCII: \\u escapes
+        request_line = f"{request.method} {request.path}\n{body}"
+        self.fingerprint = hashlib.sha256(request_line.encode("utf-8", "surrogatepass")).hexdigest()
 
     @classmethod
     def from_request(cls, request) -> Idempotency | None:
@@ -93,6 +94,13 @@ def run(request, write, respond, status_code: int) -> Response:
         write(record)
     except AlreadyAnswered:
         return idempotency.replay()
+    except Conflict:
+        # A copy of this request that committed first (it held the row lock we waited
+        # on) is why this one conflicts: answer as that copy did.
+        replayed = idempotency.replay()
+        if replayed is None:
+            raise
+        return replayed
     return Response(answered["body"], status=status_code)
 
 

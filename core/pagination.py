@@ -15,7 +15,7 @@ class Pagination(PageNumberPagination):
         if not values:
             return self.page_size
         value = values[-1]
-        if len(values) > 1 or not value.isdigit() or not 1 <= int(value) <= self.max_page_size:
+        if len(values) > 1 or not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= self.max_page_size:
             raise ValidationError({self.page_size_query_param: [
                 f"Must be one whole number from 1 to {self.max_page_size}."]})
         return int(value)

@@ -1,4 +1,4 @@
-"""The API's JSON parser, with limits on size and nesting."""
+"""The API's JSON parser, with limits on size, nesting and character encodings."""
 
 import codecs
 import json
@@ -10,39 +10,56 @@ from rest_framework.parsers import JSONParser
 from .exceptions import PayloadTooLarge
 
 MAX_JSON_DEPTH = 32
+# JSON is Unicode text (RFC 8259). Any other codec Python knows would be accepted
+# by name from the Content-Type's charset, including compressors (bz2, zlib) that
+# would inflate a small body past the size limit after it was checked.
+JSON_ENCODINGS = {"utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"}
 
 
-def json_depth_exceeds(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text ``raw`` nests arrays and objects deeper than ``limit``.
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """Whether the JSON text nests arrays and objects deeper than ``limit``.
 
-    Cheap for ordinary bodies: only a body with more than ``limit`` opening brackets
+    Cheap for ordinary bodies: only a text with more than ``limit`` opening brackets
     in all is scanned (strings skipped)."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    if text.count("[") + text.count("{") <= limit:
         return False
     depth, in_string, escaped = 0, False, False
-    for byte in raw:
+    for char in text:
         if in_string:
             if escaped:
                 escaped = False
-            elif byte == 0x5C:  # backslash
+            elif char == "\\":
                 escaped = True
-            elif byte == 0x22:  # quote
+            elif char == '"':
                 in_string = False
-        elif byte == 0x22:
+        elif char == '"':
             in_string = True
-        elif byte in (0x5B, 0x7B):
+        elif char in "[{":
             depth += 1
             if depth > limit:
                 return True
-        elif byte in (0x5D, 0x7D):
+        elif char in "]}":
             depth -= 1
     return False
 
 
+def json_encoding(name: str) -> str:
+    """The codec for a Content-Type charset, if it is one JSON may be written in; else 415."""
+    try:
+        codec = codecs.lookup(name).name
+    except LookupError:
+        codec = None
+    if codec not in JSON_ENCODINGS:
+        raise exceptions.UnsupportedMediaType(
+            f"application/json; charset={name}", detail=f"JSON must be UTF-8, UTF-16 or UTF-32, not {name!r}.")
+    return codec
+
+
 class BoundedJSONParser(JSONParser):
     """DRF's JSON parser with limits: a body over ``API_MAX_BODY_BYTES`` gets 413
-    before it is read, JSON nested deeper than ``MAX_JSON_DEPTH`` gets 400, and
-    so do NaN and Infinity."""
+    before it is read (and is never inflated after: only Unicode charsets are read,
+    415 otherwise); undecodable bytes, JSON nested deeper than ``MAX_JSON_DEPTH``, NaN
+    and Infinity get 400."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         parser_context = parser_context or {}
@@ -51,14 +68,17 @@ class BoundedJSONParser(JSONParser):
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         if declared and str(declared).isdigit() and int(declared) > limit:
             raise PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
+        encoding = json_encoding(parser_context.get("encoding", settings.DEFAULT_CHARSET))
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
             raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.")
-        if json_depth_exceeds(raw, MAX_JSON_DEPTH):
-            raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted.")
-        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         try:
-            text = codecs.decode(raw, encoding)
+            text = raw.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise exceptions.ParseError(f"The body is not valid {encoding}: {exc.reason}.") from None
+        if json_depth_exceeds(text, MAX_JSON_DEPTH):
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted.")
+        try:
             return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
             raise exceptions.ParseError(f"JSON parse error: {exc}") from None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -90,7 +91,10 @@ def signup_by_address() -> Limiter:
 
 
 def normalise_username(username) -> str:
-    return str(username or "")[:150].strip().casefold()
+    """The account a sign-in attempt is for, as Django's forms see it (NFKC: a
+    full-width or mathematical-bold "ａｄｍｉｎ" is "admin") and case-insensitive, so
+    look-alike spellings share one failure count."""
+    return unicodedata.normalize("NFKC", str(username or "")[:150]).strip().casefold()
 
 
 def login_retry_after(request, username) -> int | None:

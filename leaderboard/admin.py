@@ -6,7 +6,7 @@ from .models import Evaluation
 @admin.register(Evaluation)
 class EvaluationAdmin(admin.ModelAdmin):
     list_display = ["__str__", "model_version", "round", "split", "num_examples", "model_error_rate", "created_at"]
-    list_filter = ["split", "model_version__task"]
+    list_filter = ["split", ("model_version__task", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["model_version__task", "round__task"]
     readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "model_error_rate", "job",
                        "created_at"]

@@ -15,6 +15,9 @@ from core.errors import DomainError
 from . import services
 from .models import Context, Job, ModelVersion, Round, Task
 
+# The task filter lists only the tasks of the rows the researcher may see.
+TASK_FILTER = ("task", admin.RelatedOnlyFieldListFilter)
+
 
 class TaskScopedAdmin(admin.ModelAdmin):
     """Rows reached through ``task_path`` (a lookup to the row's Task); a
@@ -59,6 +62,9 @@ class TaskScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **self._limit(request, db_field, kwargs))
 
     def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "owners" and not request.user.is_superuser:
+            # Co-owners are picked among researchers (staff), never among annotators or MTurk workers.
+            kwargs["queryset"] = db_field.related_model.objects.filter(is_staff=True, is_active=True)
         return super().formfield_for_manytomany(db_field, request, **self._limit(request, db_field, kwargs))
 
 
@@ -150,10 +156,25 @@ def close_rounds(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset, services.close_round, "Closed")
 
 
+class RoundForm(forms.ModelForm):
+    class Meta:
+        model = Round
+        fields = ["task", "number", "ensemble_mode", "description", "target_models", "starts_at", "ends_at"]
+
+    def clean(self):
+        cleaned = super().clean()
+        task = cleaned.get("task") or (self.instance.task if self.instance.task_id else None)
+        foreign = [m.name for m in cleaned.get("target_models") or [] if task and m.task_id != task.pk]
+        if foreign:
+            raise forms.ValidationError(f"Target models must be models of this round's task, not {foreign}.")
+        return cleaned
+
+
 @admin.register(Round)
 class RoundAdmin(TaskScopedAdmin):
+    form = RoundForm
     list_display = ["__str__", "task", "number", "status", "ensemble_mode", "opened_at", "closed_at"]
-    list_filter = ["status", "task"]
+    list_filter = ["status", TASK_FILTER]
     list_select_related = ["task"]
     search_fields = ["task__slug", "task__name", "description"]
     filter_horizontal = ["target_models"]
@@ -168,7 +189,7 @@ class RoundAdmin(TaskScopedAdmin):
 @admin.register(Context)
 class ContextAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "tag", "times_used", "times_fooled", "is_active"]
-    list_filter = ["task", "is_active", "tag"]
+    list_filter = [TASK_FILTER, "is_active", "tag"]
     list_select_related = ["task", "round__task"]
     search_fields = ["external_id", "tag", "fields"]
     raw_id_fields = ["round"]
@@ -178,7 +199,7 @@ class ContextAdmin(TaskScopedAdmin):
 @admin.register(ModelVersion)
 class ModelVersionAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "backbone", "status", "short_sha256", "created_at"]
-    list_filter = ["task", "status", "backbone"]
+    list_filter = [TASK_FILTER, "status", "backbone"]
     list_select_related = ["task"]
     search_fields = ["name", "sha256", "artifact_path"]
     raw_id_fields = ["parent"]
@@ -196,7 +217,7 @@ class ModelVersionAdmin(TaskScopedAdmin):
 @admin.register(Job)
 class JobAdmin(TaskScopedAdmin):
     list_display = ["__str__", "kind", "status", "progress", "task", "created_by", "created_at", "finished_at"]
-    list_filter = ["kind", "status", "task"]
+    list_filter = ["kind", "status", TASK_FILTER]
     list_select_related = ["task", "created_by"]
     search_fields = ["log", "error", "celery_task_id"]
     readonly_fields = ["kind", "status", "progress", "task", "params", "result", "log", "error",

@@ -63,7 +63,7 @@ def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel
 
 def round_target_models(rnd: Round) -> list[TargetModel]:
     """The models that answer for ``rnd``: its ready target models by id (one query)."""
-    rows = (rnd.target_models.filter(status=ModelVersion.Status.READY).order_by("pk")
+    rows = (rnd.target_models.filter(status=ModelVersion.Status.READY, task_id=rnd.task_id).order_by("pk")
             .values_list("pk", "name", "artifact_path", "sha256"))
     return answering([TargetModel(*row) for row in rows], rnd.ensemble_mode)
 
@@ -78,7 +78,7 @@ def open_round_with_models(task: Task) -> tuple[Round | None, list[TargetModel]]
     """
     rows = list(
         ModelVersion.objects.filter(
-            status=ModelVersion.Status.READY, target_of_rounds__task=task,
+            status=ModelVersion.Status.READY, task=task, target_of_rounds__task=task,
             target_of_rounds__status=Round.Status.OPEN,
         ).order_by("pk").values_list(
             "pk", "name", "artifact_path", "sha256",

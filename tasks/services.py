@@ -87,6 +87,9 @@ def open_round(rnd: Round) -> Round:
         return rnd
     if rnd.status == Round.Status.CLOSED:
         raise Conflict(f"{rnd} is closed; a closed round is not opened again.")
+    foreign = sorted(rnd.target_models.exclude(task_id=rnd.task_id).values_list("name", flat=True))
+    if foreign:
+        raise Conflict(f"{rnd}'s target models {foreign} belong to other tasks.")
     if not rnd.target_models.filter(status=ModelVersion.Status.READY).exists():
         raise Conflict(f"{rnd} has no ready target model; choose one before opening it.")
     now = timezone.now()

@@ -171,7 +171,10 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
         for word in explanation["words"]:
             word["field"] = names.get(word["field"], word["field"])
     explanation["model_version"] = model_ids[0]
-    Example.objects.filter(pk=example.pk).update(metadata={**example.metadata, "explanation": explanation})
+    with transaction.atomic():  # merge into the stored metadata, not the copy read before the model ran
+        stored = Example.objects.select_for_update().only("metadata").get(pk=example.pk)
+        stored.metadata = {**stored.metadata, "explanation": explanation}
+        stored.save(update_fields=["metadata"])
     return explanation
 
 

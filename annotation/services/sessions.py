@@ -84,7 +84,7 @@ def bump(session: AnnotationSession, **deltas: int) -> None:
     if unknown:
         raise ValueError(f"not session counters: {sorted(unknown)}")
     updated = AnnotationSession.objects.filter(pk=session.pk).update(
-        **{name: F(name) + value for name, value in deltas.items()})
+        last_seen_at=timezone.now(), **{name: F(name) + value for name, value in deltas.items()})
     if not updated:
         raise AnnotationSession.DoesNotExist(f"annotation session {session.pk} is gone")
     session.refresh_from_db(fields=SESSION_COUNTERS)

@@ -25,9 +25,10 @@ def rate(num: int, den: int) -> float | None:
 
 def with_counts(rounds: QuerySet) -> QuerySet:
     """``rounds`` annotated with ``n_collected``, ``n_fooled``, ``n_verified``,
-    ``n_verified_fooled`` and ``n_validations`` (decided validations): one query."""
+    ``n_verified_fooled`` and ``n_validations`` (decisions on collected examples): one query."""
     collected = Q(examples__source=Example.Source.ANNOTATION, examples__retracted=False)
-    decided = (Validation.objects.filter(example__round=OuterRef("pk")).exclude(label="")
+    decided = (Validation.objects.filter(example__round=OuterRef("pk"), example__source=Example.Source.ANNOTATION,
+                                         example__retracted=False).exclude(label="")
                .order_by().values("example__round").annotate(n=Count("pk")).values("n"))
     return rounds.annotate(
         n_collected=Count("examples", filter=collected),

@@ -85,6 +85,8 @@ def _check_can_validate(example: Example, user) -> None:
         raise Conflict("The example was retracted by its author.")
     if example.source != Example.Source.ANNOTATION:
         raise Conflict("Imported examples are not validated on the platform.")
+    if example.flagged and not is_researcher(user, example.task):
+        raise Conflict("The example is flagged and waits for the task's researchers.")
 
 
 @transaction.atomic

@@ -264,3 +264,47 @@ def test_text_with_nul_characters_is_refused(nli_client):
     response = post(client, "nli", context["id"], {"hypothesis": "a\x00b"}, {"label": "neutral"})
     assert response.status_code == 400 and "nul" in response.json()["errors"]["inputs.hypothesis"][0].lower()
     assert snapshot() == before
+
+
+@pytest.mark.parametrize("charset", ["bz2", "zlib", "rot13", "base64", "quopri", "no-such-codec"])
+def test_a_charset_that_is_not_a_text_encoding_is_a_415_never_a_500(nli_client, charset):
+    """Python's codec registry knows compressors: a 100-byte bz2 body must not inflate past
+    the size limit, and junk in such a charset must not crash the parser."""
+    import bz2
+    import json
+
+    client, context = nli_client
+    before = snapshot()
+    body = {"context": context["id"], "inputs": {"hypothesis": "x" * 20_000}, "target": {"label": "neutral"}}
+    compressed = bz2.compress(json.dumps(body).encode())
+    for payload in (compressed, b"junk"):
+        response = client.generic("POST", "/api/tasks/nli/examples/", payload,
+                                  content_type=f"application/json; charset={charset}")
+        expected = 400 if charset == "no-such-codec" else 415  # an unknown name: Django reads UTF-8
+        assert response.status_code in (expected,), (charset, response.status_code, response.content[:200])
+        assert response["Content-Type"] == "application/json"
+    # The token endpoint reads forms too, before any sign-in.
+    response = client.generic("POST", "/api/auth/token/", b"junk",
+                              content_type=f"application/x-www-form-urlencoded; charset={charset}")
+    assert response.status_code in (400, 401, 415) and response.status_code < 500
+    assert snapshot() == before
+
+
+def test_json_in_utf16_is_read(nli_client):
+    import json
+
+    client, context = nli_client
+    body = json.dumps({"context": context["id"], "inputs": {"hypothesis": "Wide chars ✓"},
+                       "target": {"label": "neutral"}}).encode("utf-16")
+    response = client.generic("POST", "/api/tasks/nli/examples/", body, content_type="application/json; charset=utf-16")
+    assert response.status_code == 201, response.content
+    assert Example.objects.get(pk=response.json()["id"]).inputs == {"hypothesis": "Wide chars ✓"}
+
+
+def test_a_lone_surrogate_beside_an_idempotency_key_is_no_500(nli_client):
+    client, context = nli_client
+    body = ('{"context": ' + str(context["id"]) +
+            ', "inputs": {"hypothesis": "fine"}, "target": {"label": "neutral"}, "x": "\\ud800"}')
+    response = client.generic("POST", "/api/tasks/nli/examples/", body, content_type="application/json",
+                              HTTP_IDEMPOTENCY_KEY="k-surrogate")
+    assert response.status_code == 201, response.content

@@ -138,3 +138,31 @@ def test_old_keys_are_pruned(live_tasks, client_for, annotator, settings):
         created_at=timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL + 1))
     assert prune_idempotency_keys.apply().get() == 1
     assert list(IdempotentRequest.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_a_copy_that_lost_the_race_for_a_validation_gets_the_first_answer(live_tasks, annotator, second_annotator,
+                                                                         client_for, monkeypatch):
+    """Two copies of one decision: the second waited on the row lock, finds the decision made,
+    and answers as the first did (its replay check ran before the first committed)."""
+    from annotation import idempotency
+
+    task = live_tasks["sentiment"]
+    example = Example.objects.create(task=task, round=task.open_round(), annotator=annotator,
+                                     inputs={"statement": "x"}, target={"label": "positive"}, fooled=True)
+    client = client_for(second_annotator)
+    client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}}, format="json")
+    first = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json",
+                        HTTP_IDEMPOTENCY_KEY="race-v")
+    real_replay = idempotency.Idempotency.replay
+    calls = []
+
+    def replay_misses_once(self):  # as a copy that checked before the first copy committed
+        calls.append(1)
+        return None if len(calls) == 1 else real_replay(self)
+
+    monkeypatch.setattr(idempotency.Idempotency, "replay", replay_misses_once)
+    second = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json",
+                         HTTP_IDEMPOTENCY_KEY="race-v")
+    assert second.status_code == 201 and second.json() == first.json()
+    example.refresh_from_db()
+    assert example.validations_correct == 1

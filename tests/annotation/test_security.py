@@ -178,3 +178,41 @@ def test_an_unreadable_authorization_header_is_refused_even_beside_a_valid_token
     for header in ("Bearer abc", "garbage", "Basic dXNlcjpwYXNz"):
         response = client.get("/api/tasks/sentiment/contexts/next/", HTTP_AUTHORIZATION=header)
         assert response.status_code == 401 and "Unsupported Authorization header" in response.json()["detail"]
+
+
+def test_a_token_made_through_the_api_from_a_sign_in_ends_with_it(live_tasks, annotator, client, anonymous):
+    client.force_login(annotator)
+    token = client.post("/api/tasks/sentiment/sessions/").json()["token"]
+    anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    assert anonymous.get("/api/tasks/sentiment/contexts/next/").status_code == 200
+    client.post("/accounts/logout/")
+    assert anonymous.get("/api/tasks/sentiment/contexts/next/").status_code == 401
+
+
+def test_flagged_examples_wait_for_the_researchers(live_tasks, annotator, second_annotator, researcher, client_for):
+    """An author's flag takes an example out of the queue; nobody but a researcher decides it then."""
+    example = written(live_tasks["sentiment"], annotator)
+    client_for(annotator).post(f"/api/examples/{example.pk}/flag/", {"reason": "oops"}, format="json")
+    other = client_for(second_annotator)
+    assert other.get("/api/tasks/sentiment/validations/next/").status_code == 204
+    response = other.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                          format="json")
+    assert response.status_code == 409 and "flagged" in response.json()["detail"]
+    response = client_for(researcher).post(f"/api/examples/{example.pk}/validations/", {"label": "incorrect"},
+                                           format="json")
+    assert response.status_code == 201 and response.json()["example"]["validation_status"] == "rejected"
+
+
+def test_an_explanation_keeps_what_was_written_to_the_metadata_meanwhile(live_tasks, annotator, researcher,
+                                                                       client_for):
+    from annotation.services.examples import explain_example, unflag_example
+
+    task = live_tasks["sentiment"]
+    model = task.open_round().target_models.get()
+    example = written(task, annotator, flagged=True)
+    Example.objects.filter(pk=example.pk).update(model_predictions={str(model.pk): {"label": "negative"}})
+    stale = Example.objects.select_related("task", "context").get(pk=example.pk)  # read before the unflag
+    unflag_example(stale, researcher)
+    explain_example(stale, annotator, n_steps=2)
+    metadata = Example.objects.get(pk=example.pk).metadata
+    assert "explanation" in metadata and "unflagged" in metadata

@@ -32,6 +32,17 @@ def test_the_api_token_endpoint_locks_an_account_after_repeated_failures(annotat
     assert anonymous.post("/api/auth/token/", {"username": "someone", "password": PASSWORD}).status_code == 200
 
 
+@pytest.mark.parametrize("lookalike", ["ａｎｎｏｔａｔｏｒ", "\U0001d41annotator", "ANNOTATOR", " annotator "])
+def test_look_alike_spellings_of_an_account_share_its_lockout(annotator, client, settings, lookalike):
+    """Django signs "ａｎｎｏｔａｔｏｒ" (NFKC) in as "annotator": it must not get a fresh count."""
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 3
+    for _ in range(3):
+        client.post("/accounts/login/", {"username": "annotator", "password": "wrong"})
+    response = client.post("/accounts/login/", {"username": lookalike, "password": PASSWORD})
+    assert response.status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
 def test_the_sign_in_page_locks_too_and_counts_per_address(annotator, client, settings):
     settings.LOGIN_FAILURES_PER_ACCOUNT = 100
     settings.LOGIN_FAILURES_PER_ADDRESS = 4

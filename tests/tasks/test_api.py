@@ -184,7 +184,8 @@ def test_values_of_the_wrong_json_type_are_refused(demo_tasks, researcher, clien
     assert Task.objects.get(slug="sentiment").name == "Sentiment Analysis"
 
 
-@pytest.mark.parametrize("query", ["page_size=0", "page_size=abc", "page_size=201", "page_size=2&page_size=3"])
+@pytest.mark.parametrize("query", ["page_size=0", "page_size=abc", "page_size=201", "page_size=2&page_size=3",
+                                   "page_size=%C2%B2", "page_size=%D9%A3"])  # superscript two, Arabic-Indic three
 def test_a_bad_page_size_is_a_400_not_ignored(demo_tasks, anonymous, query):
     response = anonymous.get(f"/api/tasks/?{query}")
     assert response.status_code == 400 and "page_size" in response.json()["errors"]
