@@ -70,12 +70,18 @@ def test_a_failed_write_records_nothing_so_a_retry_can_succeed(live_tasks, clien
     assert bad.status_code == 400 and not IdempotentRequest.objects.exists()
 
 
-def test_a_retried_validation_is_counted_once(live_tasks, annotator, second_annotator, client_for):
-    task = live_tasks["sentiment"]
-    example = Example.objects.create(task=task, round=task.open_round(), annotator=annotator,
+def answered_blind(task, author, validator_client):
+    """An example by ``author`` that the validator has answered blind: ready for a decision."""
+    example = Example.objects.create(task=task, round=task.open_round(), annotator=author,
                                      inputs={"statement": "x"}, target={"label": "positive"}, fooled=True)
+    validator_client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                          format="json")
+    return example
+
+
+def test_a_retried_validation_is_counted_once(live_tasks, annotator, second_annotator, client_for):
     client = client_for(second_annotator)
-    client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}}, format="json")
+    example = answered_blind(live_tasks["sentiment"], annotator, client)
     first = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json",
                         HTTP_IDEMPOTENCY_KEY="v-1")
     again = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json",
@@ -146,11 +152,8 @@ def test_a_copy_that_lost_the_race_for_a_validation_gets_the_first_answer(live_t
     and answers as the first did (its replay check ran before the first committed)."""
     from annotation import idempotency
 
-    task = live_tasks["sentiment"]
-    example = Example.objects.create(task=task, round=task.open_round(), annotator=annotator,
-                                     inputs={"statement": "x"}, target={"label": "positive"}, fooled=True)
     client = client_for(second_annotator)
-    client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}}, format="json")
+    example = answered_blind(live_tasks["sentiment"], annotator, client)
     first = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json",
                         HTTP_IDEMPOTENCY_KEY="race-v")
     real_replay = idempotency.Idempotency.replay
