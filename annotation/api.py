@@ -13,8 +13,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from core.errors import NotFound
-from tasks.models import Round
+from core.errors import Forbidden, InvalidInput, NotFound
+from tasks import services as task_services
+from tasks.models import ModelVersion, Round
+from tasks.roles import is_researcher
 
 from . import idempotency
 from .access import example_for, task_for, token_session
@@ -30,8 +32,10 @@ from .serializers import (
     NextContextSerializer,
     ReasonSerializer,
     RevealSerializer,
+    RoundCreateSerializer,
     RoundSerializer,
     RoundStatsSerializer,
+    RoundTargetsSerializer,
     SessionTokenSerializer,
     ValidatedSerializer,
     ValidationCreateSerializer,
@@ -241,15 +245,102 @@ def _rounds(task):
         "target_models").order_by("number")
 
 
+def researched_task(request, slug):
+    """The task ``slug`` for one of its researchers: 404 if unseen, 403 if not theirs."""
+    task = task_for(request, slug)
+    if token_session(request) is not None or not is_researcher(request.user, task):
+        raise Forbidden(f"Only the researchers of task {slug} can change its rounds.")
+    return task
+
+
+def _round_response(request, rnd, status_code=status.HTTP_200_OK):
+    rnd = _rounds(rnd.task).get(pk=rnd.pk)
+    return Response(RoundSerializer(rnd, context={"request": request}).data, status=status_code)
+
+
+def _task_models(task, ids):
+    found = {m.pk: m for m in ModelVersion.objects.filter(task=task, pk__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidInput.field("target_models", f"Task {task.slug} has no model(s) {missing}.")
+    return [found[i] for i in ids]
+
+
+class ReadAnyoneWriteResearchers(permissions.BasePermission):
+    """Anyone reads; a signed-in user writes, and the view checks they research the task."""
+
+    anonymous_reads = True
+
+    def has_permission(self, request, view):
+        return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_authenticated)
+
+
 @extend_schema(tags=["rounds"])
 class RoundList(generics.ListAPIView):
-    """A task's rounds with their counts and model error rates (paginated)."""
+    """A task's rounds with their counts and model error rates (paginated). Its
+    researchers create draft rounds here (POST)."""
 
-    permission_classes = [permissions.AllowAny]
+    permission_classes = [ReadAnyoneWriteResearchers]
     serializer_class = RoundSerializer
+    error_statuses = (409,)
 
     def get_queryset(self):
         return _rounds(task_for(self.request, self.kwargs["slug"]))
+
+    @extend_schema(request=RoundCreateSerializer, responses={201: RoundSerializer})
+    def post(self, request, slug):
+        task = researched_task(request, slug)
+        data = RoundCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        rnd = task_services.create_round(
+            task, number=values.get("number"), target_models=_task_models(task, values.get("target_models", [])),
+            ensemble_mode=values["ensemble_mode"], description=values["description"])
+        return _round_response(request, rnd, status.HTTP_201_CREATED)
+
+
+class RoundAction(APIView):
+    permission_classes = [permissions.IsAuthenticated]
+    error_statuses = (409,)
+
+    def round(self, request, slug, number):
+        task = researched_task(request, slug)
+        rnd = Round.objects.select_related("task").filter(task=task, number=number).first()
+        if rnd is None:
+            raise NotFound(f"Task {slug} has no round {number}.")
+        return rnd
+
+
+@extend_schema(tags=["rounds"])
+class RoundOpen(RoundAction):
+    """Open a draft round (it needs a ready target model); the task's open round closes."""
+
+    @extend_schema(request=None, responses={200: RoundSerializer})
+    def post(self, request, slug, number):
+        return _round_response(request, task_services.open_round(self.round(request, slug, number)))
+
+
+@extend_schema(tags=["rounds"])
+class RoundClose(RoundAction):
+    """Close an open round: collection stops."""
+
+    @extend_schema(request=None, responses={200: RoundSerializer})
+    def post(self, request, slug, number):
+        return _round_response(request, task_services.close_round(self.round(request, slug, number)))
+
+
+@extend_schema(tags=["rounds"])
+class RoundTargets(RoundAction):
+    """Choose a draft round's target model(s)."""
+
+    @extend_schema(request=RoundTargetsSerializer, responses={200: RoundSerializer})
+    def post(self, request, slug, number):
+        rnd = self.round(request, slug, number)
+        data = RoundTargetsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        models = _task_models(rnd.task, data.validated_data["target_models"])
+        rnd = task_services.set_round_targets(rnd, models, ensemble_mode=data.validated_data.get("ensemble_mode"))
+        return _round_response(request, rnd)
 
 
 @extend_schema(tags=["rounds"])

@@ -146,8 +146,9 @@ class _Importer:
         self.is_qa = self.config.task_type == EXTRACTIVE_QA
         if split is not None and split not in SPLITS:
             raise DatasetImportError(f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
-        if round_number is not None and (not _is_int(round_number) or round_number < 1):
-            raise DatasetImportError(f"The round must be a whole number from 1, not {round_number!r}.")
+        if round_number is not None and (not _is_int(round_number) or round_number < 0):
+            raise DatasetImportError(f"The round must be a whole number from 0 (round 0: static data), "
+                                     f"not {round_number!r}.")
 
     # --- checks -------------------------------------------------------------
 
@@ -332,7 +333,8 @@ class _Importer:
             rnd, created = Round.objects.get_or_create(
                 task=self.task, number=number,
                 defaults={"status": Round.Status.CLOSED, "closed_at": timezone.now(),
-                          "description": "Imported data."},
+                          "description": "Static data (round 0): never open for collection." if number == 0
+                          else "Imported data."},
             )
             if created:
                 self.report.rounds_created.append(number)

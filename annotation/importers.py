@@ -538,8 +538,8 @@ def read_dynabench(path) -> Iterator[Record | RowError]:
             raise _Bad(f"unsupported export format {version!r} (expected {DYNABENCH_FORMAT_VERSION})")
         for key in _DYNABENCH_KEYS:
             _get(row, key)
-        if not isinstance(row["round"], int) or isinstance(row["round"], bool) or row["round"] < 1:
-            raise _Bad(f"round {row['round']!r} is not a positive whole number")
+        if not isinstance(row["round"], int) or isinstance(row["round"], bool) or row["round"] < 0:
+            raise _Bad(f"round {row['round']!r} is not a whole number from 0")
         if row["split"] not in SPLITS:
             raise _Bad(f"unknown split {row['split']!r} (expected one of {', '.join(SPLITS)})")
         if not isinstance(row["inputs"], dict):

@@ -263,3 +263,23 @@ class RoundStatsSerializer(serializers.Serializer):
                                              help_text="Share of blind answers that agreed with the writer's.")
     target_models = serializers.ListField(child=serializers.CharField())
     annotators = AnnotatorStatsSerializer(many=True)
+
+
+class RoundCreateSerializer(serializers.Serializer):
+    """A new draft round. Its status changes only through open and close (or promote)."""
+
+    number = StrictIntegerField(required=False, min_value=1, max_value=100_000,
+                                help_text="Default: the task's last round number + 1.")
+    target_models = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=MAX_DATABASE_ID), required=False, max_length=5,
+        help_text="Ids of ready models of this task.")
+    ensemble_mode = StrictChoiceField(choices=Round.EnsembleMode.choices, required=False,
+                                      default=Round.EnsembleMode.SINGLE)
+    description = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class RoundTargetsSerializer(serializers.Serializer):
+    target_models = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=MAX_DATABASE_ID), min_length=1, max_length=5,
+        help_text="Ids of ready models of this task.")
+    ensemble_mode = StrictChoiceField(choices=Round.EnsembleMode.choices, required=False)

@@ -29,8 +29,8 @@ from .tokens import InvalidToken, make_token, session_from_token
 frameable = csp_replace({"frame-ancestors": [SELF, *settings.MTURK_FRAME_ANCESTORS]})
 
 
-def task_detail(request, slug):
-    """A task's public page: its rounds, their counts and the error-rate chart."""
+def task_page_context(request, slug) -> dict:
+    """What a task's public page shows: its rounds, their targets and counts, the chart."""
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
     if task is None:
         raise Http404(f"No task {slug!r}.")
@@ -42,10 +42,15 @@ def task_detail(request, slug):
     open_round = next((r for r in rounds if r.status == Round.Status.OPEN), None)
     chart = error_rate_chart([(r.number, r.stats["model_error_rate"], r.stats["verified_model_error_rate"])
                               for r in rounds])
-    return render(request, "annotation/task_detail.html", {
+    return {
         "task": task, "rounds": rounds, "open_round": open_round, "config": task.parsed_config,
         "chart": mark_safe(chart),  # built from numbers only, see tasks/charts.py
-    })
+    }
+
+
+def task_detail(request, slug):
+    """A task's public page: its rounds, their counts and the error-rate chart."""
+    return render(request, "annotation/task_detail.html", task_page_context(request, slug))
 
 
 def _refuse(request, message, task=None, status=403):

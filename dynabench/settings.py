@@ -156,6 +156,7 @@ CELERY_TASK_ROUTES = {
     "annotation.explain": {"queue": "inference"},
     "leaderboard.train_model": {"queue": "training"},
     "leaderboard.evaluate_model": {"queue": "training"},
+    "tasks.sweep_stale_jobs": {"queue": "default"},
 }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -177,7 +178,17 @@ CELERY_RESULT_EXPIRES = 3600
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "prune-idempotency-keys": {"task": "annotation.prune_idempotency_keys", "schedule": 3600.0},
+    "sweep-stale-jobs": {"task": "tasks.sweep_stale_jobs", "schedule": 60.0},
 }
+# Jobs (training, evaluation): a running job whose worker has not reported for
+# JOB_STALE_SECONDS is taken as lost; the sweeper queues it again until it has been
+# started JOB_MAX_ATTEMPTS times, then fails it. Training reports at least every
+# 1% of its steps, so the default leaves a wide margin on these CPUs.
+JOB_STALE_SECONDS = env.int("JOB_STALE_SECONDS", default=600)
+JOB_MAX_ATTEMPTS = env.int("JOB_MAX_ATTEMPTS", default=2)
+# Embedded mode runs jobs on a background thread of the web process; inline (in the
+# caller) is for tests and one-shot commands.
+JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 
@@ -238,6 +249,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a ``status``; each choice set gets its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "RoundStatusEnum": "tasks.models.Round.Status",
+        "JobStatusEnum": "tasks.models.Job.Status",
+        "ModelVersionStatusEnum": "tasks.models.ModelVersion.Status",
+        "ExampleValidationStatusEnum": "annotation.models.Example.ValidationStatus",
+    },
 }
 
 # --- Auth -----------------------------------------------------------------

@@ -9,6 +9,8 @@ from rest_framework.routers import DefaultRouter
 from annotation import api as annotation_api
 from annotation import views as annotation_views
 from core import accounts
+from leaderboard import api as leaderboard_api
+from leaderboard import views as leaderboard_views
 from tasks import api as tasks_api
 from tasks import views as tasks_views
 
@@ -20,6 +22,19 @@ api_patterns = [
     path("tasks/<slug:slug>/rounds/", annotation_api.RoundList.as_view(), name="round-list"),
     path("tasks/<slug:slug>/rounds/<int:number>/", annotation_api.RoundDetail.as_view(), name="round-detail"),
     path("tasks/<slug:slug>/rounds/<int:number>/stats/", annotation_api.RoundStats.as_view(), name="round-stats"),
+    path("tasks/<slug:slug>/rounds/<int:number>/open/", annotation_api.RoundOpen.as_view(), name="round-open"),
+    path("tasks/<slug:slug>/rounds/<int:number>/close/", annotation_api.RoundClose.as_view(), name="round-close"),
+    path("tasks/<slug:slug>/rounds/<int:number>/targets/", annotation_api.RoundTargets.as_view(),
+         name="round-targets"),
+    path("tasks/<slug:slug>/train-next/", leaderboard_api.TrainNext.as_view(), name="train-next"),
+    path("tasks/<slug:slug>/promote/", leaderboard_api.Promote.as_view(), name="promote"),
+    path("tasks/<slug:slug>/models/", leaderboard_api.ModelList.as_view(), name="model-list"),
+    path("tasks/<slug:slug>/jobs/", tasks_api.JobList.as_view(), name="job-list"),
+    path("models/<int:pk>/", leaderboard_api.ModelDetail.as_view(), name="model-detail"),
+    path("models/<int:pk>/evaluate/", leaderboard_api.ModelEvaluate.as_view(), name="model-evaluate"),
+    path("jobs/<int:pk>/", tasks_api.JobDetail.as_view(), name="job-detail"),
+    path("jobs/<int:pk>/cancel/", tasks_api.JobCancel.as_view(), name="job-cancel"),
+    path("jobs/<int:pk>/rerun/", tasks_api.JobRerun.as_view(), name="job-rerun"),
     path("tasks/<slug:slug>/contexts/", tasks_api.ContextList.as_view(), name="context-list"),
     path("tasks/<slug:slug>/contexts/next/", annotation_api.NextContext.as_view(), name="context-next"),
     path("tasks/<slug:slug>/sessions/", annotation_api.SessionCreate.as_view(), name="session-create"),
@@ -40,9 +55,11 @@ api_patterns = [
 urlpatterns = [
     path("", tasks_views.home, name="home"),
     path("healthz", tasks_views.healthz, name="healthz"),
-    path("tasks/<slug:slug>/", annotation_views.task_detail, name="task-detail"),
+    path("tasks/<slug:slug>/", leaderboard_views.task_detail, name="task-detail"),
     path("tasks/<slug:slug>/create/", annotation_views.create_page, name="annotate"),
     path("tasks/<slug:slug>/validate/", annotation_views.validate_page, name="validate"),
+    path("tasks/<slug:slug>/loop/", leaderboard_views.task_action, name="task-action"),
+    path("jobs/<int:pk>/", leaderboard_views.job_page, name="job-detail"),
     path("api/", include((api_patterns, "api"))),
     path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,6 +1,129 @@
-from django.contrib import admin
+"""Admin for the round loop: train the next model from a task, evaluate and promote
+models, read evaluations. The tasks app's admin classes are extended here (this app
+sits above it), so the actions call this app's services."""
 
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+
+from core.errors import DomainError
+from tasks.admin import ModelVersionAdmin as BaseModelVersionAdmin
+from tasks.admin import TaskAdmin as BaseTaskAdmin
+from tasks.admin import run_service_action
+from tasks.models import ModelVersion, Task
+
+from . import cycle, services
+from .api import default_model_name
 from .models import Evaluation
+
+
+class TrainNextForm(forms.Form):
+    selection = forms.ChoiceField(choices=list(services.SELECTIONS.items()), initial="verified",
+                                  help_text="Round 0's static data is always included.")
+    mode = forms.ChoiceField(choices=list(services.MODES.items()), initial="full")
+    from_parent = forms.BooleanField(required=False, label="Start from the current target's weights")
+    rounds = forms.CharField(required=False, help_text="Round numbers, comma-separated; empty: every round.")
+    epochs = forms.IntegerField(min_value=1, max_value=50, initial=3)
+    name = forms.CharField(required=False, max_length=100, help_text="Empty: r<next>-<selection>-<time>.")
+
+    def clean_rounds(self):
+        text = self.cleaned_data["rounds"].strip()
+        if not text:
+            return None
+        try:
+            return sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+        except ValueError:
+            raise forms.ValidationError("Write round numbers separated by commas, e.g. 1, 2.") from None
+
+
+@admin.action(description="Train the next target model (a job on the training queue)")
+def train_next_model(modeladmin, request, queryset):
+    if "apply" in request.POST:
+        form = TrainNextForm(request.POST)
+        if form.is_valid():
+            values = form.cleaned_data
+            for task in queryset:
+                targets = cycle.current_targets(task) if values["from_parent"] else []
+                try:
+                    if values["from_parent"] and not targets:
+                        raise DomainError(f"Task {task.slug} has no target model to start from.")
+                    job = services.start_training(
+                        task, name=values["name"] or default_model_name(task, values["selection"]),
+                        rounds=values["rounds"], selection=values["selection"], mode=values["mode"],
+                        parent=targets[0] if targets else None, epochs=values["epochs"], user=request.user)
+                except DomainError as exc:
+                    modeladmin.message_user(request, f"{task}: {exc.message}", messages.ERROR)
+                else:
+                    modeladmin.message_user(request, format_html(
+                        '{}: training job <a href="{}">#{}</a> queued.', task, job.get_absolute_url(), job.pk),
+                        messages.SUCCESS)
+            return None
+    else:
+        form = TrainNextForm()
+    return TemplateResponse(request, "admin/leaderboard/train_next.html", {
+        **modeladmin.admin_site.each_context(request), "title": "Train the next target model", "form": form,
+        "tasks": queryset, "action": "train_next_model", "opts": modeladmin.model._meta,
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+    })
+
+
+admin.site.unregister(Task)
+
+
+@admin.register(Task)
+class TaskAdmin(BaseTaskAdmin):
+    actions = [train_next_model]
+
+
+def _evaluate(request):
+    return lambda model: services.start_evaluation(model, user=request.user)
+
+
+@admin.action(description="Evaluate on every round's test split (a job)")
+def evaluate_models(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, _evaluate(request), "Evaluation queued")
+
+
+def _promote(size):
+    def action(modeladmin, request, queryset):
+        if queryset.count() != 1:
+            modeladmin.message_user(request, "Promote one model at a time.", messages.ERROR)
+            return
+        run_service_action(modeladmin, request, queryset,
+                           lambda model: cycle.promote(model.task, model, ensemble_size=size, user=request.user),
+                           "Promoted; the next round is open")
+
+    action.__name__ = f"promote_{size}"
+    description = ("Promote: open the next round with this model as its target" if size == 1 else
+                   f"Promote as an ensemble with the last {size - 1} target(s): open the next round")
+    return admin.action(description=description)(action)
+
+
+admin.site.unregister(ModelVersion)
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(BaseModelVersionAdmin):
+    actions = [evaluate_models, _promote(1), _promote(2), _promote(3)]
+    readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "evaluations_vs_target"]
+
+    @admin.display(description="evaluation beside the current target")
+    def evaluations_vs_target(self, obj):
+        targets = [m for m in cycle.current_targets(obj.task) if m.pk != obj.pk]
+        comparison = cycle.compare(obj.task, [obj, *targets])
+        if not comparison.rounds:
+            return "No evaluation yet: use the action “Evaluate on every round's test split”."
+        header = format_html_join("", "<th>{}</th>", ((f"{m.name} (target)" if m in targets else m.name,)
+                                                      for m in comparison.models))
+        rows = format_html_join("", "<tr><th>round {}</th>{}</tr>", (
+            (number, format_html_join("", "<td>{}</td>", (
+                (f"{cell['value']:.3f} ({cell['num_examples']})" if cell and cell["value"] is not None else "–",)
+                for cell in cells)))
+            for number, cells in comparison.rows()))
+        state = "finished" if comparison.evaluated[obj.pk] else "not finished (promotion is refused until it is)"
+        return format_html('<p>{} per round; evaluation {}.</p><table><thead><tr><th></th>{}</tr></thead>'
+                           '<tbody>{}</tbody></table>', comparison.metric, state, header, rows)
 
 
 @admin.register(Evaluation)
@@ -18,6 +141,4 @@ class EvaluationAdmin(admin.ModelAdmin):
         return False
 
     def get_queryset(self, request):
-        from tasks.models import Task
-
         return super().get_queryset(request).filter(model_version__task__in=Task.objects.researched_by(request.user))

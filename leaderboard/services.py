@@ -8,6 +8,7 @@ process never imports torch before gunicorn forks.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 from collections import Counter
@@ -15,11 +16,13 @@ from collections.abc import Callable, Iterable
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from annotation.models import Example
 from annotation.services.examples import signature_ok
+from core.errors import Conflict, InvalidInput
 from tasks.jobs import JobReporter, create_job, enqueue, run_job
-from tasks.models import Job, ModelVersion, Round, Task
+from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
 from tasks.registry import artifact_dir_for, ref_for, register_model
 from tasks.services import SEED_DIR
 
@@ -65,14 +68,82 @@ def example_rows(task: Task, examples: Iterable) -> list[dict]:
     ]
 
 
-def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split: str = "train"):
-    """Examples usable for training: not retracted, not rejected or flagged."""
-    qs = Example.objects.filter(task=task, split=split, retracted=False).exclude(
-        validation_status__in=[Example.ValidationStatus.REJECTED, Example.ValidationStatus.FLAGGED]
-    )
+SELECTIONS = {"verified": "every verified example", "fooling": "verified examples that fooled the model"}
+MODES = {"full": "full fine-tuning", "head": "head only (frozen encoder)"}
+
+
+def usable_examples(task: Task, *, split: str, rounds: Iterable[int] | None = None, fooling_only: bool = False):
+    """Examples fit to train or score on: VERIFIED (imports are verified when imported),
+    not flagged, not retracted. Pending, rejected and flagged ones never count."""
+    qs = Example.objects.filter(task=task, split=split, retracted=False, flagged=False,
+                                validation_status=Example.ValidationStatus.VERIFIED)
     if rounds is not None:
         qs = qs.filter(round__number__in=list(rounds))
+    if fooling_only:
+        qs = qs.filter(fooled=True)
     return qs.select_related("context").order_by("pk")
+
+
+def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split: str = "train"):
+    """Every usable example of ``split`` in ``rounds`` (all rounds by default)."""
+    return usable_examples(task, split=split, rounds=rounds)
+
+
+def held_out(uid, dev_fraction: float, seed: int) -> bool:
+    """A fixed share of collected examples goes to dev, by a hash of their uid: the
+    same example lands on the same side in every run, whatever else was collected."""
+    digest = hashlib.sha256(f"{seed}:{uid}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < dev_fraction
+
+
+def collection_rounds(task: Task, rounds: Iterable[int] | None) -> list[int]:
+    numbers = list(task.rounds.exclude(number=STATIC_ROUND).order_by("number").values_list("number", flat=True))
+    if rounds is None:
+        return numbers
+    wanted = sorted(set(rounds) - {STATIC_ROUND})
+    unknown = sorted(set(wanted) - set(numbers))
+    if unknown:
+        raise InvalidInput.field("rounds", f"Task {task.slug} has no round(s) {unknown}.")
+    return wanted
+
+
+def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, selection: str = "verified",
+                         dev_fraction: float = 0.1, seed: int = 0, include_static: bool = True,
+                         reporter: JobReporter | None = None) -> tuple[dict[str, list[dict]], dict]:
+    """The rows a "train next model" job learns from, and a summary of them.
+
+    - round 0 (static data): its ``train`` and ``dev`` examples;
+    - the chosen collection rounds: their VERIFIED, unflagged, unretracted ``train``
+      examples (``selection="fooling"``: only those that fooled the model), less a
+      ``dev_fraction`` held out as dev, plus their ``dev`` examples.
+    Test examples are never trained on.
+    """
+    if selection not in SELECTIONS:
+        raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
+    if not 0 <= dev_fraction < 1:
+        raise InvalidInput.field("dev_fraction", "Must be at least 0 and below 1.")
+    numbers = collection_rounds(task, rounds)
+    train, dev = [], []
+    counts = {}
+    if include_static:
+        static_train = untampered(usable_examples(task, split="train", rounds=[STATIC_ROUND]), reporter)
+        static_dev = untampered(usable_examples(task, split="dev", rounds=[STATIC_ROUND]), reporter)
+        train += static_train
+        dev += static_dev
+        counts["static"] = {"train": len(static_train), "dev": len(static_dev)}
+    collected = untampered(usable_examples(task, split="train", rounds=numbers,
+                                           fooling_only=selection == "fooling"), reporter)
+    collected_dev = untampered(usable_examples(task, split="dev", rounds=numbers,
+                                               fooling_only=selection == "fooling"), reporter)
+    kept = [e for e in collected if not held_out(e.uid, dev_fraction, seed)]
+    held = [e for e in collected if held_out(e.uid, dev_fraction, seed)]
+    train += kept
+    dev += held + collected_dev
+    counts["rounds"] = {"train": len(kept), "dev": len(held) + len(collected_dev)}
+    rows = {"train": example_rows(task, train), "dev": example_rows(task, dev)}
+    summary = data_summary(rows, source="examples", rounds=numbers, selection=selection,
+                           static_round=include_static, dev_fraction=dev_fraction, seed=seed, counts=counts)
+    return rows, summary
 
 
 def untampered(examples: Iterable[Example], reporter: JobReporter | None = None) -> list[Example]:
@@ -128,10 +199,16 @@ def data_summary(rows_by_split: dict[str, list[dict]], **extra) -> dict:
 
 def train_and_register(task: Task, rows_by_split: dict[str, list[dict]], *, name: str,
                        training_data: dict, rounds: Iterable[Round] = (), user=None,
-                       progress: Callable[[float, str], None] | None = None, **train_options) -> ModelVersion:
+                       parent: ModelVersion | None = None,
+                       progress: Callable[[float, str], None] | None = None,
+                       on_registered: Callable[[ModelVersion], None] | None = None,
+                       **train_options) -> ModelVersion:
     """Train on ``rows_by_split`` and register the model once its artifact is verified.
 
-    A failure at any point leaves no ModelVersion and no half-written artifact.
+    ``parent``: start from that model's weights instead of the plain backbone.
+    ``on_registered(model)`` runs inside the registration's transaction (a job marks
+    itself succeeded there): if it raises, nothing is registered. A failure at any
+    point leaves no ModelVersion and no half-written artifact.
     """
     import ml
 
@@ -139,23 +216,33 @@ def train_and_register(task: Task, rows_by_split: dict[str, list[dict]], *, name
         raise ValidationError(f"No training examples for task {task.slug}.")
     out_dir = artifact_dir_for(task, name)
     options = {"backbone": settings.DYNABENCH_BACKBONE, **train_options}
+    if parent is not None:
+        ml.verify_artifact(parent.artifact_dir, parent.sha256)  # what we start from is what was registered
+        options["backbone"] = str(parent.artifact_dir)
     info = ml.train(ml_spec(task), rows_by_split["train"], rows_by_split.get("dev") or [], out_dir,
                     training_data=training_data, progress=progress, **options)
     try:
-        model = register_model(task, info, name=name, rounds=rounds, user=user)
-    except Exception:
+        with transaction.atomic():
+            model = register_model(task, info, name=name, rounds=rounds, user=user, parent=parent)
+            if rows_by_split.get("test"):
+                if progress:
+                    progress(99, f"scoring {len(rows_by_split['test'])} held-out test examples")
+                model.metrics = {**model.metrics, "test": score_rows(task, model, rows_by_split["test"])}
+                model.save(update_fields=["metrics"])
+            if on_registered is not None:
+                on_registered(model)
+    except BaseException:
         shutil.rmtree(info.path, ignore_errors=True)
         raise
-    if rows_by_split.get("test"):
-        if progress:
-            progress(99, f"scoring {len(rows_by_split['test'])} held-out test examples")
-        test = score_rows(task, model, rows_by_split["test"])
-        model.metrics = {**model.metrics, "test": test}
-        model.save(update_fields=["metrics"])
     return model
 
 
 # --- evaluation -------------------------------------------------------------------
+
+
+def primary_metric(task: Task) -> str:
+    """The number a round's column shows: accuracy, or SQuAD F1 for QA."""
+    return "f1" if task.parsed_config.task_type == "extractive_qa" else "accuracy"
 
 
 def score_rows(task: Task, model: ModelVersion, rows: list[dict], batch_size: int = 32,
@@ -195,17 +282,17 @@ def _round_progress(reporter: JobReporter | None, index: int, size: int, total: 
 
 def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str = "test",
                    reporter: JobReporter | None = None, job: Job | None = None) -> list[Evaluation]:
-    """Score ``model`` on each round's ``split``; one Evaluation row per round."""
+    """Score ``model`` on each round's usable ``split`` examples (round 0, the static
+    test set, included); one Evaluation row per round that has any."""
     rounds = list(rounds)
     results = []
     for i, rnd in enumerate(rounds):
-        examples = untampered(training_examples(model.task, rounds=[rnd.number], split=split), reporter)
+        examples = untampered(usable_examples(model.task, rounds=[rnd.number], split=split), reporter)
         rows = example_rows(model.task, examples)
         if reporter:
             reporter.progress(100 * i / max(len(rounds), 1), f"round {rnd.number}: {len(rows)} {split} examples")
         if not rows:
             continue
-
         scores = score_rows(model.task, model, rows, progress=_round_progress(reporter, i, len(rows), len(rounds)))
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,
@@ -216,50 +303,119 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
     return results
 
 
+def has_finished_evaluation(model: ModelVersion) -> bool:
+    """An evaluation job over every round ran to the end for this model."""
+    return Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED,
+                              params__model_version=model.pk, params__rounds=None).exists()
+
+
 # --- jobs ---------------------------------------------------------------------
 
+TRAIN_OPTION_LIMITS = {"epochs": (1, 50), "batch_size": (1, 256), "max_steps": (1, 10_000_000),
+                       "seed": (0, 2**31 - 1)}
 
-def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, user=None,
-                   **options) -> Job:
-    """Queue a training job on the task's examples (``train``/``dev``/``test`` splits)."""
+
+def _check_options(options: dict) -> dict:
+    clean = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key == "lr":
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+                raise InvalidInput.field("lr", "Must be a number above 0 and at most 1.")
+            clean[key] = float(value)
+        elif key in TRAIN_OPTION_LIMITS:
+            low, high = TRAIN_OPTION_LIMITS[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise InvalidInput.field(key, f"Must be a whole number from {low} to {high}.")
+            clean[key] = value
+        else:
+            raise InvalidInput.field(key, f"Unknown training option {key!r}.")
+    return clean
+
+
+def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, selection: str = "verified",
+                   mode: str = "full", parent: ModelVersion | None = None, include_static: bool = True,
+                   dev_fraction: float = 0.1, evaluate: bool = True, user=None, **options) -> Job:
+    """Queue a training job on the ``training`` queue.
+
+    It learns from ``select_training_rows`` (round 0 plus the chosen rounds' verified
+    examples), registers the model, then queues its evaluation (``evaluate``). One
+    training job per task at a time: a second is refused (409).
+    """
     from .tasks import train_model
 
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise InvalidInput.field("name", "Must be a model name of 1 to 100 characters.")
     if ModelVersion.objects.filter(task=task, name=name).exists():
-        raise ValidationError({"name": f"Task {task.slug} already has a model named {name!r}."})
-    params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "options": options}
-    job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
-    enqueue(job, train_model, queue="training")
+        raise Conflict(f"Task {task.slug} already has a model named {name!r}.")
+    if mode not in MODES:
+        raise InvalidInput.field("mode", f"Must be one of {sorted(MODES)}.")
+    if parent is not None and (parent.task_id != task.pk or parent.status != ModelVersion.Status.READY):
+        raise InvalidInput.field("parent", f"Must be a ready model of task {task.slug}.")
+    options = _check_options(options)
+    numbers = collection_rounds(task, rounds)
+    if selection not in SELECTIONS:
+        raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
+    available = usable_examples(task, split="train", rounds=numbers, fooling_only=selection == "fooling").count()
+    if include_static:
+        available += usable_examples(task, split="train", rounds=[STATIC_ROUND]).count()
+    if not available:
+        raise Conflict(f"Task {task.slug} has no usable training examples in the chosen rounds "
+                       f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}).")
+    params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
+              "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
+              "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options}
+    with transaction.atomic():
+        job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
+        enqueue(job, train_model, queue="training")
     return job
 
 
 def run_training_job(job_id: int) -> Job:
     def work(job: Job, reporter: JobReporter) -> dict:
         task, params = job.task, job.params
-        existing = ModelVersion.objects.filter(task=task, name=params["name"]).first()
-        if existing:  # a redelivered job after registration: nothing to redo
-            return {"model_version": existing.pk, "reused": True}
-        rows = {split: example_rows(task, untampered(training_examples(task, rounds=params.get("rounds"),
-                                                                           split=split), reporter))
-                for split in ("train", "dev", "test")}
-        reporter.progress(1, "training on " + ", ".join(f"{len(v)} {k}" for k, v in rows.items()))
-        rounds = task.rounds.filter(number__in=params["rounds"]) if params.get("rounds") else task.rounds.all()
+        rows, summary = select_training_rows(
+            task, rounds=params.get("rounds"), selection=params.get("selection", "verified"),
+            dev_fraction=params.get("dev_fraction", 0.1), seed=params.get("options", {}).get("seed", 0),
+            include_static=params.get("include_static", True), reporter=reporter)
+        reporter.progress(1, "training on " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
+                          + f" ({MODES[params.get('mode', 'full')]})")
+        parent = ModelVersion.objects.filter(pk=params["parent"]).first() if params.get("parent") else None
+        if params.get("parent") and parent is None:
+            raise ValidationError(f"The parent model #{params['parent']} no longer exists.")
+        rounds = task.rounds.filter(number__in=[STATIC_ROUND, *summary["rounds"]] if params.get(
+            "include_static", True) else summary["rounds"])
+        result = {}
+
+        def registered(model):
+            result.update(model_version=model.pk, name=model.name, dev=model.metrics.get("dev_accuracy",
+                                                                                       model.metrics.get("dev_f1")))
+            reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
+
         model = train_and_register(
-            task, rows, name=params["name"], rounds=rounds, user=job.created_by,
-            training_data=data_summary(rows, source="examples", rounds=params.get("rounds")),
-            progress=reporter.progress, **params.get("options", {}),
+            task, rows, name=params["name"], rounds=rounds, user=job.created_by, parent=parent,
+            training_data=summary, progress=reporter.progress, on_registered=registered,
+            freeze_encoder=params.get("mode") == "head", **params.get("options", {}),
         )
-        return {"model_version": model.pk, "metrics": model.metrics}
+        if params.get("evaluate"):
+            start_evaluation(model, user=job.created_by)
+        return result
 
     return run_job(job_id, work)
 
 
 def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None, split: str = "test",
                      user=None) -> Job:
+    """Queue the evaluation of ``model`` on every round's test split (round 0 included)."""
     from .tasks import evaluate_model as evaluate_task
 
+    if model.status != ModelVersion.Status.READY:
+        raise Conflict(f"{model} is {model.status}; only ready models are evaluated.")
     params = {"model_version": model.pk, "rounds": list(rounds) if rounds is not None else None, "split": split}
-    job = create_job(Job.Kind.EVALUATE_MODEL, params=params, task=model.task, user=user)
-    enqueue(job, evaluate_task, queue="training")
+    with transaction.atomic():
+        job = create_job(Job.Kind.EVALUATE_MODEL, params=params, task=model.task, user=user)
+        enqueue(job, evaluate_task, queue="training")
     return job
 
 

@@ -229,6 +229,7 @@ def train(
     weight_decay: float = 0.01,
     warmup_ratio: float = 0.1,
     device: Any = None,
+    freeze_encoder: bool = False,
 ) -> ArtifactInfo:
     """Fine-tune ``backbone`` on ``train_rows``; save the best epoch to ``out_dir``.
 
@@ -246,6 +247,12 @@ def train(
     ``progress(percent, message)`` is called at the start, about every 1% of the
     steps, after each evaluation and at the end; raising from it aborts training
     (nothing is written).
+
+    ``backbone`` may be a saved artifact of the same task (its directory): training
+    then starts from its weights, head included (fine-tuning a parent model).
+    ``freeze_encoder`` trains only the task head (the classifier or the span head) on
+    top of a fixed encoder: much faster, and usually less accurate than full
+    fine-tuning.
     """
     started = time.perf_counter()
     if not isinstance(spec, TaskSpec):
@@ -285,6 +292,9 @@ def train(
     model = model_class_for(spec).from_pretrained(
         backbone_path, use_safetensors=True, local_files_only=True, **extra
     )
+    if freeze_encoder:
+        for param in model.base_model.parameters():
+            param.requires_grad = False
     model.to(device)
     holder = types.SimpleNamespace(
         model=model, tokenizer=tokenizer, spec=spec, device=device, tokenizer_lock=None
@@ -397,6 +407,7 @@ def train(
             "weight_decay": weight_decay,
             "warmup_ratio": warmup_ratio,
             "max_tokens": spec.max_tokens,
+            "freeze_encoder": freeze_encoder,
         },
         "device": str(device),
     }

@@ -9,10 +9,11 @@ only through actions that call the services, and what the platform decided
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count
+from django.utils.html import format_html
 
 from core.errors import DomainError
 
-from . import services
+from . import jobs, services
 from .models import Context, Job, ModelVersion, Round, Task
 
 # The task filter lists only the tasks of the rows the researcher may see.
@@ -183,6 +184,9 @@ class RoundAdmin(TaskScopedAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.status != Round.Status.DRAFT:
+            # An open or closed round keeps its target: a new target means a new round (promote).
+            fields += ["target_models", "ensemble_mode"]
         return [*fields, "task", "number"] if obj is not None else fields
 
 
@@ -214,14 +218,52 @@ class ModelVersionAdmin(TaskScopedAdmin):
         return obj.sha256[:12]
 
 
+@admin.action(description="Cancel the selected jobs (a running one stops at its next report)")
+def cancel_jobs(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, lambda job: jobs.cancel_job(job, request.user), "Cancelled")
+
+
+@admin.action(description="Run the selected jobs again (new jobs, same parameters)")
+def rerun_jobs(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, lambda job: jobs.rerun_job(job, request.user), "Queued again")
+
+
 @admin.register(Job)
 class JobAdmin(TaskScopedAdmin):
-    list_display = ["__str__", "kind", "status", "progress", "task", "created_by", "created_at", "finished_at"]
+    list_display = ["__str__", "kind", "status", "progress_bar", "time_left", "task", "created_by", "created_at",
+                    "finished_at"]
     list_filter = ["kind", "status", TASK_FILTER]
     list_select_related = ["task", "created_by"]
     search_fields = ["log", "error", "celery_task_id"]
-    readonly_fields = ["kind", "status", "progress", "task", "params", "result", "log", "error",
-                       "celery_task_id", "created_by", "created_at", "started_at", "finished_at"]
+    readonly_fields = ["kind", "status", "progress_bar", "time_left", "queue_place", "page", "task", "params",
+                       "result", "log", "error", "attempts", "rerun_of", "queue", "celery_task_name",
+                       "celery_task_id", "created_by", "created_at", "started_at", "heartbeat_at", "finished_at"]
+    fields = readonly_fields
+    actions = [cancel_jobs, rerun_jobs]
 
     def has_add_permission(self, request):
         return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # jobs change through their actions only
+
+    @admin.display(description="progress")
+    def progress_bar(self, obj):
+        return format_html('<progress max="100" value="{}">{}%</progress> {}%', obj.progress, obj.progress,
+                           obj.progress)
+
+    @admin.display(description="time left")
+    def time_left(self, obj):
+        left = obj.seconds_left
+        if left is None:
+            return "–"
+        return f"about {int(left // 60)} min {int(left % 60)} s" if left >= 60 else f"about {int(left)} s"
+
+    @admin.display(description="queue position")
+    def queue_place(self, obj):
+        position = obj.queue_position()
+        return position if position is not None else "–"
+
+    @admin.display(description="page")
+    def page(self, obj):
+        return format_html('<a href="{}">progress page</a>', obj.get_absolute_url())

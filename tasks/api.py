@@ -1,16 +1,19 @@
 """REST endpoints for tasks, rounds and contexts."""
 
 from django.db import IntegrityError, transaction
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, mixins, permissions, viewsets
+from rest_framework import generics, mixins, permissions, status, viewsets
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from core.errors import Conflict
+from core.errors import Conflict, Forbidden, NotFound
 
-from .models import Context, Round, Task
-from .roles import IsResearcherOrReadOnly
-from .serializers import ContextSerializer, TaskSerializer, TaskUpdateSerializer
+from . import jobs
+from .models import Context, Job, Round, Task
+from .roles import IsResearcherOrReadOnly, is_researcher
+from .serializers import ContextSerializer, JobSerializer, TaskSerializer, TaskUpdateSerializer
 
 
 class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -60,3 +63,82 @@ class ContextList(generics.ListAPIView):
     def get_queryset(self):
         task = visible_task(self.request, self.kwargs["slug"])
         return Context.objects.filter(task=task, is_active=True).select_related("task", "round").order_by("pk")
+
+
+# --- jobs -------------------------------------------------------------------------
+
+
+def visible_jobs(user):
+    """Jobs of the tasks ``user`` researches (all for superusers), and the ones they started."""
+    if user.is_superuser:
+        return Job.objects.all()
+    return Job.objects.filter(Q(task__in=Task.objects.researched_by(user)) | Q(created_by=user))
+
+
+def job_for(request, pk: int) -> Job:
+    job = visible_jobs(request.user).select_related("task").filter(pk=pk).first()
+    if job is None:
+        raise NotFound(f"No job #{pk}.")
+    return job
+
+
+def _researcher_of_job(request, job: Job) -> None:
+    if not (request.user.is_superuser or (job.task is not None and is_researcher(request.user, job.task))):
+        raise Forbidden("Only the task's researchers can cancel or re-run its jobs.")
+
+
+@extend_schema(tags=["jobs"])
+class JobList(generics.ListAPIView):
+    """A task's jobs, newest first, for its researchers."""
+
+    serializer_class = JobSerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self):
+        task = visible_task(self.request, self.kwargs["slug"])
+        if not is_researcher(self.request.user, task):
+            raise Forbidden("Only the task's researchers see its jobs.")
+        return Job.objects.filter(task=task).select_related("task").order_by("-created_at", "-pk")
+
+
+@extend_schema(tags=["jobs"])
+class JobDetail(generics.RetrieveAPIView):
+    """A job: status, progress, time left, queue position, log and error."""
+
+    serializer_class = JobSerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_object(self):
+        return job_for(self.request, self.kwargs["pk"])
+
+
+@extend_schema(tags=["jobs"])
+class JobCancel(APIView):
+    """Cancel a queued or running job; a running one stops at its next progress report
+    and registers nothing."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    error_statuses = (409,)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    def post(self, request, pk):
+        job = job_for(request, pk)
+        _researcher_of_job(request, job)
+        job = jobs.cancel_job(job, request.user)
+        return Response(JobSerializer(job, context={"request": request}).data)
+
+
+@extend_schema(tags=["jobs"])
+class JobRerun(APIView):
+    """Run a finished job again with the same parameters (a new job)."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    error_statuses = (409,)
+
+    @extend_schema(request=None, responses={202: JobSerializer})
+    def post(self, request, pk):
+        job = job_for(request, pk)
+        _researcher_of_job(request, job)
+        new = jobs.rerun_job(job, request.user)
+        new.refresh_from_db()
+        return Response(JobSerializer(new, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)

@@ -1,93 +1,308 @@
-"""Long jobs: a Job row that pages show, and enqueueing after commit."""
+"""Long jobs: a Job row that pages show, its queue, its heartbeat, cancel, re-run and the sweeper.
+
+The life of a job::
+
+    queued --claim--> running --work returns--> succeeded
+       |                 |------ work raises --> failed
+       |                 |------ cancel -------> cancelled   (the worker stops at its next report)
+       |                 '-- no heartbeat ----> queued again once (the sweeper), then failed
+       '------ cancel ----------------------------> cancelled
+
+A worker *claims* a job by moving it from queued to running and counting an
+attempt; every later write of that worker is conditioned on (running, same
+attempt). So a worker whose job was cancelled, or swept and handed to another
+worker, matches no row at its next report and stops (``JobStopped``) instead of
+writing over someone else's state. Celery redelivers a job whose worker died
+(``acks_late``); the claim makes a redelivered or duplicate message harmless.
+
+Embedded mode (no broker): a job runs on one background thread of the web
+process, in order, so a request that starts a training job answers at once.
+``JOBS_RUN_INLINE`` (the tests) runs it in the caller instead.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
+
+from core.errors import Conflict
 
 from .models import Job
 
 log = logging.getLogger(__name__)
 
 
-def create_job(kind: str, *, params: dict | None = None, task=None, user=None) -> Job:
-    return Job.objects.create(kind=kind, params=params or {}, task=task, created_by=user)
+class JobStopped(Exception):
+    """The job is no longer this worker's to run: cancelled, or swept and re-queued."""
+
+
+def _stamp() -> str:
+    return timezone.now().strftime("%H:%M:%S")
+
+
+def _log_line(message: str):
+    return Concat(F("log"), Value(f"[{_stamp()}] {message}\n"))
+
+
+def create_job(kind: str, *, params: dict | None = None, task=None, user=None, rerun_of: Job | None = None) -> Job:
+    """A queued Job row. A second active training job for the same task is refused (409)."""
+    try:
+        with transaction.atomic():
+            return Job.objects.create(kind=kind, params=params or {}, task=task, created_by=user,
+                                      rerun_of=rerun_of)
+    except IntegrityError:
+        active = Job.objects.filter(task=task, kind=kind, status__in=Job.ACTIVE).first()
+        if active is None:
+            raise
+        raise Conflict(f"Task {task.slug} already has a training job {active.status}: job #{active.pk}. "
+                       "Wait for it to finish or cancel it first.") from None
+
+
+# --- sending -----------------------------------------------------------------------
+
+_embedded_runner: ThreadPoolExecutor | None = None
+_runner_lock = threading.Lock()
+
+
+def _runner() -> ThreadPoolExecutor:
+    global _embedded_runner
+    with _runner_lock:
+        if _embedded_runner is None:
+            _embedded_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-jobs")
+        return _embedded_runner
+
+
+def _run_in_background(celery_task, job_id: int) -> None:
+    def run():
+        close_old_connections()
+        try:
+            celery_task.apply(args=[job_id], throw=False)
+        except Exception:  # recorded on the job by run_job; never kill the runner thread
+            log.exception("embedded job %s", job_id)
+        finally:
+            close_old_connections()
+
+    _runner().submit(run)
+
+
+def _send(job: Job, celery_task) -> None:
+    if celery_task.app.conf.task_always_eager:  # embedded mode
+        if getattr(settings, "JOBS_RUN_INLINE", False):
+            celery_task.apply(args=[job.pk], throw=False)
+        else:
+            _run_in_background(celery_task, job.pk)
+        return
+    result = celery_task.apply_async(args=[job.pk], queue=job.queue or None)
+    Job.objects.filter(pk=job.pk).update(celery_task_id=result.id or "")
 
 
 def enqueue(job: Job, celery_task, queue: str | None = None) -> None:
-    """Send ``celery_task(job.id)`` once the current transaction commits.
+    """Send ``celery_task(job.id)`` on ``queue`` once the current transaction commits."""
+    job.celery_task_name, job.queue = celery_task.name, queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    Job.objects.filter(pk=job.pk).update(celery_task_name=job.celery_task_name, queue=job.queue)
+    transaction.on_commit(lambda: _send(job, celery_task))
 
-    In embedded mode the task runs in-process at that point.
-    """
 
-    def send():
-        options = {"queue": queue} if queue else {}
-        result = celery_task.apply_async(args=[job.pk], **options)
-        Job.objects.filter(pk=job.pk, celery_task_id="").update(celery_task_id=result.id or "")
+def _celery_task(name: str):
+    from celery import current_app
 
-    transaction.on_commit(send)
+    return current_app.tasks[name]
+
+
+def requeue(job: Job) -> None:
+    """Send an existing queued job again, with the task that first ran it."""
+    transaction.on_commit(lambda: _send(job, _celery_task(job.celery_task_name)))
+
+
+# --- running --------------------------------------------------------------------------
 
 
 class JobReporter:
-    """Writes progress and log lines to a Job row as the work goes on."""
+    """Writes progress, log lines and the heartbeat of one attempt of a job.
 
-    def __init__(self, job_id: int):
+    Every write is conditioned on the job still being this attempt's and running;
+    when it is not (cancelled, swept) the write raises ``JobStopped``, which ends
+    the work at its next report.
+    """
+
+    def __init__(self, job_id: int, attempt: int | None = None):
         self.job_id = job_id
+        self.attempt = attempt
         self._last_percent = -1
+        self.result: dict = {}
+        self.completed = False
+
+    def _mine(self):
+        rows = Job.objects.filter(pk=self.job_id)
+        if self.attempt is not None:
+            rows = rows.filter(status=Job.Status.RUNNING, attempts=self.attempt)
+        return rows
 
     def progress(self, percent: float, message: str = "") -> None:
         pct = max(0, min(100, int(percent)))
-        updates = {}
+        updates = {"heartbeat_at": timezone.now()}
         if pct != self._last_percent:
             updates["progress"] = pct
             self._last_percent = pct
         if message:
-            stamp = timezone.now().strftime("%H:%M:%S")
-            updates["log"] = Concat(F("log"), Value(f"[{stamp}] {message}\n"))
-        if updates:
-            Job.objects.filter(pk=self.job_id).update(**updates)
+            updates["log"] = _log_line(message)
+        if not self._mine().update(**updates) and self.attempt is not None:
+            raise JobStopped(f"job {self.job_id} is no longer running here")
 
     __call__ = progress
 
+    def beat(self) -> None:
+        """A heartbeat without progress, for long steps."""
+        self.progress(max(self._last_percent, 0))
 
-@contextmanager
-def running(job_id: int):
-    """Mark a job running; on exit mark it succeeded or failed (with the error).
+    def complete(self, result: dict) -> None:
+        """Mark the job succeeded; call it inside the transaction that commits the
+        job's outcome, so a cancel either comes before (nothing committed) or after."""
+        mine = self._mine().select_for_update()
+        if self.attempt is not None and not mine.exists():
+            raise JobStopped(f"job {self.job_id} is no longer running here")
+        mine.update(status=Job.Status.SUCCEEDED, finished_at=timezone.now(), progress=100, result=result,
+                    heartbeat_at=timezone.now())
+        self.completed = True
 
-    Yields a JobReporter. Re-raises nothing: a failed job is recorded, not lost.
-    The caller sets ``result`` through the yielded reporter's ``result`` dict.
-    """
-    Job.objects.filter(pk=job_id).update(
-        status=Job.Status.RUNNING, started_at=timezone.now(), error="", progress=0
-    )
-    reporter = JobReporter(job_id)
-    reporter.result = {}
-    try:
-        yield reporter
-    except Exception as exc:
-        log.exception("job %s failed", job_id)
+
+def claim(job_id: int) -> int | None:
+    """Move a queued job to running for a new attempt; None if it is not queued."""
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id, status=Job.Status.QUEUED).first()
+        if job is None:
+            return None
+        attempt = job.attempts + 1
         Job.objects.filter(pk=job_id).update(
-            status=Job.Status.FAILED, finished_at=timezone.now(),
-            error=f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=8)}",
+            status=Job.Status.RUNNING, attempts=attempt, started_at=now, heartbeat_at=now, error="",
+            progress=0, log=_log_line(f"attempt {attempt} started"),
         )
-    else:
-        Job.objects.filter(pk=job_id).update(
-            status=Job.Status.SUCCEEDED, finished_at=timezone.now(), progress=100, result=reporter.result
-        )
+    return attempt
 
 
 def run_job(job_id: int, work: Callable[[Job, JobReporter], dict]) -> Job:
-    """Run ``work(job, reporter)`` under ``running``; idempotent for finished jobs."""
-    job = Job.objects.get(pk=job_id)
-    if job.status == Job.Status.SUCCEEDED:
+    """Claim the job and run ``work(job, reporter)``; record its outcome.
+
+    Re-raises nothing: a failure is recorded on the job, not lost. A job that is
+    not queued (finished, cancelled, or running elsewhere) is left alone.
+    """
+    attempt = claim(job_id)
+    if attempt is None:
+        job = Job.objects.get(pk=job_id)
+        log.info("job %s is %s; not running it again", job_id, job.status)
         return job
-    with running(job_id) as reporter:
-        reporter.result = work(job, reporter) or {}
+    job = Job.objects.select_related("task", "created_by").get(pk=job_id)
+    reporter = JobReporter(job_id, attempt)
+    try:
+        result = work(job, reporter) or {}
+        if not reporter.completed:
+            with transaction.atomic():
+                reporter.complete(result)
+    except JobStopped as exc:
+        log.info("job %s attempt %s stopped: %s", job_id, attempt, exc)
+        Job.objects.filter(pk=job_id, status=Job.Status.CANCELLED, finished_at__isnull=True).update(
+            finished_at=timezone.now(), log=_log_line("stopped: cancelled"))
+    except Exception as exc:
+        log.exception("job %s failed", job_id)
+        reporter._mine().update(
+            status=Job.Status.FAILED, finished_at=timezone.now(),
+            error=f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=8)}",
+            log=_log_line(f"failed: {type(exc).__name__}: {exc}"),
+        )
     return Job.objects.get(pk=job_id)
+
+
+# --- researcher actions -----------------------------------------------------------
+
+
+def cancel_job(job: Job, user=None) -> Job:
+    """Cancel a queued or running job. A running one stops at its next progress report;
+    what it would have registered is never registered."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status not in Job.ACTIVE:
+            raise Conflict(f"Job #{job.pk} has {job.status} already; only a queued or running job can be cancelled.")
+        was_running = job.status == Job.Status.RUNNING
+        who = f" by {user.get_username()}" if user is not None else ""
+        Job.objects.filter(pk=job.pk).update(
+            status=Job.Status.CANCELLED, log=_log_line(f"cancelled{who}"),
+            finished_at=None if was_running else timezone.now(),
+        )
+    job.refresh_from_db()
+    return job
+
+
+def rerun_job(job: Job, user=None) -> Job:
+    """A new job with the same kind and parameters as a finished one."""
+    if job.status in Job.ACTIVE:
+        raise Conflict(f"Job #{job.pk} is {job.status}; cancel it or wait for it before running it again.")
+    if job.kind == Job.Kind.TRAIN_MODEL and job.status == Job.Status.SUCCEEDED:
+        raise Conflict(f"Job #{job.pk} succeeded and registered its model; start a new training job instead.")
+    if not job.celery_task_name:
+        raise Conflict(f"Job #{job.pk} was run outside a queue; it cannot be re-run from here.")
+    new = create_job(job.kind, params=job.params, task=job.task, user=user or job.created_by, rerun_of=job)
+    enqueue(new, _celery_task(job.celery_task_name), queue=job.queue or None)
+    return new
+
+
+# --- the sweeper -------------------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    requeued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+
+
+def stale_after() -> timedelta:
+    return timedelta(seconds=settings.JOB_STALE_SECONDS)
+
+
+def sweep_stale_jobs(now=None) -> SweepReport:
+    """Running jobs whose worker stopped beating (killed, lost) for ``JOB_STALE_SECONDS``:
+    re-queued once (``JOB_MAX_ATTEMPTS``), then failed. Cancelled jobs whose worker died
+    before it noticed are closed."""
+    now = now or timezone.now()
+    cutoff = now - stale_after()
+    report = SweepReport()
+    stale = Job.objects.filter(status__in=[Job.Status.RUNNING, Job.Status.CANCELLED], finished_at__isnull=True,
+                               heartbeat_at__lt=cutoff)
+    for job_id in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(pk=job_id).first()
+            if job is None or job.finished_at is not None or not job.heartbeat_at or job.heartbeat_at >= cutoff:
+                continue
+            silent = int((now - job.heartbeat_at).total_seconds())
+            if job.status == Job.Status.CANCELLED:
+                Job.objects.filter(pk=job.pk).update(finished_at=now)
+                report.closed.append(job.pk)
+            elif job.attempts < settings.JOB_MAX_ATTEMPTS and job.celery_task_name:
+                Job.objects.filter(pk=job.pk).update(
+                    status=Job.Status.QUEUED, progress=0,
+                    log=_log_line(f"no heartbeat for {silent} s (worker lost); queued again "
+                                  f"(attempt {job.attempts + 1} of {settings.JOB_MAX_ATTEMPTS})"),
+                )
+                requeue(job)
+                report.requeued.append(job.pk)
+            else:
+                Job.objects.filter(pk=job.pk).update(
+                    status=Job.Status.FAILED, finished_at=now,
+                    error=f"No heartbeat for {silent} s: the worker was lost (killed or out of memory) "
+                          f"after {job.attempts} attempt(s). Nothing it was doing was registered.",
+                    log=_log_line(f"no heartbeat for {silent} s; failed after {job.attempts} attempt(s)"),
+                )
+                report.failed.append(job.pk)
+    return report

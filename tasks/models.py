@@ -94,6 +94,9 @@ class Task(models.Model):
         return Round.objects.filter(task_id=self.pk, status=Round.Status.OPEN).order_by("pk").first()
 
 
+STATIC_ROUND = 0
+
+
 class Round(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -123,11 +126,18 @@ class Round(models.Model):
             models.UniqueConstraint(
                 fields=["task"], condition=models.Q(status="open"), name="one_open_round_per_task"
             ),
-            models.CheckConstraint(condition=models.Q(number__gte=1), name="round_number_positive"),
+            models.CheckConstraint(condition=models.Q(number__gte=0), name="round_number_not_negative"),
+            # Round 0 holds the static data a task starts from; nobody collects into it.
+            models.CheckConstraint(condition=~models.Q(number=0, status="open"), name="round_zero_never_open"),
         ]
 
     def __str__(self):
         return f"{self.task.slug} round {self.number}"
+
+    @property
+    def is_static(self) -> bool:
+        """Round 0: the static data (MNLI, SST-2, Davidson...) the first target learns from."""
+        return self.number == STATIC_ROUND
 
     def clean(self):
         super().clean()
@@ -178,7 +188,12 @@ class Context(models.Model):
 
 
 class Job(models.Model):
-    """A long job (training, evaluation, import): status and progress for pages."""
+    """A long job (training, evaluation): status, progress, log and heartbeat for pages.
+
+    A worker claims a queued job, beats while it works (``heartbeat_at``, with each
+    progress report) and stops at its next report once the job is no longer
+    running (cancelled, or failed by the sweeper). See ``tasks/jobs.py``.
+    """
 
     class Kind(models.TextChoices):
         TRAIN_MODEL = "train_model", "Train a model"
@@ -190,6 +205,10 @@ class Job(models.Model):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     kind = models.CharField(max_length=30, choices=Kind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
@@ -200,21 +219,56 @@ class Job(models.Model):
     log = models.TextField(blank=True)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=100, blank=True)
+    celery_task_name = models.CharField(max_length=100, blank=True, help_text="What runs it (for re-runs).")
+    queue = models.CharField(max_length=30, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Times a worker has started it.")
+    rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(condition=models.Q(progress__lte=100), name="job_progress_at_most_100"),
+            # One training job per task at a time: a second is refused (409), never queued behind.
+            models.UniqueConstraint(
+                fields=["task"], condition=models.Q(kind="train_model", status__in=["queued", "running"]),
+                name="one_active_training_per_task",
+            ),
         ]
+        indexes = [models.Index(fields=["status", "queue", "created_at"])]
 
     def __str__(self):
         return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+    def get_absolute_url(self):
+        return reverse("job-detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Time left, from the pace so far (None until it has made progress)."""
+        if self.status != self.Status.RUNNING or not self.started_at or not 0 < self.progress < 100:
+            return None
+        from django.utils import timezone
+
+        elapsed = (timezone.now() - self.started_at).total_seconds()
+        return max(0.0, elapsed * (100 - self.progress) / self.progress)
+
+    def queue_position(self) -> int | None:
+        """1 = next to start on its queue; None once it has started."""
+        if self.status != self.Status.QUEUED:
+            return None
+        ahead = Job.objects.filter(status=self.Status.QUEUED, queue=self.queue, created_at__lt=self.created_at)
+        return ahead.count() + 1
 
 
 def resolve_artifact_path(artifact_path: str) -> Path:

@@ -5,7 +5,7 @@ from core.fields import StrictModelSerializer
 
 from . import services
 from .config import validate_task_config
-from .models import Context, Round, Task
+from .models import Context, Job, Round, Task
 
 
 class TaskSerializer(StrictModelSerializer):
@@ -56,3 +56,30 @@ class ContextSerializer(serializers.ModelSerializer):
         fields = ["id", "task", "round", "external_id", "fields", "tag", "metadata", "times_used",
                   "times_fooled", "created_at"]
         read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A long job as its researcher follows it: status, percent, time left, log."""
+
+    task = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    seconds_left = serializers.SerializerMethodField(help_text="Estimated from the pace so far; null until known.")
+    queue_position = serializers.SerializerMethodField(help_text="1 = next to start; null once started.")
+    url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
+    page = serializers.SerializerMethodField(help_text="The job's page, for people.")
+
+    class Meta:
+        model = Job
+        fields = ["id", "url", "page", "kind", "status", "progress", "seconds_left", "queue_position", "task",
+                  "params", "result", "log", "error", "attempts", "rerun_of", "created_at", "started_at",
+                  "heartbeat_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_seconds_left(self, obj) -> float | None:
+        left = obj.seconds_left
+        return round(left, 1) if left is not None else None
+
+    def get_queue_position(self, obj) -> int | None:
+        return obj.queue_position()
+
+    def get_page(self, obj) -> str:
+        return obj.get_absolute_url()

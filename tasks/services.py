@@ -11,10 +11,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.errors import Conflict
+from core.errors import Conflict, InvalidInput
 
 from .config import validate_task_config
-from .models import Context, ModelVersion, Round, Task
+from .models import STATIC_ROUND, Context, ModelVersion, Round, Task
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +79,74 @@ def ensure_first_round(task: Task) -> tuple[Round, bool]:
 
 
 @transaction.atomic
+def ensure_static_round(task: Task) -> Round:
+    """Round 0, the home of the task's static data (MNLI, SST-2, Davidson...): closed
+    from the start, never open for collection, evaluated like every round."""
+    rnd, _ = Round.objects.get_or_create(
+        task=task, number=STATIC_ROUND,
+        defaults={"status": Round.Status.CLOSED, "description": "Static data (round 0): never open for collection."},
+    )
+    return rnd
+
+
+def _ready_models_of(task: Task, models: Iterable[ModelVersion]) -> list[ModelVersion]:
+    models = list(models)
+    foreign = sorted(m.name for m in models if m.task_id != task.pk)
+    if foreign:
+        raise InvalidInput.field("target_models", f"Models {foreign} belong to other tasks.")
+    retired = sorted(m.name for m in models if m.status != ModelVersion.Status.READY)
+    if retired:
+        raise InvalidInput.field("target_models", f"Models {retired} are not ready.")
+    return models
+
+
+@transaction.atomic
+def create_round(task: Task, *, number: int | None = None, target_models: Iterable[ModelVersion] = (),
+                 ensemble_mode: str = Round.EnsembleMode.SINGLE, description: str = "") -> Round:
+    """A draft round: the next number unless given. Round 0 is made by ``ensure_static_round``."""
+    models = _ready_models_of(task, target_models)
+    if ensemble_mode not in Round.EnsembleMode.values:
+        raise InvalidInput.field("ensemble_mode", f"Must be one of {Round.EnsembleMode.values}.")
+    Task.objects.select_for_update().filter(pk=task.pk).exists()  # one new round number at a time
+    last = task.rounds.order_by("-number").values_list("number", flat=True).first()
+    if number is None:
+        number = (last or 0) + 1
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        raise InvalidInput.field("number", "Must be a whole number from 1 (round 0 holds the static data).")
+    if task.rounds.filter(number=number).exists():
+        raise Conflict(f"Task {task.slug} has a round {number} already.")
+    rnd = Round.objects.create(task=task, number=number, ensemble_mode=ensemble_mode, description=description)
+    rnd.target_models.set(models)
+    return rnd
+
+
+@transaction.atomic
+def set_round_targets(rnd: Round, target_models: Iterable[ModelVersion], *, ensemble_mode: str | None = None) -> Round:
+    """Choose a draft round's target model(s). An open round's target changes only by
+    promoting a model (a new round), so that each round has one target for its data."""
+    rnd = Round.objects.select_for_update().select_related("task").get(pk=rnd.pk)
+    if rnd.status != Round.Status.DRAFT:
+        raise Conflict(f"{rnd} is {rnd.status}: only a draft round's target models can change. "
+                       "Promote a model to start a new round with it.")
+    models = _ready_models_of(rnd.task, target_models)
+    if ensemble_mode is not None:
+        if ensemble_mode not in Round.EnsembleMode.values:
+            raise InvalidInput.field("ensemble_mode", f"Must be one of {Round.EnsembleMode.values}.")
+        rnd.ensemble_mode = ensemble_mode
+        rnd.save(update_fields=["ensemble_mode"])
+    rnd.target_models.set(models)
+    return rnd
+
+
+@transaction.atomic
 def open_round(rnd: Round) -> Round:
     """Open a draft round, closing the task's currently open one. The round must
     have a ready target model: annotators would otherwise get a 503 on every example."""
     rnd = Round.objects.select_for_update().select_related("task").get(pk=rnd.pk)
     if rnd.status == Round.Status.OPEN:
         return rnd
+    if rnd.number == STATIC_ROUND:
+        raise Conflict(f"{rnd} holds the static data; it is never open for collection.")
     if rnd.status == Round.Status.CLOSED:
         raise Conflict(f"{rnd} is closed; a closed round is not opened again.")
     foreign = sorted(rnd.target_models.exclude(task_id=rnd.task_id).values_list("name", flat=True))

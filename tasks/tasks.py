@@ -29,3 +29,12 @@ def health_check_job(job_id: int) -> int:
 
     run_job(job_id, work)
     return job_id
+
+
+@shared_task(name="tasks.sweep_stale_jobs")
+def sweep_stale_jobs() -> dict:
+    """The beat schedule runs it every minute (``CELERY_BEAT_SCHEDULE``)."""
+    from .jobs import sweep_stale_jobs as sweep
+
+    report = sweep()
+    return {"requeued": report.requeued, "failed": report.failed, "closed": report.closed}

@@ -26,14 +26,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _celery_mode(request):
     """Unit tests run Celery tasks in-process; integration tests use the broker."""
+    from django.conf import settings
+
     from dynabench.celery import app
 
     eager = "integration" not in request.keywords
-    before = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    before = (app.conf.task_always_eager, app.conf.task_eager_propagates, settings.JOBS_RUN_INLINE)
     app.conf.task_always_eager = eager
     app.conf.task_eager_propagates = eager
+    # Jobs run in the test's own thread, unless a test asks for the background runner.
+    settings.JOBS_RUN_INLINE = "background_jobs" not in request.keywords
     yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = before
+    app.conf.task_always_eager, app.conf.task_eager_propagates, settings.JOBS_RUN_INLINE = before
 
 
 @pytest.fixture(autouse=True, scope="session")

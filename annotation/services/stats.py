@@ -53,9 +53,10 @@ def summary(rnd: Round) -> dict:
     }
 
 
-def round_stats(rnd: Round) -> dict:
+def round_stats(rnd: Round, *, identify: bool = False) -> dict:
     """A round's counts and rates, per annotator too, and how often blind validators
-    agreed with the writers' answers."""
+    agreed with the writers' answers. ``identify`` (researchers' pages only) adds
+    each annotator's username next to the pseudonym."""
     counted = with_counts(Round.objects.filter(pk=rnd.pk)).get()
     base = Example.objects.filter(round=rnd, retracted=False, source=Example.Source.ANNOTATION)
     verified_fooled = Q(fooled=True, validation_status=VERIFIED)
@@ -73,6 +74,12 @@ def round_stats(rnd: Round) -> dict:
         .order_by()
     }
     target_models = list(rnd.target_models.order_by("pk").values_list("name", flat=True))
+    usernames = {}
+    if identify:
+        from django.contrib.auth import get_user_model
+
+        ids = [row["annotator_id"] for row in per_annotator]
+        usernames = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
 
     def annotator_row(row):
         blind_row = blind_by_writer.get(row["annotator_id"], {"n": 0, "agree": 0})
@@ -82,6 +89,7 @@ def round_stats(rnd: Round) -> dict:
             "model_error_rate": rate(row["n_fooled"], row["n_collected"]),
             "verified_model_error_rate": rate(row["n_verified_fooled"], row["n_collected"]),
             "blind_answers": blind_row["n"], "blind_agreement": rate(blind_row["agree"], blind_row["n"]),
+            **({"username": usernames.get(row["annotator_id"], "")} if identify else {}),
         }
 
     return {

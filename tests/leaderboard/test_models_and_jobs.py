@@ -6,6 +6,8 @@ import shutil
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.errors import Conflict
+
 from annotation.inference import predict_with
 from annotation.models import Example
 from leaderboard import services
@@ -20,7 +22,7 @@ TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}
 
 def add_examples(task, rnd, rows, split):
     for i, (text, label) in enumerate(rows):
-        Example.objects.create(task=task, round=rnd, split=split, source="import",
+        Example.objects.create(task=task, round=rnd, split=split, source="import", validation_status="verified",
                                external_uid=f"{split}-{rnd.number}-{i}",
                                inputs={"statement": text}, target={"label": label})
 
@@ -36,22 +38,24 @@ def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, resea
     add_examples(task, rnd, SENTENCES[:4], "dev")
     add_examples(task, rnd, SENTENCES[4:8], "test")
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_training(task, name="r1-tiny", user=researcher, **TINY)
+        job = services.start_training(task, name="r1-tiny", user=researcher, dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, job.error
-    assert job.progress == 100 and "training on 12 train, 4 dev, 4 test" in job.log
+    assert job.progress == 100 and "training on 12 train, 4 dev" in job.log  # never on test examples
     model = ModelVersion.objects.get(task=task, name="r1-tiny")
     assert job.result["model_version"] == model.pk
     assert model.artifact_dir.is_dir() and len(model.sha256) == 64
     assert model.training_data["train"] == {"count": 12, "labels": {"negative": 6, "positive": 6}}
-    assert model.metrics["test"]["num_examples"] == 4
-    assert 0 <= model.metrics["test"]["model_error_rate"] <= 1
     assert list(model.trained_on_rounds.all()) == [rnd]
+    # Its evaluation was queued when it was registered (and ran: jobs run inline in tests).
+    first = Evaluation.objects.get(model_version=model, round=rnd)
+    assert first.num_examples == 4 and 0 <= first.model_error_rate <= 1
+    assert services.has_finished_evaluation(model)
 
     # Rerunning the finished job is a no-op; a second model with the same name is refused.
     services.run_training_job(job.pk)
     assert ModelVersion.objects.filter(task=task).count() == 1
-    with pytest.raises(ValidationError, match="already has a model named"):
+    with pytest.raises(Conflict, match="already has a model named"):
         services.start_training(task, name="r1-tiny")
 
     # Evaluation per round with progress, through its own job.
@@ -72,9 +76,9 @@ def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_com
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
     Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"}, source="import",
-                           external_uid="bad-1", target={"label": "lukewarm"})  # not in the task's label set
+                           external_uid="bad-1", validation_status="verified", target={"label": "lukewarm"})  # not in the task's label set
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_training(task, name="broken", **TINY)
+        job = services.start_training(task, name="broken", dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
     assert "lukewarm" in job.error
@@ -153,6 +157,7 @@ def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_ta
     Example.objects.filter(pk=written[1].pk).update(target={"label": "negative" if SENTENCES[1][1] == "positive"
                                                              else "positive"})
     Example.objects.filter(pk=written[2].pk).update(fooled=True)
+    Example.objects.filter(task=task).update(validation_status="verified")
     kept = services.untampered(services.training_examples(task))
     assert [e.pk for e in kept if e.source == "annotation"] == [written[0].pk]
     assert sum(e.source == "import" for e in kept) == 2

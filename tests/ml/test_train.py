@@ -197,3 +197,42 @@ def test_an_existing_output_directory_is_refused_before_training(tmp_path, senti
     (tmp_path / "taken").mkdir()
     with pytest.raises(ml.ArtifactError, match="already exists"):
         ml.train(sentiment_spec, [], [], tmp_path / "taken")
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+def test_head_only_training_leaves_the_encoder_as_it_was(tmp_path, sentiment_spec, sentiment_rows):
+    info = ml.train(sentiment_spec, sentiment_rows, [], tmp_path / "head", max_steps=2, batch_size=8,
+                    freeze_encoder=True, lr=1e-2)
+    backbone = _weights(ml.backbones.resolve_backbone(ml.backbones.DEFAULT_BACKBONE))
+    trained = _weights(info.path)
+    shared = [k for k in trained if k.startswith("bert.") and k.removeprefix("bert.") in backbone]
+    assert len(shared) > 90  # every encoder tensor, unchanged
+    assert all(torch_equal(trained[k], backbone[k.removeprefix("bert.")]) for k in shared)
+    fresh_head = ml.train(sentiment_spec, sentiment_rows, [], tmp_path / "head2", max_steps=1, batch_size=8,
+                          freeze_encoder=True, lr=1e-2)
+    assert not torch_equal(_weights(fresh_head.path)["classifier.weight"], trained["classifier.weight"])
+    assert info.metadata["metrics"]["hyperparameters"]["freeze_encoder"] is True
+
+
+def test_training_can_start_from_a_parent_artifact(tmp_path, sentiment_spec, sentiment_rows, sentiment_model):
+    """A parent's directory is a backbone: its weights, head included, are the start."""
+    child = ml.train(sentiment_spec, sentiment_rows, [], tmp_path / "child", max_steps=1, batch_size=4,
+                     lr=1e-12, backbone=str(sentiment_model.path))
+    parent_w, child_w = _weights(sentiment_model.path), _weights(child.path)
+    # A vanishing learning rate: the child is its parent, classifier head included.
+    assert max(float((parent_w[k] - child_w[k]).abs().max()) for k in parent_w) < 1e-5
+    # From the plain backbone, with another seed, the head starts elsewhere.
+    fresh = ml.train(sentiment_spec, sentiment_rows, [], tmp_path / "fresh", max_steps=1, batch_size=4,
+                     lr=1e-12, seed=1)
+    assert float((_weights(fresh.path)["classifier.weight"] - parent_w["classifier.weight"]).abs().max()) > 1e-2
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))

@@ -225,13 +225,17 @@ def test_a_round_takes_only_its_own_tasks_models(populated, client, researcher):
     foreign = ModelVersion.objects.get(name="r0")  # an NLI model
     rnd = sentiment.open_round()
     client.force_login(researcher)
+    # An open round's targets are read-only in the admin (a new target is a new round).
     response = client.post(admin_url(Round, "change", rnd.pk), {
         "ensemble_mode": "single", "description": "", "target_models": [foreign.pk]})
+    assert response.status_code == 302 and not rnd.target_models.exists()
+    draft = Round.objects.create(task=sentiment, number=2)
+    response = client.post(admin_url(Round, "change", draft.pk), {
+        "ensemble_mode": "single", "description": "", "target_models": [foreign.pk]})
     assert response.status_code == 200 and "must be models of this round" in response.content.decode()
-    assert not rnd.target_models.exists()
+    assert not draft.target_models.exists()
     rnd.target_models.add(foreign)  # written around the admin: the platform still ignores it
     assert open_round_with_models(sentiment) == (sentiment.open_round(), [])
-    draft = Round.objects.create(task=sentiment, number=2)
     draft.target_models.add(foreign)
     with pytest.raises(Conflict, match="belong to other tasks"):
         open_round(draft)

@@ -26,7 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--format", required=True, dest="format_name", metavar="FORMAT",
                             help=f"The file's format. {_format_help()}.")
         parser.add_argument("--round", type=int, dest="round_number",
-                            help="The round the examples belong to. Required unless the format has a "
+                            help="The round the examples belong to: 0 for static data (MNLI, SNLI, SST-2, "
+                                 "Davidson...), never open for collection. Required unless the format has a "
                                  "round column (dynahate, hatemoji, dynabench); overrides it if given.")
         parser.add_argument("--split", choices=SPLITS,
                             help="The split, for files without a split column (overrides it if given).")
@@ -48,8 +49,8 @@ class Command(BaseCommand):
             raise CommandError(f"--round is required: {format_name} files have no round column.")
         if split is None and not fmt.has_split:
             raise CommandError(f"--split is required: {format_name} files have no split column.")
-        if round_number is not None and round_number < 1:
-            raise CommandError("--round must be 1 or more.")
+        if round_number is not None and round_number < 0:
+            raise CommandError("--round must be 0 (the static data) or more.")
         try:
             check_format(task_obj, format_name)
             report = import_records(

@@ -1,0 +1,137 @@
+"""Closing the round loop: compare a candidate with the current target, promote it.
+
+A round's cycle, from the admin, the API or ``manage.py replay``:
+
+    upload contexts -> open -> collect and validate -> train next (a Job)
+    -> evaluate the candidate on every round's test split (a Job) -> promote
+
+Promoting opens round r+1 (the prepared draft round if there is one) with the
+candidate, or an ensemble of it and the previous rounds' targets, as its target,
+and closes round r. A model whose evaluation has not finished is never promoted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Max
+
+from core.errors import Conflict, InvalidInput
+from tasks import services as task_services
+from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
+
+from .models import Evaluation
+from .services import has_finished_evaluation, primary_metric
+
+MAX_ENSEMBLE = 5
+
+
+def current_targets(task: Task) -> list[ModelVersion]:
+    """The open round's target models (the latest opened round's if none is open)."""
+    rnd = task.open_round() or task.rounds.exclude(opened_at=None).order_by("-number").first()
+    if rnd is None:
+        return []
+    return list(rnd.target_models.order_by("pk"))
+
+
+def candidates(task: Task) -> list[ModelVersion]:
+    """Ready models that were never a round's target, newest first."""
+    return list(ModelVersion.objects.filter(task=task, status=ModelVersion.Status.READY,
+                                            target_of_rounds=None).order_by("-created_at", "-pk"))
+
+
+@dataclass
+class Comparison:
+    metric: str
+    rounds: list[int]
+    models: list[ModelVersion]
+    # scores[model_id][round_number] = {"value", "num_examples"} or missing
+    scores: dict[int, dict[int, dict]]
+    evaluated: dict[int, bool]
+
+    def rows(self):
+        """Per round: its number and each model's value (or None), in ``models`` order."""
+        for number in self.rounds:
+            yield number, [self.scores.get(m.pk, {}).get(number) for m in self.models]
+
+
+def compare(task: Task, models: list[ModelVersion]) -> Comparison:
+    """The models' evaluations side by side, per round (round 0: the static test set)."""
+    metric = primary_metric(task)
+    ids = [m.pk for m in models]
+    scores: dict[int, dict[int, dict]] = {}
+    numbers = set()
+    for evaluation in Evaluation.objects.filter(model_version_id__in=ids, split="test").select_related("round"):
+        value = evaluation.metrics.get(metric)
+        scores.setdefault(evaluation.model_version_id, {})[evaluation.round.number] = {
+            "value": value, "num_examples": evaluation.num_examples,
+            "model_error_rate": evaluation.model_error_rate}
+        numbers.add(evaluation.round.number)
+    evaluated = {m.pk: has_finished_evaluation(m) for m in models}
+    return Comparison(metric, sorted(numbers), models, scores, evaluated)
+
+
+def ensemble_members(task: Task, model: ModelVersion, size: int) -> list[ModelVersion]:
+    """``model`` and the targets of the latest rounds before it, ``size`` in all."""
+    members = [model]
+    if size > 1:
+        rounds = (Round.objects.filter(task=task).exclude(number=STATIC_ROUND).exclude(opened_at=None)
+                  .order_by("-number").prefetch_related("target_models"))
+        for rnd in rounds:
+            for target in sorted(rnd.target_models.all(), key=lambda m: m.pk):
+                if target not in members and target.status == ModelVersion.Status.READY:
+                    members.append(target)
+            if len(members) >= size:
+                break
+    if len(members) < size:
+        raise Conflict(f"An ensemble of {size} needs {size - 1} earlier target model(s); "
+                       f"task {task.slug} has {len(members) - 1}.")
+    return members[:size]
+
+
+def check_promotable(task: Task, models: list[ModelVersion]) -> None:
+    import ml
+
+    for member in models:
+        if member.task_id != task.pk:
+            raise InvalidInput.field("model", f"{member} belongs to another task.")
+        if member.status != ModelVersion.Status.READY:
+            raise Conflict(f"{member} is {member.status}; only ready models are promoted.")
+        if not has_finished_evaluation(member):
+            running = Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status__in=Job.ACTIVE,
+                                         params__model_version=member.pk).first()
+            hint = f" (job #{running.pk} is {running.status})" if running else "; evaluate it first"
+            raise Conflict(f"{member} has no finished evaluation{hint}. Promotion needs its scores on every round.")
+        try:
+            ml.verify_artifact(member.artifact_dir, member.sha256)
+        except ml.ArtifactError as exc:
+            raise Conflict(f"{member}'s artifact does not check: {exc}") from None
+
+
+def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, user=None) -> Round:
+    """Open the next round with ``model`` (or it and the last rounds' targets, an
+    ensemble of ``ensemble_size``) as its target; the open round closes.
+
+    The next round is the newest draft round after the open one, if a researcher
+    prepared it (contexts uploaded, say), else a new round r+1.
+    """
+    if not isinstance(ensemble_size, int) or isinstance(ensemble_size, bool) or not 1 <= ensemble_size <= MAX_ENSEMBLE:
+        raise InvalidInput.field("ensemble_size", f"Must be a whole number from 1 to {MAX_ENSEMBLE}.")
+    members = ensemble_members(task, model, ensemble_size)
+    check_promotable(task, members)
+    mode = Round.EnsembleMode.SINGLE if len(members) == 1 else Round.EnsembleMode.MEAN
+    with transaction.atomic():
+        Task.objects.select_for_update().filter(pk=task.pk).exists()
+        last_opened = task.rounds.exclude(opened_at=None).aggregate(n=Max("number"))["n"] or STATIC_ROUND
+        rnd = task.rounds.filter(status=Round.Status.DRAFT, number__gt=last_opened).order_by("number").first()
+        description = f"Target: {', '.join(m.name for m in members)} (promoted" + (
+            f" by {user.get_username()})" if user is not None else ")")
+        if rnd is None:
+            rnd = task_services.create_round(task, target_models=members, ensemble_mode=mode,
+                                             description=description)
+        else:
+            task_services.set_round_targets(rnd, members, ensemble_mode=mode)
+            if not rnd.description:
+                Round.objects.filter(pk=rnd.pk).update(description=description)
+        return task_services.open_round(rnd)

@@ -1,0 +1,71 @@
+from rest_framework import serializers
+
+from core.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
+from tasks.models import ModelVersion
+
+from .cycle import MAX_ENSEMBLE
+from .models import Evaluation
+from .services import MODES, SELECTIONS
+
+MAX_ID = 2**63 - 1
+
+
+class TrainNextSerializer(serializers.Serializer):
+    """What the next target model learns from, and how."""
+
+    name = StrictCharField(required=False, max_length=100,
+                           help_text="Default: r<next round>-<selection>-<time>. Unique per task.")
+    rounds = serializers.ListField(child=StrictIntegerField(min_value=1, max_value=100_000), required=False,
+                                   allow_empty=True, max_length=1000,
+                                   help_text="Collection rounds to learn from; default: all of them.")
+    selection = StrictChoiceField(choices=list(SELECTIONS.items()), default="verified",
+                                  help_text="verified: every verified example; fooling: only those that fooled "
+                                            "the model.")
+    mode = StrictChoiceField(choices=list(MODES.items()), default="full",
+                             help_text="full: full fine-tuning; head: only the task head, the encoder frozen "
+                                       "(fast).")
+    from_parent = StrictBooleanField(default=False,
+                                     help_text="Start from the current target's weights instead of the backbone.")
+    include_static = StrictBooleanField(default=True, help_text="Learn from round 0's static data too.")
+    evaluate = StrictBooleanField(default=True, help_text="Queue the model's evaluation when it is registered.")
+    epochs = StrictIntegerField(required=False, min_value=1, max_value=50)
+    max_steps = StrictIntegerField(required=False, min_value=1, max_value=10_000_000)
+    batch_size = StrictIntegerField(required=False, min_value=1, max_value=256)
+    lr = serializers.FloatField(required=False, min_value=1e-8, max_value=1.0)
+    seed = StrictIntegerField(required=False, min_value=0, max_value=2**31 - 1)
+
+
+class PromoteSerializer(serializers.Serializer):
+    model = StrictIntegerField(min_value=1, max_value=MAX_ID, help_text="The candidate model's id.")
+    ensemble_size = StrictIntegerField(required=False, default=1, min_value=1, max_value=MAX_ENSEMBLE,
+                                       help_text="1: the model alone; k: it and the last k-1 rounds' targets, "
+                                                 "averaged.")
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    round = serializers.IntegerField(source="round.number", read_only=True)
+
+    class Meta:
+        model = Evaluation
+        fields = ["round", "split", "num_examples", "model_error_rate", "metrics", "created_at"]
+        read_only_fields = fields
+
+
+class ModelVersionSerializer(serializers.ModelSerializer):
+    task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    trained_on_rounds = serializers.SlugRelatedField(slug_field="number", many=True, read_only=True)
+    evaluations = EvaluationSerializer(many=True, read_only=True)
+    evaluated = serializers.SerializerMethodField(help_text="An evaluation on every round has finished.")
+    target_of_rounds = serializers.SlugRelatedField(slug_field="number", many=True, read_only=True)
+
+    class Meta:
+        model = ModelVersion
+        fields = ["id", "task", "name", "status", "backbone", "parent", "sha256", "trained_on_rounds",
+                  "target_of_rounds", "training_data", "metrics", "evaluations", "evaluated", "created_at"]
+        read_only_fields = fields
+
+    def get_evaluated(self, obj) -> bool:
+        from .services import has_finished_evaluation
+
+        return has_finished_evaluation(obj)

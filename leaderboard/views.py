@@ -1,0 +1,130 @@
+"""Pages: the task page with its researcher section, a job's page, and the round-loop
+actions (train next, evaluate, promote) a researcher starts from the task page.
+
+Each action calls the same service the admin and the API call; a refusal comes
+back as a message on the page."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from annotation.services import stats
+from annotation.views import task_page_context
+from core.errors import DomainError
+from tasks import jobs
+from tasks.models import Job, ModelVersion, Round
+from tasks.roles import is_researcher
+
+from . import cycle, services
+from .api import default_model_name
+
+
+def research_context(task) -> dict:
+    targets = cycle.current_targets(task)
+    candidates = cycle.candidates(task)[:5]
+    comparison = cycle.compare(task, [*targets, *candidates])
+    for model in comparison.models:
+        model.evaluated = comparison.evaluated[model.pk]
+    latest = task.open_round() or task.rounds.exclude(number=0).order_by("-number").first()
+    return {
+        "targets": targets, "candidates": candidates, "comparison": comparison,
+        "comparison_rows": list(comparison.rows()),
+        "annotator_stats": stats.round_stats(latest, identify=True) if latest else None,
+        "jobs": list(Job.objects.filter(task=task).order_by("-created_at", "-pk")[:10]),
+        "selections": services.SELECTIONS, "modes": services.MODES, "max_ensemble": cycle.MAX_ENSEMBLE,
+    }
+
+
+@never_cache
+def task_detail(request, slug):
+    """The public task page; its researchers also see the loop: candidates beside the
+    target, Train / Evaluate / Promote, per-annotator stats and recent jobs."""
+    context = task_page_context(request, slug)
+    task = context["task"]
+    context["is_researcher"] = is_researcher(request.user, task)
+    if context["is_researcher"]:
+        context.update(research_context(task))
+    return render(request, "leaderboard/task_detail.html", context)
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@login_required
+@require_POST
+def task_action(request, slug):
+    """Train next / evaluate / promote, from the task page's researcher section."""
+    context = task_page_context(request, slug)
+    task = context["task"]
+    if not is_researcher(request.user, task):
+        return HttpResponseForbidden("Only the task's researchers can do this.")
+    action = request.POST.get("action")
+    try:
+        if action == "train":
+            selection = request.POST.get("selection", "verified")
+            parent = None
+            if request.POST.get("from_parent") == "on":
+                targets = cycle.current_targets(task)
+                parent = targets[0] if targets else None
+            job = services.start_training(
+                task, name=default_model_name(task, selection if selection in services.SELECTIONS else "verified"),
+                selection=selection, mode=request.POST.get("mode", "full"), parent=parent, user=request.user)
+            messages.success(request, f"Training job #{job.pk} queued.")
+            return redirect(job.get_absolute_url())
+        model = ModelVersion.objects.filter(task=task, pk=_int(request.POST.get("model"))).first()
+        if model is None:
+            messages.error(request, "Choose one of this task's models.")
+        elif action == "evaluate":
+            job = services.start_evaluation(model, user=request.user)
+            messages.success(request, f"Evaluation of {model.name} queued: job #{job.pk}.")
+            return redirect(job.get_absolute_url())
+        elif action == "promote":
+            size = _int(request.POST.get("ensemble_size")) or 1
+            rnd = cycle.promote(task, model, ensemble_size=size, user=request.user)
+            messages.success(request, f"Round {rnd.number} is open with {', '.join(m.name for m in rnd.target_models.all())} "
+                                      "as its target.")
+        else:
+            messages.error(request, "Unknown action.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect(task.get_absolute_url())
+
+
+@never_cache
+@login_required
+def job_page(request, pk):
+    """A job's progress, time left, log and error; its researchers cancel or re-run it."""
+    from tasks.api import visible_jobs
+
+    job = visible_jobs(request.user).select_related("task", "created_by").filter(pk=pk).first()
+    if job is None:
+        raise Http404("No such job.")
+    researcher = request.user.is_superuser or (job.task is not None and is_researcher(request.user, job.task))
+    if request.method == "POST":
+        if not researcher:
+            return HttpResponseForbidden("Only the task's researchers can cancel or re-run its jobs.")
+        try:
+            if request.POST.get("action") == "cancel":
+                jobs.cancel_job(job, request.user)
+                messages.success(request, f"Job #{job.pk} cancelled.")
+            elif request.POST.get("action") == "rerun":
+                new = jobs.rerun_job(job, request.user)
+                messages.success(request, f"Job #{job.pk} queued again as job #{new.pk}.")
+                return redirect(new.get_absolute_url())
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        return redirect(job.get_absolute_url())
+    model = None
+    if job.result.get("model_version"):
+        model = ModelVersion.objects.filter(pk=job.result["model_version"]).first()
+    return render(request, "leaderboard/job.html", {"job": job, "researcher": researcher, "model": model,
+                                                     "Status": Job.Status, "Round": Round})
