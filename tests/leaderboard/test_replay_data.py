@@ -1,4 +1,4 @@
-"""The replay's data plans (leaderboard.replay.data).
+"""The replay's data plans (leaderboard.replay.data) and its report (leaderboard.replay.report).
 
 The fake data directories are written here, in tmp_path, with made-up rows in
 the real files' formats. Only the last test reads the real data sets, from
@@ -7,7 +7,9 @@ DYNABENCH_DATA_DIR, and it skips when they are absent.
 
 import csv
 import json
+import math
 import time
+import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from leaderboard.replay.data import (
     plan_summary,
     required_files,
 )
+from leaderboard.replay.report import markdown_tables, metric_matrix, svg_chart, write_outputs
 
+SVG = "{http://www.w3.org/2000/svg}"
 NLI_LETTERS = "enc"
 
 
@@ -347,6 +351,114 @@ def test_plan_summary_counts(hate_dir):
     suite = summary["suites"][0]
     assert suite["name"] == "HateCheck" and suite["count"] == 20
     assert sum(suite["functionalities"].values()) == 20
+
+
+# --- report -------------------------------------------------------------------
+
+
+def evaluation(accuracy, n=200):
+    return {"accuracy": accuracy, "macro_f1": accuracy - 0.05, "num_examples": n}
+
+
+def hand_report(first_name="static (Davidson)") -> dict:
+    names = [first_name, "DynaHate R1", "HatemojiBuild R5"]
+    accuracy = [[0.912, 0.55, 0.48], [0.887, 0.701, 0.52], [0.9, 0.72, 0.6649]]
+    rounds = []
+    for i, number in enumerate((0, 1, 5)):
+        functional = {"HateCheck": {"accuracy": 0.5 + i / 10, "num_examples": 30,
+                                    "by_functionality": {"slur_h": {"accuracy": 0.4,
+                                                                    "num_examples": 10}}}}
+        if number >= 5:
+            functional["HatemojiCheck"] = {"accuracy": 0.333, "num_examples": 30,
+                                           "by_functionality": {}}
+        rounds.append({
+            "number": number, "name": names[i], "model": f"hate-m{i}",
+            "collection": None if i == 0 else {"submitted": 400, "fooled": 100 * i,
+                                               "model_error_rate": 100 * i / 400,
+                                               "target": f"hate-m{i - 1}"},
+            "train_seconds": 12.5,
+            "evaluations": {name: evaluation(accuracy[i][j]) for j, name in enumerate(names)},
+            "functional": functional,
+        })
+    return {"task": "hate", "mode": "fast", "started_at": "2025-01-01T12:00:00+00:00",
+            "seconds": 61.25, "data": {}, "rounds": rounds}
+
+
+def test_markdown_tables_hold_the_numbers():
+    text = markdown_tables(hand_report())
+    assert "# Replay of real adversarial rounds: hate (fast mode)" in text
+    assert "| 1 | DynaHate R1 | hate-m0 | 400 | 100 | 25.0% |" in text
+    assert "| 5 | HatemojiBuild R5 | hate-m1 | 400 | 200 | 50.0% |" in text
+    assert "| Model | static (Davidson) | DynaHate R1 | HatemojiBuild R5 |" in text
+    assert "| hate-m0 | 91.2% | 55.0% | 48.0% |" in text
+    assert "| hate-m2 | 90.0% | 72.0% | 66.5% |" in text
+    assert "## Macro-F1 on each round's test split" in text
+    assert "| hate-m0 | 86.2% | 50.0% | 43.0% |" in text
+    assert "## Functional tests: accuracy" in text
+    assert "| hate-m0 | 50.0% | \u2014 |" in text
+    assert "| hate-m2 | 70.0% | 33.3% |" in text
+    assert "took 61.2 s" in text or "took 61.3 s" in text
+
+
+def test_markdown_for_nli_and_awkward_values():
+    report = hand_report("static | <b>MNLI</b>")
+    report["task"] = "nli"
+    for entry in report["rounds"]:
+        entry.pop("functional")
+    report["rounds"][1]["evaluations"]["DynaHate R1"]["accuracy"] = float("nan")
+    report["rounds"][2]["collection"]["model_error_rate"] = None  # computed from the counts
+    text = markdown_tables(report)
+    assert "Functional" not in text
+    assert "static \\| &lt;b&gt;MNLI&lt;/b&gt;" in text and "<b>" not in text
+    assert "| hate-m1 | 88.7% | \u2014 | 52.0% |" in text
+    assert "| 200 | 50.0% |" in text
+    models, columns, cells = metric_matrix(report)
+    assert models == ["hate-m0", "hate-m1", "hate-m2"] and len(columns) == 3
+    assert cells[1][1] is None
+
+
+def test_svg_is_xml_with_title_desc_and_escaped_names():
+    report = hand_report()
+    name = 'DynaHate <script>alert("x")</script> & R1'
+    report["rounds"][1]["name"] = name
+    for entry in report["rounds"]:
+        entry["evaluations"] = {name if k == "DynaHate R1" else k: v
+                                for k, v in entry["evaluations"].items()}
+    svg = svg_chart(report)
+    assert "<script" not in svg and "&lt;script&gt;" in svg
+    root = ET.fromstring(svg)
+    assert root.tag == f"{SVG}svg"
+    assert not list(root.iter(f"{SVG}script")) and not list(root.iter(f"{SVG}foreignObject"))
+    assert "http" not in svg.replace("http://www.w3.org/2000/svg", "")  # nothing external
+    title, desc = root.find(f"{SVG}title"), root.find(f"{SVG}desc")
+    assert "hate (fast mode)" in title.text
+    assert 'R1 (DynaHate <script>alert("x")</script> & R1) 25.0% against hate-m0' in desc.text
+    assert "hate-m2: R0 90.0%, R1 72.0%, R5 66.5%" in desc.text
+    texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+    assert {"error rate", "accuracy", "test set of round", "model error rate"} <= set(texts)
+    assert {"hate-m0", "hate-m1", "hate-m2"} <= set(texts)
+    assert len(list(root.iter(f"{SVG}rect"))) >= 2 + 2  # background, legend, two bars
+    assert len(list(root.iter(f"{SVG}polyline"))) == 3
+
+
+def test_svg_for_an_empty_report():
+    root = ET.fromstring(svg_chart({"task": "nli", "mode": "full", "rounds": []}))
+    assert "none" in root.find(f"{SVG}desc").text
+
+
+def test_write_outputs(tmp_path):
+    report = hand_report()
+    report["seconds"] = math.inf
+    paths = write_outputs(report, tmp_path / "out" / "report.json")
+    assert paths == {"json": tmp_path / "out/report.json", "markdown": tmp_path / "out/report.md",
+                     "svg": tmp_path / "out/report.svg"}
+    written = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert written["seconds"] is None and written["rounds"] == report["rounds"]
+    assert paths["json"].read_text(encoding="utf-8").startswith('{\n  "task": "hate"')
+    assert paths["markdown"].read_text(encoding="utf-8") == markdown_tables(report)
+    ET.fromstring(paths["svg"].read_text(encoding="utf-8"))
+    with pytest.raises(ValueError):
+        write_outputs(report, tmp_path / "report.svg")
 
 
 # --- the real data sets -------------------------------------------------------
