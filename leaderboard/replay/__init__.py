@@ -1,0 +1,1 @@
+"""Replay of real adversarial rounds: data plans and reports (pure, no database)."""

@@ -1,0 +1,443 @@
+"""What a replay of real adversarial rounds feeds the platform, read from the data directory.
+
+``build_plan(task, data_dir)`` reads the public data sets (see
+``../shared/data/README.md``) with the readers in ``annotation.importers`` and
+lays them out as rounds:
+
+- ``nli``: round 0 is static, MNLI dev-matched + SNLI dev (``nli/{mnli,snli}/dev.jsonl``),
+  which exist only as dev sets, so they are split here 80/10/10 into
+  train/dev/test. Rounds 1-3 are ANLI R1-R3: ``anli/R{r}/dev.jsonl`` is the
+  round's training data (what the replay submits against the live target) with
+  10% held out as dev, and ``anli/R{r}/test.jsonl`` is its test split (ANLI's
+  README: do not tune on test).
+- ``hate``: round 0 is Davidson et al. 2017 (``davidson/labeled_data.csv``),
+  split 80/10/10. Rounds 1-4 are DynaHate: the rows of round r in
+  ``dynahate/db_dev.csv`` are its training data (10% held out as dev), those in
+  ``dynahate/db_test.csv`` its test split. Rounds 5-7 are HatemojiBuild: the
+  rows of round r in ``hatemoji/HatemojiBuild/{train,validation,test}.csv``.
+  Two functional suites: HateCheck (``hatecheck/test_suite_cases.csv``, from
+  round 0) and HatemojiCheck (``hatemoji/HatemojiCheck/test.csv``, from round 5).
+
+Splits are deterministic: a record goes to a split by a hash of the seed and
+its *group* key, never by file order or a random generator. The group key is
+the record's ``external_uid``, except where records are related: NLI records
+that share a premise are one group (MNLI and ANLI write several hypotheses per
+premise; splitting them apart would put the test premises in training), and a
+DynaHate entry and its contrastive perturbation (``matched_uid``) are one group
+(see ``group_keys``).
+
+Caps (``limit``, or the fast defaults) are applied after the split, so a capped
+plan is a subset of the full one. A capped list keeps the records whose hash
+comes first within each label (for suites: within each functionality), in
+numbers proportional to the label's share, in file order.
+
+Malformed rows never stop a plan: the reader's row errors, rows whose label is
+not one of the task's labels and rows of a round the replay does not cover are
+counted per file in ``plan.skipped_rows`` (a few messages in
+``plan.row_errors``); exact duplicates (the same ``external_uid`` twice, e.g.
+two identical SNLI lines) are dropped and counted in ``plan.duplicate_rows``.
+A missing file, or a file that cannot be read in its format at all, raises
+``ReplayDataError``.
+
+Records are the readers' own objects; the plan sets ``record.split`` to the
+split it chose and ``record.round`` to the round number (rounds 1 and up).
+
+No Django here except ``default_data_dir()``, which reads the setting lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from annotation.importers import FormatError, Record, RowError, read_records
+
+TASKS = ("nli", "hate")
+MODES = ("fast", "full")
+FAST_LIMIT = 400  # training rows per round in fast mode
+FAST_EVAL_LIMIT = 200  # dev, test and suite rows in fast mode
+STATIC_SPLIT_PERCENT = {"train": 80, "dev": 10, "test": 10}
+HELD_OUT_DEV_PERCENT = 10
+TASK_LABELS = {
+    "nli": ("entailment", "neutral", "contradiction"),
+    "hate": ("hateful", "not-hateful"),
+}
+ROW_ERROR_SAMPLES = 5  # messages kept per file in plan.row_errors
+
+NLI_STATIC = ("nli/mnli/dev.jsonl", "nli/snli/dev.jsonl")
+NLI_ROUNDS = (1, 2, 3)
+DAVIDSON = "davidson/labeled_data.csv"
+DYNAHATE_TRAIN, DYNAHATE_TEST = "dynahate/db_dev.csv", "dynahate/db_test.csv"
+DYNAHATE_ROUNDS = (1, 2, 3, 4)
+HATEMOJI_BUILD = {
+    "train": "hatemoji/HatemojiBuild/train.csv",
+    "dev": "hatemoji/HatemojiBuild/validation.csv",
+    "test": "hatemoji/HatemojiBuild/test.csv",
+}
+HATEMOJI_ROUNDS = (5, 6, 7)
+HATECHECK = "hatecheck/test_suite_cases.csv"
+HATEMOJICHECK = "hatemoji/HatemojiCheck/test.csv"
+
+
+class ReplayDataError(Exception):
+    """The data directory lacks what a replay needs, or a file cannot be read at all.
+
+    ``missing`` lists the missing files (paths relative to the data directory).
+    """
+
+    def __init__(self, message: str, missing: Iterable[str] = ()):
+        super().__init__(message)
+        self.missing = list(missing)
+
+
+@dataclass
+class RoundData:
+    """One round: 0 is the static data, 1 and up are replayed adversarial rounds."""
+
+    number: int
+    name: str  # e.g. "ANLI R1", "DynaHate R2", "HatemojiBuild R5", "static (MNLI+SNLI)"
+    train: list[Record]
+    dev: list[Record]
+    test: list[Record]
+    source_files: list[str]  # relative to the data directory
+
+    @property
+    def splits(self) -> dict[str, list[Record]]:
+        return {"train": self.train, "dev": self.dev, "test": self.test}
+
+
+@dataclass
+class FunctionalSuite:
+    """A functional test suite, evaluated on every model from round ``from_round`` on."""
+
+    name: str  # "HateCheck", "HatemojiCheck"
+    records: list[Record]
+    from_round: int
+    group_field: str = "functionality"  # the metadata key that names a record's functionality
+
+    @property
+    def by_functionality(self) -> dict[str, list[Record]]:
+        """Records grouped by ``record.metadata[group_field]`` (sorted by name)."""
+        groups: dict[str, list[Record]] = defaultdict(list)
+        for record in self.records:
+            groups[str(record.metadata.get(self.group_field) or "unknown")].append(record)
+        return dict(sorted(groups.items()))
+
+
+@dataclass
+class ReplayPlan:
+    task: str
+    rounds: list[RoundData]  # index 0: the static round 0
+    suites: list[FunctionalSuite]
+    mode: str = "fast"
+    seed: int = 0
+    caps: dict[str, int | None] = field(default_factory=dict)  # split/"suite" -> cap (None: all)
+    skipped_rows: dict[str, int] = field(default_factory=dict)  # file -> rows not used
+    row_errors: dict[str, list[str]] = field(default_factory=dict)  # file -> first few messages
+    duplicate_rows: dict[str, int] = field(default_factory=dict)  # file -> exact duplicates dropped
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return TASK_LABELS[self.task]
+
+
+def required_files(task: str) -> list[str]:
+    """The files (relative to the data directory) that ``build_plan(task, ...)`` reads."""
+    if task == "nli":
+        return [*NLI_STATIC, *(f"anli/R{r}/{part}.jsonl" for r in NLI_ROUNDS for part in ("dev", "test"))]
+    if task == "hate":
+        return [DAVIDSON, DYNAHATE_TRAIN, DYNAHATE_TEST, *HATEMOJI_BUILD.values(), HATECHECK,
+                HATEMOJICHECK]
+    raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
+
+
+def default_data_dir() -> Path | None:
+    """The ``DYNABENCH_DATA_DIR`` setting (or variable) when it names a directory, else None."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        value = getattr(settings, "DYNABENCH_DATA_DIR", "")
+    except ImproperlyConfigured:  # a plain script without Django settings
+        value = os.environ.get("DYNABENCH_DATA_DIR", "")
+    if not value or not Path(value).is_dir():
+        return None
+    return Path(value)
+
+
+def caps_for(mode: str, limit: int | None) -> dict[str, int | None]:
+    """The row cap of each list: an explicit limit caps all; fast mode has defaults; full none."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive whole number, not {limit!r}")
+        return {"train": limit, "dev": limit, "test": limit, "suite": limit}
+    if mode == "fast":
+        return {"train": FAST_LIMIT, "dev": FAST_EVAL_LIMIT, "test": FAST_EVAL_LIMIT,
+                "suite": FAST_EVAL_LIMIT}
+    return {"train": None, "dev": None, "test": None, "suite": None}
+
+
+def build_plan(task: str, data_dir: Path, *, mode: str = "fast", limit: int | None = None,
+               seed: int = 0) -> ReplayPlan:
+    """The rounds and suites of ``task`` read from ``data_dir`` (see the module docstring)."""
+    files = required_files(task)
+    caps = caps_for(mode, limit)
+    data_dir = Path(data_dir)
+    missing = [name for name in files if not (data_dir / name).is_file()]
+    if missing:
+        where = f"{data_dir}" if data_dir.is_dir() else f"{data_dir} (which does not exist)"
+        raise ReplayDataError(
+            f"the {task} replay needs {len(missing)} missing file(s) under {where}: "
+            + ", ".join(missing),
+            missing,
+        )
+    plan = ReplayPlan(task=task, rounds=[], suites=[], mode=mode, seed=seed, caps=caps)
+    reader = _Reader(data_dir, plan)
+    if task == "nli":
+        _nli(plan, reader, seed)
+    else:
+        _hate(plan, reader, seed)
+    for data in plan.rounds:
+        for split in ("train", "test"):
+            if not getattr(data, split):
+                raise ReplayDataError(
+                    f"{data.name} has no usable {split} rows in {', '.join(data.source_files)}"
+                )
+        for split, records in data.splits.items():
+            capped = _cap(records, caps[split], seed, key=lambda r: r.label or "")
+            setattr(data, split, capped)
+            for record in capped:
+                record.split = split
+                if data.number >= 1:
+                    record.round = data.number
+    for suite in plan.suites:
+        suite.records = _cap(suite.records, caps["suite"], seed,
+                             key=lambda r, f=suite.group_field: str(r.metadata.get(f) or ""))
+    return plan
+
+
+def plan_summary(plan: ReplayPlan) -> dict:
+    """Counts per round, split and label (JSON-ready), for the replay report."""
+
+    def counts(records: list[Record]) -> dict:
+        labels = Counter(r.label for r in records)
+        ordered = {label: labels.get(label, 0) for label in plan.labels}
+        ordered.update({str(k): v for k, v in sorted(labels.items(), key=lambda kv: str(kv[0]))
+                        if k not in ordered})
+        return {"count": len(records), "labels": ordered}
+
+    return {
+        "task": plan.task,
+        "mode": plan.mode,
+        "seed": plan.seed,
+        "caps": dict(plan.caps),
+        "labels": list(plan.labels),
+        "rounds": [
+            {"number": data.number, "name": data.name, "source_files": list(data.source_files),
+             "splits": {split: counts(records) for split, records in data.splits.items()}}
+            for data in plan.rounds
+        ],
+        "suites": [
+            {"name": suite.name, "from_round": suite.from_round, **counts(suite.records),
+             "functionalities": {name: len(records)
+                                 for name, records in suite.by_functionality.items()}}
+            for suite in plan.suites
+        ],
+        "skipped_rows": dict(plan.skipped_rows),
+        "duplicate_rows": dict(plan.duplicate_rows),
+    }
+
+
+# --- the two tasks ----------------------------------------------------------
+
+
+def _nli(plan: ReplayPlan, reader: _Reader, seed: int) -> None:
+    static = _dedupe([r for name in NLI_STATIC for r in reader.read(name, "nli-jsonl")], plan,
+                     NLI_STATIC[-1])
+    plan.rounds.append(RoundData(0, "static (MNLI+SNLI)", *_three_way(static, seed),
+                                 list(NLI_STATIC)))
+    for number in NLI_ROUNDS:
+        dev_file, test_file = f"anli/R{number}/dev.jsonl", f"anli/R{number}/test.jsonl"
+        train, dev = _hold_out(reader.read(dev_file, "anli"), seed)
+        plan.rounds.append(RoundData(number, f"ANLI R{number}", train, dev,
+                                     reader.read(test_file, "anli"), [dev_file, test_file]))
+
+
+def _hate(plan: ReplayPlan, reader: _Reader, seed: int) -> None:
+    plan.rounds.append(RoundData(0, "static (Davidson)",
+                                 *_three_way(reader.read(DAVIDSON, "davidson"), seed), [DAVIDSON]))
+    rounds = (*DYNAHATE_ROUNDS, *HATEMOJI_ROUNDS)
+    dynahate = {name: _by_round(reader, name, "dynahate", rounds)
+                for name in (DYNAHATE_TRAIN, DYNAHATE_TEST)}
+    for number in DYNAHATE_ROUNDS:
+        train, dev = _hold_out(dynahate[DYNAHATE_TRAIN].get(number, []), seed)
+        plan.rounds.append(RoundData(number, f"DynaHate R{number}", train, dev,
+                                     dynahate[DYNAHATE_TEST].get(number, []),
+                                     [DYNAHATE_TRAIN, DYNAHATE_TEST]))
+    build = {split: _by_round(reader, name, "hatemoji", rounds)
+             for split, name in HATEMOJI_BUILD.items()}
+    for number in HATEMOJI_ROUNDS:
+        plan.rounds.append(RoundData(
+            number, f"HatemojiBuild R{number}",
+            *(build[split].get(number, []) for split in ("train", "dev", "test")),
+            list(HATEMOJI_BUILD.values()),
+        ))
+    plan.suites.append(FunctionalSuite("HateCheck", reader.read(HATECHECK, "hatecheck"), 0))
+    plan.suites.append(FunctionalSuite("HatemojiCheck", reader.read(HATEMOJICHECK, "hatemoji"), 5))
+
+
+def _by_round(reader: _Reader, name: str, format_name: str,
+              rounds: tuple[int, ...]) -> dict[int, list[Record]]:
+    """Rows of a file by round; rows of another round are counted as skipped."""
+    by_round: dict[int, list[Record]] = defaultdict(list)
+    for record in reader.read(name, format_name):
+        if record.round not in rounds:
+            reader.skip(name, record.line, f"round {record.round!r} is not one the replay covers")
+            continue
+        by_round[record.round].append(record)
+    return by_round
+
+
+# --- reading ----------------------------------------------------------------
+
+
+class _Reader:
+    """Reads each file once; counts its unusable rows in the plan."""
+
+    def __init__(self, data_dir: Path, plan: ReplayPlan):
+        self.data_dir = data_dir
+        self.plan = plan
+        self.labels = set(TASK_LABELS[plan.task])
+        self.cache: dict[str, list[Record]] = {}
+
+    def skip(self, name: str, line: int, message: str) -> None:
+        self.plan.skipped_rows[name] = self.plan.skipped_rows.get(name, 0) + 1
+        samples = self.plan.row_errors.setdefault(name, [])
+        if len(samples) < ROW_ERROR_SAMPLES:
+            samples.append(f"line {line}: {message}")
+
+    def read(self, name: str, format_name: str) -> list[Record]:
+        if name in self.cache:
+            return self.cache[name]
+        records: list[Record] = []
+        try:
+            for item in read_records(format_name, self.data_dir / name):
+                if isinstance(item, RowError):
+                    self.skip(name, item.line, item.message)
+                elif item.label not in self.labels:
+                    self.skip(name, item.line, f"unknown label {item.label!r} (expected one of "
+                                               f"{', '.join(sorted(self.labels))})")
+                else:
+                    records.append(item)
+        except (FormatError, UnicodeDecodeError, OSError) as exc:
+            raise ReplayDataError(f"{name} cannot be read as {format_name}: {exc}") from exc
+        self.cache[name] = _dedupe(records, self.plan, name)
+        return self.cache[name]
+
+
+def _dedupe(records: list[Record], plan: ReplayPlan, name: str) -> list[Record]:
+    """The first record of each external_uid; the others are counted against ``name``."""
+    seen: set[str] = set()
+    kept = []
+    for record in records:
+        if record.external_uid in seen:
+            plan.duplicate_rows[name] = plan.duplicate_rows.get(name, 0) + 1
+            continue
+        seen.add(record.external_uid)
+        kept.append(record)
+    return kept
+
+
+# --- deterministic splits and caps ------------------------------------------
+
+
+def stable_hash(seed: int, purpose: str, key: str) -> int:
+    """A 64-bit number from the seed, a purpose and a key; the same on every run and machine."""
+    digest = hashlib.sha256(f"{seed}\x1f{purpose}\x1f{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def group_keys(records: list[Record]) -> list[str]:
+    """One key per record; records with the same key always land in the same split.
+
+    Records that share a context (an NLI premise) are one group, and so are the
+    two sides of a contrastive pair (``matched_uid``, in either direction);
+    anything else is a group by itself. A group's key is the smallest name in it.
+    """
+    parent: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    def union(a: str, b: str) -> None:
+        root_a, root_b = find(a), find(b)
+        if root_a != root_b:
+            parent[max(root_a, root_b)] = min(root_a, root_b)
+
+    nodes = []
+    for record in records:
+        node = "uid:" + record.external_uid
+        find(node)
+        if record.context and record.context.get("external_id"):
+            union(node, "ctx:" + record.context["external_id"])
+        matched = record.metadata.get("matched_uid") if isinstance(record.metadata, dict) else None
+        if matched:
+            union(node, "uid:" + str(matched))
+        nodes.append(node)
+    return [find(node) for node in nodes]
+
+
+def _buckets(records: list[Record], seed: int, purpose: str) -> list[int]:
+    """A percentile (0-99) per record, the same for all records of a group."""
+    return [stable_hash(seed, purpose, key) % 100 for key in group_keys(records)]
+
+
+def _three_way(records: list[Record], seed: int) -> tuple[list[Record], list[Record], list[Record]]:
+    """Train/dev/test, 80/10/10 by the hash of each record's group."""
+    train, dev, test = [], [], []
+    train_end = STATIC_SPLIT_PERCENT["train"]
+    dev_end = train_end + STATIC_SPLIT_PERCENT["dev"]
+    for record, bucket in zip(records, _buckets(records, seed, "static-split"), strict=True):
+        (train if bucket < train_end else dev if bucket < dev_end else test).append(record)
+    return train, dev, test
+
+
+def _hold_out(records: list[Record], seed: int) -> tuple[list[Record], list[Record]]:
+    """Train and a held-out 10% dev, by the hash of each record's group."""
+    train, dev = [], []
+    for record, bucket in zip(records, _buckets(records, seed, "dev-holdout"), strict=True):
+        (dev if bucket < HELD_OUT_DEV_PERCENT else train).append(record)
+    return train, dev
+
+
+def _cap(records: list[Record], cap: int | None, seed: int,
+         key: Callable[[Record], str]) -> list[Record]:
+    """At most ``cap`` records, stratified by ``key``, chosen by hash; in their original order."""
+    if cap is None or len(records) <= cap:
+        return list(records)
+    strata: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        strata[key(record)].append(record)
+    total = len(records)
+    exact = {name: cap * len(members) / total for name, members in strata.items()}
+    quota = {name: int(value) for name, value in exact.items()}
+    # Largest remainder; ties by the larger stratum, then by name.
+    order = sorted(strata, key=lambda n: (-(exact[n] - quota[n]), -len(strata[n]), n))
+    for name in order[: cap - sum(quota.values())]:
+        quota[name] += 1
+    chosen: set[int] = set()
+    for name, members in strata.items():
+        ranked = sorted(members, key=lambda r: (stable_hash(seed, "limit", r.external_uid),
+                                                r.external_uid))
+        chosen.update(id(r) for r in ranked[: quota[name]])
+    return [r for r in records if id(r) in chosen]
