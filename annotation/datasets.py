@@ -218,7 +218,7 @@ class _Importer:
             raise DatasetImportError(
                 f"line {record.line}: the file gives no split; say which split it is (--split)."
             )
-        number = self.round_override or record.round
+        number = self.round_override if self.round_override is not None else record.round
         if number is None:
             raise DatasetImportError(
                 f"line {record.line}: the file gives no round; say which round it is (--round)."

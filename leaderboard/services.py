@@ -109,6 +109,7 @@ def collection_rounds(task: Task, rounds: Iterable[int] | None) -> list[int]:
 
 def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, selection: str = "verified",
                          dev_fraction: float = 0.1, seed: int = 0, include_static: bool = True,
+                         static_limit: int | None = None,
                          reporter: JobReporter | None = None) -> tuple[dict[str, list[dict]], dict]:
     """The rows a "train next model" job learns from, and a summary of them.
 
@@ -116,7 +117,9 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     - the chosen collection rounds: their VERIFIED, unflagged, unretracted ``train``
       examples (``selection="fooling"``: only those that fooled the model), less a
       ``dev_fraction`` held out as dev, plus their ``dev`` examples.
-    Test examples are never trained on.
+    ``static_limit`` keeps a fixed sample of round 0's train examples (by a hash of
+    their uid): a model fine-tuned from its parent on a new round rehearses that much
+    of the static data instead of all of it. Test examples are never trained on.
     """
     if selection not in SELECTIONS:
         raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
@@ -127,6 +130,9 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     counts = {}
     if include_static:
         static_train = untampered(usable_examples(task, split="train", rounds=[STATIC_ROUND]), reporter)
+        if static_limit is not None and len(static_train) > static_limit:
+            static_train = sorted(static_train, key=lambda e: hashlib.sha256(f"{seed}:{e.uid}".encode()).digest())
+            static_train = sorted(static_train[:static_limit], key=lambda e: e.pk)
         static_dev = untampered(usable_examples(task, split="dev", rounds=[STATIC_ROUND]), reporter)
         train += static_train
         dev += static_dev
@@ -142,7 +148,8 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     counts["rounds"] = {"train": len(kept), "dev": len(held) + len(collected_dev)}
     rows = {"train": example_rows(task, train), "dev": example_rows(task, dev)}
     summary = data_summary(rows, source="examples", rounds=numbers, selection=selection,
-                           static_round=include_static, dev_fraction=dev_fraction, seed=seed, counts=counts)
+                           static_round=include_static, static_limit=static_limit, dev_fraction=dev_fraction,
+                           seed=seed, counts=counts)
     return rows, summary
 
 
@@ -336,7 +343,8 @@ def _check_options(options: dict) -> dict:
 
 def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, selection: str = "verified",
                    mode: str = "full", parent: ModelVersion | None = None, include_static: bool = True,
-                   dev_fraction: float = 0.1, evaluate: bool = True, user=None, **options) -> Job:
+                   static_limit: int | None = None, dev_fraction: float = 0.1, evaluate: bool = True,
+                   user=None, **options) -> Job:
     """Queue a training job on the ``training`` queue.
 
     It learns from ``select_training_rows`` (round 0 plus the chosen rounds' verified
@@ -354,6 +362,11 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     if parent is not None and (parent.task_id != task.pk or parent.status != ModelVersion.Status.READY):
         raise InvalidInput.field("parent", f"Must be a ready model of task {task.slug}.")
     options = _check_options(options)
+    if static_limit is not None and (not isinstance(static_limit, int) or isinstance(static_limit, bool)
+                                     or static_limit < 0):
+        raise InvalidInput.field("static_limit", "Must be a whole number from 0.")
+    if not isinstance(dev_fraction, int | float) or isinstance(dev_fraction, bool) or not 0 <= dev_fraction < 1:
+        raise InvalidInput.field("dev_fraction", "Must be at least 0 and below 1.")
     numbers = collection_rounds(task, rounds)
     if selection not in SELECTIONS:
         raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
@@ -365,7 +378,7 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
                        f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}).")
     params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
               "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
-              "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options}
+              "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options}
     with transaction.atomic():
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
         enqueue(job, train_model, queue="training")
@@ -378,7 +391,8 @@ def run_training_job(job_id: int) -> Job:
         rows, summary = select_training_rows(
             task, rounds=params.get("rounds"), selection=params.get("selection", "verified"),
             dev_fraction=params.get("dev_fraction", 0.1), seed=params.get("options", {}).get("seed", 0),
-            include_static=params.get("include_static", True), reporter=reporter)
+            include_static=params.get("include_static", True), static_limit=params.get("static_limit"),
+            reporter=reporter)
         reporter.progress(1, "training on " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                           + f" ({MODES[params.get('mode', 'full')]})")
         parent = ModelVersion.objects.filter(pk=params["parent"]).first() if params.get("parent") else None
