@@ -52,3 +52,181 @@ def test_jobs_are_enqueued_only_after_commit(django_capture_on_commit_callbacks)
     assert job.status == Job.Status.SUCCEEDED
     assert job.result["ok"] is True and job.progress == 100
     assert "checking the database" in job.log
+
+
+# --- the lifecycle: claim, cancel, re-run, the sweeper ------------------------------------
+
+from datetime import timedelta  # noqa: E402
+
+from django.utils import timezone  # noqa: E402
+
+from core.errors import Conflict  # noqa: E402
+from tasks import jobs  # noqa: E402
+
+
+def test_a_job_runs_once_however_often_it_is_delivered():
+    job = create_job(Job.Kind.HEALTH_CHECK)
+    calls = []
+
+    def work(job, reporter):
+        # A duplicate delivery while this one runs finds the job taken and does nothing.
+        run_job(job.pk, lambda *_: calls.append("duplicate"))
+        calls.append("work")
+        return {}
+
+    run_job(job.pk, work)
+    job.refresh_from_db()
+    assert calls == ["work"] and job.status == Job.Status.SUCCEEDED and job.attempts == 1
+
+
+def test_a_cancelled_queued_job_never_runs_and_a_running_one_stops_at_its_next_report():
+    queued = create_job(Job.Kind.HEALTH_CHECK)
+    jobs.cancel_job(queued)
+    run_job(queued.pk, lambda *_: pytest.fail("a cancelled job ran"))
+    queued.refresh_from_db()
+    assert queued.status == Job.Status.CANCELLED and queued.finished_at is not None
+    with pytest.raises(Conflict, match="only a queued or running job"):
+        jobs.cancel_job(queued)
+
+    running = create_job(Job.Kind.HEALTH_CHECK)
+    reached = []
+
+    def work(job, reporter):
+        reporter.progress(10, "started")
+        jobs.cancel_job(job)  # a researcher cancels while it works
+        reporter.progress(20, "this report finds the job cancelled")
+        reached.append("after the cancel")  # never reached
+
+    run_job(running.pk, work)
+    running.refresh_from_db()
+    assert reached == [] and running.status == Job.Status.CANCELLED and running.finished_at is not None
+    assert running.progress == 10 and "cancelled" in running.log and running.result == {}
+
+
+def test_rerun_makes_a_new_job_with_the_same_parameters():
+    job = create_job(Job.Kind.HEALTH_CHECK, params={"x": 1})
+    with pytest.raises(Conflict, match="is queued"):
+        jobs.rerun_job(job)
+    enqueue(job, health_check_job)  # records what runs it
+    run_job(job.pk, lambda *_: (_ for _ in ()).throw(RuntimeError("flaky")))
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    again = jobs.rerun_job(job)
+    assert again.pk != job.pk and again.params == {"x": 1} and again.rerun_of == job
+    assert again.celery_task_name == health_check_job.name
+
+
+def test_the_sweeper_requeues_a_silent_job_once_then_fails_it(settings, django_capture_on_commit_callbacks):
+    settings.JOB_STALE_SECONDS, settings.JOB_MAX_ATTEMPTS = 60, 2
+    job = create_job(Job.Kind.HEALTH_CHECK)
+    with django_capture_on_commit_callbacks(execute=False):
+        enqueue(job, health_check_job)
+    assert jobs.claim(job.pk) == 1
+    stale = timezone.now() - timedelta(seconds=120)
+    fresh = create_job(Job.Kind.HEALTH_CHECK)
+    jobs.claim(fresh.pk)  # beating now: left alone
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=stale)
+
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        report = jobs.sweep_stale_jobs()
+    job.refresh_from_db()
+    assert report.requeued == [job.pk] and len(sent) == 1
+    assert job.status == Job.Status.QUEUED and "worker lost" in job.log and "attempt 2 of 2" in job.log
+    # The first worker, if it were still alive, could no longer write: its attempt is over.
+    late = jobs.JobReporter(job.pk, attempt=1)
+    assert jobs.claim(job.pk) == 2
+    with pytest.raises(jobs.JobStopped):
+        late.progress(50, "too late")
+
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=stale)
+    report = jobs.sweep_stale_jobs()
+    job.refresh_from_db()
+    assert report.failed == [job.pk] and job.status == Job.Status.FAILED
+    assert "No heartbeat" in job.error and "2 attempt(s)" in job.error
+    fresh.refresh_from_db()
+    assert fresh.status == Job.Status.RUNNING
+
+
+def test_the_sweeper_closes_a_cancelled_job_whose_worker_died(settings):
+    settings.JOB_STALE_SECONDS = 60
+    job = create_job(Job.Kind.HEALTH_CHECK)
+    jobs.claim(job.pk)
+    jobs.cancel_job(job)
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=120))
+    assert jobs.sweep_stale_jobs().closed == [job.pk]
+    job.refresh_from_db()
+    assert job.status == Job.Status.CANCELLED and job.finished_at is not None
+
+
+def test_time_left_and_queue_position():
+    first, second = create_job(Job.Kind.HEALTH_CHECK), create_job(Job.Kind.HEALTH_CHECK)
+    Job.objects.filter(pk__in=[first.pk, second.pk]).update(queue="training")
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.queue_position(), second.queue_position()) == (1, 2)
+    Job.objects.filter(pk=first.pk).update(status=Job.Status.RUNNING, progress=25,
+                                           started_at=timezone.now() - timedelta(seconds=100))
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.queue_position() is None and second.queue_position() == 1
+    assert first.seconds_left == pytest.approx(300, abs=5)
+
+
+def test_the_beat_schedule_runs_the_sweeper(settings):
+    from dynabench.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["sweep-stale-jobs"]
+    assert entry["task"] in app.tasks and entry["schedule"] <= 120
+
+
+@pytest.mark.background_jobs
+@pytest.mark.django_db(transaction=True)
+def test_embedded_mode_runs_jobs_on_a_background_thread():
+    """Under `make run` (no broker) a job starts after the request that queued it answered."""
+    import threading
+    import time
+
+    gate = threading.Event()
+    job = create_job(Job.Kind.HEALTH_CHECK)
+
+    from tasks import tasks as task_module
+
+    original = task_module.health_check
+
+    def slow_check():
+        gate.wait(10)
+        return original()
+
+    task_module.health_check = slow_check
+    try:
+        enqueue(job, health_check_job)  # autocommit: sent at once, to the runner thread
+        job.refresh_from_db()
+        assert job.status in (Job.Status.QUEUED, Job.Status.RUNNING)  # the caller did not wait
+        gate.set()
+        deadline = time.monotonic() + 20
+        while job.status != Job.Status.SUCCEEDED and time.monotonic() < deadline:
+            time.sleep(0.05)
+            job.refresh_from_db()
+    finally:
+        task_module.health_check = original
+    assert job.status == Job.Status.SUCCEEDED, job.error
+
+
+def test_job_api_shows_jobs_to_their_task_researchers_only(demo_tasks, researcher, other_researcher, annotator,
+                                                          client_for, anonymous):
+    task = demo_tasks["sentiment"]
+    job = create_job(Job.Kind.HEALTH_CHECK, task=task, user=researcher)
+    url = f"/api/jobs/{job.pk}/"
+    assert anonymous.get(url).status_code in (401, 403)
+    assert client_for(annotator).get(url).status_code == 404
+    assert client_for(other_researcher).get(url).status_code == 404
+    body = client_for(researcher).get(url).json()
+    assert body["status"] == "queued" and body["queue_position"] == 1 and body["page"] == f"/jobs/{job.pk}/"
+    assert client_for(annotator).post(f"{url}cancel/").status_code == 404
+    cancelled = client_for(researcher).post(f"{url}cancel/")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert client_for(researcher).post(f"{url}cancel/").status_code == 409
+    assert client_for(researcher).post(f"{url}rerun/").status_code == 409  # never sent to a queue: nothing to re-run
+    page = client_for(researcher).get(f"/jobs/{job.pk}/")
+    assert page.status_code == 200 and b"Cancelled" in page.content
+    assert client_for(annotator).get(f"/jobs/{job.pk}/").status_code == 404

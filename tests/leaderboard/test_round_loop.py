@@ -1,0 +1,373 @@
+"""The round loop: the round state machine, training data selection, evaluation,
+promotion (single and ensemble), failure rollback, and their API."""
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from annotation.models import Example
+from core.errors import Conflict, InvalidInput
+from leaderboard import cycle, services
+from leaderboard.models import Evaluation
+from tasks import services as task_services
+from tasks.models import Job, ModelVersion, Round
+from tasks.registry import register_model
+
+pytestmark = pytest.mark.django_db
+
+TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}
+SENTENCES = [("I loved every minute of it.", "positive"), ("A dull, tired mess.", "negative"),
+             ("Wonderful staff and great food!", "positive"), ("Never again, awful service.", "negative")]
+
+
+def add(task, rnd, text, label, split="train", **fields):
+    values = {"source": "import", "validation_status": "verified", **fields}
+    return Example.objects.create(task=task, round=rnd, split=split, inputs={"statement": text},
+                                  target={"label": label}, external_uid=f"{rnd.number}-{split}-{Example.objects.count()}",
+                                  **values)
+
+
+@pytest.fixture
+def sentiment(demo_tasks):
+    return demo_tasks["sentiment"]
+
+
+@pytest.fixture
+def model_a(sentiment, tiny_artifacts):
+    return register_model(sentiment, tiny_artifacts["sentiment"], name="model-a")
+
+
+@pytest.fixture
+def model_b(sentiment, other_sentiment_artifact):
+    return register_model(sentiment, other_sentiment_artifact, name="model-b")
+
+
+@pytest.fixture
+def jobs(django_capture_on_commit_callbacks):
+    """Jobs are sent when their transaction commits; a test's transaction never does,
+    so ``with jobs():`` runs what was sent in its block (inline, as tests run jobs)."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+def evaluated(model, jobs):
+    with jobs():
+        services.start_evaluation(model)
+    assert services.has_finished_evaluation(model)
+    return model
+
+
+# --- the state machine -----------------------------------------------------------------
+
+
+def test_every_round_transition_allowed_and_refused(sentiment, model_a):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    two = task_services.create_round(sentiment)
+    assert (two.number, two.status) == (2, Round.Status.DRAFT)
+
+    with pytest.raises(Conflict, match="was never opened"):
+        task_services.close_round(two)  # draft -> closed: refused
+    with pytest.raises(Conflict, match="no ready target model"):
+        task_services.open_round(two)  # draft -> open without a target: refused
+    task_services.set_round_targets(two, [model_a])
+    task_services.open_round(two)  # draft -> open; the open round closes
+    one.refresh_from_db()
+    two.refresh_from_db()
+    assert (one.status, two.status) == (Round.Status.CLOSED, Round.Status.OPEN)
+    assert one.closed_at is not None and two.opened_at is not None
+    assert task_services.open_round(two).status == Round.Status.OPEN  # open -> open: nothing changes
+    with pytest.raises(Conflict, match="only a draft round's target"):
+        task_services.set_round_targets(two, [model_a])  # an open round keeps its target
+    with pytest.raises(Conflict, match="not opened again"):
+        task_services.open_round(one)  # closed -> open: refused
+    task_services.close_round(two)  # open -> closed
+    assert task_services.close_round(two).status == Round.Status.CLOSED  # closed -> closed: nothing changes
+    assert sentiment.open_round() is None
+
+
+def test_round_zero_holds_static_data_and_never_opens(sentiment, model_a):
+    static = task_services.ensure_static_round(sentiment)
+    assert (static.number, static.status, static.is_static) == (0, Round.Status.CLOSED, True)
+    assert task_services.ensure_static_round(sentiment) == static
+    with pytest.raises(Conflict, match="static data"):
+        task_services.open_round(static)
+    with pytest.raises(InvalidInput):
+        task_services.create_round(sentiment, number=0)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Round.objects.filter(pk=static.pk).update(status=Round.Status.OPEN)  # the database refuses too
+
+
+def test_creating_rounds_refuses_taken_numbers_and_foreign_models(demo_tasks, sentiment, tiny_artifacts):
+    nli_model = register_model(demo_tasks["nli"], tiny_artifacts["nli"], name="nli-model")
+    with pytest.raises(Conflict, match="has a round 1"):
+        task_services.create_round(sentiment, number=1)
+    with pytest.raises(InvalidInput, match="other tasks"):
+        task_services.create_round(sentiment, target_models=[nli_model])
+    assert not sentiment.rounds.filter(number=2).exists()
+
+
+# --- what training learns from ---------------------------------------------------------
+
+
+def test_training_takes_only_verified_unflagged_unretracted_examples(sentiment, annotator):
+    static = task_services.ensure_static_round(sentiment)
+    one = sentiment.open_round()
+    kept = [add(sentiment, static, "static good", "positive"), add(sentiment, one, "verified", "positive"),
+            add(sentiment, one, "verified and fooling", "negative", fooled=True)]
+    add(sentiment, static, "static dev", "negative", split="dev")
+    add(sentiment, one, "pending", "positive", validation_status="pending")
+    add(sentiment, one, "rejected", "positive", validation_status="rejected")
+    add(sentiment, one, "flagged status", "positive", validation_status="flagged")
+    add(sentiment, one, "flagged", "positive", flagged=True)
+    add(sentiment, one, "retracted", "positive", retracted=True)
+    add(sentiment, one, "a test example", "positive", split="test")
+
+    rows, summary = services.select_training_rows(sentiment, dev_fraction=0)
+    texts = sorted(r["inputs"]["statement"] for r in rows["train"])
+    assert texts == sorted(e.inputs["statement"] for e in kept)
+    assert [r["inputs"]["statement"] for r in rows["dev"]] == ["static dev"]
+    assert summary["counts"] == {"static": {"train": 1, "dev": 1}, "rounds": {"train": 2, "dev": 0}}
+
+    fooling, _ = services.select_training_rows(sentiment, selection="fooling", dev_fraction=0)
+    assert sorted(r["inputs"]["statement"] for r in fooling["train"]) == ["static good", "verified and fooling"]
+    no_static, _ = services.select_training_rows(sentiment, include_static=False, dev_fraction=0)
+    assert sorted(r["inputs"]["statement"] for r in no_static["train"]) == ["verified", "verified and fooling"]
+
+
+def test_the_dev_hold_out_is_a_fixed_share_by_uid(sentiment):
+    one = sentiment.open_round()
+    for i in range(200):
+        add(sentiment, one, f"sentence {i}", "positive")
+    rows, _ = services.select_training_rows(sentiment, dev_fraction=0.2)
+    again, _ = services.select_training_rows(sentiment, dev_fraction=0.2)
+    assert rows == again
+    assert 20 <= len(rows["dev"]) <= 60 and len(rows["train"]) + len(rows["dev"]) == 200
+    held = {r["inputs"]["statement"] for r in rows["dev"]}
+    assert not held & {r["inputs"]["statement"] for r in rows["train"]}
+    other_seed, _ = services.select_training_rows(sentiment, dev_fraction=0.2, seed=1)
+    assert {r["inputs"]["statement"] for r in other_seed["dev"]} != held
+
+
+def test_a_static_sample_is_fixed_and_bounded(sentiment):
+    static = task_services.ensure_static_round(sentiment)
+    for i in range(30):
+        add(sentiment, static, f"static {i}", "positive")
+    rows, summary = services.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
+    again, _ = services.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
+    assert len(rows["train"]) == 10 and rows == again and summary["static_limit"] == 10
+
+
+def test_training_options_and_rounds_are_checked_before_a_job_is_queued(sentiment):
+    add(sentiment, sentiment.open_round(), "fine", "positive")
+    for options, field in [({"epochs": 0}, "epochs"), ({"lr": -1}, "lr"), ({"batch_size": True}, "batch_size"),
+                           ({"rounds": [7]}, "rounds"), ({"selection": "all"}, "selection"),
+                           ({"mode": "half"}, "mode"), ({"unknown": 1}, "unknown"), ({"name": " "}, "name"),
+                           ({"dev_fraction": 1}, "dev_fraction")]:
+        with pytest.raises(InvalidInput) as caught:
+            services.start_training(sentiment, **{"name": "x", **options})
+        assert field in caught.value.errors, (options, caught.value.errors)
+    with pytest.raises(Conflict, match="no usable training examples"):
+        services.start_training(sentiment, name="x", selection="fooling")
+    assert not Job.objects.exists()
+
+
+def test_one_training_job_per_task_at_a_time(sentiment):
+    add(sentiment, sentiment.open_round(), "fine", "positive")
+    first = services.start_training(sentiment, name="first", **TINY)  # queued, not run (nothing commits)
+    with pytest.raises(Conflict, match=f"job #{first.pk}"):
+        services.start_training(sentiment, name="second", **TINY)
+    assert Job.objects.filter(kind=Job.Kind.TRAIN_MODEL).count() == 1
+
+
+# --- training, failure and rollback ------------------------------------------------------
+
+
+def test_a_failed_or_cancelled_training_leaves_the_round_and_target_untouched(sentiment, model_a, monkeypatch, jobs):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    for text, label in SENTENCES * 3:
+        add(sentiment, one, text, label)
+
+    import tasks.registry
+
+    def broken_register(*args, **kwargs):
+        raise RuntimeError("disk full while registering")
+
+    monkeypatch.setattr("leaderboard.services.register_model", broken_register)
+    with jobs():
+        job = services.start_training(sentiment, name="doomed", dev_fraction=0, **TINY)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED and "disk full" in job.error
+    monkeypatch.setattr("leaderboard.services.register_model", tasks.registry.register_model)
+
+    # Cancelled while training: it stops at its next report and registers nothing.
+    import tasks.jobs
+
+    original = tasks.jobs.JobReporter.progress
+
+    def progress(self, percent, message=""):
+        if percent > 5 and Job.objects.get(pk=self.job_id).status == Job.Status.RUNNING:
+            tasks.jobs.cancel_job(Job.objects.get(pk=self.job_id))
+        return original(self, percent, message)
+
+    monkeypatch.setattr(tasks.jobs.JobReporter, "progress", progress)
+    with jobs():
+        cancelled = services.start_training(sentiment, name="cancelled", dev_fraction=0, **TINY)
+    cancelled.refresh_from_db()
+    assert cancelled.status == Job.Status.CANCELLED and cancelled.finished_at is not None
+    assert "cancelled" in cancelled.log
+
+    one.refresh_from_db()
+    assert one.status == Round.Status.OPEN and list(one.target_models.all()) == [model_a]
+    assert sorted(ModelVersion.objects.filter(task=sentiment).values_list("name", flat=True)) == ["model-a"]
+    assert not [p for p in model_a.artifact_dir.parent.iterdir() if p.name.startswith(("doomed", "cancelled"))]
+
+
+def test_train_next_from_the_parent_in_head_only_mode(sentiment, model_a, jobs):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    for text, label in SENTENCES * 3:
+        add(sentiment, one, text, label)
+        add(sentiment, one, text, label, split="test")
+    with jobs():
+        job = services.start_training(sentiment, name="child", parent=model_a, mode="head", dev_fraction=0, **TINY)
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    child = ModelVersion.objects.get(name="child")
+    assert child.parent == model_a
+    assert child.metrics["hyperparameters"]["freeze_encoder"] is True
+    assert child.training_data["selection"] == "verified" and child.training_data["rounds"] == [1]
+    assert services.has_finished_evaluation(child)  # queued when it was registered
+    assert Evaluation.objects.get(model_version=child, round=one).num_examples == 12
+
+
+# --- promotion -----------------------------------------------------------------------------
+
+
+def test_promote_a_single_model(sentiment, model_a, model_b, jobs):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    add(sentiment, one, "A test sentence.", "positive", split="test")
+    with pytest.raises(Conflict, match="no finished evaluation"):
+        cycle.promote(sentiment, model_b)
+    assert sentiment.open_round() == one
+    evaluated(model_b, jobs)
+    two = cycle.promote(sentiment, model_b)
+    one.refresh_from_db()
+    assert (two.number, two.status, one.status) == (2, Round.Status.OPEN, Round.Status.CLOSED)
+    assert list(two.target_models.all()) == [model_b] and two.ensemble_mode == Round.EnsembleMode.SINGLE
+
+
+def test_promote_an_ensemble_of_the_last_targets(sentiment, model_a, model_b, jobs):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    add(sentiment, one, "A test sentence.", "positive", split="test")
+    evaluated(model_b, jobs)
+    with pytest.raises(Conflict, match="no finished evaluation"):
+        cycle.promote(sentiment, model_b, ensemble_size=2)  # model_a, the earlier target, was never evaluated
+    evaluated(model_a, jobs)
+    with pytest.raises(Conflict, match="needs 2 earlier target"):
+        cycle.promote(sentiment, model_b, ensemble_size=3)
+    with pytest.raises(InvalidInput):
+        cycle.promote(sentiment, model_b, ensemble_size=9)
+    two = cycle.promote(sentiment, model_b, ensemble_size=2)
+    assert sorted(m.name for m in two.target_models.all()) == ["model-a", "model-b"]
+    assert two.ensemble_mode == Round.EnsembleMode.MEAN
+
+    from annotation.inference import predict_with
+    from tasks.registry import round_target_models
+
+    [answer] = predict_with(round_target_models(two), [{"statement": "Lovely."}])
+    assert sorted(answer["members"]) == sorted(str(m.pk) for m in (model_a, model_b))
+
+
+def test_promote_opens_a_prepared_draft_round(sentiment, model_a, model_b, jobs):
+    sentiment.open_round().target_models.add(model_a)
+    prepared = task_services.create_round(sentiment, description="contexts uploaded")
+    add(sentiment, prepared, "A test sentence.", "positive", split="test")
+    evaluated(model_b, jobs)
+    assert cycle.promote(sentiment, model_b) == prepared
+    prepared.refresh_from_db()
+    assert prepared.status == Round.Status.OPEN and prepared.description == "contexts uploaded"
+
+
+def test_promote_refuses_a_tampered_artifact(sentiment, model_a, model_b, tmp_path, jobs):
+    import shutil
+
+    sentiment.open_round().target_models.add(model_a)
+    add(sentiment, sentiment.open_round(), "A test sentence.", "positive", split="test")
+    copy = tmp_path / "copy"
+    shutil.copytree(model_b.artifact_dir, copy)
+    ModelVersion.objects.filter(pk=model_b.pk).update(artifact_path=str(copy))
+    model_b.refresh_from_db()
+    evaluated(model_b, jobs)
+    with open(copy / "model.safetensors", "r+b") as fh:
+        fh.seek(-8, 2)
+        fh.write(b"\x00" * 8)
+    with pytest.raises(Conflict, match="does not check"):
+        cycle.promote(sentiment, model_b)
+    assert sentiment.open_round().number == 1
+
+
+# --- the API ---------------------------------------------------------------------------------
+
+
+def test_round_lifecycle_api(sentiment, model_a, researcher, annotator, other_researcher, client_for, anonymous):
+    sentiment.open_round().target_models.add(model_a)
+    base = "/api/tasks/sentiment/rounds/"
+    assert anonymous.post(base, {}, format="json").status_code in (401, 403)
+    assert client_for(annotator).post(base, {}, format="json").status_code == 403
+    assert client_for(other_researcher).post(base, {}, format="json").status_code == 403
+    owner = client_for(researcher)
+    created = owner.post(base, {"description": "<b>next</b>"}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["number"] == 2 and created.json()["status"] == "draft"
+    assert owner.post(base, {"number": 2}, format="json").status_code == 409
+    assert owner.post(base, {"number": 0}, format="json").status_code == 400
+    assert owner.post(base, {"status": "open"}, format="json").json()["status"] == "draft"  # status is read-only
+    assert owner.post(f"{base}2/open/").status_code == 409  # no target yet
+    assert owner.post(f"{base}2/targets/", {"target_models": [model_a.pk + 1000]}, format="json").status_code == 400
+    assert owner.post(f"{base}2/targets/", {"target_models": [model_a.pk]}, format="json").status_code == 200
+    assert client_for(annotator).post(f"{base}2/open/").status_code == 403
+    opened = owner.post(f"{base}2/open/")
+    assert opened.status_code == 200 and opened.json()["status"] == "open"
+    assert owner.get(f"{base}1/").json()["status"] == "closed"
+    assert owner.post(f"{base}1/open/").status_code == 409
+    assert owner.post(f"{base}9/open/").status_code == 404
+    assert owner.post(f"{base}2/close/").json()["status"] == "closed"
+
+
+def test_train_evaluate_promote_api(sentiment, model_a, researcher, annotator, client_for, jobs):
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    for text, label in SENTENCES * 3:
+        add(sentiment, one, text, label)
+    add(sentiment, one, "A test sentence.", "positive", split="test")
+    owner = client_for(researcher)
+    assert client_for(annotator).post("/api/tasks/sentiment/train-next/", {}, format="json").status_code == 403
+    bad = owner.post("/api/tasks/sentiment/train-next/", {"epochs": 0, "selection": "all"}, format="json")
+    assert bad.status_code == 400 and {"epochs", "selection"} <= set(bad.json()["errors"])
+    with jobs():
+        started = owner.post("/api/tasks/sentiment/train-next/",
+                             {"name": "api-model", "mode": "head", "from_parent": True, **TINY}, format="json")
+    assert started.status_code == 202, started.content
+    job = owner.get(f"/api/jobs/{started.json()['id']}/").json()
+    assert job["status"] == "succeeded" and job["progress"] == 100 and "training on" in job["log"]
+    assert job["queue_position"] is None and job["kind"] == "train_model"
+    model = ModelVersion.objects.get(name="api-model")
+    assert model.parent == model_a
+    detail = owner.get(f"/api/models/{model.pk}/").json()
+    assert detail["evaluated"] is True and detail["evaluations"][0]["round"] == 1
+    assert client_for(annotator).get(f"/api/models/{model.pk}/").status_code == 404
+    assert owner.post("/api/tasks/sentiment/promote/", {"model": model.pk, "ensemble_size": 0},
+                      format="json").status_code == 400
+    assert owner.post("/api/tasks/sentiment/promote/", {"model": model.pk + 999}, format="json").status_code == 400
+    with jobs():
+        assert owner.post(f"/api/models/{model.pk}/evaluate/").status_code == 202
+    promoted = owner.post("/api/tasks/sentiment/promote/", {"model": model.pk}, format="json")
+    assert promoted.status_code == 201 and promoted.json()["number"] == 2
+    assert promoted.json()["target_models"] == ["api-model"]
+    listed = owner.get("/api/tasks/sentiment/models/").json()["results"]
+    assert [m["name"] for m in listed][:2] == ["api-model", "model-a"]
+    listed_jobs = owner.get("/api/tasks/sentiment/jobs/").json()["results"]
+    assert {j["kind"] for j in listed_jobs} == {"train_model", "evaluate_model"}
+    assert client_for(annotator).get("/api/tasks/sentiment/jobs/").status_code == 403
