@@ -189,6 +189,9 @@ JOB_MAX_ATTEMPTS = env.int("JOB_MAX_ATTEMPTS", default=2)
 # Embedded mode runs jobs on a background thread of the web process; inline (in the
 # caller) is for tests and one-shot commands.
 JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)
+# An upper bound on the optimizer steps of any one training job (unset: none), so a
+# typo in epochs cannot hold a shared training worker for a day.
+TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 

@@ -362,6 +362,9 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     if parent is not None and (parent.task_id != task.pk or parent.status != ModelVersion.Status.READY):
         raise InvalidInput.field("parent", f"Must be a ready model of task {task.slug}.")
     options = _check_options(options)
+    cap = getattr(settings, "TRAINING_MAX_STEPS", None)
+    if cap:  # a deployment's bound on one training job (shared CPUs)
+        options["max_steps"] = min(options.get("max_steps", cap), cap)
     if static_limit is not None and (not isinstance(static_limit, int) or isinstance(static_limit, bool)
                                      or static_limit < 0):
         raise InvalidInput.field("static_limit", "Must be a whole number from 0.")
