@@ -6,10 +6,9 @@ import shutil
 import pytest
 from django.core.exceptions import ValidationError
 
-from core.errors import Conflict
-
 from annotation.inference import predict_with
 from annotation.models import Example
+from core.errors import Conflict
 from leaderboard import services
 from leaderboard.models import Evaluation
 from tasks.models import Job, ModelVersion, Round
