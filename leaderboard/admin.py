@@ -53,7 +53,7 @@ def train_next_model(modeladmin, request, queryset):
                         rounds=values["rounds"], selection=values["selection"], mode=values["mode"],
                         parent=targets[0] if targets else None, epochs=values["epochs"], user=request.user)
                 except DomainError as exc:
-                    modeladmin.message_user(request, f"{task}: {exc.message}", messages.ERROR)
+                    modeladmin.message_user(request, f"{task}: {exc}", messages.ERROR)
                 else:
                     modeladmin.message_user(request, format_html(
                         '{}: training job <a href="{}">#{}</a> queued.', task, job.get_absolute_url(), job.pk),

@@ -2,7 +2,8 @@
 actions (train next, evaluate, promote) a researcher starts from the task page.
 
 Each action calls the same service the admin and the API call; a refusal comes
-back as a message on the page."""
+back as a message on the page: ``str(exc)``, which for ``InvalidInput`` names the
+fields and their problems (its ``message`` is only "Invalid input.")."""
 
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def task_action(request, slug):
         else:
             messages.error(request, "Unknown action.")
     except DomainError as exc:
-        messages.error(request, exc.message)
+        messages.error(request, str(exc))
     return redirect(task.get_absolute_url())
 
 
@@ -121,7 +122,7 @@ def job_page(request, pk):
                 messages.success(request, f"Job #{job.pk} queued again as job #{new.pk}.")
                 return redirect(new.get_absolute_url())
         except DomainError as exc:
-            messages.error(request, exc.message)
+            messages.error(request, str(exc))
         return redirect(job.get_absolute_url())
     model = None
     if job.result.get("model_version"):

@@ -70,13 +70,14 @@ class TaskScopedAdmin(admin.ModelAdmin):
 
 
 def run_service_action(modeladmin, request, queryset, service, done: str):
-    """Call ``service`` on each selected row; report each refusal by name."""
+    """Call ``service`` on each selected row; report each refusal by name (``str(exc)``:
+    an ``InvalidInput`` names its fields, where its ``message`` says only "Invalid input.")."""
     changed = 0
     for obj in queryset:
         try:
             service(obj)
         except DomainError as exc:
-            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+            modeladmin.message_user(request, f"{obj}: {exc}", messages.ERROR)
         else:
             changed += 1
     if changed:

@@ -178,21 +178,35 @@ TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}
 
 
 @pytest.fixture(scope="session")
-def tiny_artifacts(tmp_path_factory):
-    """One tiny trained artifact per demo task, trained once per test session."""
+def tiny_artifact(tmp_path_factory):
+    """``tiny_artifact(slug)``: a tiny trained artifact for one demo task, trained on
+    first use and kept for the test session (a test that needs one task trains one)."""
     import ml
     from leaderboard.services import read_seed_rows
     from tasks.config import validate_task_config
-    from tasks.services import DEFAULT_TASK_SLUGS, load_definition
+    from tasks.services import load_definition
 
     root = tmp_path_factory.mktemp("tiny-models")
-    artifacts = {}
-    for slug in DEFAULT_TASK_SLUGS:
-        definition = load_definition(slug)
-        spec = ml.TaskSpec.from_dict(validate_task_config(definition["task_type"], definition["config"]).ml_spec_dict())
-        rows = read_seed_rows(slug)["train"][:12]
-        artifacts[slug] = ml.train(spec, rows, [], root / slug, **TINY)
-    return artifacts
+    trained = {}
+
+    def make(slug):
+        if slug not in trained:
+            definition = load_definition(slug)
+            config = validate_task_config(definition["task_type"], definition["config"])
+            spec = ml.TaskSpec.from_dict(config.ml_spec_dict())
+            rows = read_seed_rows(slug)["train"][:12]
+            trained[slug] = ml.train(spec, rows, [], root / slug, **TINY)
+        return trained[slug]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(tiny_artifact):
+    """One tiny trained artifact per demo task, trained once per test session."""
+    from tasks.services import DEFAULT_TASK_SLUGS
+
+    return {slug: tiny_artifact(slug) for slug in DEFAULT_TASK_SLUGS}
 
 
 @pytest.fixture(scope="session")
