@@ -1,4 +1,4 @@
-"""Admin for the round loop: train the next model from a task, evaluate and promote
+"""Admin for the round loop: train the next model (or a round-0 model) from a task, evaluate and promote
 models, read evaluations. The tasks app's admin classes are extended here (this app
 sits above it), so the actions call this app's services."""
 
@@ -68,12 +68,53 @@ def train_next_model(modeladmin, request, queryset):
     })
 
 
+class TrainStaticForm(forms.Form):
+    mode = forms.ChoiceField(choices=list(services.MODES.items()), initial="full")
+    epochs = forms.IntegerField(min_value=1, max_value=50, initial=1)
+    batch_size = forms.IntegerField(min_value=1, max_value=256, initial=16)
+    static_limit = forms.IntegerField(
+        min_value=1, required=False, label="Training examples",
+        help_text="At most this many of round 0's train examples (a fixed sample); empty: all of them.")
+    max_steps = forms.IntegerField(min_value=1, required=False, help_text="Stop after this many steps; empty: no cap.")
+    name = forms.CharField(required=False, max_length=100, help_text="Empty: round0-static-<time>.")
+
+
+@admin.action(description="Train a round-0 model on the static data (a job on the training queue)")
+def train_static_model(modeladmin, request, queryset):
+    if "apply" in request.POST:
+        form = TrainStaticForm(request.POST)
+        if form.is_valid():
+            values = form.cleaned_data
+            for task in queryset:
+                try:
+                    job = services.start_static_training(
+                        task, name=values["name"] or services.default_static_model_name(), mode=values["mode"],
+                        static_limit=values["static_limit"], epochs=values["epochs"],
+                        batch_size=values["batch_size"], max_steps=values["max_steps"], user=request.user)
+                except DomainError as exc:
+                    modeladmin.message_user(request, f"{task}: {exc.message}", messages.ERROR)
+                else:
+                    modeladmin.message_user(request, format_html(
+                        '{}: training job <a href="{}">#{}</a> queued on round 0; its evaluation follows, then '
+                        "the model can be promoted from its page.", task, job.get_absolute_url(), job.pk),
+                        messages.SUCCESS)
+            return None
+    else:
+        form = TrainStaticForm()
+    return TemplateResponse(request, "admin/leaderboard/train_static.html", {
+        **modeladmin.admin_site.each_context(request), "title": "Train a round-0 model on the static data",
+        "form": form, "tasks": [(task, services.static_training_counts(task)) for task in queryset],
+        "action": "train_static_model", "opts": modeladmin.model._meta,
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+    })
+
+
 admin.site.unregister(Task)
 
 
 @admin.register(Task)
 class TaskAdmin(BaseTaskAdmin):
-    actions = [train_next_model]
+    actions = [train_next_model, train_static_model]
 
 
 def _evaluate(request):

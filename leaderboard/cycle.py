@@ -135,3 +135,25 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, user=Non
             if not rnd.description:
                 Round.objects.filter(pk=rnd.pk).update(description=description)
         return task_services.open_round(rnd)
+
+
+def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, bool]:
+    """Make ``model`` the target of the task's next round; returns (the round, promoted).
+
+    The open round, if it has no target model yet: nobody could write an example
+    in it (every one would have been refused with 503), so giving it its first
+    target changes no round's history. Otherwise ``promote``: the next round
+    opens with ``model`` and the open one closes, so each round keeps the one
+    target its examples were written against. Either way the model must be
+    promotable (ready, its evaluation finished, its artifact intact).
+    """
+    check_promotable(task, [model])
+    with transaction.atomic():
+        Task.objects.select_for_update().filter(pk=task.pk).exists()
+        rnd = task.open_round()
+        if rnd is not None and not rnd.target_models.exists():
+            rnd.target_models.add(model)
+            if not rnd.description:
+                Round.objects.filter(pk=rnd.pk).update(description=f"Target: {model.name}")
+            return rnd, False
+    return promote(task, model, user=user), True

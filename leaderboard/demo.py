@@ -1,19 +1,107 @@
-"""The demo a new user gets from ``make run``: idempotent, safe to rerun."""
+"""The demo a new user gets from ``make run``: idempotent, safe to rerun.
+
+``bootstrap_demo(real_data=True)`` (``manage.py bootstrap_demo --real-data``)
+gives NLI, sentiment and hate speech a round-0 target trained on real data from
+``DYNABENCH_DATA_DIR`` instead of the shipped seed set (``REAL_DATA``): MNLI+SNLI
+dev split 80/10/10 by premise; SST-2 train / dev / labelled test; Davidson split
+80/10/10, its training rows balanced (5.8% of its tweets are hate speech). Each is
+imported into round 0 (at most ``REAL_DATA_LIMIT`` rows of each split), trained
+there for one epoch as a job, evaluated, and made the target of the next round:
+round 1 if it has no target yet (a fresh demo), else, when an earlier plain demo
+left the seed model as round 1's target, a promotion opens round 2 with it (an
+open round's target never changes under its annotators). QA keeps the seed model:
+fine-tuning on SQuAD runs at about 2 questions/s on 2 CPU cores; train one with
+``manage.py train_model --task qa --format squad .../squad/dev-v1.1.json --limit 500
+--epochs 1 --target`` (split by article). A task whose files are absent keeps
+the seed model too, with a note.
+"""
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from core.errors import DomainError
 from tasks import services
+from tasks.models import ModelVersion, Task
 
+from . import cycle
+from . import services as model_services
+from .replay.data import default_data_dir
 from .services import ensure_demo_models
+from .static_data import (
+    StaticDataError,
+    dev_score,
+    import_static_data,
+    parse_source,
+    read_static_data,
+    thinned,
+    train_static_model,
+)
 
 DEMO_ADMIN_USERNAME = "admin"
+REAL_MODEL_NAME = "round0-real"
+# At most this many rows of each split. 4,000 training rows for one epoch take about
+# 2 minutes on 2 idle CPU cores (32-40 examples/s, DESIGN.md); on cores shared with
+# other work we measured 12 NLI pairs/s (bench/baselines.py) and, under a heavy
+# neighbour, 3.5/s: then it is 6 to 20 minutes a task.
+REAL_DATA_LIMIT = 4000
+REAL_DATA_TRAINING = {"epochs": 1, "batch_size": 16, "lr": 5e-5, "seed": 0}
+
+
+@dataclass(frozen=True)
+class RealData:
+    """What ``--real-data`` imports into a task's round 0: files relative to the data
+    directory, ``PATH[:SPLIT]`` as ``train_model`` takes them."""
+
+    format_name: str
+    sources: tuple[str, ...]
+    description: str
+    dev_fraction: float = 0.1
+    test_fraction: float = 0.1
+    balance: bool = False
+
+
+QA_NOTE = ("SQuAD fine-tuning runs at about 2 questions/s on 2 CPU cores; train one with manage.py train_model "
+           "--task qa --format squad <data>/squad/dev-v1.1.json --limit 500 --epochs 1 --target")
+
+
+def real_data_for(slug: str, data_dir: Path | None) -> tuple[RealData | None, str]:
+    """The real data ``slug`` gets from ``data_dir``, or None and the reason."""
+    if slug == "qa":
+        return None, QA_NOTE
+    if data_dir is None:
+        return None, "no data directory (DYNABENCH_DATA_DIR is unset or not a directory)"
+
+    def have(name):
+        return (data_dir / name).is_file()
+
+    if slug == "nli":
+        files = tuple(name for name in ("nli/mnli/dev.jsonl", "nli/snli/dev.jsonl") if have(name))
+        if not files:
+            return None, f"neither nli/mnli/dev.jsonl nor nli/snli/dev.jsonl under {data_dir}"
+        return RealData("nli-jsonl", files, "MNLI+SNLI dev, split 80/10/10 by premise"), ""
+    if slug == "sentiment":
+        absent = [name for name in ("sst2/train_full.tsv", "sst2/dev.tsv") if not have(name)]
+        if absent:
+            return None, f"{', '.join(absent)} absent under {data_dir}"
+        if have("sst2/test-labeled.tsv"):
+            return RealData("sst2", ("sst2/train_full.tsv:train", "sst2/dev.tsv:dev", "sst2/test-labeled.tsv:test"),
+                            "SST-2 train, dev and labelled test"), ""
+        return RealData("sst2", ("sst2/train_full.tsv:train", "sst2/dev.tsv"),
+                        "SST-2 train; its dev halved into dev and test", dev_fraction=0.5, test_fraction=0.5), ""
+    if slug == "hate":
+        if not have("davidson/labeled_data.csv"):
+            return None, f"davidson/labeled_data.csv absent under {data_dir}"
+        return RealData("davidson", ("davidson/labeled_data.csv",),
+                        "Davidson et al. 2017, split 80/10/10, training rows balanced", balance=True), ""
+    return None, "no real data set for this task"
 
 
 @dataclass
@@ -39,8 +127,77 @@ def ensure_admin(report: DemoReport) -> None:
     report.admin_password = password if not os.environ.get("DJANGO_SUPERUSER_PASSWORD") else "(from DJANGO_SUPERUSER_PASSWORD)"
 
 
+def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int,
+                      progress: Callable[[str], None], train_options: dict) -> tuple[ModelVersion, bool]:
+    """The task's round-0 model trained on ``data`` (imported and trained unless it
+    exists already), made a target if it is none yet. Returns (model, trained now)."""
+    slug = task.slug
+    model = ModelVersion.objects.filter(task=task, name=REAL_MODEL_NAME).first()
+    trained = False
+    if model is None:
+        config = task.parsed_config
+        static = read_static_data(
+            data.format_name, [parse_source(source, base=data_dir) for source in data.sources],
+            labels=config.label_names if config.task_type != "extractive_qa" else None,
+            dev_fraction=data.dev_fraction, test_fraction=data.test_fraction, limit=limit, balance=data.balance)
+        if not static.total:
+            raise StaticDataError(f"no usable rows in {', '.join(data.sources)}")
+        imported = import_static_data(task, static)
+        counts = model_services.static_training_counts(task)
+        progress(f"{slug}: round 0 <- {data.description}: {imported.created} rows imported "
+                 f"({imported.skipped_duplicates} there already); it holds "
+                 + ", ".join(f"{n} {split}" for split, n in counts.items()))
+        errors = static.errors + imported.errors
+        if errors:
+            path, error = errors[0]
+            progress(f"{slug}: {len(errors)} row(s) skipped, e.g. {path} line {error.line}: {error.message}")
+        options = {**REAL_DATA_TRAINING, **train_options}
+        progress(f"{slug}: training {REAL_MODEL_NAME} on round 0 ({', '.join(f'{k} {v}' for k, v in options.items())})")
+        model = train_static_model(task, name=REAL_MODEL_NAME, say=thinned(lambda line: progress(f"{slug}: {line}")),
+                                   static_limit=limit, **options)
+        what, value = dev_score(model)
+        progress(f"{slug}: {REAL_MODEL_NAME} {what} "
+                 + (f"{value:.3f}" if isinstance(value, int | float) else "-"))
+        trained = True
+    if not model.target_of_rounds.exists():
+        rnd, promoted = cycle.make_target(task, model)
+        progress(f"{slug}: {REAL_MODEL_NAME} is the target of round {rnd.number}"
+                 + (" (promoted: the earlier target's round closed)" if promoted else ""))
+    return model, trained
+
+
+def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progress: Callable[[str], None],
+                       train_options: dict) -> tuple[list[str], list[str]]:
+    """Round-0 models on real data where the data is there. Returns (models trained,
+    the slugs that fall back to the seed model)."""
+    trained, fallback = [], []
+    for slug in slugs:
+        task = Task.objects.get(slug=slug)
+        data, reason = real_data_for(slug, data_dir)
+        if data is None:
+            progress(f"{slug}: no real data ({reason}); it keeps the seed model")
+            fallback.append(slug)
+            continue
+        try:
+            model, now = ensure_real_model(task, data, data_dir, limit=limit or REAL_DATA_LIMIT,
+                                           progress=progress, train_options=train_options)
+        except StaticDataError as exc:
+            progress(f"{slug}: real data unusable ({exc}); it keeps the seed model")
+            fallback.append(slug)
+            continue
+        except DomainError as exc:  # e.g. an earlier run's model whose evaluation never finished
+            progress(f"{slug}: {REAL_MODEL_NAME} cannot be a target: {exc.message}")
+            continue
+        if now:
+            trained.append(str(model))
+    return trained, fallback
+
+
 def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
-                   train_options: dict | None = None) -> DemoReport:
+                   train_options: dict | None = None, real_data: bool = False, real_data_limit: int | None = None,
+                   data_dir: Path | None = None) -> DemoReport:
+    """``real_data``: see the module docstring; ``data_dir`` defaults to DYNABENCH_DATA_DIR.
+    ``train_options`` apply to every model trained (tests make them tiny)."""
     report = DemoReport()
     with transaction.atomic():
         ensure_admin(report)
@@ -54,6 +211,10 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
             created_contexts, _ = services.add_contexts(task, services.read_seed_contexts(slug))
             report.contexts_created[slug] = created_contexts
     if with_models:
-        report.models_trained = ensure_demo_models(
-            slugs or services.DEFAULT_TASK_SLUGS, progress=progress, **(train_options or {}))
+        seed_slugs = list(slugs or services.DEFAULT_TASK_SLUGS)
+        if real_data:
+            report.models_trained, seed_slugs = ensure_real_models(
+                seed_slugs, data_dir=Path(data_dir) if data_dir else default_data_dir(), limit=real_data_limit,
+                progress=progress or (lambda message: None), train_options=train_options or {})
+        report.models_trained += ensure_demo_models(seed_slugs, progress=progress, **(train_options or {}))
     return report

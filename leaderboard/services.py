@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
 
 from annotation.models import Example
 from annotation.services.examples import signature_ok
@@ -386,6 +388,42 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
         enqueue(job, train_model, queue="training")
     return job
+
+
+def check_training_options(*, mode: str = "full", **options) -> dict:
+    """The training options as ``start_training`` would take them, or InvalidInput:
+    for callers that check them before doing anything (``manage.py train_model``)."""
+    if mode not in MODES:
+        raise InvalidInput.field("mode", f"Must be one of {sorted(MODES)}.")
+    return _check_options(options)
+
+
+def static_training_counts(task: Task) -> dict[str, int]:
+    """Round 0's usable examples per split (what a round-0 model learns from and is tested on)."""
+    counts = dict.fromkeys(("train", "dev", "test"), 0)
+    rows = (Example.objects.filter(task=task, round__number=STATIC_ROUND, retracted=False, flagged=False,
+                                   validation_status=Example.ValidationStatus.VERIFIED)
+            .order_by().values_list("split").annotate(n=Count("pk")))
+    for split, n in rows:
+        counts[split] = n
+    return counts
+
+
+def default_static_model_name(source: str = "static") -> str:
+    return f"round0-{source}-{timezone.now():%Y%m%d-%H%M}"
+
+
+def start_static_training(task: Task, *, name: str, mode: str = "full", static_limit: int | None = None,
+                          evaluate: bool = True, user=None, **options) -> Job:
+    """Queue a job that trains a model on round 0, the static data, only: its train
+    examples (``static_limit``: a fixed sample of them), with its dev examples to pick
+    the best epoch. The model is registered as trained on round 0 and, with
+    ``evaluate``, then evaluated on every round's test split."""
+    if not static_training_counts(task)["train"]:
+        raise Conflict(f"Task {task.slug} has no static training data: round 0 has no usable train examples. "
+                       "Import a data set into round 0 first (manage.py train_model, or import_dataset --round 0).")
+    return start_training(task, name=name, rounds=[], include_static=True, mode=mode, static_limit=static_limit,
+                          evaluate=evaluate, user=user, **options)
 
 
 def run_training_job(job_id: int) -> Job:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -222,6 +223,35 @@ def run_job(job_id: int, work: Callable[[Job, JobReporter], dict]) -> Job:
             log=_log_line(f"failed: {type(exc).__name__}: {exc}"),
         )
     return Job.objects.get(pk=job_id)
+
+
+def wait_for_job(job: Job, *, on_log: Callable[[str], None] | None = None, timeout: float | None = None,
+                 poll_seconds: float = 0.5) -> Job:
+    """Poll ``job`` until it has finished, passing each new line of its log to ``on_log``.
+
+    It only reads the Job row, so it works wherever the job runs: inline (already
+    finished), on the embedded background thread, or on a Celery worker. A job is
+    sent when the transaction that queued it commits: waiting inside that
+    transaction would never end, so it is refused. Raises ``TimeoutError`` after
+    ``timeout`` seconds (the job goes on).
+    """
+    job.refresh_from_db()
+    if transaction.get_connection().in_atomic_block and job.status == Job.Status.QUEUED:
+        raise RuntimeError(f"Job #{job.pk} starts when the current transaction commits; "
+                           "wait for it outside the transaction.")
+    started, shown = time.monotonic(), 0
+    while True:
+        job.refresh_from_db()
+        lines = job.log.splitlines()
+        if on_log is not None:
+            for line in lines[shown:]:
+                on_log(line)
+        shown = len(lines)
+        if job.status in Job.FINISHED:
+            return job
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise TimeoutError(f"job #{job.pk} is still {job.status} after {timeout:.0f} s")
+        time.sleep(poll_seconds)
 
 
 # --- researcher actions -----------------------------------------------------------

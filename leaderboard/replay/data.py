@@ -210,15 +210,15 @@ def build_plan(task: str, data_dir: Path, *, mode: str = "fast", limit: int | No
                     f"{data.name} has no usable {split} rows in {', '.join(data.source_files)}"
                 )
         for split, records in data.splits.items():
-            capped = _cap(records, caps[split], seed, key=lambda r: r.label or "")
+            capped = cap_records(records, caps[split], seed, key=lambda r: r.label or "")
             setattr(data, split, capped)
             for record in capped:
                 record.split = split
                 if data.number >= 1:
                     record.round = data.number
     for suite in plan.suites:
-        suite.records = _cap(suite.records, caps["suite"], seed,
-                             key=lambda r, f=suite.group_field: str(r.metadata.get(f) or ""))
+        suite.records = cap_records(suite.records, caps["suite"], seed,
+                                    key=lambda r, f=suite.group_field: str(r.metadata.get(f) or ""))
     return plan
 
 
@@ -420,8 +420,8 @@ def _hold_out(records: list[Record], seed: int) -> tuple[list[Record], list[Reco
     return train, dev
 
 
-def _cap(records: list[Record], cap: int | None, seed: int,
-         key: Callable[[Record], str]) -> list[Record]:
+def cap_records(records: list[Record], cap: int | None, seed: int,
+                key: Callable[[Record], str]) -> list[Record]:
     """At most ``cap`` records, stratified by ``key``, chosen by hash; in their original order."""
     if cap is None or len(records) <= cap:
         return list(records)

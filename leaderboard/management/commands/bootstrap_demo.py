@@ -1,21 +1,39 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from leaderboard.demo import DEMO_ADMIN_USERNAME, bootstrap_demo
+from leaderboard.demo import DEMO_ADMIN_USERNAME, REAL_DATA_LIMIT, REAL_MODEL_NAME, bootstrap_demo
 
 
 class Command(BaseCommand):
     help = ("Create the four demo tasks (NLI, QA, sentiment, hate speech) with round 1 open, "
-            "the shipped seed contexts, round-0 target models and a superuser. Safe to rerun.")
+            "the shipped seed contexts, round-0 target models and a superuser. Safe to rerun. "
+            f"--real-data: NLI, sentiment and hate speech get a target ({REAL_MODEL_NAME}) trained on real data "
+            "in DYNABENCH_DATA_DIR (MNLI+SNLI dev, SST-2, Davidson) imported into round 0, instead of the seed "
+            "model; it becomes round 1's target, or, if an earlier run left the seed model as round 1's target, "
+            "the target of round 2, opened by promotion. QA, and tasks whose data is absent, keep the seed model.")
 
     def add_arguments(self, parser):
         parser.add_argument("--no-models", action="store_true",
                             help="Skip training the round-0 demo models.")
+        parser.add_argument("--real-data", action="store_true",
+                            help="Train the round-0 targets on the real data sets where they are present "
+                                 "(one epoch each: a few minutes per task on 2 CPU cores).")
+        parser.add_argument("--limit", type=int, metavar="N",
+                            help=f"With --real-data: at most N rows of each split per task (default "
+                                 f"{REAL_DATA_LIMIT}).")
 
     def handle(self, *args, **options):
+        if options["real_data"] and options["no_models"]:
+            raise CommandError("--real-data trains models: it cannot go with --no-models.")
+        if options["limit"] is not None and not options["real_data"]:
+            raise CommandError("--limit applies to --real-data only.")
+        if options["limit"] is not None and options["limit"] < 1:
+            raise CommandError("--limit must be 1 or more.")
+
         def progress(message):
             self.stdout.write(f"  {message}")
 
-        report = bootstrap_demo(with_models=not options["no_models"], progress=progress)
+        report = bootstrap_demo(with_models=not options["no_models"], progress=progress,
+                                real_data=options["real_data"], real_data_limit=options["limit"])
         for slug in report.tasks_created:
             self.stdout.write(f"created task {slug}")
         for name in report.rounds_created:
