@@ -1,0 +1,291 @@
+"""Context pools per round: files of contexts uploaded through the service."""
+
+import json
+
+import pytest
+
+from core.errors import Conflict, Forbidden, InvalidInput, TooLarge
+from tasks.models import Context, Round
+from tasks.uploads import (
+    MAX_LISTED_ERRORS,
+    RowError,
+    UploadRefused,
+    read_context_file,
+    upload_contexts,
+)
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def jsonl(*rows) -> bytes:
+    return "".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows).encode()
+
+
+def upload(task, rnd, data, user, **kwargs):
+    return upload_contexts(task, rnd, data, user=user, **kwargs)
+
+
+def refusal(task, rnd, data, user, **kwargs) -> list[RowError]:
+    """The problems an upload is refused for; asserts that nothing was written."""
+    before = Context.objects.count()
+    with pytest.raises(UploadRefused) as caught:
+        upload(task, rnd, data, user, **kwargs)
+    assert Context.objects.count() == before
+    return caught.value.report.errors
+
+
+@pytest.fixture
+def nli(demo_tasks):
+    return demo_tasks["nli"]
+
+
+@pytest.fixture
+def round1(nli):
+    return nli.open_round()
+
+
+def round_contexts(rnd):
+    return list(Context.objects.filter(round=rnd).order_by("pk"))
+
+
+# --- the service: happy paths -------------------------------------------------------
+
+
+def test_jsonl_in_both_shapes(nli, round1, researcher):
+    data = jsonl(
+        {"fields": {"premise": "A wrapped premise."}, "external_id": "w1", "tag": "news", "metadata": {"src": "x"}},
+        {"premise": "A flat premise.", "external_id": "f1", "tag": "wiki"},
+        {"premise": "No id at all."},
+    )
+    report = upload(nli, round1, data, researcher, filename="pool.jsonl")
+    assert (report.created, report.skipped, report.errors, report.rows) == (3, 0, [], 3)
+    stored = round_contexts(round1)
+    assert [(c.external_id, c.fields, c.tag, c.metadata) for c in stored] == [
+        ("w1", {"premise": "A wrapped premise."}, "news", {"src": "x"}),
+        ("f1", {"premise": "A flat premise."}, "wiki", {}),
+        ("", {"premise": "No id at all."}, "", {}),
+    ]
+    assert all(c.task_id == nli.pk for c in stored)
+
+
+def test_csv_with_a_bom_crlf_and_a_quoted_multi_line_cell(demo_tasks, researcher):
+    qa = demo_tasks["qa"]
+    data = ("\ufeffexternal_id,title,passage,tag\r\n"
+            'q1,First,"A passage\r\nover two lines, with ""quotes""",t\r\n'
+            "q2,,Second passage.,\r\n").encode()
+    report = upload(qa, qa.open_round(), data, researcher, filename="POOL.CSV")
+    assert (report.created, report.skipped) == (2, 0)
+    first, second = round_contexts(qa.open_round())
+    assert first.fields == {"title": "First", "passage": 'A passage\r\nover two lines, with "quotes"'}
+    assert (first.external_id, first.tag) == ("q1", "t")
+    assert (second.external_id, second.fields["title"], second.tag) == ("q2", "", "")
+
+
+def test_reuploading_a_file_skips_what_is_there(nli, round1, researcher):
+    data = jsonl({"premise": "One.", "external_id": "a"}, {"premise": "Two.", "external_id": "b"})
+    assert upload(nli, round1, data, researcher, filename="a.jsonl").created == 2
+    more = jsonl({"premise": "One, again.", "external_id": "a"}, {"premise": "Three.", "external_id": "c"})
+    report = upload(nli, round1, more, researcher, filename="a.jsonl")
+    assert (report.created, report.skipped) == (1, 1)
+    assert Context.objects.get(task=nli, external_id="a").fields == {"premise": "One."}  # left as it was
+
+
+def test_the_format_is_told_from_the_name_or_given(nli, round1, researcher):
+    data = jsonl({"premise": "P."})
+    for name in ("a.jsonl", "a.NDJSON", "a.json"):
+        assert read_context_file(nli, data, file_format=None, filename=name)[0] == [
+            {"fields": {"premise": "P."}, "external_id": "", "tag": ""}]
+    assert read_context_file(nli, b"premise\nP.\n", file_format="csv", filename="pool.txt")[0][0]["fields"] == {
+        "premise": "P."}
+    with pytest.raises(InvalidInput) as caught:
+        read_context_file(nli, data, file_format=None, filename="pool.txt")
+    assert "format" in caught.value.errors and "pool.txt" in caught.value.errors["format"][0]
+    with pytest.raises(InvalidInput) as caught:
+        read_context_file(nli, data, file_format="xml", filename="a.jsonl")
+    assert "format" in caught.value.errors
+
+
+# --- the service: line numbers and bad rows -----------------------------------------
+
+
+def test_jsonl_line_numbers_count_blank_lines(nli, round1, researcher):
+    data = (b'{"premise": "fine"}\n\n   \n{"premise": ""}\r\n{"premise": "fine\\u2028still line 5"}\n'
+            b'{"premise": 3}\n')
+    assert refusal(nli, round1, data, researcher, filename="a.jsonl") == [
+        RowError(4, "premise: Must not be empty."),
+        RowError(6, "premise: Must be text."),
+    ]
+
+
+def test_csv_line_numbers_are_where_rows_start(nli, round1, researcher):
+    data = (b'premise,external_id\n'
+            b'"line two\nand three\nand four",a\n'
+            b',b\n'                        # line 5: empty premise
+            b'\n'                          # line 6: blank
+            b'"seven\neight",c,extra\n'    # line 7: too many cells
+            b'nine,a\n'                    # line 9: a repeated id
+            b'"ten, never closed\n')
+    assert refusal(nli, round1, data, researcher, filename="a.csv") == [
+        RowError(5, "premise: Must not be empty."),
+        RowError(7, "The row has 3 cells; the header has 2."),
+        RowError(9, "external_id 'a' repeats the row on line 2."),
+        RowError(10, "Not valid CSV: unexpected end of data."),
+    ]
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ({"premise": "P.", "hypothesis": "H."}, "unknown ['hypothesis']"),
+    ({"fields": {}}, "fields: Expected the fields ['premise']; missing ['premise']"),
+    ({"fields": {"premise": "P."}, "label": "x"}, "Unknown keys ['label']"),
+    ({"fields": "P."}, "fields: Must be an object"),
+    ({"premise": None}, "premise: This field is required."),
+    ({"premise": ["P."]}, "premise: Must be text."),
+    ({"premise": "   "}, "premise: Must not be empty."),
+    ({"premise": "x" * 20001}, "premise: Must be at most 20000 characters"),
+    ({"premise": "P\u0000."}, "premise: Must not contain NUL characters."),
+    ('{"premise": "\\ud800"}', "premise: Must be valid Unicode text"),
+    ({"premise": "P.", "external_id": "x" * 201}, "external_id: Must be at most 200 characters"),
+    ({"premise": "P.", "external_id": 7}, "external_id: Must be text, not a number."),
+    ({"premise": "P.", "external_id": "a\u0000"}, "external_id: Must not contain NUL characters."),
+    ({"premise": "P.", "tag": "t" * 101}, "tag: Must be at most 100 characters"),
+    ({"fields": {"premise": "P."}, "metadata": [1]}, "metadata: Must be a JSON object, not an array."),
+    ({"fields": {"premise": "P."}, "metadata": {"k": "\u0000"}}, "metadata: Must not contain NUL characters."),
+    ("[1, 2]", "Each line must be a JSON object, not an array."),
+    ('{"premise": NaN}', "Not valid JSON: NaN is not valid JSON."),
+    ('{"premise": "P."', "Not valid JSON: Expecting ',' delimiter"),
+    ("[" * 40 + "]" * 40, "nested deeper than 32 levels"),
+    ('{"premise": ' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32 levels"),
+    ("7", "Each line must be a JSON object, not a number."),
+])
+def test_each_bad_row_is_reported_and_nothing_is_written(nli, round1, researcher, row, expected):
+    data = jsonl({"premise": "A good row first.", "external_id": "good"}, row)
+    errors = refusal(nli, round1, data, researcher, filename="a.jsonl")
+    assert [e.line for e in errors] == [2]
+    assert expected in errors[0].message, errors
+
+
+def test_a_json_array_is_not_json_lines(nli, round1, researcher):
+    data = b'[\n  {"premise": "A."},\n  {"premise": "B."}\n]\n'
+    assert refusal(nli, round1, data, researcher, filename="pool.json") == [
+        RowError(1, "The file is a JSON array; upload JSON lines: one JSON object per line.")]
+
+
+def test_duplicate_external_ids_in_the_file(nli, round1, researcher):
+    data = jsonl({"premise": "A.", "external_id": "x"}, {"premise": "B.", "external_id": "y"},
+                 {"premise": "C.", "external_id": "x"})
+    assert refusal(nli, round1, data, researcher, filename="a.jsonl") == [
+        RowError(3, "external_id 'x' repeats the row on line 1.")]
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("external_id,tag", "missing ['premise']"),
+    ("premise,hypothesis", "unknown ['hypothesis']"),
+    ("premise,premise", "Columns named twice: ['premise']"),
+    ("premise,", "A column has no name."),
+])
+def test_a_bad_csv_header_is_line_one(nli, round1, researcher, header, expected):
+    errors = refusal(nli, round1, f"{header}\nP.,x\n".encode(), researcher, filename="a.csv")
+    assert errors and all(e.line == 1 for e in errors)
+    assert any(expected in e.message for e in errors), errors
+
+
+@pytest.mark.parametrize(("data", "names"), [
+    (b"", ["a.jsonl", "a.csv"]),
+    (b"\n\n  \r\n", ["a.jsonl", "a.csv"]),
+    (b"\xef\xbb\xbf", ["a.jsonl", "a.csv"]),
+    (b"premise\n\n", ["a.csv"]),  # a header alone
+])
+def test_a_file_without_rows_is_refused(nli, round1, researcher, data, names):
+    for name in names:
+        with pytest.raises(InvalidInput) as caught:
+            upload(nli, round1, data, researcher, filename=name)
+        assert caught.value.errors == {"file": ["The file holds no contexts."]}
+    assert not round_contexts(round1)
+
+
+def test_a_file_that_is_not_utf8_names_the_byte_and_line(nli, round1, researcher):
+    data = b'{"premise": "fine"}\n{"premise": "caf\xe9"}\n'
+    [error] = refusal(nli, round1, data, researcher, filename="a.jsonl")
+    assert error.line == 2
+    assert "not UTF-8" in error.message and "0xe9" in error.message and "byte offset 36" in error.message
+    [error] = refusal(nli, round1, "premise\nok\n".encode("utf-16"), researcher, filename="a.csv")
+    assert error.line == 1 and "UTF-16" in error.message
+
+
+def test_files_over_the_bounds_are_too_large(nli, round1, researcher, settings):
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 100
+    with pytest.raises(TooLarge, match="the limit is 100 bytes"):
+        upload(nli, round1, jsonl(*[{"premise": f"Premise {i}."} for i in range(10)]), researcher,
+               filename="a.jsonl")
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 10_000
+    settings.CONTEXT_UPLOAD_MAX_ROWS = 3
+    assert upload(nli, round1, jsonl(*[{"premise": f"P {i}."} for i in range(3)]), researcher,
+                  filename="a.jsonl").created == 3
+    with pytest.raises(TooLarge, match="more than 3 rows"):
+        upload(nli, round1, b"premise\n" + b"P.\n" * 4, researcher, filename="a.csv")
+    assert len(round_contexts(round1)) == 3
+
+
+def test_a_refusal_lists_the_first_hundred_problems_and_counts_them_all(nli, round1, researcher):
+    data = jsonl(*[{"premise": ""} for _ in range(150)])
+    with pytest.raises(UploadRefused) as caught:
+        upload(nli, round1, data, researcher, filename="a.jsonl")
+    exc = caught.value
+    assert len(exc.errors) == MAX_LISTED_ERRORS
+    assert exc.errors[0] == {"line": 1, "message": "premise: Must not be empty."}
+    assert len(exc.report.errors) == 150 and exc.report.rows == 150
+    assert "150 problems, on 150 lines" in exc.message and "first 100" in exc.message
+
+
+def test_a_large_file_takes_a_few_queries_per_batch(nli, round1, researcher, django_assert_max_num_queries):
+    data = b"external_id,premise\n" + b"".join(f"id-{i},Premise {i}.\n".encode() for i in range(1200))
+    with django_assert_max_num_queries(30):  # 3 batches of 500: not a query or two per row
+        report = upload(nli, round1, data, researcher, filename="a.csv")
+    assert (report.created, report.rows) == (1200, 1200)
+
+def test_markup_is_stored_as_text(nli, round1, researcher):
+    upload(nli, round1, jsonl({"premise": SCRIPT, "tag": "<b>", "external_id": "<i>"}), researcher,
+           filename="a.jsonl")
+    [context] = round_contexts(round1)
+    assert (context.fields["premise"], context.tag, context.external_id) == (SCRIPT, "<b>", "<i>")
+
+
+# --- the service: who and where -----------------------------------------------------
+
+
+def test_only_the_tasks_researchers_upload(nli, round1, annotator, other_researcher, superuser):
+    data = jsonl({"premise": "P."})
+    for user in (annotator, other_researcher):
+        with pytest.raises(Forbidden):
+            upload(nli, round1, data, user, filename="a.jsonl")
+    assert not round_contexts(round1)
+    assert upload(nli, round1, data, superuser, filename="a.jsonl").created == 1
+
+
+def test_closed_rounds_round_zero_and_other_tasks_rounds_are_refused(demo_tasks, nli, round1, researcher):
+    data = jsonl({"premise": "P."})
+    Round.objects.filter(pk=round1.pk).update(status=Round.Status.CLOSED)
+    round1.refresh_from_db()
+    with pytest.raises(Conflict, match="closed"):
+        upload(nli, round1, data, researcher, filename="a.jsonl")
+    static = Round(task=nli, number=0, status=Round.Status.DRAFT)  # round 0: static data
+    with pytest.raises(Conflict, match="round 0"):
+        upload(nli, static, data, researcher, filename="a.jsonl")
+    with pytest.raises(Conflict, match="another task"):
+        upload(nli, demo_tasks["qa"].open_round(), data, researcher, filename="a.jsonl")
+    assert not Context.objects.filter(round__isnull=False).exists()
+
+
+def test_a_round_closed_meanwhile_takes_nothing(nli, round1, researcher):
+    Round.objects.filter(pk=round1.pk).update(status=Round.Status.CLOSED)  # round1 in memory: still open
+    with pytest.raises(Conflict, match="closed"):
+        upload(nli, round1, jsonl({"premise": "P."}), researcher, filename="a.jsonl")
+    assert not round_contexts(round1)
+
+
+def test_a_draft_round_takes_contexts(nli, researcher):
+    draft = Round.objects.create(task=nli, number=2)
+    assert upload(nli, draft, jsonl({"premise": "P."}), researcher, filename="a.jsonl").created == 1
+    assert len(round_contexts(draft)) == 1
