@@ -20,6 +20,8 @@ api_patterns = [
     path("tasks/<slug:slug>/rounds/", annotation_api.RoundList.as_view(), name="round-list"),
     path("tasks/<slug:slug>/rounds/<int:number>/", annotation_api.RoundDetail.as_view(), name="round-detail"),
     path("tasks/<slug:slug>/rounds/<int:number>/stats/", annotation_api.RoundStats.as_view(), name="round-stats"),
+    path("tasks/<slug:slug>/rounds/<int:number>/contexts/", tasks_api.RoundContextUpload.as_view(),
+         name="round-contexts-upload"),
     path("tasks/<slug:slug>/contexts/", tasks_api.ContextList.as_view(), name="context-list"),
     path("tasks/<slug:slug>/contexts/next/", annotation_api.NextContext.as_view(), name="context-next"),
     path("tasks/<slug:slug>/sessions/", annotation_api.SessionCreate.as_view(), name="session-create"),

@@ -3,14 +3,25 @@
 from django.db import IntegrityError, transaction
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import generics, mixins, permissions, viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, mixins, permissions, status, viewsets
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.errors import Conflict
+from core.parsers import BoundedMultiPartParser
+from core.schema import FileErrorSerializer
 
+from . import uploads
 from .models import Context, Round, Task
 from .roles import IsResearcherOrReadOnly
-from .serializers import ContextSerializer, TaskSerializer, TaskUpdateSerializer
+from .serializers import (
+    ContextSerializer,
+    ContextUploadResultSerializer,
+    ContextUploadSerializer,
+    TaskSerializer,
+    TaskUpdateSerializer,
+)
 
 
 class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -60,3 +71,44 @@ class ContextList(generics.ListAPIView):
     def get_queryset(self):
         task = visible_task(self.request, self.kwargs["slug"])
         return Context.objects.filter(task=task, is_active=True).select_related("task", "round").order_by("pk")
+
+
+@extend_schema(tags=["contexts"])
+class RoundContextUpload(APIView):
+    """Add a file of contexts to a round: the task's researchers, for a draft or open
+    round (round 0 and closed rounds are 409).
+
+    Every row is checked against the task's config; one bad row and nothing is added,
+    and the 400 lists each problem with the line its row starts on. Rows whose
+    `external_id` the task has already are skipped, so uploading a file twice adds
+    nothing twice. A file over the byte or row bounds is 413.
+    """
+
+    permission_classes = [permissions.IsAuthenticated]
+    parser_classes = [BoundedMultiPartParser]
+    error_statuses = (409,)
+
+    @property
+    def max_upload_bytes(self) -> int:  # read by BoundedMultiPartParser
+        return uploads.max_request_bytes()
+
+    @extend_schema(
+        request={"multipart/form-data": ContextUploadSerializer},
+        responses={
+            201: ContextUploadResultSerializer,
+            400: OpenApiResponse(FileErrorSerializer, description=(
+                "Bad input, nothing added: `errors` lists the file's problems by line, or names a bad "
+                "field (`file`, `format`).")),
+        },
+    )
+    def post(self, request, slug, number):
+        task = visible_task(request, slug)
+        rnd = get_object_or_404(Round, task=task, number=number)
+        uploads.check_upload_allowed(task, rnd, request.user)  # 403 and 409 before the body is read
+        payload = ContextUploadSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        upload = payload.validated_data["file"]
+        report = uploads.upload_contexts(
+            task, rnd, uploads.read_upload(upload), file_format=payload.validated_data.get("format") or None,
+            filename=upload.name or "", user=request.user)
+        return Response(ContextUploadResultSerializer(report).data, status=status.HTTP_201_CREATED)

@@ -1,11 +1,13 @@
-"""Context pools per round: files of contexts uploaded through the service."""
+"""Context pools per round: files of contexts uploaded through the service and the API."""
 
 import json
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import IntegrityError, connection, transaction
 
 from core.errors import Conflict, Forbidden, InvalidInput, TooLarge
-from tasks.models import Context, Round
+from tasks.models import Context, Round, Task
 from tasks.uploads import (
     MAX_LISTED_ERRORS,
     RowError,
@@ -289,3 +291,142 @@ def test_a_draft_round_takes_contexts(nli, researcher):
     draft = Round.objects.create(task=nli, number=2)
     assert upload(nli, draft, jsonl({"premise": "P."}), researcher, filename="a.jsonl").created == 1
     assert len(round_contexts(draft)) == 1
+
+
+# --- the API ------------------------------------------------------------------------
+
+URL = "/api/tasks/{slug}/rounds/{number}/contexts/"
+
+
+def post_file(client, data, *, name="pool.jsonl", slug="nli", number=1, **fields):
+    body = {"file": SimpleUploadedFile(name, data), **fields}
+    return client.post(URL.format(slug=slug, number=number), body, format="multipart")
+
+
+def test_api_upload_jsonl_and_csv(nli, round1, researcher, client_for):
+    client = client_for(researcher)
+    response = post_file(client, jsonl({"premise": "P1.", "external_id": "a"}, {"fields": {"premise": "P2."}}))
+    assert response.status_code == 201, response.content
+    assert response.json() == {"created": 2, "skipped": 0}
+    response = post_file(client, b"external_id,premise\na,P1.\nb,\"P3\nover lines\"\n", name="pool.csv")
+    assert response.status_code == 201, response.content
+    assert response.json() == {"created": 1, "skipped": 1}
+    response = post_file(client, b"premise\nP4.\n", name="no-extension", format="csv")
+    assert response.status_code == 201 and response.json() == {"created": 1, "skipped": 0}
+    assert len(round_contexts(round1)) == 4
+
+
+def test_api_bad_rows_are_400_by_line(nli, round1, researcher, client_for):
+    data = b'premise,tag\n"two\nlines",ok\n,empty\n' + f'{SCRIPT},x\n'.encode() + b"a,b,c\n"
+    response = post_file(client_for(researcher), data, name="pool.csv")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid" and "nothing was added" in body["detail"]
+    assert body["errors"] == [
+        {"line": 4, "message": "premise: Must not be empty."},
+        {"line": 6, "message": "The row has 3 cells; the header has 2."},
+    ]
+    assert not round_contexts(round1)
+
+
+def test_api_field_errors(nli, round1, researcher, client_for):
+    client = client_for(researcher)
+    response = client.post(URL.format(slug="nli", number=1), {"format": "csv"}, format="multipart")
+    assert response.status_code == 400 and "file" in response.json()["errors"]
+    response = post_file(client, jsonl({"premise": "P."}), format="xml")
+    assert response.status_code == 400 and "format" in response.json()["errors"]
+    response = post_file(client, jsonl({"premise": "P."}), name="pool.txt")
+    assert response.status_code == 400 and "format" in response.json()["errors"]
+    response = post_file(client, b"", name="pool.csv")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"file": ["The file holds no contexts."]}
+    response = client.post(URL.format(slug="nli", number=1), {"file": "x"}, format="json")
+    assert response.status_code == 415
+    assert not round_contexts(round1)
+
+
+def test_api_who_may_upload(demo_tasks, nli, round1, researcher, other_researcher, annotator, anonymous,
+                            client_for, mturk_worker, token_client):
+    data = jsonl({"premise": "P."})
+    assert post_file(anonymous, data).status_code == 401
+    assert post_file(client_for(annotator), data).status_code == 403
+    assert post_file(client_for(other_researcher), data).status_code == 403  # a public task: visible, not theirs
+    assert post_file(token_client(mturk_worker, nli), data).status_code == 403  # a session token: annotation only
+    Task.objects.filter(pk=nli.pk).update(is_hidden=True)
+    assert post_file(client_for(other_researcher), data).status_code == 404  # a hidden task is not there for them
+    assert post_file(client_for(annotator), data).status_code == 404
+    assert not round_contexts(round1)
+    assert post_file(client_for(researcher), data).status_code == 201
+
+
+def test_api_unknown_task_or_round_is_404(nli, researcher, client_for):
+    client = client_for(researcher)
+    assert post_file(client, jsonl({"premise": "P."}), slug="no-such-task").status_code == 404
+    assert post_file(client, jsonl({"premise": "P."}), number=7).status_code == 404
+    assert not Context.objects.filter(round__isnull=False).exists()
+
+
+def test_api_closed_round_is_409(nli, round1, researcher, client_for):
+    Round.objects.filter(pk=round1.pk).update(status=Round.Status.CLOSED)
+    response = post_file(client_for(researcher), jsonl({"premise": "P."}))
+    assert response.status_code == 409 and "closed" in response.json()["detail"]
+    assert not round_contexts(round1)
+
+
+def create_round_zero(task) -> Round:
+    """Round 0 (static data). Until the schema allows it (``round_number_positive``),
+    SQLite is told to skip its check constraints for the insert; elsewhere the test skips."""
+    try:
+        with transaction.atomic():
+            return Round.objects.create(task=task, number=0)
+    except IntegrityError:
+        if connection.vendor != "sqlite":
+            pytest.skip("this schema has no round 0 yet (round_number_positive); the service test covers it")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA ignore_check_constraints = ON")
+    try:
+        return Round.objects.create(task=task, number=0)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA ignore_check_constraints = OFF")
+
+
+def test_api_round_zero_is_409(nli, researcher, client_for):
+    create_round_zero(nli)
+    response = post_file(client_for(researcher), jsonl({"premise": "P."}), number=0)
+    assert response.status_code == 409 and "round 0" in response.json()["detail"]
+    assert not Context.objects.filter(round__number=0).exists()
+
+
+def test_api_too_large_is_413(nli, round1, researcher, client_for, settings):
+    client = client_for(researcher)
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 1000
+    response = post_file(client, jsonl(*[{"premise": f"Premise number {i}."} for i in range(100)]))
+    assert response.status_code == 413 and response.json()["code"] == "too_large"
+    # A body past the file's bound and the framing's room is refused before it is read.
+    response = post_file(client, b"premise\n" + b"x" * 100_000)
+    assert response.status_code == 413 and "request body" in response.json()["detail"]
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 10_000
+    settings.CONTEXT_UPLOAD_MAX_ROWS = 5
+    response = post_file(client, b"premise\n" + b"P.\n" * 6, name="pool.csv")
+    assert response.status_code == 413 and "more than 5 rows" in response.json()["detail"]
+    assert not round_contexts(round1)
+
+
+def test_api_stores_markup_as_text(nli, round1, researcher, client_for):
+    client = client_for(researcher)
+    assert post_file(client, jsonl({"premise": SCRIPT, "external_id": "x1"})).status_code == 201
+    contexts = client.get("/api/tasks/nli/contexts/?page_size=100").json()["results"]
+    assert [c["fields"]["premise"] for c in contexts if c["external_id"] == "x1"] == [SCRIPT]
+
+
+def test_the_schema_documents_the_upload(client):
+    schema = client.get("/api/schema/?format=json").json()
+    operation = schema["paths"]["/api/tasks/{slug}/rounds/{number}/contexts/"]["post"]
+    assert set(operation["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429"}
+    request = operation["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
+    file_field = schema["components"]["schemas"][request]["properties"]["file"]
+    assert (file_field["type"], file_field["format"]) == ("string", "binary")
+    error = operation["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    shapes = schema["components"]["schemas"][error]["properties"]["errors"]["oneOf"]
+    assert {shape["type"] for shape in shapes} == {"object", "array"}
