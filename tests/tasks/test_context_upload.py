@@ -1,10 +1,11 @@
-"""Context pools per round: files of contexts uploaded through the service and the API."""
+"""Context pools per round: files of contexts uploaded through the service, the API and the admin."""
 
 import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, connection, transaction
+from django.urls import reverse
 
 from core.errors import Conflict, Forbidden, InvalidInput, TooLarge
 from tasks.models import Context, Round, Task
@@ -430,3 +431,100 @@ def test_the_schema_documents_the_upload(client):
     error = operation["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     shapes = schema["components"]["schemas"][error]["properties"]["errors"]["oneOf"]
     assert {shape["type"] for shape in shapes} == {"object", "array"}
+
+
+# --- the admin ----------------------------------------------------------------------
+
+
+def upload_url(rnd):
+    return reverse("admin:tasks_round_upload_contexts", args=[rnd.pk])
+
+
+def admin_post(client, rnd, data, name="pool.jsonl", file_format=""):
+    return client.post(upload_url(rnd), {"file": SimpleUploadedFile(name, data), "format": file_format})
+
+
+def test_the_round_page_links_to_the_upload(nli, round1, client, researcher):
+    assert not researcher.is_superuser and researcher.is_staff
+    client.force_login(researcher)
+    page = client.get(reverse("admin:tasks_round_change", args=[round1.pk]))
+    assert page.status_code == 200
+    assert f'href="{upload_url(round1)}"' in page.content.decode()
+    form = client.get(upload_url(round1))
+    assert form.status_code == 200
+    content = form.content.decode()
+    assert 'enctype="multipart/form-data"' in content and "<code>premise</code>" in content
+
+
+def test_admin_upload_adds_the_contexts(nli, round1, client, researcher):
+    client.force_login(researcher)
+    upload(nli, round1, jsonl({"premise": "Old.", "external_id": "old"}), researcher, filename="a.jsonl")
+    response = admin_post(client, round1, b"external_id,premise\nold,Old.\nnew,\"New,\nmulti-line.\"\n", "a.csv")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:tasks_round_change", args=[round1.pk])
+    page = client.get(response["Location"])
+    assert "Added 1 context to nli round 1 (1 already present)" in page.content.decode()
+    assert Context.objects.get(external_id="new").fields == {"premise": "New,\nmulti-line."}
+    response = admin_post(client, round1, jsonl({"premise": "P."}), "pool.data", file_format="jsonl")
+    assert response.status_code == 302
+    assert len(round_contexts(round1)) == 3
+
+
+def test_admin_lists_bad_rows_by_line_escaped_and_writes_nothing(nli, round1, client, researcher):
+    client.force_login(researcher)
+    data = jsonl({"premise": "Fine."}, {"premise": ""}, {"premise": "x", SCRIPT: "y"}, {"premise": "ok", "tag": 5})
+    response = admin_post(client, round1, data)
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "The file has 3 problems, on 3 lines; nothing was added." in content
+    assert "Line 2: premise: Must not be empty." in content
+    assert "Line 3: Expected the fields" in content and "&lt;script&gt;alert(1)&lt;/script&gt;" in content
+    assert SCRIPT not in content
+    assert "Line 4: tag: Must be text, not a number." in content
+    assert not round_contexts(round1)
+
+
+def test_admin_refusals_are_shown_on_the_form(nli, round1, client, researcher, settings):
+    client.force_login(researcher)
+    response = admin_post(client, round1, jsonl({"premise": "P."}), "pool.txt")
+    assert response.status_code == 200 and "Cannot tell the format of" in response.content.decode()
+    response = admin_post(client, round1, b"", "pool.csv")
+    assert "The file holds no contexts." in response.content.decode()
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 10
+    response = admin_post(client, round1, jsonl({"premise": "P."}))
+    assert "the limit is 10 bytes" in response.content.decode()
+    settings.CONTEXT_UPLOAD_MAX_BYTES = 10_000
+    Round.objects.filter(pk=round1.pk).update(status=Round.Status.CLOSED)
+    response = admin_post(client, round1, jsonl({"premise": "P."}))
+    assert response.status_code == 200 and "is closed" in response.content.decode()
+    assert not round_contexts(round1)
+
+
+def test_admin_upload_is_for_the_tasks_researchers_only(nli, round1, client, other_researcher, annotator):
+    client.force_login(other_researcher)
+    assert client.get(upload_url(round1)).status_code == 404
+    assert admin_post(client, round1, jsonl({"premise": "P."})).status_code == 404
+    client.force_login(annotator)  # not staff: the admin sends them to its sign-in page
+    response = admin_post(client, round1, jsonl({"premise": "P."}))
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    client.logout()
+    assert client.get(upload_url(round1)).status_code == 302
+    assert not round_contexts(round1)
+
+
+def test_uploaded_markup_is_escaped_on_admin_pages(nli, round1, client, researcher):
+    upload(nli, round1, jsonl({"premise": SCRIPT, "external_id": "x"}), researcher, filename="a.jsonl")
+    client.force_login(researcher)
+    context = Context.objects.get(external_id="x")
+    for url in (reverse("admin:tasks_context_changelist") + "?q=alert",
+                reverse("admin:tasks_context_change", args=[context.pk])):
+        content = client.get(url).content.decode()
+        assert "&lt;script&gt;alert(1)" in content and SCRIPT not in content
+
+
+def test_admin_refuses_round_zero(nli, client, researcher):
+    static = create_round_zero(nli)
+    client.force_login(researcher)
+    response = admin_post(client, static, jsonl({"premise": "P."}))
+    assert response.status_code == 200 and "round 0 holds the task&#x27;s static data" in response.content.decode()
+    assert not Context.objects.filter(round=static).exists()
