@@ -7,8 +7,10 @@ Every error answers with one body, documented in the schema as ``Error``::
      "errors": {"inputs.hypothesis": ["Must not be empty."]}}
 
 ``errors`` (field -> messages, dotted paths into the request) is there for 400s
-only. ``exception_handler`` is the one place where domain errors
-(``core.errors``), Django's, DRF's and the job queue's become statuses:
+only. For the rows of an uploaded file it is a list instead, one entry per
+problem: ``[{"line": 3, "message": "premise: Must not be empty."}]``.
+``exception_handler`` is the one place where domain errors (``core.errors``),
+Django's, DRF's and the job queue's become statuses:
 
 =====  =====================================================================
 400    bad input (``InvalidInput``, DRF validation, unreadable JSON)
@@ -17,7 +19,8 @@ only. ``exception_handler`` is the one place where domain errors
 404    no such thing, or not visible to the caller (``NotFound``)
 409    clashes with the current state (``Conflict``): a closed round, a decided example,
        a taken slug, an ``Idempotency-Key`` used for another request
-413    request body over ``API_MAX_BODY_BYTES``
+413    request body over ``API_MAX_BODY_BYTES`` (or a view's ``max_upload_bytes``), an upload
+       over its bounds (``TooLarge``)
 415    a body in a media type the endpoint does not read
 429    throttled, or too many failed sign-ins (``Retry-After`` says when to retry)
 503    model, worker, broker or database unavailable (``Unavailable``), with ``Retry-After``
@@ -40,7 +43,7 @@ from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import errors
-from .exceptions import ConflictError, PayloadTooLarge, ServiceUnavailable
+from .exceptions import ConflictError, InvalidLines, PayloadTooLarge, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,11 @@ log = logging.getLogger(__name__)
 def as_api_exception(exc: BaseException) -> BaseException:
     """The DRF exception for ``exc`` (domain, Django or infrastructure errors); others as they are."""
     if isinstance(exc, errors.InvalidInput):
+        if exc.by_line:
+            return InvalidLines(exc.message, exc.errors)
         return exceptions.ValidationError(exc.errors)
+    if isinstance(exc, errors.TooLarge):
+        return PayloadTooLarge(exc.message)
     if isinstance(exc, errors.NotFound):
         return exceptions.NotFound(exc.message)
     if isinstance(exc, errors.Forbidden):
@@ -98,6 +105,8 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
 
 def error_body(exc: exceptions.APIException) -> dict:
     codes = exc.get_codes()
+    if isinstance(exc, InvalidLines):
+        return {"detail": exc.message, "code": "invalid", "errors": exc.lines}
     if isinstance(exc, exceptions.ValidationError):
         fields = flatten_errors(exc.detail)
         detail = " ".join(

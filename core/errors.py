@@ -1,7 +1,7 @@
 """Domain errors: what a service says went wrong, in words, without HTTP.
 
 Services raise these; ``core.api.exception_handler`` is the one place that turns
-them into HTTP statuses (400, 403, 404, 409, 503), and the pages show their
+them into HTTP statuses (400, 403, 404, 409, 413, 503), and the pages show their
 messages. A service never raises a DRF or Django HTTP exception itself.
 """
 
@@ -19,19 +19,32 @@ class DomainError(Exception):
 
 
 class InvalidInput(DomainError):
-    """Bad input: ``errors`` maps each offending field (dotted path) to its messages."""
+    """Bad input. ``errors`` maps each offending field (dotted path) to its messages;
+    for the rows of an uploaded file it is instead a list of ``{"line", "message"}``
+    (``line`` 1-based), one per problem, and ``message`` sums them up."""
 
     code = "invalid"
 
-    def __init__(self, errors: dict[str, list[str] | str], message: str = "Invalid input."):
+    def __init__(self, errors: dict[str, list[str] | str] | list[dict], message: str = "Invalid input."):
         super().__init__(message)
-        self.errors = {field: [m] if isinstance(m, str) else list(m) for field, m in errors.items()}
+        self.errors: dict[str, list[str]] | list[dict]
+        if isinstance(errors, dict):
+            self.errors = {field: [m] if isinstance(m, str) else list(m) for field, m in errors.items()}
+        else:
+            self.errors = [{"line": int(e["line"]), "message": str(e["message"])} for e in errors]
 
     @classmethod
     def field(cls, name: str, message: str) -> InvalidInput:
         return cls({name: [message]})
 
+    @property
+    def by_line(self) -> bool:
+        """Whether ``errors`` lists problems by line of a file rather than by field."""
+        return isinstance(self.errors, list)
+
     def __str__(self) -> str:
+        if isinstance(self.errors, list):
+            return "; ".join([self.message, *(f"line {e['line']}: {e['message']}" for e in self.errors)])
         return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in self.errors.items())
 
 
@@ -43,6 +56,12 @@ class Forbidden(DomainError):
     """The caller is known but may not do this."""
 
     code = "forbidden"
+
+
+class TooLarge(DomainError):
+    """The input is over a configured bound (an uploaded file's bytes or rows)."""
+
+    code = "too_large"
 
 
 class Conflict(DomainError):

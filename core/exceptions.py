@@ -1,4 +1,4 @@
-"""HTTP exceptions DRF does not have (409, 413, 503 with Retry-After).
+"""HTTP exceptions DRF does not have (409, 413, 503 with Retry-After, 400 by line).
 
 Kept apart from ``core.api`` so the parser module can use them: DRF reads its
 parser classes while ``rest_framework.views`` is still loading.
@@ -29,3 +29,12 @@ class ServiceUnavailable(exceptions.APIException):
     def __init__(self, detail=None, retry_after: int = RETRY_AFTER_SECONDS):
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class InvalidLines(exceptions.ValidationError):
+    """400 for the rows of an uploaded file: ``lines`` is a list of ``{"line", "message"}``."""
+
+    def __init__(self, message: str, lines: list[dict]):
+        super().__init__(message)
+        self.message = message
+        self.lines = lines

@@ -1,11 +1,12 @@
-"""The API's JSON parser, with limits on size, nesting and character encodings."""
+"""The API's parsers: JSON with limits on size, nesting and character encodings;
+multipart (file uploads) with a limit on size."""
 
 import codecs
 import json
 
 from django.conf import settings
 from rest_framework import exceptions
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 
 from .exceptions import PayloadTooLarge
 
@@ -82,6 +83,23 @@ class BoundedJSONParser(JSONParser):
             return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
             raise exceptions.ParseError(f"JSON parse error: {exc}") from None
+
+
+class BoundedMultiPartParser(MultiPartParser):
+    """multipart/form-data, for the endpoints that take a file. A body declared over
+    the view's ``max_upload_bytes`` (``API_MAX_BODY_BYTES`` if it names none) gets 413
+    before any of it is read; the service then bounds the file itself. Without a
+    Content-Length a WSGI server hands the view an empty body."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        parser_context = parser_context or {}
+        view = parser_context.get("view")
+        limit = getattr(view, "max_upload_bytes", None) or settings.API_MAX_BODY_BYTES
+        request = parser_context.get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and str(declared).isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
+        return super().parse(stream, media_type, parser_context)
 
 
 def _reject_constant(name: str):

@@ -2,6 +2,7 @@
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 
@@ -11,6 +12,36 @@ class ErrorSerializer(serializers.Serializer):
     errors = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()), required=False,
         help_text="400 only: messages by field (dotted paths into the request body).")
+
+
+LINE_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["line", "message"],
+    "properties": {
+        "line": {"type": "integer", "minimum": 1, "description": "The line of the file the row starts on (1-based)."},
+        "message": {"type": "string", "description": "What is wrong with the row."},
+    },
+}
+
+
+@extend_schema_field({"oneOf": [
+    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+     "description": "Messages by field of the request (`file`, `format`)."},
+    {"type": "array", "items": LINE_ERROR_SCHEMA,
+     "description": "The file's problems, one entry each, with the line each row starts on."},
+]})
+class FieldOrLineErrorsField(serializers.JSONField):
+    pass
+
+
+class FileErrorSerializer(ErrorSerializer):
+    """The error body of an endpoint that reads a file: ``errors`` is either the usual
+    messages by field, or the file's problems by line."""
+
+    errors = FieldOrLineErrorsField(
+        required=False,
+        help_text="400 only: messages by field, or for problems inside the file a list of "
+                  "`{line, message}` (at most 100; `detail` gives the count).")
 
 
 ERROR_DESCRIPTIONS = {
@@ -33,8 +64,9 @@ class AutoSchema(SpectacularAutoSchema):
     and throttles apply, on every endpoint); 404 where the path names a resource
     or the list is paginated; 400, 413 and 415 where a body is read. A view adds its
     own (409, 503) with ``extend_schema(responses=...)`` or by number in
-    ``error_statuses``. All share the ``Error`` body; 429 and 503 carry
-    ``Retry-After``. The session-token scheme is listed only where a session token
+    ``error_statuses``. All share the ``Error`` body, unless the view documents its
+    own body for a status (``FileError`` for 400s about a file's lines); 429 and 503
+    carry ``Retry-After``. The session-token scheme is listed only where a session token
     is accepted (views with a ``token_scope``).
     """
 
@@ -56,7 +88,7 @@ class AutoSchema(SpectacularAutoSchema):
             responses.setdefault(str(code), {"description": ERROR_DESCRIPTIONS[code]})
         for code, response in responses.items():
             if code.isdigit() and int(code) >= 400:
-                response["content"] = {"application/json": {"schema": error_schema}}
+                response.setdefault("content", {"application/json": {"schema": error_schema}})
                 if int(code) in (429, 503):
                     response["headers"] = {"Retry-After": {
                         "schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}}

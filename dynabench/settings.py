@@ -336,6 +336,9 @@ DYNABENCH_DATA_DIR = env(
 )
 DYNABENCH_MODELS_DIR = Path(env("DYNABENCH_MODELS_DIR", default=str(VAR_DIR / "models")))
 DYNABENCH_BACKBONE = env("DYNABENCH_BACKBONE", default="all-MiniLM-L6-v2")
+# Bounds on a file of contexts uploaded to a round (admin and API; 413 above them).
+CONTEXT_UPLOAD_MAX_BYTES = env.int("CONTEXT_UPLOAD_MAX_BYTES", default=20 * 1024 * 1024)
+CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 
 # Amazon Mechanical Turk (credentials come from the standard AWS variables).
 MTURK_SANDBOX = env.bool("MTURK_SANDBOX", default=True)

@@ -35,6 +35,8 @@ api_patterns = [
     path("jobs/<int:pk>/", tasks_api.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", tasks_api.JobCancel.as_view(), name="job-cancel"),
     path("jobs/<int:pk>/rerun/", tasks_api.JobRerun.as_view(), name="job-rerun"),
+    path("tasks/<slug:slug>/rounds/<int:number>/contexts/", tasks_api.RoundContextUpload.as_view(),
+         name="round-contexts-upload"),
     path("tasks/<slug:slug>/contexts/", tasks_api.ContextList.as_view(), name="context-list"),
     path("tasks/<slug:slug>/contexts/next/", annotation_api.NextContext.as_view(), name="context-next"),
     path("tasks/<slug:slug>/sessions/", annotation_api.SessionCreate.as_view(), name="session-create"),

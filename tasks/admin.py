@@ -3,17 +3,25 @@
 The admin is no back door: a researcher who is not a superuser sees and edits
 only the rows of the tasks they own (``TaskScopedAdmin``), round status moves
 only through actions that call the services, and what the platform decided
-(counters, sha256, metrics) is read-only.
+(counters, sha256, metrics) is read-only. A round's page uploads a file of
+contexts to it ("Upload contexts", ``uploads.upload_contexts``).
 """
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
+from django.http import Http404
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
-from core.errors import DomainError
+from core.errors import DomainError, InvalidInput
 
-from . import jobs, services
+from . import jobs, services, uploads
 from .models import Context, Job, ModelVersion, Round, Task
 
 # The task filter lists only the tasks of the rows the researcher may see.
@@ -172,9 +180,19 @@ class RoundForm(forms.ModelForm):
         return cleaned
 
 
+class ContextUploadForm(forms.Form):
+    file = forms.FileField(
+        allow_empty_file=True,
+        help_text="UTF-8 JSON lines or CSV; every row is checked, and one bad row means nothing is added.")
+    format = forms.ChoiceField(
+        choices=[("", "Tell from the file name (.jsonl, .csv)"), ("jsonl", "JSON lines"), ("csv", "CSV")],
+        required=False)
+
+
 @admin.register(Round)
 class RoundAdmin(TaskScopedAdmin):
     form = RoundForm
+    change_form_template = "admin/tasks/round/change_form.html"
     list_display = ["__str__", "task", "number", "status", "ensemble_mode", "opened_at", "closed_at"]
     list_filter = ["status", TASK_FILTER]
     list_select_related = ["task"]
@@ -189,6 +207,57 @@ class RoundAdmin(TaskScopedAdmin):
             # An open or closed round keeps its target: a new target means a new round (promote).
             fields += ["target_models", "ensemble_mode"]
         return [*fields, "task", "number"] if obj is not None else fields
+
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_upload_contexts"
+        upload = path("<path:object_id>/upload-contexts/", self.admin_site.admin_view(self.upload_contexts_view),
+                      name=name)
+        return [upload, *super().get_urls()]
+
+    def upload_contexts_view(self, request, object_id):
+        """Upload a file of contexts to the round (``uploads.upload_contexts`` does the work)."""
+        rnd = self.get_object(request, unquote(object_id))  # None outside the researcher's tasks
+        if rnd is None:
+            raise Http404("No such round among your tasks.")
+        if not self.has_change_permission(request, rnd):
+            raise PermissionDenied
+        form = ContextUploadForm(request.POST or None, request.FILES or None)
+        refusal = None
+        if request.method == "POST" and form.is_valid():
+            upload = form.cleaned_data["file"]
+            try:
+                report = uploads.upload_contexts(
+                    rnd.task, rnd, uploads.read_upload(upload), file_format=form.cleaned_data["format"] or None,
+                    filename=upload.name or "", user=request.user)
+            except uploads.UploadRefused as exc:
+                refusal = exc
+            except InvalidInput as exc:  # a bad format or file as a whole (rows are the refusal above)
+                for field, problems in exc.errors.items():
+                    form.add_error(field if field in form.fields else None, problems)
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                noun = "context" if report.created == 1 else "contexts"
+                self.message_user(
+                    request, f"Added {report.created} {noun} to {rnd} ({report.skipped} already present).",
+                    messages.SUCCESS)
+                return redirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+                                        args=[rnd.pk]))
+        config = rnd.task.parsed_config
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Upload contexts to {rnd}",
+            "opts": self.opts,
+            "original": rnd,
+            "form": form,
+            "refusal": refusal,
+            "field_names": config.context_field_names,
+            "required_fields": [name for name in config.context_field_names if name in config.model_inputs],
+            "max_rows": settings.CONTEXT_UPLOAD_MAX_ROWS,
+            "max_bytes": settings.CONTEXT_UPLOAD_MAX_BYTES,
+            "has_view_permission": self.has_view_permission(request, rnd),
+        }
+        return TemplateResponse(request, "admin/tasks/round/upload_contexts.html", context)
 
 
 @admin.register(Context)

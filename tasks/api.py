@@ -3,17 +3,26 @@
 from django.db import IntegrityError, transaction
 from django.db.models import Prefetch, Q
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, mixins, permissions, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import Conflict, Forbidden, NotFound
+from core.parsers import BoundedMultiPartParser
+from core.schema import FileErrorSerializer
 
-from . import jobs
+from . import jobs, uploads
 from .models import Context, Job, Round, Task
 from .roles import IsResearcherOrReadOnly, is_researcher
-from .serializers import ContextSerializer, JobSerializer, TaskSerializer, TaskUpdateSerializer
+from .serializers import (
+    ContextSerializer,
+    ContextUploadResultSerializer,
+    ContextUploadSerializer,
+    JobSerializer,
+    TaskSerializer,
+    TaskUpdateSerializer,
+)
 
 
 class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -142,3 +151,44 @@ class JobRerun(APIView):
         new = jobs.rerun_job(job, request.user)
         new.refresh_from_db()
         return Response(JobSerializer(new, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+
+
+@extend_schema(tags=["contexts"])
+class RoundContextUpload(APIView):
+    """Add a file of contexts to a round: the task's researchers, for a draft or open
+    round (round 0 and closed rounds are 409).
+
+    Every row is checked against the task's config; one bad row and nothing is added,
+    and the 400 lists each problem with the line its row starts on. Rows whose
+    `external_id` the task has already are skipped, so uploading a file twice adds
+    nothing twice. A file over the byte or row bounds is 413.
+    """
+
+    permission_classes = [permissions.IsAuthenticated]
+    parser_classes = [BoundedMultiPartParser]
+    error_statuses = (409,)
+
+    @property
+    def max_upload_bytes(self) -> int:  # read by BoundedMultiPartParser
+        return uploads.max_request_bytes()
+
+    @extend_schema(
+        request={"multipart/form-data": ContextUploadSerializer},
+        responses={
+            201: ContextUploadResultSerializer,
+            400: OpenApiResponse(FileErrorSerializer, description=(
+                "Bad input, nothing added: `errors` lists the file's problems by line, or names a bad "
+                "field (`file`, `format`).")),
+        },
+    )
+    def post(self, request, slug, number):
+        task = visible_task(request, slug)
+        rnd = get_object_or_404(Round, task=task, number=number)
+        uploads.check_upload_allowed(task, rnd, request.user)  # 403 and 409 before the body is read
+        payload = ContextUploadSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        upload = payload.validated_data["file"]
+        report = uploads.upload_contexts(
+            task, rnd, uploads.read_upload(upload), file_format=payload.validated_data.get("format") or None,
+            filename=upload.name or "", user=request.user)
+        return Response(ContextUploadResultSerializer(report).data, status=status.HTTP_201_CREATED)

@@ -3,7 +3,7 @@ from rest_framework import serializers
 
 from core.fields import StrictModelSerializer
 
-from . import services
+from . import services, uploads
 from .config import validate_task_config
 from .models import Context, Job, Round, Task
 
@@ -83,3 +83,23 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_page(self, obj) -> str:
         return obj.get_absolute_url()
+
+
+class ContextUploadSerializer(serializers.Serializer):
+    """A file of contexts for a round (multipart/form-data)."""
+
+    file = serializers.FileField(
+        allow_empty_file=True, use_url=False,
+        help_text="UTF-8 JSON lines (one object per line: `{\"fields\": {...}, \"external_id\"?, \"tag\"?, "
+                  "\"metadata\"?}`, or flat with the task's context fields as keys) or CSV (a header row naming "
+                  "the context fields, optionally `external_id` and `tag`). At most CONTEXT_UPLOAD_MAX_BYTES "
+                  "(default 20 MiB) and CONTEXT_UPLOAD_MAX_ROWS rows (default 50,000).")
+    format = serializers.ChoiceField(
+        choices=uploads.FORMATS, required=False,
+        help_text="`jsonl` or `csv`; left out: told from the file name (.jsonl, .ndjson, .json, .csv).")
+
+
+class ContextUploadResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField(min_value=0, help_text="Contexts added to the round.")
+    skipped = serializers.IntegerField(
+        min_value=0, help_text="Rows whose external_id the task has already (nothing was changed for them).")

@@ -175,30 +175,64 @@ def close_round(rnd: Round) -> Round:
     return rnd
 
 
+CONTEXT_BATCH_SIZE = 500
+
+
 def add_contexts(task: Task, rows: Iterable[dict], *, round: Round | None = None) -> tuple[int, int]:
     """Add contexts ``{"external_id"?, "fields", "tag"?, "metadata"?}``.
 
-    Rows whose external id the task already has are skipped, so adding the
-    same file twice creates nothing twice. Returns (created, skipped).
+    Rows whose external id the task already has (or an earlier row had) are
+    skipped, so adding the same file twice creates nothing twice. The others are
+    checked (``Context.full_clean``: the task config's rules; a bad row raises
+    ``ValidationError``) and written in batches of ``CONTEXT_BATCH_SIZE``, a few
+    queries each; wrap the call in a transaction to write all or nothing.
+    Returns (created, skipped).
     """
     created = skipped = 0
-    for row in rows:
-        external_id = str(row.get("external_id", "") or "")
-        if external_id and Context.objects.filter(task=task, external_id=external_id).exists():
-            skipped += 1
-            continue
-        context = Context(
-            task=task, round=round, external_id=external_id, fields=row["fields"],
-            tag=row.get("tag", ""), metadata=row.get("metadata", {}),
-        )
-        context.full_clean(exclude=["round"])
+    seen: set[str] = set()
+    batch: list[dict] = []
+
+    def flush() -> None:
+        nonlocal created, skipped
+        ids = [row["external_id"] for row in batch if row["external_id"]]
+        existing = set(Context.objects.filter(task=task, external_id__in=ids).values_list("external_id", flat=True))
+        new = []
+        for row in batch:
+            if row["external_id"] in existing:
+                skipped += 1
+                continue
+            context = Context(task=task, round=round, **row)
+            # The task and round are rows already; the external id was checked above.
+            context.full_clean(exclude=["task", "round"], validate_constraints=False)
+            new.append(context)
+        batch.clear()
         try:
             with transaction.atomic():
-                context.save()
-        except IntegrityError:  # a concurrent import added it first
+                Context.objects.bulk_create(new)
+            created += len(new)
+        except IntegrityError:  # a concurrent import added some first: one at a time
+            for context in new:
+                try:
+                    with transaction.atomic():
+                        context.pk = None
+                        context.save(force_insert=True)
+                except IntegrityError:
+                    skipped += 1
+                else:
+                    created += 1
+
+    for row in rows:
+        external_id = str(row.get("external_id", "") or "")
+        if external_id and external_id in seen:
             skipped += 1
-        else:
-            created += 1
+            continue
+        seen.add(external_id)
+        batch.append({"external_id": external_id, "fields": row["fields"], "tag": row.get("tag", ""),
+                      "metadata": row.get("metadata", {})})
+        if len(batch) >= CONTEXT_BATCH_SIZE:
+            flush()
+    if batch:
+        flush()
     return created, skipped
 
 

@@ -11,8 +11,8 @@ A JSON schema cannot say which fields and labels a given task takes or which
 context and example ids exist: those are the task config's rules and the
 database's contents, checked at run time. So the published schema is refined for
 the fuzzing, never loosened: path parameters pinned to real ids (and to the
-sentiment task), the sentiment task's input field and labels written in, and task
-configs drawn from valid ones.
+sentiment task), the sentiment task's input field and labels written in, task
+configs drawn from valid ones, and an uploaded file of contexts that fits the task.
 Everything else comes from the published schema as it is.
 
 It runs schemathesis's own engine (the CLI: the examples, coverage and fuzzing
@@ -36,6 +36,7 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 SEED = 20261130
 SENTIMENT_LABELS = ["negative", "positive"]
 NON_BLANK_TEXT = {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": r"^[^\x00]*[^\s\x00][^\x00]*$"}
+SENTIMENT_CONTEXTS_CSV = "external_id,prompt\r\nfuzz-1,A film you saw lately\r\n"
 VALID_CONFIGS = [
     {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
      "labels": [{"name": "yes"}, {"name": "no"}]},
@@ -106,6 +107,11 @@ def refine(schema: dict, world: dict) -> dict:
     create["properties"]["context"] = {"type": "integer", "enum": world["context_ids"]}
     create["properties"]["inputs"] = {"type": "object", "required": ["statement"], "additionalProperties": False,
                                       "properties": {"statement": NON_BLANK_TEXT}}
+    # A file of contexts: its rows must fit the task's config (a CSV of sentiment prompts).
+    upload = components["ContextUploadRequest"]
+    upload["properties"]["file"] = {"type": "string", "format": "binary", "enum": [SENTIMENT_CONTEXTS_CSV]}
+    upload["properties"]["format"] = {"type": "string", "enum": ["csv"]}
+    upload["required"] = ["file", "format"]
     for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
         properties = components[name]["properties"]
         properties["config"] = {"enum": VALID_CONFIGS}

@@ -74,6 +74,21 @@ def test_context_external_ids_are_unique_per_task_and_adding_twice_is_harmless(d
     Context.objects.create(task=nli, fields={"premise": "two"})
 
 
+def test_add_contexts_in_batches_skips_what_the_task_or_the_rows_have(demo_tasks, monkeypatch):
+    from tasks import services
+
+    nli, round1 = demo_tasks["nli"], demo_tasks["nli"].open_round()
+    monkeypatch.setattr(services, "CONTEXT_BATCH_SIZE", 3)
+    Context.objects.create(task=nli, external_id="c4", fields={"premise": "Already here."})
+    rows = [{"external_id": f"c{i}", "fields": {"premise": f"P {i}."}} for i in range(8)]
+    rows += [{"external_id": "c1", "fields": {"premise": "Repeated."}}, {"fields": {"premise": "No id."}}]
+    assert services.add_contexts(nli, rows, round=round1) == (8, 2)
+    assert Context.objects.get(task=nli, external_id="c1").fields == {"premise": "P 1."}
+    assert Context.objects.get(task=nli, external_id="c4").round is None  # left as it was
+    assert Context.objects.filter(round=round1).count() == 8
+    assert services.add_contexts(nli, rows, round=round1) == (1, 9)  # only the row without an id is new
+
+
 def test_context_fields_must_match_the_task_config(demo_tasks):
     from django.core.exceptions import ValidationError
 
