@@ -446,15 +446,16 @@ def run_training_job(job_id: int) -> Job:
         def registered(model):
             result.update(model_version=model.pk, name=model.name, dev=model.metrics.get("dev_accuracy",
                                                                                        model.metrics.get("dev_f1")))
+            if params.get("evaluate"):
+                # In the same transaction: a registered model always has its evaluation job.
+                result["evaluation_job"] = start_evaluation(model, user=job.created_by).pk
             reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
 
-        model = train_and_register(
+        train_and_register(
             task, rows, name=params["name"], rounds=rounds, user=job.created_by, parent=parent,
             training_data=summary, progress=reporter.progress, on_registered=registered,
             freeze_encoder=params.get("mode") == "head", **params.get("options", {}),
         )
-        if params.get("evaluate"):
-            start_evaluation(model, user=job.created_by)
         return result
 
     return run_job(job_id, work)

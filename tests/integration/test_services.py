@@ -65,6 +65,7 @@ def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_t
     rnd = task.open_round()
     for i, (text, label) in enumerate([("Lovely!", "positive"), ("Awful.", "negative")] * 4):
         Example.objects.create(task=task, round=rnd, split="train", source="import", external_uid=f"t{i}",
+                               validation_status="verified",
                                inputs={"statement": text}, target={"label": label})
     job = start_training(task, name="through-the-worker", max_steps=2, epochs=1, batch_size=4)
     deadline = time.monotonic() + 180
