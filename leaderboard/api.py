@@ -26,7 +26,9 @@ TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
 
 def default_model_name(task: Task, selection: str) -> str:
     last = task.rounds.order_by("-number").values_list("number", flat=True).first() or 0
-    return f"r{last + 1}-{selection}-{timezone.now():%Y%m%d-%H%M%S}"
+    # Microseconds: two researchers pressing Train in the same second get two names
+    # (the second job is then refused as a second training job, not as a name clash).
+    return f"r{last + 1}-{selection}-{timezone.now():%Y%m%d-%H%M%S-%f}"
 
 
 @extend_schema(tags=["models"])

@@ -35,10 +35,11 @@ def current_targets(task: Task) -> list[ModelVersion]:
     return list(rnd.target_models.order_by("pk"))
 
 
-def candidates(task: Task) -> list[ModelVersion]:
+def candidates(task: Task, limit: int | None = None) -> list[ModelVersion]:
     """Ready models that were never a round's target, newest first."""
-    return list(ModelVersion.objects.filter(task=task, status=ModelVersion.Status.READY,
-                                            target_of_rounds=None).order_by("-created_at", "-pk"))
+    rows = ModelVersion.objects.filter(task=task, status=ModelVersion.Status.READY,
+                                       target_of_rounds=None).order_by("-created_at", "-pk")
+    return list(rows[:limit] if limit else rows)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from .api import default_model_name
 
 def research_context(task) -> dict:
     targets = cycle.current_targets(task)
-    candidates = cycle.candidates(task)[:5]
+    candidates = cycle.candidates(task, limit=5)
     comparison = cycle.compare(task, [*targets, *candidates])
     for model in comparison.models:
         model.evaluated = comparison.evaluated[model.pk]
