@@ -188,7 +188,7 @@ class Replay:
                 result = create_example(task, self.annotator, context_id=context.pk, inputs=record.inputs,
                                         target=record.target, metadata={"replay_uid": record.external_uid})
             except DomainError as exc:
-                refused.append(f"{record.external_uid}: {exc.message}")
+                refused.append(f"{record.external_uid}: {exc}")
                 continue
             created.append(result.example.pk)
             fooled += bool(result.example.fooled)
