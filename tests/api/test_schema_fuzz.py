@@ -85,7 +85,7 @@ def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_resear
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": model.pk, "rounds": None}, task=task,
                      user=researcher)
     return {"context_ids": context_ids, "example_ids": [e.pk for e in examples], "personas": personas,
-            "other_ids": [model.pk, job.pk]}
+            "other_ids": [model.pk, job.pk], "model_id": model.pk}
 
 
 def refine(schema: dict, world: dict) -> dict:
@@ -112,6 +112,12 @@ def refine(schema: dict, world: dict) -> dict:
     upload["properties"]["file"] = {"type": "string", "format": "binary", "enum": [SENTIMENT_CONTEXTS_CSV]}
     upload["properties"]["format"] = {"type": "string", "enum": ["csv"]}
     upload["required"] = ["file", "format"]
+    # Models and rounds named in a body are the database's contents too.
+    model_id = {"type": "integer", "enum": [world["model_id"]]}
+    components["PromoteRequest"]["properties"]["model"] = model_id
+    for name in ("RoundCreateRequest", "RoundTargetsRequest"):
+        components[name]["properties"]["target_models"]["items"] = model_id
+    components["TrainNextRequest"]["properties"]["rounds"]["items"] = {"type": "integer", "enum": [1]}
     for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
         properties = components[name]["properties"]
         properties["config"] = {"enum": VALID_CONFIGS}
