@@ -112,3 +112,16 @@ def test_database_url_selects_the_engine(tmp_path, url):
     values = json.loads(run_settings(tmp_path, DATABASE_URL=url, DEBUG="true").stdout)
     expected = "postgresql" if url.startswith("postgres") else "sqlite3"
     assert values["engine"].endswith(expected)
+
+
+def test_makemigrations_needs_no_secret_but_serving_does(tmp_path):
+    """`manage.py makemigrations --check` reads only the code: it runs with DEBUG off and
+    no SECRET_KEY (a throwaway key); every other command still refuses."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(DEBUG="false", DYNABENCH_VAR_DIR=str(tmp_path / "var"))
+    check = subprocess.run([sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode != 0 and "SECRET_KEY must be set when DEBUG is off" in refused.stderr
