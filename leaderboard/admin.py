@@ -37,35 +37,47 @@ class TrainNextForm(forms.Form):
             raise forms.ValidationError("Write round numbers separated by commas, e.g. 1, 2.") from None
 
 
+def start_job_with_form(modeladmin, request, queryset, *, form_class, start, template: str, title: str,
+                        done: str, **context):
+    """An admin action with an intermediate form: show the form; once it is applied and
+    valid, call ``start(task, values)`` (a service that queues a job) for each task and
+    report each job, or each refusal by name."""
+    applied = "apply" in request.POST
+    form = form_class(request.POST if applied else None)
+    if applied and form.is_valid():
+        for task in queryset:
+            try:
+                job = start(task, form.cleaned_data)
+            except DomainError as exc:
+                modeladmin.message_user(request, f"{task}: {exc}", messages.ERROR)
+            else:
+                modeladmin.message_user(request, format_html('{}: training job <a href="{}">#{}</a> {}', task,
+                                                             job.get_absolute_url(), job.pk, done), messages.SUCCESS)
+        return None
+    return TemplateResponse(request, template, {
+        **modeladmin.admin_site.each_context(request), "title": title, "form": form, "opts": modeladmin.model._meta,
+        "action": request.POST.get("action", ""), "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+        **context,
+    })
+
+
+def _start_next(request):
+    def start(task, values):
+        targets = cycle.current_targets(task) if values["from_parent"] else []
+        if values["from_parent"] and not targets:
+            raise DomainError(f"Task {task.slug} has no target model to start from.")
+        return services.start_training(
+            task, name=values["name"] or default_model_name(task, values["selection"]), rounds=values["rounds"],
+            selection=values["selection"], mode=values["mode"], parent=targets[0] if targets else None,
+            epochs=values["epochs"], user=request.user)
+    return start
+
+
 @admin.action(description="Train the next target model (a job on the training queue)")
 def train_next_model(modeladmin, request, queryset):
-    if "apply" in request.POST:
-        form = TrainNextForm(request.POST)
-        if form.is_valid():
-            values = form.cleaned_data
-            for task in queryset:
-                targets = cycle.current_targets(task) if values["from_parent"] else []
-                try:
-                    if values["from_parent"] and not targets:
-                        raise DomainError(f"Task {task.slug} has no target model to start from.")
-                    job = services.start_training(
-                        task, name=values["name"] or default_model_name(task, values["selection"]),
-                        rounds=values["rounds"], selection=values["selection"], mode=values["mode"],
-                        parent=targets[0] if targets else None, epochs=values["epochs"], user=request.user)
-                except DomainError as exc:
-                    modeladmin.message_user(request, f"{task}: {exc}", messages.ERROR)
-                else:
-                    modeladmin.message_user(request, format_html(
-                        '{}: training job <a href="{}">#{}</a> queued.', task, job.get_absolute_url(), job.pk),
-                        messages.SUCCESS)
-            return None
-    else:
-        form = TrainNextForm()
-    return TemplateResponse(request, "admin/leaderboard/train_next.html", {
-        **modeladmin.admin_site.each_context(request), "title": "Train the next target model", "form": form,
-        "tasks": queryset, "action": "train_next_model", "opts": modeladmin.model._meta,
-        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
-    })
+    return start_job_with_form(modeladmin, request, queryset, form_class=TrainNextForm, start=_start_next(request),
+                               template="admin/leaderboard/train_next.html", title="Train the next target model",
+                               done="queued.", tasks=queryset)
 
 
 class TrainStaticForm(forms.Form):
@@ -81,32 +93,17 @@ class TrainStaticForm(forms.Form):
 
 @admin.action(description="Train a round-0 model on the static data (a job on the training queue)")
 def train_static_model(modeladmin, request, queryset):
-    if "apply" in request.POST:
-        form = TrainStaticForm(request.POST)
-        if form.is_valid():
-            values = form.cleaned_data
-            for task in queryset:
-                try:
-                    job = services.start_static_training(
-                        task, name=values["name"] or services.default_static_model_name(), mode=values["mode"],
-                        static_limit=values["static_limit"], epochs=values["epochs"],
-                        batch_size=values["batch_size"], max_steps=values["max_steps"], user=request.user)
-                except DomainError as exc:
-                    modeladmin.message_user(request, f"{task}: {exc.message}", messages.ERROR)
-                else:
-                    modeladmin.message_user(request, format_html(
-                        '{}: training job <a href="{}">#{}</a> queued on round 0; its evaluation follows, then '
-                        "the model can be promoted from its page.", task, job.get_absolute_url(), job.pk),
-                        messages.SUCCESS)
-            return None
-    else:
-        form = TrainStaticForm()
-    return TemplateResponse(request, "admin/leaderboard/train_static.html", {
-        **modeladmin.admin_site.each_context(request), "title": "Train a round-0 model on the static data",
-        "form": form, "tasks": [(task, services.static_training_counts(task)) for task in queryset],
-        "action": "train_static_model", "opts": modeladmin.model._meta,
-        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
-    })
+    def start(task, values):
+        return services.start_static_training(
+            task, name=values["name"] or services.default_static_model_name(), mode=values["mode"],
+            static_limit=values["static_limit"], epochs=values["epochs"], batch_size=values["batch_size"],
+            max_steps=values["max_steps"], user=request.user)
+
+    return start_job_with_form(
+        modeladmin, request, queryset, form_class=TrainStaticForm, start=start,
+        template="admin/leaderboard/train_static.html", title="Train a round-0 model on the static data",
+        done="queued on round 0; its evaluation follows, then the model can be promoted from its page.",
+        tasks=[(task, services.static_training_counts(task)) for task in queryset])
 
 
 admin.site.unregister(Task)
