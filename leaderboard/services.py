@@ -23,7 +23,7 @@ from django.utils import timezone
 from annotation.models import Example
 from annotation.services.examples import signature_ok
 from core.errors import Conflict, InvalidInput
-from tasks.jobs import JobReporter, create_job, enqueue, run_job
+from tasks.jobs import JobReporter, cancel_job, create_job, enqueue, run_job, wait_for_job
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
 from tasks.registry import artifact_dir_for, ref_for, register_model
 from tasks.services import SEED_DIR
@@ -74,11 +74,15 @@ SELECTIONS = {"verified": "every verified example", "fooling": "verified example
 MODES = {"full": "full fine-tuning", "head": "head only (frozen encoder)"}
 
 
-def usable_examples(task: Task, *, split: str, rounds: Iterable[int] | None = None, fooling_only: bool = False):
+def usable_examples(task: Task, *, split: str | None, rounds: Iterable[int] | None = None,
+                    fooling_only: bool = False):
     """Examples fit to train or score on: VERIFIED (imports are verified when imported),
-    not flagged, not retracted. Pending, rejected and flagged ones never count."""
-    qs = Example.objects.filter(task=task, split=split, retracted=False, flagged=False,
+    not flagged, not retracted. Pending, rejected and flagged ones never count.
+    ``split=None``: every split."""
+    qs = Example.objects.filter(task=task, retracted=False, flagged=False,
                                 validation_status=Example.ValidationStatus.VERIFIED)
+    if split is not None:
+        qs = qs.filter(split=split)
     if rounds is not None:
         qs = qs.filter(round__number__in=list(rounds))
     if fooling_only:
@@ -401,8 +405,7 @@ def check_training_options(*, mode: str = "full", **options) -> dict:
 def static_training_counts(task: Task) -> dict[str, int]:
     """Round 0's usable examples per split (what a round-0 model learns from and is tested on)."""
     counts = dict.fromkeys(("train", "dev", "test"), 0)
-    rows = (Example.objects.filter(task=task, round__number=STATIC_ROUND, retracted=False, flagged=False,
-                                   validation_status=Example.ValidationStatus.VERIFIED)
+    rows = (usable_examples(task, split=None, rounds=[STATIC_ROUND])
             .order_by().values_list("split").annotate(n=Count("pk")))
     for split, n in rows:
         counts[split] = n
@@ -459,6 +462,40 @@ def run_training_job(job_id: int) -> Job:
         return result
 
     return run_job(job_id, work)
+
+
+class JobDidNotSucceed(Exception):
+    """A waited-for job failed, was cancelled, timed out or was interrupted."""
+
+
+def wait_for_success(job: Job, what: str, say: Callable[[str], None], timeout: float | None = None) -> Job:
+    """Wait for ``job``, echoing its log lines to ``say``; Ctrl-C cancels it."""
+    try:
+        job = wait_for_job(job, on_log=lambda line: say(f"  {what}: {line}"), timeout=timeout)
+    except KeyboardInterrupt:
+        job.refresh_from_db()
+        if job.status in Job.ACTIVE:
+            cancel_job(job)
+            raise JobDidNotSucceed(f"Interrupted: {what} job #{job.pk} cancelled.") from None
+        raise
+    except (TimeoutError, RuntimeError) as exc:
+        raise JobDidNotSucceed(f"{what} job #{job.pk}: {exc}") from None
+    if job.status != Job.Status.SUCCEEDED:
+        reason = job.error.strip().splitlines()[0] if job.error.strip() else job.status
+        raise JobDidNotSucceed(f"The {what} job #{job.pk} {job.status}: {reason}")
+    return job
+
+
+def wait_for_trained_model(job: Job, say: Callable[[str], None], timeout: float | None = None) -> ModelVersion:
+    """Wait for a training job, then for the evaluation it queued with the model."""
+    job = wait_for_success(job, "train", say, timeout)
+    model = ModelVersion.objects.get(pk=job.result["model_version"])
+    evaluation = Job.objects.filter(pk=job.result.get("evaluation_job")).first()
+    if evaluation is None:  # trained with evaluate=False
+        evaluation = start_evaluation(model, user=job.created_by)
+    say(f"evaluation job #{evaluation.pk}")
+    wait_for_success(evaluation, "evaluate", say, timeout)
+    return model
 
 
 def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None, split: str = "test",

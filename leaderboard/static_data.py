@@ -35,7 +35,6 @@ the same files again creates nothing twice (``import_records`` skips known
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,8 +42,7 @@ from pathlib import Path
 
 from annotation.datasets import import_records
 from annotation.importers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
-from tasks.jobs import cancel_job, wait_for_job
-from tasks.models import STATIC_ROUND, Job, ModelVersion, Task
+from tasks.models import STATIC_ROUND, ModelVersion, Task
 from tasks.services import ensure_static_round
 
 from . import services
@@ -53,7 +51,6 @@ from .replay.data import cap_records, group_keys, stable_hash
 
 SPLIT_SEED = 0
 SPLIT_PURPOSE = "static-split"
-EVALUATION_APPEARS_WITHIN = 60  # seconds between a training job's success and its evaluation job
 
 
 class StaticDataError(Exception):
@@ -246,41 +243,6 @@ def import_static_data(task: Task, data: StaticData) -> StaticImport:
 # --- training ----------------------------------------------------------------------
 
 
-def _wait(job: Job, what: str, say: Callable[[str], None], timeout: float | None) -> Job:
-    try:
-        job = wait_for_job(job, on_log=lambda line: say(f"  {what}: {line}"), timeout=timeout)
-    except KeyboardInterrupt:
-        job.refresh_from_db()
-        if job.status in Job.ACTIVE:
-            cancel_job(job)
-            raise StaticDataError(f"Interrupted: {what} job #{job.pk} cancelled.") from None
-        raise
-    except (TimeoutError, RuntimeError) as exc:
-        raise StaticDataError(f"{what} job #{job.pk}: {exc}") from None
-    if job.status != Job.Status.SUCCEEDED:
-        reason = job.error.strip().splitlines()[0] if job.error.strip() else job.status
-        raise StaticDataError(f"The {what} job #{job.pk} {job.status}: {reason}")
-    return job
-
-
-def evaluation_job_for(model: ModelVersion, *, appears_within: float = EVALUATION_APPEARS_WITHIN,
-                       user=None) -> Job:
-    """The evaluation job that the training job queued after registering ``model``.
-
-    The training job is marked succeeded in the registration's transaction and queues
-    the evaluation just after, so a worker may not have created it yet: wait a little,
-    then queue one (evaluating twice is harmless: one Evaluation row per round)."""
-    deadline = time.monotonic() + appears_within
-    while True:
-        job = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, params__model_version=model.pk)
-               .order_by("-pk").first())
-        if job is not None:
-            return job
-        if time.monotonic() > deadline:
-            return services.start_evaluation(model, user=user)
-        time.sleep(0.5)
-
-
 def train_static_model(task: Task, *, name: str, say: Callable[[str], None], mode: str = "full",
                        static_limit: int | None = None, user=None, job_timeout: float | None = None,
                        **options) -> ModelVersion:
@@ -291,12 +253,10 @@ def train_static_model(task: Task, *, name: str, say: Callable[[str], None], mod
     job.refresh_from_db()
     where = f"sent to a worker on queue {job.queue!r}" if job.celery_task_id else "run by this process"
     say(f"training job #{job.pk} ({where})")
-    job = _wait(job, "train", say, job_timeout)
-    model = ModelVersion.objects.get(pk=job.result["model_version"])
-    evaluation = evaluation_job_for(model, user=user)
-    say(f"evaluation job #{evaluation.pk}")
-    _wait(evaluation, "evaluate", say, job_timeout)
-    return model
+    try:
+        return services.wait_for_trained_model(job, say, job_timeout)
+    except services.JobDidNotSucceed as exc:
+        raise StaticDataError(str(exc)) from None
 
 
 _STEP_LINE = re.compile(r"epoch \d+/\d+ step (\d+)/(\d+) ")
@@ -349,6 +309,6 @@ def dev_score(model: ModelVersion) -> tuple[str, float | None]:
 
 __all__ = [
     "Source", "StaticData", "StaticDataError", "StaticImport", "balanced", "check_fractions", "dev_score",
-    "evaluation_job_for", "evaluation_table", "hash_splits", "import_static_data", "parse_source",
+    "evaluation_table", "hash_splits", "import_static_data", "parse_source",
     "read_static_data", "split_keys", "thinned", "train_static_model",
 ]

@@ -43,7 +43,7 @@ from annotation.services.examples import create_example
 from annotation.services.validation import validate_example
 from core.errors import DomainError
 from tasks import services as task_services
-from tasks.models import Context, Job, ModelVersion, Task
+from tasks.models import Context, ModelVersion, Task
 from tasks.registry import ref_for
 
 from .. import cycle, services
@@ -120,40 +120,19 @@ class Replay:
 
     # --- jobs -------------------------------------------------------------------
 
-    def wait(self, job: Job, what: str) -> Job:
-        """Wait for a job, echoing its log as it grows."""
-        started, shown = time.monotonic(), 0
-        while True:
-            job.refresh_from_db()
-            lines = job.log.splitlines()
-            for line in lines[shown:]:
-                self.say(f"    {what}: {line}")
-            shown = len(lines)
-            if job.status in Job.FINISHED:
-                break
-            if self.options.job_timeout and time.monotonic() - started > self.options.job_timeout:
-                raise ReplayError(f"{what} (job #{job.pk}) did not finish in {self.options.job_timeout:.0f} s.")
-            time.sleep(0.5)
-        if job.status != Job.Status.SUCCEEDED:
-            raise ReplayError(f"{what} (job #{job.pk}) {job.status}: {job.error or job.log[-500:]}")
-        return job
-
     def train_model(self, task: Task, name: str, *, rounds: list[int], parent: ModelVersion | None, epochs: int,
                     static_limit: int | None = None) -> tuple[ModelVersion, float]:
         job = services.start_training(
             task, name=name, rounds=rounds, selection="verified", mode="full", parent=parent,
             static_limit=static_limit, evaluate=True, user=self.researcher, epochs=epochs,
             batch_size=self.train["batch_size"], lr=self.train["lr"], seed=self.options.seed)
-        started = time.monotonic()
-        job = self.wait(job, f"train {name}")
-        seconds = time.monotonic() - started
-        model = ModelVersion.objects.get(pk=job.result["model_version"])
-        evaluation = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, params__model_version=model.pk)
-                      .order_by("-pk").first())
-        if evaluation is None:
-            raise ReplayError(f"{name}: no evaluation job was queued after training.")
-        self.wait(evaluation, f"evaluate {name}")
-        return model, seconds
+        try:
+            model = services.wait_for_trained_model(job, lambda line: self.say(f"  [{name}]{line}"),
+                                                    self.options.job_timeout)
+        except services.JobDidNotSucceed as exc:
+            raise ReplayError(f"{name}: {exc}") from None
+        job.refresh_from_db()  # succeeded: it has started and finished
+        return model, (job.finished_at - job.started_at).total_seconds()
 
     # --- data -------------------------------------------------------------------
 
