@@ -8,12 +8,12 @@ from __future__ import annotations
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, status
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api import _round_response, researched_task
 from annotation.serializers import RoundSerializer
 from core.errors import Forbidden, InvalidInput, NotFound
+from tasks.api import job_response
 from tasks.models import ModelVersion, Task
 from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
@@ -55,8 +55,7 @@ class TrainNext(APIView):
             rounds=values.get("rounds"), selection=values["selection"], mode=values["mode"], parent=parent,
             include_static=values["include_static"], evaluate=values["evaluate"], user=request.user,
             **{k: values[k] for k in TRAIN_OPTIONS if k in values})
-        job.refresh_from_db()
-        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+        return job_response(request, job)
 
 
 def model_for(request, pk: int) -> ModelVersion:
@@ -103,9 +102,7 @@ class ModelEvaluate(APIView):
         model = model_for(request, pk)
         if not is_researcher(request.user, model.task):
             raise Forbidden("Only the task's researchers evaluate its models.")
-        job = services.start_evaluation(model, user=request.user)
-        job.refresh_from_db()
-        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+        return job_response(request, services.start_evaluation(model, user=request.user))
 
 
 @extend_schema(tags=["models"])

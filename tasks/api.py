@@ -91,6 +91,12 @@ def job_for(request, pk: int) -> Job:
     return job
 
 
+def job_response(request, job: Job, status_code=status.HTTP_202_ACCEPTED) -> Response:
+    """A job as it stands now (a job run inline has already moved on since it was queued)."""
+    job.refresh_from_db()
+    return Response(JobSerializer(job, context={"request": request}).data, status=status_code)
+
+
 def _researcher_of_job(request, job: Job) -> None:
     if not (request.user.is_superuser or (job.task is not None and is_researcher(request.user, job.task))):
         raise Forbidden("Only the task's researchers can cancel or re-run its jobs.")
@@ -133,8 +139,7 @@ class JobCancel(APIView):
     def post(self, request, pk):
         job = job_for(request, pk)
         _researcher_of_job(request, job)
-        job = jobs.cancel_job(job, request.user)
-        return Response(JobSerializer(job, context={"request": request}).data)
+        return job_response(request, jobs.cancel_job(job, request.user), status.HTTP_200_OK)
 
 
 @extend_schema(tags=["jobs"])
@@ -148,9 +153,7 @@ class JobRerun(APIView):
     def post(self, request, pk):
         job = job_for(request, pk)
         _researcher_of_job(request, job)
-        new = jobs.rerun_job(job, request.user)
-        new.refresh_from_db()
-        return Response(JobSerializer(new, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+        return job_response(request, jobs.rerun_job(job, request.user))
 
 
 @extend_schema(tags=["contexts"])
