@@ -58,6 +58,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.csvrows import numbered_records
+
 SPLITS = ("train", "dev", "test")
 SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
                  "test": "test"}
@@ -207,18 +209,10 @@ def _csv(path, required: list[str], delimiter: str = ",") -> Iterator[tuple[int,
                 f"{path}: missing column(s) {', '.join(repr(c) for c in missing)} in the header "
                 f"(found: {', '.join(repr(c) for c in header)})"
             )
-        end = reader.line_num
-        while True:
-            start = end + 1
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                end = reader.line_num
-                yield RowError(start, f"unreadable CSV row: {exc}")
+        for start, values in numbered_records(reader):
+            if isinstance(values, csv.Error):
+                yield RowError(start, f"unreadable CSV row: {values}")
                 continue
-            end = reader.line_num
             if not values or not any(v.strip() for v in values):
                 continue
             if len(values) > len(header):

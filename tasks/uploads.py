@@ -33,6 +33,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.csvrows import numbered_records
 from core.errors import Conflict, Forbidden, InvalidInput, TooLarge
 from core.parsers import MAX_JSON_DEPTH, json_depth_exceeds
 
@@ -260,20 +261,12 @@ class _RowChecker:
     def read_csv(self, text: str) -> None:
         reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         header: list[str] | None = None
-        end = 0  # the last line read so far; a record starts on the next one
-        while True:
-            start = end + 1
-            try:
-                record = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                end = reader.line_num
-                self.errors.append(RowError(start, f"Not valid CSV: {exc}."))
+        for start, record in numbered_records(reader):
+            if isinstance(record, csv.Error):
+                self.errors.append(RowError(start, f"Not valid CSV: {record}."))
                 if header is None:
                     return
                 continue
-            end = reader.line_num
             if not any(cell.strip() for cell in record):
                 continue  # a blank line
             if header is None:
