@@ -181,45 +181,74 @@ def test_one_training_job_per_task_at_a_time(sentiment):
 # --- training, failure and rollback ------------------------------------------------------
 
 
-def test_a_failed_or_cancelled_training_leaves_the_round_and_target_untouched(sentiment, model_a, monkeypatch, jobs):
+def test_a_failed_training_leaves_the_round_and_target_untouched(sentiment, model_a, jobs):
     one = sentiment.open_round()
     one.target_models.add(model_a)
     for text, label in SENTENCES * 3:
         add(sentiment, one, text, label)
-
-    import tasks.registry
-
-    def broken_register(*args, **kwargs):
-        raise RuntimeError("disk full while registering")
-
-    monkeypatch.setattr("leaderboard.services.register_model", broken_register)
+    add(sentiment, one, "Meh.", "lukewarm")  # a label the task does not have: training fails
     with jobs():
         job = services.start_training(sentiment, name="doomed", dev_fraction=0, **TINY)
     job.refresh_from_db()
-    assert job.status == Job.Status.FAILED and "disk full" in job.error
-    monkeypatch.setattr("leaderboard.services.register_model", tasks.registry.register_model)
+    assert job.status == Job.Status.FAILED and "lukewarm" in job.error
 
-    # Cancelled while training: it stops at its next report and registers nothing.
-    import tasks.jobs
+    # A failure at registration (here: in the transaction that registers the model)
+    # leaves no model row and removes the artifact it had written.
+    rows, _ = services.select_training_rows(sentiment, dev_fraction=0)
+    rows["train"] = [r for r in rows["train"] if r["label"] != "lukewarm"]
 
-    original = tasks.jobs.JobReporter.progress
+    def refuse(model):
+        raise RuntimeError("the job was cancelled while registering")
 
-    def progress(self, percent, message=""):
-        if percent > 5 and Job.objects.get(pk=self.job_id).status == Job.Status.RUNNING:
-            tasks.jobs.cancel_job(Job.objects.get(pk=self.job_id))
-        return original(self, percent, message)
-
-    monkeypatch.setattr(tasks.jobs.JobReporter, "progress", progress)
-    with jobs():
-        cancelled = services.start_training(sentiment, name="cancelled", dev_fraction=0, **TINY)
-    cancelled.refresh_from_db()
-    assert cancelled.status == Job.Status.CANCELLED and cancelled.finished_at is not None
-    assert "cancelled" in cancelled.log
+    with pytest.raises(RuntimeError, match="cancelled while registering"):
+        services.train_and_register(sentiment, rows, name="half", training_data={}, on_registered=refuse, **TINY)
 
     one.refresh_from_db()
     assert one.status == Round.Status.OPEN and list(one.target_models.all()) == [model_a]
     assert sorted(ModelVersion.objects.filter(task=sentiment).values_list("name", flat=True)) == ["model-a"]
-    assert not [p for p in model_a.artifact_dir.parent.iterdir() if p.name.startswith(("doomed", "cancelled"))]
+    assert not [p for p in model_a.artifact_dir.parent.iterdir() if p.name.startswith(("doomed", "half"))]
+
+
+@pytest.mark.background_jobs
+@pytest.mark.django_db(transaction=True)
+def test_a_training_cancelled_while_it_runs_registers_nothing(demo_tasks, tiny_artifacts):
+    """The job runs on the embedded background thread; a researcher cancels it from
+    another thread while it trains."""
+    import time
+
+    from django.db import connection
+
+    from tasks.jobs import cancel_job
+
+    if connection.vendor != "postgresql":
+        pytest.skip("two threads writing at once are tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI); "
+                    "the in-memory SQLite test database locks whole tables")
+
+    sentiment = demo_tasks["sentiment"]
+    model_a = register_model(sentiment, tiny_artifacts["sentiment"], name="model-a")
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    for text, label in SENTENCES * 10:
+        add(sentiment, one, text, label)
+    job = services.start_training(sentiment, name="cancelled", dev_fraction=0, max_steps=400, batch_size=4,
+                                  epochs=50, evaluate=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status == Job.Status.RUNNING and job.progress >= 2:
+            break
+        time.sleep(0.05)
+    assert job.status == Job.Status.RUNNING, job.error or job.log
+    cancel_job(job)
+    while job.finished_at is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job.refresh_from_db()
+    assert job.status == Job.Status.CANCELLED and job.finished_at is not None and job.progress < 100
+    assert "stopped: cancelled" in job.log
+    one.refresh_from_db()
+    assert one.status == Round.Status.OPEN and list(one.target_models.all()) == [model_a]
+    assert list(ModelVersion.objects.filter(task=sentiment).values_list("name", flat=True)) == ["model-a"]
+    assert not [p for p in model_a.artifact_dir.parent.iterdir() if p.name.startswith("cancelled")]
 
 
 def test_train_next_from_the_parent_in_head_only_mode(sentiment, model_a, jobs):
