@@ -14,7 +14,6 @@ from tasks.admin import run_service_action
 from tasks.models import ModelVersion, Task
 
 from . import cycle, services
-from .api import default_model_name
 from .models import Evaluation
 
 
@@ -63,13 +62,9 @@ def start_job_with_form(modeladmin, request, queryset, *, form_class, start, tem
 
 def _start_next(request):
     def start(task, values):
-        targets = cycle.current_targets(task) if values["from_parent"] else []
-        if values["from_parent"] and not targets:
-            raise DomainError(f"Task {task.slug} has no target model to start from.")
-        return services.start_training(
-            task, name=values["name"] or default_model_name(task, values["selection"]), rounds=values["rounds"],
-            selection=values["selection"], mode=values["mode"], parent=targets[0] if targets else None,
-            epochs=values["epochs"], user=request.user)
+        return cycle.train_next(task, from_parent=values["from_parent"], name=values["name"] or None,
+                                rounds=values["rounds"], selection=values["selection"], mode=values["mode"],
+                                epochs=values["epochs"], user=request.user)
     return start
 
 

@@ -5,7 +5,6 @@ job per task, no promotion without a finished evaluation)."""
 
 from __future__ import annotations
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, status
 from rest_framework.views import APIView
@@ -24,13 +23,6 @@ from .serializers import ModelVersionSerializer, PromoteSerializer, TrainNextSer
 TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
 
 
-def default_model_name(task: Task, selection: str) -> str:
-    last = task.rounds.order_by("-number").values_list("number", flat=True).first() or 0
-    # Microseconds: two researchers pressing Train in the same second get two names
-    # (the second job is then refused as a second training job, not as a name clash).
-    return f"r{last + 1}-{selection}-{timezone.now():%Y%m%d-%H%M%S-%f}"
-
-
 @extend_schema(tags=["models"])
 class TrainNext(APIView):
     """Start the job that trains the next target model (202 with the job)."""
@@ -44,17 +36,10 @@ class TrainNext(APIView):
         data = TrainNextSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        parent = None
-        if values["from_parent"]:
-            targets = cycle.current_targets(task)
-            if not targets:
-                raise InvalidInput.field("from_parent", f"Task {slug} has no target model to start from.")
-            parent = targets[0]
-        job = services.start_training(
-            task, name=values.get("name") or default_model_name(task, values["selection"]),
-            rounds=values.get("rounds"), selection=values["selection"], mode=values["mode"], parent=parent,
-            include_static=values["include_static"], evaluate=values["evaluate"], user=request.user,
-            **{k: values[k] for k in TRAIN_OPTIONS if k in values})
+        job = cycle.train_next(
+            task, from_parent=values["from_parent"], name=values.get("name"), rounds=values.get("rounds"),
+            selection=values["selection"], mode=values["mode"], include_static=values["include_static"],
+            evaluate=values["evaluate"], user=request.user, **{k: values[k] for k in TRAIN_OPTIONS if k in values})
         return job_response(request, job)
 
 

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput
 from tasks import services as task_services
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
 
+from . import services
 from .models import Evaluation
 from .services import has_finished_evaluation, primary_metric
 
@@ -33,6 +35,29 @@ def current_targets(task: Task) -> list[ModelVersion]:
     if rnd is None:
         return []
     return list(rnd.target_models.order_by("pk"))
+
+
+def default_model_name(task: Task, selection: str) -> str:
+    last = task.rounds.order_by("-number").values_list("number", flat=True).first() or 0
+    # Microseconds: two researchers pressing Train in the same second get two names
+    # (the second job is then refused as a second training job, not as a name clash).
+    return f"r{last + 1}-{selection}-{timezone.now():%Y%m%d-%H%M%S-%f}"
+
+
+def train_next(task: Task, *, from_parent: bool = False, name: str | None = None, selection: str = "verified",
+               user=None, **options) -> Job:
+    """"Train the next model" as the admin, the task page and the API start it: a
+    default name, and ``from_parent`` = start from the current target's weights."""
+    if selection not in services.SELECTIONS:
+        raise InvalidInput.field("selection", f"Must be one of {sorted(services.SELECTIONS)}.")
+    parent = None
+    if from_parent:
+        targets = current_targets(task)
+        if not targets:
+            raise InvalidInput.field("from_parent", f"Task {task.slug} has no target model to start from.")
+        parent = targets[0]
+    return services.start_training(task, name=name or default_model_name(task, selection), selection=selection,
+                                   parent=parent, user=user, **options)
 
 
 def candidates(task: Task, limit: int | None = None) -> list[ModelVersion]:

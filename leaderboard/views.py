@@ -22,7 +22,6 @@ from tasks.models import Job, ModelVersion, Round
 from tasks.roles import is_researcher
 
 from . import cycle, services
-from .api import default_model_name
 
 
 def research_context(task) -> dict:
@@ -71,14 +70,9 @@ def task_action(request, slug):
     action = request.POST.get("action")
     try:
         if action == "train":
-            selection = request.POST.get("selection", "verified")
-            parent = None
-            if request.POST.get("from_parent") == "on":
-                targets = cycle.current_targets(task)
-                parent = targets[0] if targets else None
-            job = services.start_training(
-                task, name=default_model_name(task, selection if selection in services.SELECTIONS else "verified"),
-                selection=selection, mode=request.POST.get("mode", "full"), parent=parent, user=request.user)
+            job = cycle.train_next(task, from_parent=request.POST.get("from_parent") == "on",
+                                   selection=request.POST.get("selection", "verified"),
+                                   mode=request.POST.get("mode", "full"), user=request.user)
             messages.success(request, f"Training job #{job.pk} queued.")
             return redirect(job.get_absolute_url())
         model = ModelVersion.objects.filter(task=task, pk=_int(request.POST.get("model"))).first()

@@ -400,3 +400,13 @@ def test_train_evaluate_promote_api(sentiment, model_a, researcher, annotator, c
     listed_jobs = owner.get("/api/tasks/sentiment/jobs/").json()["results"]
     assert {j["kind"] for j in listed_jobs} == {"train_model", "evaluate_model"}
     assert client_for(annotator).get("/api/tasks/sentiment/jobs/").status_code == 403
+
+
+def test_train_next_from_a_parent_needs_a_target_everywhere(sentiment, researcher, client_for):
+    add(sentiment, sentiment.open_round(), "fine", "positive")
+    owner = client_for(researcher)
+    response = owner.post("/api/tasks/sentiment/train-next/", {"from_parent": True}, format="json")
+    assert response.status_code == 400 and "from_parent" in response.json()["errors"]
+    page = owner.post("/tasks/sentiment/loop/", {"action": "train", "from_parent": "on"}, follow=True)
+    assert b"no target model to start from" in page.content
+    assert not Job.objects.exists()
