@@ -141,7 +141,6 @@ class JobReporter:
         self.job_id = job_id
         self.attempt = attempt
         self._last_percent = -1
-        self.result: dict = {}
         self.completed = False
 
     def _mine(self):

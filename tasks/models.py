@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 from core.errors import InvalidInput
 
@@ -258,8 +259,6 @@ class Job(models.Model):
         """Time left, from the pace so far (None until it has made progress)."""
         if self.status != self.Status.RUNNING or not self.started_at or not 0 < self.progress < 100:
             return None
-        from django.utils import timezone
-
         elapsed = (timezone.now() - self.started_at).total_seconds()
         return max(0.0, elapsed * (100 - self.progress) / self.progress)
 
