@@ -94,7 +94,8 @@ def compare(task: Task, models: list[ModelVersion]) -> Comparison:
             "value": value, "num_examples": evaluation.num_examples,
             "model_error_rate": evaluation.model_error_rate}
         numbers.add(evaluation.round.number)
-    evaluated = {m.pk: has_finished_evaluation(m) for m in models}
+    done = services.evaluated_model_ids(ids)
+    evaluated = {m.pk: m.pk in done for m in models}
     return Comparison(metric, sorted(numbers), models, scores, evaluated)
 
 

@@ -316,10 +316,15 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
     return results
 
 
+def evaluated_model_ids(model_ids: Iterable[int]) -> set[int]:
+    """Of ``model_ids``, those for which an evaluation job over every round ran to the end."""
+    return set(Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED, params__rounds=None,
+                                  params__model_version__in=list(model_ids))
+               .values_list("params__model_version", flat=True))
+
+
 def has_finished_evaluation(model: ModelVersion) -> bool:
-    """An evaluation job over every round ran to the end for this model."""
-    return Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED,
-                              params__model_version=model.pk, params__rounds=None).exists()
+    return model.pk in evaluated_model_ids([model.pk])
 
 
 # --- jobs ---------------------------------------------------------------------
