@@ -84,8 +84,29 @@ def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_resear
     model = rnd.target_models.get()
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": model.pk, "rounds": None}, task=task,
                      user=researcher)
+    move_new_ids_far_away([Example, Job, type(model)])
     return {"context_ids": context_ids, "example_ids": [e.pk for e in examples], "personas": personas,
             "other_ids": [model.pk, job.pk], "model_id": model.pk}
+
+
+FAR_AWAY = 10**12
+
+
+def move_new_ids_far_away(models):
+    """Rows the fuzzer itself creates (examples, jobs, models) get ids from FAR_AWAY on.
+
+    Path ids are pinned to the world's rows, so any other id counts as invalid input;
+    a row made during the run under a small id next to them (job 7) would answer
+    such a request like a real one and read as a schema-violating request accepted."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for model in models:
+            table = model._meta.db_table
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [table, FAR_AWAY])
+            else:
+                cursor.execute("UPDATE sqlite_sequence SET seq = %s WHERE name = %s", [FAR_AWAY, table])
 
 
 def refine(schema: dict, world: dict) -> dict:
