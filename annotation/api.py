@@ -84,6 +84,7 @@ class SessionCreate(APIView):
 
 
 class NextContext(AnnotationView):
+    token_scope = "create"
     error_statuses = (409,)
 
     @extend_schema(responses={200: NextContextSerializer})
@@ -99,6 +100,7 @@ class NextContext(AnnotationView):
 class ExampleCreate(AnnotationView):
     """Write an example: the round's target model answers, and the example is stored
     with its answer and whether it fooled the model."""
+    token_scope = "create"
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "examples"
@@ -123,6 +125,7 @@ class ExampleCreate(AnnotationView):
 
 class ExampleExplanation(AnnotationView):
     """Word-level heat for the example's text and context (its author or the task's researchers)."""
+    token_scope = "create"
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "explanations"
@@ -138,6 +141,7 @@ class ExampleExplanation(AnnotationView):
 
 
 class ExampleRetract(AnnotationView):
+    token_scope = "create"
     error_statuses = (409,)
 
     @extend_schema(request=None, responses={200: ExampleStateSerializer})
@@ -149,6 +153,7 @@ class ExampleRetract(AnnotationView):
 class ExampleFlag(AnnotationView):
     """Flag an example for the researchers: its author or the task's researchers only.
     A validator flags with the validation label ``flagged`` instead."""
+    token_scope = "create"
 
     @extend_schema(request=ReasonSerializer, responses={200: ExampleStateSerializer})
     def post(self, request, pk):
@@ -171,6 +176,7 @@ class ExampleUnflag(APIView):
 
 class NextValidation(AnnotationView):
     """The next example for the caller to validate; 204 when there is none right now."""
+    token_scope = "validate"
 
     @extend_schema(responses={200: ValidationItemSerializer,
                               204: OpenApiResponse(description="Nothing to validate in this task right now.")})
@@ -185,6 +191,7 @@ class NextValidation(AnnotationView):
 class BlindAnswer(AnnotationView):
     """Give your own answer to an example before you see the writer's; the answer is
     stored, and the writer's answer comes back."""
+    token_scope = "validate"
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "validations"
@@ -202,6 +209,7 @@ class BlindAnswer(AnnotationView):
 class ExampleReveal(AnnotationView):
     """The writer's answer: for a validator who has given their own (blind) answer,
     the example's author, and the task's researchers."""
+    token_scope = "validate"
 
     @extend_schema(responses={200: RevealSerializer})
     def get(self, request, pk):
@@ -211,6 +219,7 @@ class ExampleReveal(AnnotationView):
 
 class ExampleValidate(AnnotationView):
     """Decide whether the writer's label is right (after your blind answer, where blind)."""
+    token_scope = "validate"
 
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "validations"

@@ -59,6 +59,8 @@ class Example(models.Model):
         help_text="HMAC over what was written, the target, the models' answers and fooled; checked before "
                   "an example is used (training data).")
     metadata = models.JSONField(default=dict, blank=True)
+    session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="examples", help_text="The sitting it was written in.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -108,6 +110,8 @@ class Validation(models.Model):
                                     help_text="The validator's own answer, given before the writer's was shown.")
     blind_agrees = models.BooleanField(null=True, blank=True,
                                        help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
+    session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="validations", help_text="The sitting the decision was made in.")
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -129,7 +133,14 @@ class AnnotationSession(models.Model):
 
     A token stops working when the session is revoked (sign-out), when the user's
     password changes (``auth_hash`` no longer matches) and, at the latest,
-    ``ANNOTATION_SESSION_MAX_AGE`` after the session was created."""
+    ``ANNOTATION_SESSION_MAX_AGE`` after the session was created, or at
+    ``expires_at`` when that is sooner. A session with a ``mode`` works only on
+    that kind of work (an MTurk assignment's session: writing or validating)."""
+
+    class Mode(models.TextChoices):
+        ANY = "", "Any annotation work"
+        CREATE = "create", "Writing examples only"
+        VALIDATE = "validate", "Validating examples only"
 
     key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_sessions")
@@ -140,6 +151,9 @@ class AnnotationSession(models.Model):
     examples_fooled = models.PositiveIntegerField(default=0)
     validations_done = models.PositiveIntegerField(default=0)
     mturk_assignment_id = models.CharField(max_length=64, blank=True)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ANY, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Ends sooner than the default, if set.")
+    end_reason = models.CharField(max_length=300, blank=True, help_text="Why it was ended, as its token's users read it.")
     auth_hash = models.CharField(max_length=128, blank=True, editable=False,
                                  help_text="The user's session auth hash when the session began (password changes end it).")
     login_key = models.CharField(max_length=64, blank=True, editable=False,

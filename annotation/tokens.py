@@ -8,7 +8,9 @@ revoked by a sign-out, no password change since, at most
 ``ANNOTATION_SESSION_MAX_AGE`` after the session began), only on the endpoints
 that declare a ``token_scope`` (the annotation endpoints), and only for its own
 task (``annotation.access``). It cannot mint another token, edit a task or reach
-anything else.
+anything else. A session with a ``mode`` (an MTurk assignment's) works only on
+the endpoints of that kind of work: ``token_scope`` "create" or "validate"
+(endpoints of either kind say "task").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.core import signing
 from rest_framework import authentication, exceptions
 
 from .models import AnnotationSession
-from .services.sessions import session_problem
+from .services.sessions import mode_problem, session_problem
 
 HEADER = "HTTP_X_DYNABENCH_TOKEN"
 SALT = "dynabench.annotation-session"
@@ -67,10 +69,14 @@ class SessionTokenAuthentication(authentication.BaseAuthentication):
         except InvalidToken as exc:
             raise exceptions.AuthenticationFailed(exc.message) from None
         view = (request.parser_context or {}).get("view")
-        if getattr(view, "token_scope", None) is None:
+        scope = getattr(view, "token_scope", None)
+        if scope is None:
             raise exceptions.PermissionDenied(
                 "A session token works only on the annotation endpoints of its own task; "
                 "this endpoint needs a sign-in or an API token.")
+        problem = mode_problem(session, scope)
+        if problem:
+            raise exceptions.PermissionDenied(problem)
         return session.user, session
 
     def authenticate_header(self, request):

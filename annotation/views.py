@@ -8,6 +8,8 @@ A signed-in user's page reuses their session from the same sign-in; the pages
 are never cached (they carry a token).
 """
 
+import functools
+
 from csp.constants import SELF
 from csp.decorators import csp_replace
 from django.conf import settings
@@ -26,7 +28,23 @@ from .serializers import ValidationItemSerializer
 from .services import sessions, stats, validation
 from .tokens import InvalidToken, make_token, session_from_token
 
-frameable = csp_replace({"frame-ancestors": [SELF, *settings.MTURK_FRAME_ANCESTORS]})
+
+def frameable_by_mturk(**directives):
+    """Let the MTurk worker sites (``MTURK_FRAME_ANCESTORS``, read per request) frame
+    the page; ``directives`` replace further CSP directives of that page."""
+
+    def decorator(view):
+        @functools.wraps(view)
+        def wrapped(request, *args, **kwargs):
+            policy = {"frame-ancestors": [SELF, *settings.MTURK_FRAME_ANCESTORS], **directives}
+            return csp_replace(policy)(view)(request, *args, **kwargs)
+
+        return xframe_options_exempt(wrapped)
+
+    return decorator
+
+
+frameable = frameable_by_mturk()
 
 
 def task_page_context(request, slug) -> dict:
@@ -57,14 +75,17 @@ def _refuse(request, message, task=None, status=403):
     return render(request, "annotation/error.html", {"message": message, "task": task}, status=status)
 
 
-def _page(request, slug):
-    """(task, session, None) when the caller may work on the task; else (None, None, response)."""
+def _page(request, slug, work):
+    """(task, session, None) when the caller may do ``work`` on the task; else (None, None, response)."""
     token = request.GET.get("token")
     if token:
         try:
             session = session_from_token(token)
         except InvalidToken as exc:
             return None, None, _refuse(request, exc.message)
+        problem = sessions.mode_problem(session, work)
+        if problem:
+            return None, None, _refuse(request, problem)
         task = session.task
         if task.slug != slug:
             return None, None, _refuse(request, "This link's token is for another task.")
@@ -90,26 +111,33 @@ def _page_context(request, task, session):
     }
 
 
+def work_page_context(request, task, session, work) -> dict:
+    """What the write ("create") or validate page shows for ``session``."""
+    context = _page_context(request, task, session)
+    if work == "create":
+        context["closed"] = context["round"] is None
+    else:
+        example = validation.validation_queue(task, session.user).first()
+        context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
+    return context
+
+
+WORK_TEMPLATES = {"create": "annotation/create.html", "validate": "annotation/validate.html"}
+
+
 @never_cache
-@xframe_options_exempt
 @frameable
 def create_page(request, slug):
-    task, session, response = _page(request, slug)
+    task, session, response = _page(request, slug, "create")
     if response:
         return response
-    context = _page_context(request, task, session)
-    context["closed"] = context["round"] is None
-    return render(request, "annotation/create.html", context)
+    return render(request, WORK_TEMPLATES["create"], work_page_context(request, task, session, "create"))
 
 
 @never_cache
-@xframe_options_exempt
 @frameable
 def validate_page(request, slug):
-    task, session, response = _page(request, slug)
+    task, session, response = _page(request, slug, "validate")
     if response:
         return response
-    context = _page_context(request, task, session)
-    example = validation.validation_queue(task, session.user).first()
-    context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
-    return render(request, "annotation/validate.html", context)
+    return render(request, WORK_TEMPLATES["validate"], work_page_context(request, task, session, "validate"))

@@ -105,6 +105,9 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     inputs = config.clean_inputs(inputs)
     target = config.clean_target(target, context.fields)
     session = sessions.current_session(user, task, session)
+    problem = sessions.mode_problem(session, "create")
+    if problem:
+        raise Forbidden(problem)
     if not models:
         raise Unavailable(f"{rnd} has no target model yet.", retry_after=60)
 
@@ -116,7 +119,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     example = Example(
         task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
         inputs=inputs, target=target, prediction=result, model_predictions=members, fooled=fooled,
-        latency_ms=round(latency_ms, 2), metadata=metadata or {},
+        latency_ms=round(latency_ms, 2), metadata=metadata or {}, session=session,
     )
     example.signature = example_signature(example)
     answered = {int(k) for k in members}

@@ -34,18 +34,34 @@ def max_age() -> timedelta:
     return timedelta(seconds=settings.ANNOTATION_SESSION_MAX_AGE)
 
 
-def start_session(user, task: Task, *, login_key: str = "", mturk_assignment_id: str = "") -> AnnotationSession:
+def start_session(user, task: Task, *, login_key: str = "", mturk_assignment_id: str = "",
+                  mode: str = AnnotationSession.Mode.ANY, expires_at=None) -> AnnotationSession:
     return AnnotationSession.objects.create(
         user=user, task=task, login_key=login_key, mturk_assignment_id=mturk_assignment_id,
-        auth_hash=user.get_session_auth_hash(),
+        mode=mode, expires_at=expires_at, auth_hash=user.get_session_auth_hash(),
     )
+
+
+def expires_at(session: AnnotationSession):
+    """When the session (and its token) stops working, at the latest."""
+    latest = session.created_at + max_age()
+    return min(latest, session.expires_at) if session.expires_at else latest
+
+
+def mode_problem(session: AnnotationSession, work: str) -> str | None:
+    """Why ``session`` may not do ``work`` ("create" or "validate"), or None."""
+    if session.mode and work in (AnnotationSession.Mode.CREATE, AnnotationSession.Mode.VALIDATE) \
+            and session.mode != work:
+        doing = "writing" if session.mode == AnnotationSession.Mode.CREATE else "validating"
+        return f"This session is for {doing} examples only."
+    return None
 
 
 def session_problem(session: AnnotationSession) -> str | None:
     """Why ``session`` no longer works, or None when it does."""
     if session.revoked_at is not None:
-        return "This session was ended (its user signed out); open the page again."
-    if session.created_at <= timezone.now() - max_age():
+        return session.end_reason or "This session was ended (its user signed out); open the page again."
+    if expires_at(session) <= timezone.now():
         return "This session has expired; open the page again."
     user = session.user
     if not user.is_active:
@@ -56,7 +72,10 @@ def session_problem(session: AnnotationSession) -> str | None:
 
 
 def _live(queryset):
-    return queryset.filter(revoked_at__isnull=True, created_at__gt=timezone.now() - max_age())
+    """Sessions still working by age and revocation, open to any work (an MTurk
+    assignment's session is reached through its token only)."""
+    return queryset.filter(revoked_at__isnull=True, created_at__gt=timezone.now() - max_age(),
+                           mode=AnnotationSession.Mode.ANY, expires_at__isnull=True)
 
 
 def session_for_page(user, task: Task, login_key: str) -> AnnotationSession:
@@ -88,6 +107,12 @@ def bump(session: AnnotationSession, **deltas: int) -> None:
     if not updated:
         raise AnnotationSession.DoesNotExist(f"annotation session {session.pk} is gone")
     session.refresh_from_db(fields=SESSION_COUNTERS)
+
+
+def end_session(session: AnnotationSession, reason: str) -> None:
+    """End one session now; its token answers ``reason`` from then on."""
+    AnnotationSession.objects.filter(pk=session.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), end_reason=reason[:300])
 
 
 def revoke_sessions(user, *, login_key: str | None = None) -> int:

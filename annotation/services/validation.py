@@ -152,6 +152,10 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         raise InvalidInput.field("label", f"{label!r} is not one of {sorted(COUNTER)}.")
     if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH or "\x00" in reason:
         raise InvalidInput.field("reason", f"Must be text of at most {MAX_REASON_LENGTH} characters.")
+    if session is not None:
+        problem = sessions.mode_problem(session, "validate")
+        if problem:
+            raise Forbidden(problem)
     with transaction.atomic():
         example = _locked_example(example_id)
         _check_can_validate(example, user)
@@ -166,15 +170,18 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
                            f"POST /api/examples/{example.pk}/blind-answer/, then decide.")
         mode = Validation.Mode.OWNER if owner else Validation.Mode.USER
         now = timezone.now()
+        session = sessions.current_session(user, example.task, session)
         if existing is not None:
             existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
-            existing.save(update_fields=["label", "mode", "reason", "decided_at"])
+            existing.session = session
+            existing.save(update_fields=["label", "mode", "reason", "decided_at", "session"])
             validation = existing
         else:
             try:
                 with transaction.atomic():
                     validation = Validation.objects.create(example=example, validator=user, label=label,
-                                                           mode=mode, reason=reason, decided_at=now)
+                                                           mode=mode, reason=reason, decided_at=now,
+                                                           session=session)
             except IntegrityError as exc:  # a concurrent duplicate from the same user
                 raise Conflict("You have already validated this example.") from exc
 
@@ -185,7 +192,6 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         else:
             example.validation_status = _decide(example, example.task.parsed_config.num_matching_validations)
         example.save(update_fields=[field, "validation_status", "updated_at"])
-        session = sessions.current_session(user, example.task, session)
         sessions.bump(session, validations_done=1)
         validated = Validated(example, validation, session)
         if within_transaction is not None:
