@@ -232,3 +232,19 @@ def live_tasks(demo_tasks, tiny_artifacts):
         model = register_model(task, tiny_artifacts[slug], name=f"{slug}-tiny")
         task.open_round().target_models.add(model)
     return demo_tasks
+
+
+@pytest.fixture
+def fake_mturk(monkeypatch, tmp_path):
+    """A running fake MTurk (tests/fakes/mturk_server.py); no real AWS credential or config is read."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS"):
+        monkeypatch.delenv(name, raising=False)
+    from tests.fakes.mturk_server import FakeMTurk
+
+    with FakeMTurk() as fake:
+        yield fake

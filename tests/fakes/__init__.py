@@ -1,0 +1,1 @@
+"""Fakes of external services, reachable by the real client libraries."""
