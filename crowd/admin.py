@@ -1,18 +1,388 @@
-from django.contrib import admin
+"""The crowd in the admin: publish a batch, watch its assignments, approvals and
+bonuses flow, see what it costs per verified model-fooling example, and manage
+workers (blocks, messages, quality).
 
-from .models import WorkerIdentity
+Batches, assignments and the ledger are scoped to the researcher's own tasks;
+worker identities span tasks, so only superusers manage them. Nothing here
+edits money rows by hand: every change goes through a crowd service.
+"""
+
+from decimal import Decimal
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from core.errors import DomainError
+from tasks.admin import TASK_FILTER, TaskScopedAdmin
+from tasks.models import Task
+
+from . import bonuses, costs, mturk, sync, workers
+from .models import Assignment, Batch, BonusPayment, WorkerIdentity
+from .publishing import BatchRequest, post_hits, publish
+
+
+def _money(value) -> str:
+    return "—" if value is None else f"${value:.2f}"
+
+
+def _report_mturk(modeladmin, request, label: str, run):
+    """Run an MTurk-calling service; its report, or its error in words, as a message."""
+    try:
+        report = run()
+    except (mturk.MTurkError, DomainError) as exc:
+        modeladmin.message_user(request, f"{label}: {exc}", messages.ERROR)
+        return
+    level = messages.WARNING if getattr(report, "errors", None) else messages.SUCCESS
+    modeladmin.message_user(request, f"{label}: {report}", level)
+
+
+class PublishForm(forms.Form):
+    task = forms.ModelChoiceField(queryset=Task.objects.none())
+    mode = forms.ChoiceField(choices=Batch.Mode.choices)
+    round_number = forms.IntegerField(required=False, min_value=1, label="Round",
+                                      help_text="Empty: the task's open round.")
+    hits = forms.IntegerField(min_value=1, max_value=1000, initial=10)
+    assignments_per_hit = forms.IntegerField(min_value=1, max_value=100, initial=1)
+    examples_per_assignment = forms.IntegerField(min_value=1, max_value=100, initial=5)
+    reward = forms.DecimalField(min_value=Decimal("0.01"), decimal_places=2, initial=Decimal("0.50"),
+                                help_text="USD per approved assignment.")
+    bonus_per_example = forms.DecimalField(min_value=Decimal("0"), decimal_places=2, initial=Decimal("0.25"),
+                                           help_text="USD per verified model-fooling example (writing only).")
+    assignment_duration_seconds = forms.IntegerField(min_value=30, initial=3600)
+    lifetime_seconds = forms.IntegerField(min_value=30, initial=3 * 24 * 3600)
+    auto_approval_delay_seconds = forms.IntegerField(min_value=0, max_value=30 * 24 * 3600, initial=3 * 24 * 3600)
+    locales = forms.CharField(required=False, initial="US", help_text="Country codes, comma-separated; empty: any.")
+    min_approval_rate = forms.IntegerField(required=False, min_value=0, max_value=100, initial=95)
+    min_approved_count = forms.IntegerField(required=False, min_value=0, initial=100)
+    quality_block_threshold = forms.FloatField(
+        required=False, min_value=0, max_value=1,
+        help_text="Soft-block workers whose examples are validated correct less often than this share.")
+    title = forms.CharField(required=False, max_length=128, help_text="Empty: a title made from the task.")
+    description = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    confirm = forms.BooleanField(label="I have checked the amounts", required=True)
+
+    def __init__(self, *args, tasks=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["task"].queryset = tasks if tasks is not None else Task.objects.none()
+
+    def request(self) -> BatchRequest:
+        data = self.cleaned_data
+        return BatchRequest(
+            task=data["task"], mode=data["mode"], hits=data["hits"], assignments_per_hit=data["assignments_per_hit"],
+            reward=data["reward"], bonus_per_example=data["bonus_per_example"], round_number=data["round_number"],
+            examples_per_assignment=data["examples_per_assignment"], title=data["title"],
+            description=data["description"], assignment_duration_seconds=data["assignment_duration_seconds"],
+            lifetime_seconds=data["lifetime_seconds"], auto_approval_delay_seconds=data["auto_approval_delay_seconds"],
+            locales=tuple(c.strip().upper() for c in data["locales"].split(",") if c.strip()),
+            min_approval_rate=data["min_approval_rate"], min_approved_count=data["min_approved_count"],
+            quality_block_threshold=data["quality_block_threshold"])
+
+
+@admin.action(description="Sync with MTurk now (verify, approve or reject, returns, expiry)")
+def sync_batches(modeladmin, request, queryset):
+    for batch in queryset:
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: sync.sync_batch(b))
+
+
+@admin.action(description="Pay due bonuses now")
+def pay_batch_bonuses(modeladmin, request, queryset):
+    for batch in queryset:
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: bonuses.pay_bonuses(b.pk))
+
+
+@admin.action(description="Expire: stop taking new workers (work already taken goes on)")
+def expire_batches(modeladmin, request, queryset):
+    for batch in queryset.exclude(status=Batch.Status.FINISHED):
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+                      lambda b=batch: "expired" if sync.expire_batch(b) else "not expired")
+
+
+@admin.action(description="Publish the remaining HITs (after an interrupted publish)")
+def publish_remaining(modeladmin, request, queryset):
+    for batch in queryset.filter(status=Batch.Status.PUBLISHING):
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+                      lambda b=batch: f"{b.hit_rows.filter(hit_id__isnull=False).count()} HITs posted"
+                      if post_hits(b) else "")
+
+
+@admin.register(Batch)
+class BatchAdmin(TaskScopedAdmin):
+    list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
+                    "approved", "spent", "max_cost_shown", "per_verified_fooling"]
+    list_filter = ["status", "mode", "sandbox", TASK_FILTER]
+    list_select_related = ["task", "round"]
+    actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining]
+    readonly_fields = [f.name for f in Batch._meta.fields] + ["spending", "assignment_counts", "links"]
+    fieldsets = [
+        (None, {"fields": ["task", "round", "mode", "sandbox", "status", "last_error", "links"]}),
+        ("Money", {"fields": ["spending", "reward", "bonus_per_example", "max_cost"]}),
+        ("Work", {"fields": ["assignment_counts", "hits", "assignments_per_hit", "examples_per_assignment",
+                             "assignment_duration_seconds", "lifetime_seconds", "auto_approval_delay_seconds"]}),
+        ("On MTurk", {"fields": ["title", "description", "keywords", "hit_type_id", "locales", "min_approval_rate",
+                                 "min_approved_count", "quality_block_threshold", "uid"]}),
+        ("Times", {"fields": ["created_by", "created_at", "published_at", "expires_at", "finished_at",
+                              "last_synced_at"]}),
+    ]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            approved_count=Count("hit_rows__assignments",
+                                 filter=Q(hit_rows__assignments__status=Assignment.Status.APPROVED)))
+
+    @admin.display(description="round")
+    def round_number(self, obj):
+        return obj.round.number
+
+    @admin.display(description="approved", ordering="approved_count")
+    def approved(self, obj):
+        return obj.approved_count
+
+    @staticmethod
+    def _spend(obj) -> costs.Spend:
+        """The list computes every row's spending at once (changelist_view); a page, its own."""
+        if not hasattr(obj, "spend"):
+            obj.spend = costs.batch_spend(obj)
+        return obj.spend
+
+    @admin.display(description="spent")
+    def spent(self, obj):
+        return _money(self._spend(obj).total)
+
+    @admin.display(description="most it may cost")
+    def max_cost_shown(self, obj):
+        return _money(obj.max_cost)
+
+    @admin.display(description="per verified fooling example")
+    def per_verified_fooling(self, obj):
+        return _money(self._spend(obj).per_verified_fooling)
+
+    @admin.display(description="spending")
+    def spending(self, obj):
+        spend = self._spend(obj)
+        return format_html(
+            "rewards {} + bonuses {} + MTurk fees {} = <strong>{}</strong> of at most {} "
+            "({} approved assignments, {} verified model-fooling examples: <strong>{}</strong> each)",
+            _money(spend.rewards), _money(spend.bonuses), _money(spend.fees), _money(spend.total),
+            _money(obj.max_cost), spend.approved_assignments, spend.verified_fooling,
+            _money(spend.per_verified_fooling))
+
+    @admin.display(description="assignments")
+    def assignment_counts(self, obj):
+        counts = dict(Assignment.objects.filter(hit__batch=obj).values_list("status").annotate(n=Count("id")))
+        return ", ".join(f"{label}: {counts.get(value, 0)}" for value, label in Assignment.Status.choices)
+
+    @admin.display(description="see")
+    def links(self, obj):
+        return format_html('<a href="{}?hit__batch__id__exact={}">assignments</a> · '
+                           '<a href="{}?assignment__hit__batch__id__exact={}">bonus ledger</a>',
+                           reverse("admin:crowd_assignment_changelist"), obj.pk,
+                           reverse("admin:crowd_bonuspayment_changelist"), obj.pk)
+
+    def has_change_permission(self, request, obj=None):
+        return False  # every change goes through the actions
+
+    def get_urls(self):
+        return [path("publish/", self.admin_site.admin_view(self.publish_view), name="crowd_batch_publish"),
+                *super().get_urls()]
+
+    def add_view(self, request, form_url="", extra_context=None):
+        return HttpResponseRedirect(reverse("admin:crowd_batch_publish"))
+
+    def publish_view(self, request):
+        if not self.has_add_permission(request):
+            return HttpResponseRedirect(reverse("admin:index"))
+        tasks = Task.objects.all() if request.user.is_superuser else self.researched_tasks(request)
+        form = PublishForm(request.POST or None, tasks=tasks)
+        if request.method == "POST" and form.is_valid():
+            req = form.request()
+            try:
+                batch = publish(req, user=request.user)
+            except DomainError as exc:
+                form.add_error(None, str(exc))
+            except mturk.MTurkError as exc:
+                form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
+            else:
+                self.message_user(request, f"Published batch {batch.pk}: {batch.hits} HITs on the "
+                                           f"{'sandbox' if batch.sandbox else 'LIVE site'}.", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:crowd_batch_change", args=[batch.pk]))
+        return TemplateResponse(request, "admin/crowd/publish.html", {
+            **self.admin_site.each_context(request), "title": "Publish a batch of HITs", "form": form,
+            "opts": self.model._meta, "sandbox": mturk.endpoint_url() != mturk.LIVE_ENDPOINT})
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        if hasattr(response, "context_data") and "cl" in response.context_data:
+            changelist = response.context_data["cl"]
+            shown = changelist.result_list
+            by_batch = costs.spend_by_batch(Batch.objects.filter(pk__in=[b.pk for b in shown]))
+            for batch in shown:
+                batch.spend = by_batch.get(batch.pk, costs.Spend())
+            batches = changelist.queryset
+            per_task = []
+            for task in Task.objects.filter(mturk_batches__in=batches).distinct().order_by("slug"):
+                spend = costs.spend(batches.filter(task=task))
+                per_task.append({"task": task, "spend": spend})
+            response.context_data["per_task"] = per_task
+        return response
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(TaskScopedAdmin):
+    task_path = "hit__batch__task"
+    list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "verified_at",
+                    "decided_at", "feedback"]
+    list_filter = ["status", ("hit__batch", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["worker", "hit__batch", "session"]
+    search_fields = ["assignment_id", "worker__worker_id"]
+    readonly_fields = [f.name for f in Assignment._meta.fields]
+
+    @admin.display(description="batch")
+    def batch(self, obj):
+        return obj.hit.batch_id
+
+    @admin.display(description="written / validated / fooled")
+    def work(self, obj):
+        s = obj.session
+        return f"{s.examples_written} / {s.validations_done} / {s.examples_fooled}"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BonusPayment)
+class BonusPaymentAdmin(TaskScopedAdmin):
+    """The ledger, read-only: the totals above the list follow its filters."""
+
+    task_path = "assignment__hit__batch__task"
+    list_display = ["id", "worker", "batch", "amount", "example_count", "status", "attempts", "paid_at",
+                    "last_error"]
+    list_filter = ["status", ("assignment__hit__batch", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["assignment__worker", "assignment__hit"]
+    search_fields = ["assignment__worker__worker_id", "assignment__assignment_id", "unique_request_token"]
+    readonly_fields = [f.name for f in BonusPayment._meta.fields]
+
+    @admin.display(description="worker")
+    def worker(self, obj):
+        return obj.assignment.worker.worker_id
+
+    @admin.display(description="batch")
+    def batch(self, obj):
+        return obj.assignment.hit.batch_id
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        if hasattr(response, "context_data") and "cl" in response.context_data:
+            response.context_data["totals"] = costs.bonus_totals(response.context_data["cl"].queryset)
+        return response
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class WorkerMessageForm(forms.Form):
+    subject = forms.CharField(max_length=200)
+    message = forms.CharField(max_length=4096, widget=forms.Textarea)
+
+
+class BlockReasonForm(forms.Form):
+    reason = forms.CharField(max_length=500, help_text="MTurk shows it to the worker.")
+
+
+def _worker_form_action(modeladmin, request, queryset, form_class, title, run):
+    applied = "apply" in request.POST
+    form = form_class(request.POST if applied else None)
+    if applied and form.is_valid():
+        for identity in queryset:
+            _report_mturk(modeladmin, request, identity.worker_id,
+                          lambda i=identity: run(i, form.cleaned_data) or "done")
+        return None
+    return TemplateResponse(request, "admin/crowd/worker_form.html", {
+        **modeladmin.admin_site.each_context(request), "title": title, "form": form,
+        "opts": modeladmin.model._meta, "action": request.POST.get("action", ""), "workers": queryset,
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)})
+
+
+@admin.action(description="Soft block (our qualification: our HITs no longer admit them)")
+def soft_block(modeladmin, request, queryset):
+    return _worker_form_action(modeladmin, request, queryset, BlockReasonForm, "Soft block",
+                               lambda identity, data: workers.soft_block(identity, data["reason"]))
+
+
+@admin.action(description="Lift the soft block")
+def soft_unblock(modeladmin, request, queryset):
+    for identity in queryset.filter(soft_blocked_at__isnull=False):
+        _report_mturk(modeladmin, request, identity.worker_id,
+                      lambda i=identity: workers.soft_unblock(i) or "unblocked")
+
+
+@admin.action(description="Hard block on MTurk (CreateWorkerBlock)")
+def hard_block(modeladmin, request, queryset):
+    return _worker_form_action(modeladmin, request, queryset, BlockReasonForm, "Hard block on MTurk",
+                               lambda identity, data: workers.hard_block(identity, data["reason"]))
+
+
+@admin.action(description="Lift the hard block")
+def hard_unblock(modeladmin, request, queryset):
+    for identity in queryset.filter(hard_blocked_at__isnull=False):
+        _report_mturk(modeladmin, request, identity.worker_id,
+                      lambda i=identity: workers.hard_unblock(i) or "unblocked")
+
+
+@admin.action(description="Send a message (MTurk email)")
+def notify_workers(modeladmin, request, queryset):
+    def run(identity, data):
+        failures = workers.notify([identity], data["subject"], data["message"])
+        return "; ".join(f.get("NotifyWorkersFailureMessage", "failed") for f in failures) or "sent"
+    return _worker_form_action(modeladmin, request, queryset, WorkerMessageForm, "Message workers", run)
 
 
 @admin.register(WorkerIdentity)
 class WorkerIdentityAdmin(admin.ModelAdmin):
     """Worker identities span tasks, so only superusers manage them."""
 
-    list_display = ["worker_id", "user", "sandbox", "verified_at", "created_at"]
-    list_filter = ["sandbox", ("verified_at", admin.EmptyFieldListFilter)]
+    list_display = ["worker_id", "user", "sandbox", "verified_at", "soft_blocked_at", "hard_blocked_at",
+                    "correct_share", "agreement", "earned"]
+    list_filter = ["sandbox", ("verified_at", admin.EmptyFieldListFilter),
+                   ("soft_blocked_at", admin.EmptyFieldListFilter), ("hard_blocked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user"]
     search_fields = ["worker_id", "user__username"]
     raw_id_fields = ["user"]
-    readonly_fields = ["verified_at", "created_at"]
+    readonly_fields = ["verified_at", "soft_blocked_at", "hard_blocked_at", "block_reason", "created_at"]
+    actions = [soft_block, soft_unblock, hard_block, hard_unblock, notify_workers]
+
+    def get_queryset(self, request):
+        return workers.with_quality(super().get_queryset(request))
+
+    @admin.display(description="examples validated correct", ordering="verified")
+    def correct_share(self, obj):
+        share = workers.correct_share(obj)
+        return "—" if share is None else f"{share:.0%} of {obj.decided}"
+
+    @admin.display(description="agrees with other validators", ordering="agreeing")
+    def agreement(self, obj):
+        share = workers.agreement(obj)
+        return "—" if share is None else f"{share:.0%} of {obj.judged}"
+
+    @admin.display(description="earned")
+    def earned(self, obj):
+        return _money(costs.worker_earnings(obj)["total"])
 
     def has_module_permission(self, request):
         return request.user.is_superuser
@@ -24,7 +394,7 @@ class WorkerIdentityAdmin(admin.ModelAdmin):
         return request.user.is_superuser
 
     def has_add_permission(self, request):
-        return request.user.is_superuser
+        return False  # identities are made by workers' arrivals
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser

@@ -1,16 +1,39 @@
+"""Crowd work on Amazon Mechanical Turk: batches of HITs, the assignments workers
+take, who those workers are, and the ledger of bonuses paid to them.
+
+Money moves in three places only, each written down before MTurk is asked:
+approving an assignment (its reward), sending a bonus (a ``BonusPayment`` row,
+unique per assignment and reason), and the fees MTurk adds to both
+(``crowd.costs``).
+"""
+
+import uuid
+from decimal import Decimal
+
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 
 class WorkerIdentity(models.Model):
-    """Links an MTurk worker id to the platform user that acts for it."""
+    """Links an MTurk worker id to the platform user that acts for it.
+
+    An identity is *provisional* from the worker's first arrival until MTurk itself
+    reports one of their assignments as submitted by that worker, with our
+    completion token: a worker id typed into a URL proves nothing. Nothing is paid
+    to a provisional identity."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mturk_identity")
     worker_id = models.CharField(max_length=64, unique=True)
-    sandbox = models.BooleanField(default=True)
+    sandbox = models.BooleanField(default=True, help_text="Whether the worker was first seen in the sandbox.")
     verified_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the id was confirmed against MTurk; no payment before."
-    )
+        null=True, blank=True, help_text="When the id was confirmed against MTurk; no payment before.")
+    soft_blocked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Given our block qualification: our HITs no longer admit the worker.")
+    hard_blocked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Blocked through MTurk (CreateWorkerBlock): no HIT of ours at all.")
+    block_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -19,3 +42,185 @@ class WorkerIdentity(models.Model):
 
     def __str__(self):
         return f"MTurk {self.worker_id}"
+
+    @property
+    def is_verified(self) -> bool:
+        return self.verified_at is not None
+
+
+class Batch(models.Model):
+    """One publication: N HITs of one HIT type, for writing or for validating
+    examples of one task, with the money and the limits it was published with."""
+
+    class Mode(models.TextChoices):
+        CREATE = "create", "Write examples"
+        VALIDATE = "validate", "Validate examples"
+
+    class Status(models.TextChoices):
+        PUBLISHING = "publishing", "Publishing"
+        PUBLISHED = "published", "Published"
+        FINISHED = "finished", "Finished (expired)"
+        FAILED = "failed", "Failed to publish"
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False,
+                           help_text="Makes the HITs' UniqueRequestTokens, so a retried publish posts nothing twice.")
+    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="mturk_batches")
+    round = models.ForeignKey("tasks.Round", on_delete=models.PROTECT, related_name="mturk_batches",
+                              help_text="The round workers write for (create) or whose examples they validate.")
+    mode = models.CharField(max_length=10, choices=Mode.choices)
+    sandbox = models.BooleanField(help_text="Published to the MTurk sandbox (no real money).")
+    title = models.CharField(max_length=128)
+    description = models.CharField(max_length=2000)
+    keywords = models.CharField(max_length=1000, blank=True)
+    hits = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(1000)])
+    assignments_per_hit = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(100)])
+    examples_per_assignment = models.PositiveIntegerField(
+        default=5, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Examples to write (or validate) before the worker may submit.")
+    reward = models.DecimalField(max_digits=7, decimal_places=2, validators=[MinValueValidator(Decimal("0.01"))],
+                                 help_text="Paid per approved assignment, in USD.")
+    bonus_per_example = models.DecimalField(
+        max_digits=7, decimal_places=2, default=Decimal("0.00"), validators=[MinValueValidator(Decimal("0"))],
+        help_text="Paid per example that fooled the model and was then verified (create batches).")
+    assignment_duration_seconds = models.PositiveIntegerField(
+        default=3600, validators=[MinValueValidator(30), MaxValueValidator(365 * 24 * 3600)])
+    lifetime_seconds = models.PositiveIntegerField(
+        default=3 * 24 * 3600, validators=[MinValueValidator(30), MaxValueValidator(365 * 24 * 3600)])
+    auto_approval_delay_seconds = models.PositiveIntegerField(
+        default=3 * 24 * 3600, validators=[MinValueValidator(0), MaxValueValidator(30 * 24 * 3600)],
+        help_text="MTurk approves a submitted assignment by itself after this; bonuses are settled before it.")
+    locales = models.JSONField(default=list, blank=True, help_text='Worker locales admitted, e.g. ["US", "GB"].')
+    min_approval_rate = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
+                                                    help_text="Percent of the worker's past work approved.")
+    min_approved_count = models.PositiveIntegerField(null=True, blank=True)
+    quality_block_threshold = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Soft-block a worker whose examples are validated correct less often than this "
+                  "(once enough are decided); empty: never.")
+    hit_type_id = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PUBLISHING)
+    max_cost = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"),
+                                   help_text="Rewards, the most bonuses could come to, and MTurk's fees.")
+    last_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    published_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="When its HITs stop taking workers.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+
+    def __str__(self):
+        return f"Batch {self.pk}: {self.task.slug} round {self.round.number} {self.mode} ({self.hits} HITs)"
+
+
+class Hit(models.Model):
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="hit_rows")
+    number = models.PositiveIntegerField(help_text="1..N within the batch; part of its UniqueRequestToken.")
+    hit_id = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch", "number"]
+        constraints = [models.UniqueConstraint(fields=["batch", "number"], name="hit_number_unique_per_batch")]
+
+    def __str__(self):
+        return self.hit_id or f"HIT {self.number} of batch {self.batch_id} (not posted)"
+
+
+class Assignment(models.Model):
+    """A worker's turn at a HIT, from their arrival on our page to MTurk's verdict.
+
+    MTurk may hand a returned assignment's id to the next worker, so the row is
+    unique per (assignment id, worker), never per assignment id alone."""
+
+    class Status(models.TextChoices):
+        WORKING = "working", "Working"
+        FINISHED = "finished", "Finished here, not yet seen as submitted on MTurk"
+        SUBMITTED = "submitted", "Submitted (verified against MTurk)"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        RETURNED = "returned", "Returned or abandoned"
+
+    hit = models.ForeignKey(Hit, on_delete=models.CASCADE, related_name="assignments")
+    assignment_id = models.CharField(max_length=64)
+    worker = models.ForeignKey(WorkerIdentity, on_delete=models.PROTECT, related_name="assignments")
+    session = models.OneToOneField("annotation.AnnotationSession", on_delete=models.PROTECT, related_name="mturk_assignment",
+                                   help_text="The sitting the worker's examples and validations were made in.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.WORKING)
+    submit_to = models.CharField(max_length=64, help_text="The MTurk site the worker submits to (turkSubmitTo).")
+    accepted_at = models.DateTimeField(default=timezone.now)
+    deadline = models.DateTimeField(help_text="Arrival plus the batch's assignment duration; the token ends then.")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="When the worker pressed Submit here.")
+    submitted_at = models.DateTimeField(null=True, blank=True, help_text="SubmitTime on MTurk.")
+    auto_approval_at = models.DateTimeField(null=True, blank=True, help_text="AutoApprovalTime on MTurk.")
+    verified_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When MTurk listed this (assignment, worker, HIT) as submitted with our completion token.")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    feedback = models.CharField(max_length=1024, blank=True, help_text="Sent to the worker with the decision.")
+
+    class Meta:
+        ordering = ["-accepted_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["assignment_id", "worker"], name="assignment_unique_per_worker"),
+        ]
+        indexes = [models.Index(fields=["status", "deadline"])]
+
+    def __str__(self):
+        return f"{self.assignment_id} by {self.worker.worker_id}"
+
+
+class BonusPayment(models.Model):
+    """The ledger: a row is written before MTurk is asked to pay, so a bonus is
+    sent at most once per (assignment, reason), whatever fails in between."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending (to send or to reconcile)"
+        PAID = "paid", "Paid"
+        FAILED = "failed", "Failed (will be retried)"
+
+    class Reason(models.TextChoices):
+        VERIFIED_FOOLING = "verified-fooling", "Verified model-fooling examples"
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="bonuses")
+    reason = models.CharField(max_length=32, choices=Reason.choices)
+    amount = models.DecimalField(max_digits=9, decimal_places=2)
+    example_count = models.PositiveIntegerField()
+    example_ids = models.JSONField(default=list)
+    message = models.CharField(max_length=1024, help_text="The reason the worker reads.")
+    unique_request_token = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["assignment", "reason"], name="one_bonus_per_assignment_and_reason"),
+        ]
+
+    def __str__(self):
+        return f"${self.amount} to {self.assignment.worker.worker_id} ({self.get_status_display()})"
+
+
+class Qualification(models.Model):
+    """A qualification type we own on MTurk (the soft block), created once per endpoint."""
+
+    purpose = models.CharField(max_length=32)
+    sandbox = models.BooleanField()
+    qualification_type_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["purpose", "sandbox"], name="one_qualification_per_purpose")]
+
+    def __str__(self):
+        return f"{self.purpose} ({'sandbox' if self.sandbox else 'live'}): {self.qualification_type_id}"

@@ -1,19 +1,286 @@
 """The one module that talks to Amazon Mechanical Turk (through boto3).
 
-Everything else in the project calls these functions; tests replace the
-MTurk endpoint, never this module's callers.
+Everything else in the project calls these functions; tests replace the MTurk
+endpoint (``MTURK_ENDPOINT_URL``, a fake server speaking the real protocol) or
+stub boto3's client, never this module's callers.
+
+- ``MTURK_SANDBOX`` (default true) picks the sandbox or the live requester
+  endpoint, in us-east-1; ``MTURK_ENDPOINT_URL`` overrides it.
+- Credentials come from the standard AWS chain (``AWS_ACCESS_KEY_ID`` and
+  ``AWS_SECRET_ACCESS_KEY``, a profile, an instance role); they never leave the
+  server.
+- Every failure becomes an ``MTurkError`` whose ``kind`` says what to do about
+  it: ``throttled`` and ``unavailable`` are worth a retry later; ``connection``
+  means the call may or may not have happened (reconcile before retrying);
+  ``insufficient_funds`` and ``request`` need a person; ``duplicate`` means a
+  UniqueRequestToken was seen before (the first call went through).
 """
 
 from __future__ import annotations
 
+import functools
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from decimal import Decimal
+from xml.sax.saxutils import escape
+
 import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from django.conf import settings
+
+SANDBOX_ENDPOINT = "https://mturk-requester-sandbox.us-east-1.amazonaws.com"
+LIVE_ENDPOINT = "https://mturk-requester.us-east-1.amazonaws.com"
+# Where a worker's browser posts the finished assignment (the ``turkSubmitTo`` parameter).
+SUBMIT_HOSTS = {"https://www.mturk.com": False, "https://workersandbox.mturk.com": True}
+
+# Qualification types MTurk defines for every requester.
+LOCALE_QUALIFICATION = "00000000000000000071"
+APPROVAL_RATE_QUALIFICATION = "000000000000000000L0"
+APPROVED_COUNT_QUALIFICATION = "00000000000000000040"
+
+THROTTLING_CODES = {"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+                    "RequestThrottledException", "TooManyRequestsException", "RequestLimitExceeded"}
+ANSWER_NS = "{http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2005-10-01/QuestionFormAnswers.xsd}"
+HIT_ID_IN_MESSAGE = re.compile(r"\b([A-Z0-9]{30})\b")
+
+
+class MTurkError(Exception):
+    """A failed MTurk call, with a message a researcher can act on."""
+
+    def __init__(self, kind: str, message: str, *, operation: str = "", code: str = ""):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.operation = operation
+        self.code = code
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in {"throttled", "unavailable", "connection"}
+
+    def __str__(self):
+        return f"{self.operation}: {self.message}" if self.operation else self.message
+
+
+def endpoint_url() -> str:
+    return settings.MTURK_ENDPOINT_URL or (SANDBOX_ENDPOINT if settings.MTURK_SANDBOX else LIVE_ENDPOINT)
 
 
 def client():
-    """A boto3 MTurk client for the configured endpoint (sandbox by default)."""
-    return boto3.client(
-        "mturk",
-        region_name=settings.MTURK_REGION,
-        endpoint_url=settings.MTURK_ENDPOINT_URL,
+    """The boto3 MTurk client for the configured endpoint (sandbox by default).
+
+    boto3's standard retry mode retries throttling and connection errors a few
+    times with backoff, sending the same request (and UniqueRequestToken) again.
+    One client per configuration is kept: making one costs tens of milliseconds,
+    and boto3 clients are safe to share between threads."""
+    return _client(endpoint_url(), settings.MTURK_REGION, settings.MTURK_MAX_ATTEMPTS)
+
+
+@functools.lru_cache(maxsize=4)
+def _client(endpoint: str, region: str, attempts: int):
+    return boto3.client("mturk", region_name=region, endpoint_url=endpoint,
+                        config=Config(retries={"mode": "standard", "total_max_attempts": attempts},
+                                      connect_timeout=10, read_timeout=30))
+
+
+def _error(operation: str, exc: Exception) -> MTurkError:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = error.get("Code", "")
+        message = error.get("Message", "") or str(exc)
+        turk_code = exc.response.get("TurkErrorCode", "") or error.get("TurkErrorCode", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        lowered = message.lower()
+        if code in THROTTLING_CODES or "throttl" in lowered or "rate exceeded" in lowered:
+            return MTurkError("throttled", f"MTurk is throttling our requests ({message}); retrying later.",
+                              operation=operation, code=code)
+        if "insufficientfunds" in turk_code.replace(".", "").lower() or "insufficient funds" in lowered:
+            return MTurkError("insufficient_funds", "The requester account has too little money for this: "
+                              f"add funds to the MTurk account ({message}).", operation=operation, code=code)
+        if "already" in lowered and ("exist" in lowered or "processed" in lowered) or "AlreadyExists" in turk_code:
+            return MTurkError("duplicate", message, operation=operation, code=turk_code or code)
+        if code == "ServiceFault" or status >= 500:
+            return MTurkError("unavailable", f"MTurk had an internal error ({message}); retrying later.",
+                              operation=operation, code=code)
+        return MTurkError("request", f"MTurk refused the request: {message}", operation=operation,
+                          code=turk_code or code)
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):  # lost, timed out, refused
+        return MTurkError("connection", f"No answer from MTurk ({exc}); the call may or may not have gone through.",
+                          operation=operation, code=type(exc).__name__)
+    if isinstance(exc, BotoCoreError):
+        return MTurkError("request", f"Could not call MTurk: {exc}", operation=operation, code=type(exc).__name__)
+    raise exc
+
+
+def call(operation: str, **params) -> dict:
+    """One MTurk call by its boto3 name; an ``MTurkError`` on any failure."""
+    try:
+        return getattr(client(), operation)(**params)
+    except (ClientError, BotoCoreError) as exc:
+        raise _error(operation, exc) from exc
+
+
+# --- account and HITs ------------------------------------------------------------------
+
+
+def account_balance() -> Decimal:
+    return Decimal(call("get_account_balance")["AvailableBalance"])
+
+
+def external_question(url: str, frame_height: int = 0) -> str:
+    """The ExternalQuestion XML for ``url`` (0: MTurk sizes the frame itself)."""
+    return (
+        '<ExternalQuestion xmlns="http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/'
+        '2006-07-14/ExternalQuestion.xsd">'
+        f"<ExternalURL>{escape(url)}</ExternalURL><FrameHeight>{int(frame_height)}</FrameHeight>"
+        "</ExternalQuestion>"
     )
+
+
+def create_hit_type(*, title: str, description: str, keywords: str, reward: Decimal,
+                    assignment_duration: int, auto_approval_delay: int, qualifications: list[dict]) -> str:
+    """A HIT type; MTurk answers the same id for the same parameters."""
+    params = dict(Title=title, Description=description, Reward=f"{reward:.2f}",
+                  AssignmentDurationInSeconds=assignment_duration, AutoApprovalDelayInSeconds=auto_approval_delay,
+                  QualificationRequirements=qualifications)
+    if keywords:
+        params["Keywords"] = keywords
+    return call("create_hit_type", **params)["HITTypeId"]
+
+
+def create_hit(*, hit_type_id: str, question: str, max_assignments: int, lifetime: int,
+               unique_request_token: str, annotation: str = "") -> str:
+    """Post one HIT. Posting again with the same token posts nothing and gives back
+    the first HIT's id (MTurk says it exists already, naming it)."""
+    params = dict(HITTypeId=hit_type_id, MaxAssignments=max_assignments, LifetimeInSeconds=lifetime,
+                  Question=question, UniqueRequestToken=unique_request_token)
+    if annotation:
+        params["RequesterAnnotation"] = annotation
+    try:
+        return call("create_hit_with_hit_type", **params)["HIT"]["HITId"]
+    except MTurkError as exc:
+        if exc.kind == "duplicate":
+            found = HIT_ID_IN_MESSAGE.search(exc.message)
+            if found:
+                return found.group(1)
+        raise
+
+
+def expire_hit(hit_id: str) -> None:
+    """Stop the HIT taking workers now (assignments already taken go on)."""
+    from datetime import UTC, datetime
+
+    call("update_expiration_for_hit", HITId=hit_id, ExpireAt=datetime(2015, 1, 1, tzinfo=UTC))
+
+
+def list_assignments(hit_id: str, statuses=("Submitted", "Approved", "Rejected")) -> Iterator[dict]:
+    """Every assignment of the HIT in ``statuses``, page by page."""
+    params = {"HITId": hit_id, "MaxResults": 100, "AssignmentStatuses": list(statuses)}
+    while True:
+        page = call("list_assignments_for_hit", **params)
+        yield from page.get("Assignments", [])
+        token = page.get("NextToken")
+        if not token or not page.get("Assignments"):
+            return
+        params["NextToken"] = token
+
+
+def parse_answer(answer_xml: str) -> dict[str, str]:
+    """The fields of a QuestionFormAnswers document (what the HIT page posted)."""
+    if not answer_xml:
+        return {}
+    try:
+        root = ET.fromstring(answer_xml)
+    except ET.ParseError:
+        return {}
+    fields = {}
+    for answer in root.iter(f"{ANSWER_NS}Answer"):
+        name = answer.findtext(f"{ANSWER_NS}QuestionIdentifier") or ""
+        fields[name] = answer.findtext(f"{ANSWER_NS}FreeText") or ""
+    return fields
+
+
+def approve(assignment_id: str, feedback: str = "") -> None:
+    params = {"AssignmentId": assignment_id}
+    if feedback:
+        params["RequesterFeedback"] = feedback[:1024]
+    call("approve_assignment", **params)
+
+
+def reject(assignment_id: str, feedback: str) -> None:
+    if not feedback:
+        raise ValueError("A rejection always tells the worker why.")
+    call("reject_assignment", AssignmentId=assignment_id, RequesterFeedback=feedback[:1024])
+
+
+# --- bonuses ---------------------------------------------------------------------------
+
+
+def send_bonus(*, worker_id: str, assignment_id: str, amount: Decimal, reason: str, unique_request_token: str) -> None:
+    call("send_bonus", WorkerId=worker_id, AssignmentId=assignment_id, BonusAmount=f"{amount:.2f}",
+         Reason=reason, UniqueRequestToken=unique_request_token)
+
+
+def bonuses_for(assignment_id: str) -> list[dict]:
+    """The bonuses MTurk has on record for the assignment."""
+    found, params = [], {"AssignmentId": assignment_id, "MaxResults": 100}
+    while True:
+        page = call("list_bonus_payments", **params)
+        found.extend(page.get("BonusPayments", []))
+        token = page.get("NextToken")
+        if not token or not page.get("BonusPayments"):
+            return found
+        params["NextToken"] = token
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+def create_qualification_type(name: str, description: str) -> str:
+    return call("create_qualification_type", Name=name, Description=description,
+                QualificationTypeStatus="Active")["QualificationType"]["QualificationTypeId"]
+
+
+def find_qualification_type(name: str) -> str | None:
+    page = call("list_qualification_types", Query=name, MustBeRequestable=False, MustBeOwnedByCaller=True,
+                MaxResults=100)
+    for qualification in page.get("QualificationTypes", []):
+        if qualification.get("Name") == name:
+            return qualification["QualificationTypeId"]
+    return None
+
+
+def give_qualification(qualification_type_id: str, worker_id: str, value: int = 1) -> None:
+    call("associate_qualification_with_worker", QualificationTypeId=qualification_type_id, WorkerId=worker_id,
+         IntegerValue=value, SendNotification=False)
+
+
+def take_qualification(qualification_type_id: str, worker_id: str, reason: str = "") -> None:
+    params = {"QualificationTypeId": qualification_type_id, "WorkerId": worker_id}
+    if reason:
+        params["Reason"] = reason[:1024]
+    call("disassociate_qualification_from_worker", **params)
+
+
+def block_worker(worker_id: str, reason: str) -> None:
+    call("create_worker_block", WorkerId=worker_id, Reason=reason[:1024])
+
+
+def unblock_worker(worker_id: str, reason: str = "") -> None:
+    params = {"WorkerId": worker_id}
+    if reason:
+        params["Reason"] = reason[:1024]
+    call("delete_worker_block", **params)
+
+
+def notify(worker_ids: list[str], subject: str, message: str) -> list[dict]:
+    """Email workers through MTurk (100 per call); the failures MTurk reports."""
+    failures = []
+    for start in range(0, len(worker_ids), 100):
+        answer = call("notify_workers", Subject=subject[:200], MessageText=message[:4096],
+                      WorkerIds=worker_ids[start:start + 100])
+        failures.extend(answer.get("NotifyWorkersFailureStatuses", []))
+    return failures

@@ -166,6 +166,8 @@ CELERY_TASK_ROUTES = {
     "leaderboard.train_model": {"queue": "training"},
     "leaderboard.evaluate_model": {"queue": "training"},
     "tasks.sweep_stale_jobs": {"queue": "default"},
+    "crowd.sync": {"queue": "default"},
+    "crowd.pay_bonuses": {"queue": "default"},
 }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -188,6 +190,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "prune-idempotency-keys": {"task": "annotation.prune_idempotency_keys", "schedule": 3600.0},
     "sweep-stale-jobs": {"task": "tasks.sweep_stale_jobs", "schedule": 60.0},
+    "mturk-sync": {"task": "crowd.sync", "schedule": 300.0},
+    "mturk-pay-bonuses": {"task": "crowd.pay_bonuses", "schedule": 600.0},
 }
 # Jobs (training, evaluation): a running job whose worker has not reported for
 # JOB_STALE_SECONDS is taken as lost; the sweeper queues it again until it has been
@@ -271,6 +275,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Auth -----------------------------------------------------------------
+AUTHENTICATION_BACKENDS = ["core.backends.PasswordBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -351,12 +356,12 @@ CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 
 # Amazon Mechanical Turk (credentials come from the standard AWS variables).
 MTURK_SANDBOX = env.bool("MTURK_SANDBOX", default=True)
-MTURK_ENDPOINT_URL = env("MTURK_ENDPOINT_URL", default="") or (
-    "https://mturk-requester-sandbox.us-east-1.amazonaws.com"
-    if MTURK_SANDBOX
-    else "https://mturk-requester.us-east-1.amazonaws.com"
-)
+# Empty: the sandbox or live requester endpoint, by MTURK_SANDBOX (crowd.mturk).
+MTURK_ENDPOINT_URL = env("MTURK_ENDPOINT_URL", default="")
 MTURK_REGION = env("MTURK_REGION", default="us-east-1")
+# Attempts per MTurk call, the first included (boto3's standard retry mode: throttling, 5xx and lost
+# connections are retried with backoff, with the same UniqueRequestToken).
+MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -9,6 +9,7 @@ from rest_framework.routers import DefaultRouter
 from annotation import api as annotation_api
 from annotation import views as annotation_views
 from core import accounts
+from crowd import views as crowd_views
 from leaderboard import api as leaderboard_api
 from leaderboard import views as leaderboard_views
 from tasks import api as tasks_api
@@ -62,6 +63,8 @@ urlpatterns = [
     path("tasks/<slug:slug>/validate/", annotation_views.validate_page, name="validate"),
     path("tasks/<slug:slug>/loop/", leaderboard_views.task_action, name="task-action"),
     path("jobs/<int:pk>/", leaderboard_views.job_page, name="job-detail"),
+    path("mturk/hit/", crowd_views.hit_page, name="mturk-hit"),
+    path("mturk/hit/submit/", crowd_views.hit_submit, name="mturk-hit-submit"),
     path("api/", include((api_patterns, "api"))),
     path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

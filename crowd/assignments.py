@@ -1,0 +1,162 @@
+"""A worker's arrival at a HIT, their work, and their submission.
+
+MTurk opens our ExternalURL with ``assignmentId``, ``hitId``, ``workerId`` and
+``turkSubmitTo``. None of them is secret or signed, so nothing they claim is
+trusted for money: an arrival creates a *provisional* identity and an
+assignment row, and the sync pays only once MTurk itself lists that
+(assignment, worker, HIT) as submitted with our completion token.
+
+- A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
+- Unknown HITs, ended batches, blocked workers and foreign ``turkSubmitTo``
+  hosts are refused.
+- The assignment's session token works on its task's annotation endpoints for
+  the batch's kind of work only, until the assignment's deadline; submitting
+  ends it, so a replayed assignment cannot write again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare, salted_hmac
+
+from annotation.models import AnnotationSession, Example, Validation
+from annotation.services import sessions
+
+from . import mturk, workers
+from .models import Assignment, Batch, Hit, WorkerIdentity
+
+PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
+MTURK_ID = re.compile(r"^[A-Z0-9]{10,64}$")
+COMPLETION_SALT = "dynabench.crowd.completion"
+SUBMITTED_MESSAGE = "This assignment was submitted: it takes no more work."
+
+
+class Refused(Exception):
+    def __init__(self, message: str, status: int = 403):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass
+class Arrival:
+    hit: Hit
+    batch: Batch
+    assignment: Assignment | None  # None: a preview
+
+
+def completion_token(assignment: Assignment) -> str:
+    """What the HIT page posts to MTurk on submit; the sync checks it against MTurk's record."""
+    value = f"{assignment.assignment_id}|{assignment.worker.worker_id}|{assignment.hit.hit_id}"
+    return salted_hmac(COMPLETION_SALT, value, algorithm="sha256").hexdigest()
+
+
+def completion_ok(assignment: Assignment, token: str) -> bool:
+    return bool(token) and constant_time_compare(token, completion_token(assignment))
+
+
+def find_hit(hit_id: str) -> Hit:
+    hit = Hit.objects.select_related("batch__task", "batch__round").filter(hit_id=hit_id).first() \
+        if MTURK_ID.match(hit_id or "") else None
+    if hit is None:
+        raise Refused("This HIT is not one of ours, or it was withdrawn.", status=404)
+    return hit
+
+
+def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str) -> Arrival:
+    """What a worker's browser gets at the HIT's URL: a preview, or their assignment
+    (created on the first arrival, the same one on every return)."""
+    hit = find_hit(hit_id)
+    batch = hit.batch
+    if assignment_id == PREVIEW:
+        return Arrival(hit, batch, None)
+    if batch.status != Batch.Status.PUBLISHED:
+        raise Refused("This batch of HITs has ended; please return the HIT.", status=410)
+    if not MTURK_ID.match(assignment_id or ""):
+        raise Refused("The assignment id in this link is not a valid MTurk assignment id.", status=400)
+    if not workers.is_worker_id(worker_id):
+        raise Refused("The worker id in this link is not a valid MTurk worker id.", status=400)
+    submit_to = (submit_to or "").rstrip("/")
+    if submit_to not in mturk.SUBMIT_HOSTS:
+        raise Refused("This link's turkSubmitTo is not an MTurk site; open the HIT from MTurk.", status=400)
+    if mturk.SUBMIT_HOSTS[submit_to] != batch.sandbox:
+        raise Refused("This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
+                      + ", but the link came from the other one.", status=400)
+    identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
+    if identity.hard_blocked_at or identity.soft_blocked_at:
+        raise Refused("You are not admitted to these HITs any more; please return the HIT.")
+    if not identity.user.is_active:
+        raise Refused("This worker's account is disabled.")
+    return Arrival(hit, batch, _assignment(hit, batch, assignment_id, identity, submit_to))
+
+
+def _assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIdentity, submit_to: str) -> Assignment:
+    existing = Assignment.objects.select_related("session", "worker", "hit").filter(
+        assignment_id=assignment_id, worker=identity).first()
+    if existing is not None:
+        if existing.hit_id != hit.pk:
+            raise Refused("This assignment id belongs to another HIT.", status=400)
+        if existing.status != Assignment.Status.WORKING:
+            raise Refused(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
+                          else "This assignment ended (it was returned or ran out of time).", status=409)
+        if existing.deadline <= timezone.now():
+            raise Refused("The time for this assignment is up; please return the HIT.", status=409)
+        return existing
+    now = timezone.now()
+    deadline = now + timedelta(seconds=batch.assignment_duration_seconds)
+    # MTurk may hand a returned assignment's id to the next worker, so another
+    # worker's row with this id is left alone here (a URL proves nothing; ending it
+    # would let anyone who learnt the id push its worker out): the sync marks it
+    # returned once MTurk lists the id under someone else, or its deadline passes.
+    with transaction.atomic():
+        session = sessions.start_session(identity.user, batch.task, mturk_assignment_id=assignment_id,
+                                         mode=batch.mode, expires_at=deadline)
+        try:
+            with transaction.atomic():
+                return Assignment.objects.create(hit=hit, assignment_id=assignment_id, worker=identity,
+                                                 session=session, accepted_at=now, deadline=deadline,
+                                                 submit_to=submit_to)
+        except IntegrityError:  # the same arrival twice at once: the first one stands
+            session.delete()
+    return Assignment.objects.select_related("session", "worker", "hit").get(assignment_id=assignment_id,
+                                                                             worker=identity)
+
+
+def work_done(assignment: Assignment) -> int:
+    """Examples written (not retracted), or validations decided, in the assignment."""
+    if assignment.hit.batch.mode == Batch.Mode.CREATE:
+        return Example.objects.filter(session=assignment.session, retracted=False).count()
+    return Validation.objects.filter(session=assignment.session).exclude(label="").count()
+
+
+def assignment_for_session(session: AnnotationSession) -> Assignment | None:
+    return Assignment.objects.select_related("hit__batch", "worker", "session").filter(session=session).first()
+
+
+def finish(session: AnnotationSession) -> Assignment:
+    """The worker presses Submit: check the work is done, end the session, and
+    return the assignment (its completion token goes to MTurk with the form)."""
+    with transaction.atomic():
+        assignment = Assignment.objects.select_for_update().select_related("hit__batch", "worker", "session") \
+            .filter(session=session).first()
+        if assignment is None:
+            raise Refused("This session is not an MTurk assignment.", status=404)
+        if assignment.status != Assignment.Status.WORKING:
+            raise Refused(SUBMITTED_MESSAGE, status=409)
+        if assignment.deadline <= timezone.now():
+            raise Refused("The time for this assignment is up; please return the HIT.", status=409)
+        required = assignment.hit.batch.examples_per_assignment
+        done = work_done(assignment)
+        if done < required:
+            what = "examples" if assignment.hit.batch.mode == Batch.Mode.CREATE else "validations"
+            raise Refused(f"This HIT asks for {required} {what}; you have done {done} so far.", status=409)
+        assignment.status = Assignment.Status.FINISHED
+        assignment.finished_at = timezone.now()
+        assignment.save(update_fields=["status", "finished_at"])
+        sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
+    return assignment

@@ -1,0 +1,168 @@
+"""Bonuses for verified model-fooling examples, paid exactly once.
+
+``pay_bonuses`` (Celery beat, ``manage.py mturk_pay_bonuses`` and the admin) is
+safe to run at any time and any number of times.
+
+What is paid: for each approved, MTurk-verified assignment of a writing batch,
+the examples written in it that fooled the model, were not retracted or
+flagged, whose signature still checks, and whose validation is final and
+*verified*, at the batch's amount per example. An assignment is settled once,
+when all of its model-fooling examples are decided or, at the latest, at its
+auto-approval time (MTurk's deadline for the assignment, by which a worker
+should know what they earned); examples verified after that are not paid.
+
+How it is paid (the ledger first):
+1. A ``BonusPayment`` row, unique per (assignment, reason), is written with a
+   deterministic UniqueRequestToken before MTurk is called. A second run, a
+   second worker process or a crash can never make a second row.
+2. ``SendBonus`` goes out with that token. boto3 retries a lost response with the
+   same token, and MTurk pays a token once.
+3. When a call fails or its answer is lost, the row stays pending; before any
+   retry, ``ListBonusPayments`` is asked whether MTurk paid it after all (the
+   bonus's reason names the ledger row). Only if it did not is it sent again.
+4. Throttling, MTurk faults and too little money leave the row failed with a
+   readable error and a later retry time (backoff), never a loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from annotation.models import Example
+from annotation.services.examples import signature_ok
+
+from . import mturk
+from .models import Assignment, Batch, BonusPayment
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF = timedelta(hours=1)
+
+
+@dataclass
+class BonusReport:
+    settled: int = 0
+    paid: int = 0
+    amount: Decimal = Decimal("0.00")
+    waiting: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def __str__(self):
+        text = (f"{self.settled} assignments settled, {self.paid} bonuses paid (${self.amount:.2f}), "
+                f"{self.waiting} waiting for validation")
+        return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
+
+
+def ledger_token(assignment: Assignment, reason: str) -> str:
+    return f"dynabench-bonus-{assignment.pk}-{reason}"[:64]
+
+
+def fooling_examples(assignment: Assignment):
+    return Example.objects.filter(session_id=assignment.session_id, fooled=True,
+                                  retracted=False, source=Example.Source.ANNOTATION)
+
+
+def settle(assignment: Assignment, now=None) -> BonusPayment | None:
+    """The assignment's ledger row, written once it can be settled; None while it waits."""
+    now = now or timezone.now()
+    batch = assignment.hit.batch
+    examples = list(fooling_examples(assignment))
+    pending = [e for e in examples if e.validation_status == Example.ValidationStatus.PENDING and not e.flagged]
+    cutoff = assignment.auto_approval_at or (
+        (assignment.submitted_at or assignment.finished_at or now) + timedelta(seconds=batch.auto_approval_delay_seconds))
+    if pending and now < cutoff:
+        return None
+    paid = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged
+            and signature_ok(e)]
+    reason = BonusPayment.Reason.VERIFIED_FOOLING
+    amount = batch.bonus_per_example * len(paid)
+    token = ledger_token(assignment, reason)
+    message = (f"Bonus for {len(paid)} example{'s' if len(paid) != 1 else ''} that fooled the model and were "
+               f"confirmed correct by other workers (${batch.bonus_per_example:.2f} each). Thank you! [{token}]")
+    try:
+        with transaction.atomic():
+            return BonusPayment.objects.create(
+                assignment=assignment, reason=reason, amount=amount, example_count=len(paid),
+                example_ids=[e.pk for e in paid], message=message[:1024], unique_request_token=token,
+                # Nothing owed: settled without a call to MTurk.
+                status=BonusPayment.Status.PAID if amount == 0 else BonusPayment.Status.PENDING,
+                paid_at=now if amount == 0 else None)
+    except IntegrityError:  # settled by another run meanwhile
+        return BonusPayment.objects.get(assignment=assignment, reason=reason)
+
+
+def _already_paid(payment: BonusPayment) -> bool:
+    """Whether MTurk has this ledger row's bonus on record (its reason names the row)."""
+    return any(payment.unique_request_token in (found.get("Reason") or "")
+               and found.get("WorkerId") == payment.assignment.worker.worker_id
+               for found in mturk.bonuses_for(payment.assignment.assignment_id))
+
+
+def send(payment: BonusPayment) -> bool:
+    """Pay one pending or failed ledger row; True once MTurk has it paid."""
+    with transaction.atomic():
+        payment = BonusPayment.objects.select_for_update().select_related("assignment__worker").get(pk=payment.pk)
+        if payment.status == BonusPayment.Status.PAID:
+            return True
+        payment.attempts += 1
+        # Until MTurk answers, a crash leaves the row pending, to be reconciled.
+        payment.status = BonusPayment.Status.PENDING
+        payment.save(update_fields=["attempts", "status"])
+    try:
+        if payment.attempts > 1 and _already_paid(payment):
+            return _paid(payment, "found on MTurk after an unanswered attempt")
+        mturk.send_bonus(worker_id=payment.assignment.worker.worker_id,
+                         assignment_id=payment.assignment.assignment_id, amount=payment.amount,
+                         reason=payment.message, unique_request_token=payment.unique_request_token)
+        return _paid(payment)
+    except mturk.MTurkError as exc:
+        if exc.kind == "duplicate":  # MTurk took this token before: the first call paid
+            return _paid(payment, "MTurk had processed this token already")
+        wait = min(MAX_BACKOFF, timedelta(minutes=2 ** min(payment.attempts, 10)))
+        status = BonusPayment.Status.PENDING if exc.kind == "connection" else BonusPayment.Status.FAILED
+        BonusPayment.objects.filter(pk=payment.pk).update(
+            status=status, last_error=str(exc)[:2000], next_attempt_at=timezone.now() + wait)
+        logger.warning("Bonus %s not paid (attempt %s): %s", payment.pk, payment.attempts, exc)
+        raise
+
+
+def _paid(payment: BonusPayment, note: str = "") -> bool:
+    BonusPayment.objects.filter(pk=payment.pk).update(status=BonusPayment.Status.PAID, paid_at=timezone.now(),
+                                                      last_error=note)
+    return True
+
+
+def pay_bonuses(batch_id: int | None = None) -> BonusReport:
+    report = BonusReport()
+    now = timezone.now()
+    assignments = Assignment.objects.select_related("hit__batch", "worker", "session").filter(
+        status=Assignment.Status.APPROVED, verified_at__isnull=False, worker__verified_at__isnull=False,
+        hit__batch__mode=Batch.Mode.CREATE, hit__batch__bonus_per_example__gt=0).exclude(
+        bonuses__reason=BonusPayment.Reason.VERIFIED_FOOLING)
+    if batch_id is not None:
+        assignments = assignments.filter(hit__batch_id=batch_id)
+    for assignment in assignments:
+        if settle(assignment, now) is None:
+            report.waiting += 1
+        else:
+            report.settled += 1
+    due = BonusPayment.objects.select_related("assignment__worker").filter(
+        status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED], next_attempt_at__lte=timezone.now())
+    if batch_id is not None:
+        due = due.filter(assignment__hit__batch_id=batch_id)
+    for payment in due.order_by("pk"):
+        try:
+            send(payment)
+            report.paid += 1
+            report.amount += payment.amount
+        except mturk.MTurkError as exc:
+            report.errors.append(f"bonus {payment.pk} to {payment.assignment.worker.worker_id}: {exc}")
+            if exc.kind in ("throttled", "insufficient_funds"):
+                break  # the rest would fail the same way: next run
+    return report

@@ -1,0 +1,72 @@
+"""``manage.py mturk_publish --task SLUG --mode {create,validate} --hits N --assignments K
+--reward 0.50 --bonus 0.25 [--round R] [--examples-per-assignment M] [--yes]``: prints the batch id."""
+
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from core.errors import DomainError
+from crowd import costs, mturk
+from crowd.publishing import BatchRequest, publish
+from tasks.models import Task
+
+
+def money(value: str) -> Decimal:
+    try:
+        return Decimal(value)
+    except InvalidOperation:
+        raise CommandError(f"{value!r} is not an amount in USD, e.g. 0.50.") from None
+
+
+class Command(BaseCommand):
+    help = "Publish a batch of MTurk HITs (sandbox unless MTURK_SANDBOX=false) and print its id."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--task", required=True)
+        parser.add_argument("--mode", required=True, choices=["create", "validate"])
+        parser.add_argument("--hits", type=int, required=True)
+        parser.add_argument("--assignments", type=int, required=True, help="Assignments per HIT.")
+        parser.add_argument("--reward", type=money, required=True, help="USD per approved assignment.")
+        parser.add_argument("--bonus", type=money, default=Decimal("0.00"),
+                            help="USD per verified model-fooling example (writing batches).")
+        parser.add_argument("--round", type=int, default=None, help="Default: the task's open round.")
+        parser.add_argument("--examples-per-assignment", type=int, default=5)
+        parser.add_argument("--duration", type=int, default=3600, help="Seconds a worker has per assignment.")
+        parser.add_argument("--lifetime", type=int, default=3 * 24 * 3600, help="Seconds the HITs stay up.")
+        parser.add_argument("--auto-approval-delay", type=int, default=3 * 24 * 3600)
+        parser.add_argument("--locales", default="US", help="Comma-separated country codes; empty: any.")
+        parser.add_argument("--min-approval-rate", type=int, default=95)
+        parser.add_argument("--min-approved", type=int, default=100)
+        parser.add_argument("--quality-threshold", type=float, default=None,
+                            help="Soft-block workers whose examples are verified less often than this share.")
+        parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+
+    def handle(self, *args, **opts):
+        task = Task.objects.filter(slug=opts["task"]).first()
+        if task is None:
+            raise CommandError(f"No task {opts['task']!r}.")
+        req = BatchRequest(
+            task=task, mode=opts["mode"], hits=opts["hits"], assignments_per_hit=opts["assignments"],
+            reward=opts["reward"], bonus_per_example=opts["bonus"], round_number=opts["round"],
+            examples_per_assignment=opts["examples_per_assignment"], assignment_duration_seconds=opts["duration"],
+            lifetime_seconds=opts["lifetime"], auto_approval_delay_seconds=opts["auto_approval_delay"],
+            locales=tuple(code.strip().upper() for code in opts["locales"].split(",") if code.strip()),
+            min_approval_rate=opts["min_approval_rate"], min_approved_count=opts["min_approved"],
+            quality_block_threshold=opts["quality_threshold"])
+        most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
+                              bonus_per_example=req.bonus_per_example,
+                              examples_per_assignment=req.examples_per_assignment, mode=req.mode)
+        where = "the MTurk SANDBOX" if settings.MTURK_SANDBOX else "LIVE MTurk (real money)"
+        self.stderr.write(f"{req.hits} HITs x {req.assignments_per_hit} assignments on {where}; "
+                          f"at most ${most:.2f} with bonuses and fees.")
+        if not opts["yes"] and input("Publish? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise CommandError("Not published.")
+        try:
+            batch = publish(req)
+        except DomainError as exc:
+            raise CommandError(str(exc)) from None
+        except mturk.MTurkError as exc:
+            raise CommandError(f"{exc} (a batch row may exist: the admin's 'Publish the remaining HITs' "
+                               "goes on where this stopped)") from None
+        self.stdout.write(str(batch.pk))

@@ -1,0 +1,191 @@
+"""Publishing a batch of HITs: check, budget, one HIT type, N HITs.
+
+The batch row is written first, with a uid; HIT number k is posted with the
+UniqueRequestToken ``dynabench-<uid>-<k>``, so publishing again after a crash,
+a timeout or a throttling error posts only the HITs that are missing and never
+one twice (MTurk answers a repeated token with the HIT it already made).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from core.errors import Conflict, InvalidInput
+from tasks.models import Round, Task
+
+from . import costs, mturk, workers
+from .models import Batch, Hit
+
+MAX_HITS = 1000
+
+
+@dataclass
+class BatchRequest:
+    task: Task
+    mode: str
+    hits: int
+    assignments_per_hit: int
+    reward: Decimal
+    bonus_per_example: Decimal = Decimal("0.00")
+    round_number: int | None = None
+    examples_per_assignment: int = 5
+    title: str = ""
+    description: str = ""
+    keywords: str = "language, writing, AI, research"
+    assignment_duration_seconds: int = 3600
+    lifetime_seconds: int = 3 * 24 * 3600
+    auto_approval_delay_seconds: int = 3 * 24 * 3600
+    locales: tuple[str, ...] = ("US",)
+    min_approval_rate: int | None = 95
+    min_approved_count: int | None = 100
+    quality_block_threshold: float | None = None
+
+
+def hit_url() -> str:
+    """The ExternalURL of every HIT: MTurk appends its query parameters."""
+    return settings.PUBLIC_BASE_URL + reverse("mturk-hit")
+
+
+def check_request(req: BatchRequest) -> Round:
+    """The round the batch works on, after every check of the request; InvalidInput or Conflict."""
+    if req.mode not in Batch.Mode.values:
+        raise InvalidInput.field("mode", f"Must be one of {Batch.Mode.values}.")
+    for name, low, high in [("hits", 1, MAX_HITS), ("assignments_per_hit", 1, 100),
+                            ("examples_per_assignment", 1, 100),
+                            ("assignment_duration_seconds", 30, 365 * 24 * 3600),
+                            ("lifetime_seconds", 30, 365 * 24 * 3600),
+                            ("auto_approval_delay_seconds", 0, 30 * 24 * 3600)]:
+        value = getattr(req, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise InvalidInput.field(name, f"Must be a whole number from {low} to {high}.")
+    if not isinstance(req.reward, Decimal) or req.reward < Decimal("0.01") or req.reward != costs.cents(req.reward):
+        raise InvalidInput.field("reward", "Must be an amount in USD of at least 0.01, in whole cents.")
+    if (not isinstance(req.bonus_per_example, Decimal) or req.bonus_per_example < 0
+            or req.bonus_per_example != costs.cents(req.bonus_per_example)):
+        raise InvalidInput.field("bonus", "Must be an amount in USD of at least 0.00, in whole cents.")
+    if req.mode == Batch.Mode.VALIDATE and req.bonus_per_example > 0:
+        raise InvalidInput.field("bonus", "Bonuses are paid for model-fooling examples, so only writing batches "
+                                          "have them.")
+    if req.quality_block_threshold is not None and not 0 <= req.quality_block_threshold <= 1:
+        raise InvalidInput.field("quality_block_threshold", "Must be a share from 0 to 1.")
+    if req.min_approval_rate is not None and not 0 <= req.min_approval_rate <= 100:
+        raise InvalidInput.field("min_approval_rate", "Must be a percentage from 0 to 100.")
+    if urlsplit(settings.PUBLIC_BASE_URL).scheme != "https":
+        raise Conflict(f"PUBLIC_BASE_URL is {settings.PUBLIC_BASE_URL!r}: MTurk shows only HTTPS pages in its "
+                       "frame. Set it to the platform's public https:// address.")
+    rounds = Round.objects.filter(task=req.task)
+    rnd = rounds.filter(number=req.round_number).first() if req.round_number is not None \
+        else rounds.filter(status=Round.Status.OPEN).first()
+    if rnd is None:
+        raise Conflict(f"Task {req.task.slug} has no round {req.round_number}." if req.round_number is not None
+                       else f"Task {req.task.slug} has no open round to collect for.")
+    if req.mode == Batch.Mode.CREATE and rnd.status != Round.Status.OPEN:
+        raise Conflict(f"Round {rnd.number} of {req.task.slug} is {rnd.status}: writing batches need the open round.")
+    if rnd.number == 0:
+        raise Conflict("Round 0 holds static data; it is never collected for.")
+    return rnd
+
+
+def qualifications(batch: Batch) -> list[dict]:
+    found = []
+    if batch.locales:
+        found.append({"QualificationTypeId": mturk.LOCALE_QUALIFICATION, "Comparator": "In",
+                      "LocaleValues": [{"Country": code} for code in batch.locales],
+                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
+    if batch.min_approval_rate is not None:
+        found.append({"QualificationTypeId": mturk.APPROVAL_RATE_QUALIFICATION, "Comparator": "GreaterThanOrEqualTo",
+                      "IntegerValues": [batch.min_approval_rate], "ActionsGuarded": "DiscoverPreviewAndAccept"})
+    if batch.min_approved_count is not None:
+        found.append({"QualificationTypeId": mturk.APPROVED_COUNT_QUALIFICATION,
+                      "Comparator": "GreaterThanOrEqualTo", "IntegerValues": [batch.min_approved_count],
+                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
+    found.append({"QualificationTypeId": workers.block_qualification_id(batch.sandbox), "Comparator": "DoesNotExist",
+                  "ActionsGuarded": "DiscoverPreviewAndAccept"})
+    return found
+
+
+def default_title(req: BatchRequest) -> str:
+    if req.mode == Batch.Mode.CREATE:
+        return f"Write {req.examples_per_assignment} examples that fool an AI model ({req.task.name})"[:128]
+    return f"Check {req.examples_per_assignment} examples written by others ({req.task.name})"[:128]
+
+
+def default_description(req: BatchRequest) -> str:
+    if req.mode == Batch.Mode.CREATE:
+        text = (f"Write short examples for the task '{req.task.name}' that an AI model gets wrong. "
+                f"Reward ${req.reward:.2f}")
+        if req.bonus_per_example > 0:
+            text += f", plus a ${req.bonus_per_example:.2f} bonus for each example that fools the model and that " \
+                    "other workers confirm is labelled correctly"
+        return text + "."
+    return f"Read examples for the task '{req.task.name}' and say whether each is labelled correctly. " \
+           f"Reward ${req.reward:.2f}."
+
+
+def publish(req: BatchRequest, *, user=None) -> Batch:
+    """Check the request and the account balance, then post the batch's HIT type and HITs."""
+    rnd = check_request(req)
+    most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
+                          bonus_per_example=req.bonus_per_example,
+                          examples_per_assignment=req.examples_per_assignment, mode=req.mode)
+    balance = mturk.account_balance()
+    if balance < most:
+        raise Conflict(f"The MTurk account holds ${balance:.2f}, but this batch may cost up to ${most:.2f} "
+                       "(rewards, bonuses and MTurk's fees). Add funds or publish fewer HITs.")
+    with transaction.atomic():
+        batch = Batch.objects.create(
+            task=req.task, round=rnd, mode=req.mode, sandbox=settings.MTURK_SANDBOX,
+            title=req.title or default_title(req), description=req.description or default_description(req),
+            keywords=req.keywords, hits=req.hits, assignments_per_hit=req.assignments_per_hit,
+            examples_per_assignment=req.examples_per_assignment, reward=req.reward,
+            bonus_per_example=req.bonus_per_example, assignment_duration_seconds=req.assignment_duration_seconds,
+            lifetime_seconds=req.lifetime_seconds, auto_approval_delay_seconds=req.auto_approval_delay_seconds,
+            locales=list(req.locales), min_approval_rate=req.min_approval_rate,
+            min_approved_count=req.min_approved_count, quality_block_threshold=req.quality_block_threshold,
+            max_cost=most, created_by=user)
+        Hit.objects.bulk_create([Hit(batch=batch, number=k) for k in range(1, req.hits + 1)])
+    return post_hits(batch)
+
+
+def unique_request_token(hit: Hit) -> str:
+    return f"dynabench-{hit.batch.uid.hex}-{hit.number}"
+
+
+def post_hits(batch: Batch) -> Batch:
+    """Post the batch's HITs that have no id yet (safe to run again). On an MTurk error
+    the batch keeps what was posted and records the error; running it again goes on."""
+    try:
+        if not batch.hit_type_id:
+            batch.hit_type_id = mturk.create_hit_type(
+                title=batch.title, description=batch.description, keywords=batch.keywords, reward=batch.reward,
+                assignment_duration=batch.assignment_duration_seconds,
+                auto_approval_delay=batch.auto_approval_delay_seconds, qualifications=qualifications(batch))
+            batch.save(update_fields=["hit_type_id"])
+        question = mturk.external_question(hit_url())
+        for hit in batch.hit_rows.filter(hit_id__isnull=True).order_by("number"):
+            hit.batch = batch
+            hit.hit_id = mturk.create_hit(
+                hit_type_id=batch.hit_type_id, question=question, max_assignments=batch.assignments_per_hit,
+                lifetime=batch.lifetime_seconds, unique_request_token=unique_request_token(hit),
+                annotation=f"dynabench batch {batch.pk}")
+            hit.created_at = timezone.now()
+            hit.save(update_fields=["hit_id", "created_at"])
+    except mturk.MTurkError as exc:
+        Batch.objects.filter(pk=batch.pk).update(
+            last_error=f"{exc} Publish again to post the remaining HITs; none is posted twice.")
+        batch.refresh_from_db()
+        raise
+    now = timezone.now()
+    batch.status, batch.last_error = Batch.Status.PUBLISHED, ""
+    batch.published_at = batch.published_at or now
+    batch.expires_at = now + timedelta(seconds=batch.lifetime_seconds)
+    batch.save(update_fields=["status", "last_error", "published_at", "expires_at"])
+    return batch

@@ -1,0 +1,237 @@
+"""Bringing our records in line with MTurk's, and deciding submitted work.
+
+``sync_batch`` (Celery beat, ``manage.py mturk_sync`` and the admin) is safe to
+run at any time and any number of times. For each HIT it lists MTurk's
+assignments and applies these rules, which the README documents:
+
+1. **Verified** only when MTurk lists the assignment as submitted by the same
+   worker, on the same HIT, with the completion token our page issued when the
+   worker pressed Submit. Only then does the worker's identity become verified.
+2. **Approved** when verified and the work the HIT asked for was recorded (the
+   page refuses Submit before that, so this is the normal case).
+3. **Rejected**, always with feedback, when MTurk has a submission we cannot
+   match: no arrival recorded for that worker, a missing or wrong completion
+   token, or work that was never finished on our page.
+4. A row still *working* after its deadline was returned or abandoned: it is
+   marked so and its token ends. A finished row that MTurk never lists as
+   submitted is marked so an hour after its deadline.
+5. A published batch whose lifetime is over, or whose every assignment was
+   decided, is expired on MTurk and marked finished.
+6. With a quality threshold set, a worker whose examples are validated correct
+   less often than it (once enough are decided) gets the soft block.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from annotation.services import sessions
+
+from . import mturk, workers
+from .assignments import SUBMITTED_MESSAGE, completion_ok
+from .models import Assignment, Batch, WorkerIdentity
+
+logger = logging.getLogger(__name__)
+
+APPROVE_FEEDBACK = "Thank you: your work was recorded and approved."
+NO_RECORD = ("We have no record of work for this assignment on the HIT's page: the HIT must be done on its page, "
+             "which records each piece of work.")
+BAD_TOKEN = ("The completion code sent with this assignment does not match the one the HIT's page issued "
+             "when the work was submitted there.")
+NOT_FINISHED = "The work for this assignment was not finished on the HIT's page before it was submitted."
+FINISHED_GRACE = timedelta(hours=1)
+
+
+@dataclass
+class SyncReport:
+    seen: int = 0
+    approved: int = 0
+    rejected: int = 0
+    returned: int = 0
+    soft_blocked: int = 0
+    finished_batches: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: SyncReport) -> None:
+        for name in ("seen", "approved", "rejected", "returned", "soft_blocked", "finished_batches"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.errors.extend(other.errors)
+
+    def __str__(self):
+        text = (f"{self.seen} submissions seen, {self.approved} approved, {self.rejected} rejected, "
+                f"{self.returned} returned or abandoned, {self.soft_blocked} soft-blocked, "
+                f"{self.finished_batches} batches finished")
+        return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
+
+
+def _when(value) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromtimestamp(float(value), tz=UTC)
+
+
+def _decide(assignment: Assignment | None, listed: dict, report: SyncReport) -> None:
+    """Apply rules 1-3 to one assignment MTurk lists."""
+    status = listed["AssignmentStatus"]
+    if assignment is None:
+        if status == "Submitted":
+            mturk.reject(listed["AssignmentId"], NO_RECORD)
+            report.rejected += 1
+        return
+    if assignment.status in (Assignment.Status.APPROVED, Assignment.Status.REJECTED):
+        return  # decided already
+    now = timezone.now()
+    assignment.submitted_at = _when(listed.get("SubmitTime")) or assignment.submitted_at
+    assignment.auto_approval_at = _when(listed.get("AutoApprovalTime")) or assignment.auto_approval_at
+    answer = mturk.parse_answer(listed.get("Answer", ""))
+    if assignment.status not in (Assignment.Status.FINISHED, Assignment.Status.SUBMITTED):
+        feedback = NOT_FINISHED
+    elif not completion_ok(assignment, answer.get("completionToken", "")):
+        feedback = BAD_TOKEN
+    else:
+        feedback = None
+    if feedback is None:  # rule 1: MTurk's record and our token agree
+        with transaction.atomic():
+            assignment.status = Assignment.Status.SUBMITTED
+            assignment.verified_at = assignment.verified_at or now
+            assignment.save(update_fields=["status", "verified_at", "submitted_at", "auto_approval_at"])
+            WorkerIdentity.objects.filter(pk=assignment.worker_id, verified_at__isnull=True).update(verified_at=now)
+    if status in ("Approved", "Rejected"):  # decided on MTurk (auto-approval, or by hand on its site)
+        assignment.status = Assignment.Status.APPROVED if status == "Approved" else Assignment.Status.REJECTED
+        assignment.decided_at = now
+        assignment.save(update_fields=["status", "decided_at", "submitted_at", "auto_approval_at"])
+        sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
+        return
+    if feedback is None:
+        mturk.approve(assignment.assignment_id, APPROVE_FEEDBACK)
+        assignment.status, assignment.decided_at, assignment.feedback = \
+            Assignment.Status.APPROVED, timezone.now(), APPROVE_FEEDBACK
+        report.approved += 1
+    else:
+        mturk.reject(assignment.assignment_id, feedback)
+        assignment.status, assignment.decided_at, assignment.feedback = \
+            Assignment.Status.REJECTED, timezone.now(), feedback
+        report.rejected += 1
+        sessions.end_session(assignment.session, "This assignment was rejected; it takes no more work.")
+    assignment.save(update_fields=["status", "decided_at", "feedback", "submitted_at", "auto_approval_at"])
+
+
+def sync_batch(batch: Batch) -> SyncReport:
+    report = SyncReport()
+    now = timezone.now()
+    for hit in batch.hit_rows.filter(hit_id__isnull=False):
+        ours = {(a.assignment_id, a.worker.worker_id): a
+                for a in hit.assignments.select_related("worker", "session", "hit")}
+        try:
+            for listed in mturk.list_assignments(hit.hit_id):
+                report.seen += 1
+                assignment = ours.get((listed["AssignmentId"], listed["WorkerId"]))
+                for (assignment_id, worker_id), other in ours.items():
+                    if assignment_id == listed["AssignmentId"] and worker_id != listed["WorkerId"] \
+                            and other.status == Assignment.Status.WORKING:
+                        _end(other, "This assignment went to another worker; it takes no more work.")
+                        report.returned += 1
+                try:
+                    _decide(assignment, listed, report)
+                except mturk.MTurkError as exc:
+                    report.errors.append(f"{listed['AssignmentId']}: {exc}")
+                    if not exc.retryable and exc.kind != "request":
+                        raise
+        except mturk.MTurkError as exc:
+            report.errors.append(f"HIT {hit.hit_id}: {exc}")
+            if exc.kind in ("throttled", "insufficient_funds"):
+                break  # try again at the next sync
+    report.returned += _mark_returned(batch, now)
+    if batch.quality_block_threshold is not None:
+        report.soft_blocked += _quality_blocks(batch, report)
+    if _finish_if_done(batch, now, report):
+        report.finished_batches += 1
+    Batch.objects.filter(pk=batch.pk).update(
+        last_synced_at=now, last_error="; ".join(report.errors)[:2000] if report.errors else "")
+    return report
+
+
+def _mark_returned(batch: Batch, now) -> int:
+    count = 0
+    late = Assignment.objects.select_related("session").filter(hit__batch=batch).filter(
+        status=Assignment.Status.WORKING, deadline__lte=now) | Assignment.objects.select_related("session").filter(
+        hit__batch=batch, status=Assignment.Status.FINISHED, deadline__lte=now - FINISHED_GRACE)
+    for assignment in late:
+        _end(assignment, "This assignment ended (it was returned or ran out of time).")
+        count += 1
+    return count
+
+
+def _end(assignment: Assignment, reason: str) -> None:
+    assignment.status = Assignment.Status.RETURNED
+    assignment.save(update_fields=["status"])
+    sessions.end_session(assignment.session, reason)
+
+
+def _quality_blocks(batch: Batch, report: SyncReport) -> int:
+    count = 0
+    candidates = WorkerIdentity.objects.filter(assignments__hit__batch=batch, soft_blocked_at__isnull=True,
+                                               hard_blocked_at__isnull=True).distinct()
+    for identity in candidates:
+        if workers.below_threshold(identity, batch.quality_block_threshold):
+            try:
+                workers.soft_block(identity, f"Examples validated correct less often than "
+                                             f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")
+                count += 1
+            except mturk.MTurkError as exc:
+                report.errors.append(f"soft block {identity.worker_id}: {exc}")
+    return count
+
+
+def _finish_if_done(batch: Batch, now, report: SyncReport) -> bool:
+    if batch.status != Batch.Status.PUBLISHED:
+        return False
+    decided = Assignment.objects.filter(hit__batch=batch, status__in=[
+        Assignment.Status.APPROVED, Assignment.Status.REJECTED]).count()
+    open_work = Assignment.objects.filter(hit__batch=batch, status__in=[
+        Assignment.Status.WORKING, Assignment.Status.FINISHED, Assignment.Status.SUBMITTED]).exists()
+    lifetime_over = batch.expires_at is not None and batch.expires_at <= now
+    if open_work or not (lifetime_over or decided >= batch.hits * batch.assignments_per_hit):
+        return False
+    return expire_batch(batch, report)
+
+
+def expire_batch(batch: Batch, report: SyncReport | None = None) -> bool:
+    """Stop the batch's HITs taking workers, and mark it finished (work already taken goes on)."""
+    for hit in batch.hit_rows.filter(hit_id__isnull=False, expired_at__isnull=True):
+        try:
+            mturk.expire_hit(hit.hit_id)
+        except mturk.MTurkError as exc:
+            if report is None:
+                raise
+            report.errors.append(f"expire {hit.hit_id}: {exc}")
+            return False
+        hit.expired_at = timezone.now()
+        hit.save(update_fields=["expired_at"])
+    Batch.objects.filter(pk=batch.pk).update(status=Batch.Status.FINISHED, finished_at=timezone.now())
+    batch.refresh_from_db()
+    return True
+
+
+def sync(batch_id: int | None = None) -> SyncReport:
+    """Sync one batch, or every batch that is published or still has undecided work."""
+    report = SyncReport()
+    batches = Batch.objects.select_related("task", "round")
+    if batch_id is not None:
+        batches = batches.filter(pk=batch_id)
+    else:
+        batches = batches.filter(status=Batch.Status.PUBLISHED) | batches.filter(
+            hit_rows__assignments__status__in=[Assignment.Status.WORKING, Assignment.Status.FINISHED,
+                                               Assignment.Status.SUBMITTED])
+    for batch in batches.distinct().order_by("pk"):
+        try:
+            report.add(sync_batch(batch))
+        except mturk.MTurkError as exc:
+            report.errors.append(f"batch {batch.pk}: {exc}")
+            logger.warning("MTurk sync of batch %s failed: %s", batch.pk, exc)
+    return report

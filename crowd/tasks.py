@@ -1,0 +1,18 @@
+"""Celery beat tasks of the crowd (see ``CELERY_BEAT_SCHEDULE``): thin wrappers
+around services that are safe to run at any time, any number of times."""
+
+from celery import shared_task
+
+
+@shared_task(name="crowd.sync")
+def sync() -> str:
+    from .sync import sync as run
+
+    return str(run())
+
+
+@shared_task(name="crowd.pay_bonuses")
+def pay_bonuses() -> str:
+    from .bonuses import pay_bonuses as run
+
+    return str(run())

@@ -1,0 +1,83 @@
+"""The pages MTurk workers see: the HIT page (preview, then the work) and Submit.
+
+These are the only pages MTurk may frame (CSP ``frame-ancestors`` names the MTurk
+worker sites; every other page keeps ``X-Frame-Options: DENY`` and
+``frame-ancestors 'none'``). They never rely on a cookie: third-party iframes do
+not send one, so the work page carries the assignment's signed token in
+``data-token`` (as the annotation pages do) and Submit posts it back in the form.
+"""
+
+from csp.constants import SELF
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from annotation.models import Example
+from annotation.tokens import InvalidToken, make_token, session_from_token
+from annotation.views import frameable_by_mturk, work_page_context
+
+from . import mturk
+from .assignments import PREVIEW, Refused, arrive, completion_token, finish, work_done
+
+frameable = frameable_by_mturk()
+submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
+TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.html"}
+
+
+def _refused(request, exc: Refused):
+    return render(request, "crowd/refused.html", {"message": exc.message}, status=exc.status)
+
+
+def _sample(task):
+    """A verified model-fooling example of the task, to show in the preview."""
+    example = (Example.objects.filter(task=task, source=Example.Source.ANNOTATION, fooled=True, retracted=False,
+                                      flagged=False, validation_status=Example.ValidationStatus.VERIFIED)
+               .order_by("-created_at").first())
+    if example is None:
+        return None
+    return {"inputs": example.inputs, "label": example.target.get("label") or example.target.get("text")}
+
+
+@never_cache
+@frameable
+@require_GET
+def hit_page(request):
+    """The HIT's ExternalURL: a preview, or the assignment's work page."""
+    params = request.GET
+    try:
+        arrival = arrive(hit_id=params.get("hitId", ""), assignment_id=params.get("assignmentId", ""),
+                         worker_id=params.get("workerId", ""), submit_to=params.get("turkSubmitTo", ""))
+    except Refused as exc:
+        return _refused(request, exc)
+    batch = arrival.batch
+    if arrival.assignment is None:
+        return render(request, "crowd/preview.html", {
+            "batch": batch, "task": batch.task, "config": batch.task.parsed_config, "sample": _sample(batch.task),
+            "preview": params.get("assignmentId") == PREVIEW})
+    assignment = arrival.assignment
+    session = assignment.session
+    context = work_page_context(request, batch.task, session, batch.mode)
+    context.update({"assignment": assignment, "batch": batch, "done": work_done(assignment),
+                    "token": make_token(session)})
+    return render(request, TEMPLATES[batch.mode], context)
+
+
+@csrf_exempt  # no cookie is involved: the signed token in the form is the credential
+@never_cache
+@submits_to_mturk
+@require_POST
+def hit_submit(request):
+    """Submit: check the work is done, end the token, and hand the completion token
+    to the worker's browser, which posts it to MTurk's externalSubmit."""
+    try:
+        session = session_from_token(request.POST.get("token", ""))
+    except InvalidToken as exc:
+        return _refused(request, Refused(exc.message))
+    try:
+        assignment = finish(session)
+    except Refused as exc:
+        return _refused(request, exc)
+    return render(request, "crowd/submit.html", {
+        "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",
+        "completion_token": completion_token(assignment)})

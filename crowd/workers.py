@@ -1,0 +1,138 @@
+"""MTurk workers: their platform accounts, blocks, messages and quality.
+
+A worker acts through a platform user made for them on their first arrival,
+with no usable password: MTurk workers reach the platform only through a HIT's
+signed per-assignment token (``core.backends`` refuses them a password sign-in
+and the admin is for staff only).
+
+- Soft block: our own qualification, which every batch's HIT type requires to be
+  absent; MTurk then hides our HITs from the worker. The arrival page refuses a
+  soft-blocked worker too (a server rule, not only MTurk's).
+- Hard block: ``CreateWorkerBlock``, the requester-wide block on MTurk.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from annotation.models import Example, Validation
+
+from . import mturk
+from .models import Qualification, WorkerIdentity
+
+WORKER_ID = re.compile(r"^A[A-Z0-9]{5,63}$")
+BLOCK_QUALIFICATION = "block"
+BLOCK_QUALIFICATION_NAME = "Dynabench: not admitted"
+# Quality is judged only once this many of the worker's examples are decided.
+QUALITY_MIN_DECIDED = 5
+
+
+def is_worker_id(value: str) -> bool:
+    return bool(WORKER_ID.match(value or ""))
+
+
+def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
+    """The worker's identity, created (provisional, with its own user) on first sight."""
+    identity = WorkerIdentity.objects.select_related("user").filter(worker_id=worker_id).first()
+    if identity is not None:
+        return identity
+    User = get_user_model()
+    try:
+        with transaction.atomic():
+            user = User(username=f"mturk-{worker_id.lower()}"[:150])
+            user.set_unusable_password()
+            user.save()
+            return WorkerIdentity.objects.create(user=user, worker_id=worker_id, sandbox=sandbox)
+    except IntegrityError:  # the same worker, arriving twice at once
+        return WorkerIdentity.objects.select_related("user").get(worker_id=worker_id)
+
+
+def block_qualification_id(sandbox: bool) -> str:
+    """Our block qualification on this endpoint, created on MTurk the first time."""
+    known = Qualification.objects.filter(purpose=BLOCK_QUALIFICATION, sandbox=sandbox).first()
+    if known is not None:
+        return known.qualification_type_id
+    found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME)
+    if found is None:
+        try:
+            found = mturk.create_qualification_type(
+                BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to Dynabench HITs.")
+        except mturk.MTurkError as exc:
+            if exc.kind != "request":
+                raise
+            found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME)  # made meanwhile by another process
+            if found is None:
+                raise
+    qualification, _ = Qualification.objects.get_or_create(
+        purpose=BLOCK_QUALIFICATION, sandbox=sandbox, defaults={"qualification_type_id": found})
+    return qualification.qualification_type_id
+
+
+def soft_block(identity: WorkerIdentity, reason: str) -> None:
+    mturk.give_qualification(block_qualification_id(identity.sandbox), identity.worker_id)
+    WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=timezone.now(), block_reason=reason[:500])
+
+
+def soft_unblock(identity: WorkerIdentity) -> None:
+    mturk.take_qualification(block_qualification_id(identity.sandbox), identity.worker_id,
+                             "You are admitted to Dynabench HITs again.")
+    WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=None)
+
+
+def hard_block(identity: WorkerIdentity, reason: str) -> None:
+    if not reason:
+        raise ValueError("MTurk needs a reason to block a worker.")
+    mturk.block_worker(identity.worker_id, reason)
+    WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=timezone.now(), block_reason=reason[:500])
+
+
+def hard_unblock(identity: WorkerIdentity) -> None:
+    mturk.unblock_worker(identity.worker_id, "Unblocked by the requester.")
+    WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=None)
+
+
+def notify(identities, subject: str, message: str) -> list[dict]:
+    return mturk.notify([identity.worker_id for identity in identities], subject, message)
+
+
+def _count(queryset):
+    """A correlated count of ``queryset``'s rows, 0 when there are none."""
+    counted = queryset.order_by().annotate(group=Value(1)).values("group").annotate(n=Count("pk")).values("n")[:1]
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+def with_quality(identities):
+    """``identities`` annotated with the worker's quality: ``decided`` examples of
+    theirs and how many of them were ``verified``; ``judged`` validations of theirs
+    on decided examples and how many ``agreeing`` with the final decision."""
+    examples = Example.objects.filter(annotator=OuterRef("user"), source=Example.Source.ANNOTATION)
+    judged = Validation.objects.filter(validator=OuterRef("user"), label__in=["correct", "incorrect"],
+                                       example__validation_status__in=["verified", "rejected"])
+    return identities.annotate(
+        decided=_count(examples.filter(validation_status__in=["verified", "rejected"])),
+        verified=_count(examples.filter(validation_status="verified")),
+        judged=_count(judged),
+        agreeing=_count(judged.filter(Q(label="correct", example__validation_status="verified")
+                                      | Q(label="incorrect", example__validation_status="rejected"))),
+    )
+
+
+def correct_share(identity) -> float | None:
+    """The share of the worker's decided examples validated correct (annotated identities)."""
+    return identity.verified / identity.decided if identity.decided else None
+
+
+def agreement(identity) -> float | None:
+    """How often the worker's validations agreed with the final decision (annotated identities)."""
+    return identity.agreeing / identity.judged if identity.judged else None
+
+
+def below_threshold(identity: WorkerIdentity, threshold: float) -> bool:
+    annotated = with_quality(WorkerIdentity.objects.filter(pk=identity.pk)).get()
+    return annotated.decided >= QUALITY_MIN_DECIDED and correct_share(annotated) < threshold
