@@ -15,7 +15,7 @@ PROBE = (
     "'name': str(settings.DATABASES['default']['NAME']), 'embedded': settings.EMBEDDED_MODE, "
     "'eager': settings.CELERY_TASK_ALWAYS_EAGER, 'broker': settings.CELERY_BROKER_URL, "
     "'debug': settings.DEBUG, 'secret_len': len(settings.SECRET_KEY), "
-    "'sandbox': settings.MTURK_SANDBOX, 'mturk': settings.MTURK_ENDPOINT_URL, "
+    "'sandbox': settings.MTURK_SANDBOX, 'mturk': __import__('crowd.mturk', fromlist=['mturk']).endpoint_url(), "
     "'data_dir': settings.DYNABENCH_DATA_DIR, 'hosts': settings.ALLOWED_HOSTS, "
     "'cache': settings.CACHES['default']['BACKEND'], "
     "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES']}))"

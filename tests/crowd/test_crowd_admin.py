@@ -1,0 +1,109 @@
+"""The crowd in the admin: publish, watch, pay, and manage workers."""
+
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from annotation.models import Example
+from annotation.services import validation
+from crowd.models import Batch, BonusPayment, WorkerIdentity
+from tests.crowd.test_crowd_flow import WORKER, do_one_assignment, make_batch
+
+pytestmark = pytest.mark.django_db
+
+PUBLISH = {"mode": "create", "hits": "2", "assignments_per_hit": "1", "examples_per_assignment": "2",
+           "reward": "0.50", "bonus_per_example": "0.25", "assignment_duration_seconds": "3600",
+           "lifetime_seconds": "86400", "auto_approval_delay_seconds": "86400", "locales": "US",
+           "min_approval_rate": "95", "min_approved_count": "100", "confirm": "on"}
+
+
+@pytest.fixture
+def crowd(fake_mturk, settings):
+    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
+    settings.MTURK_MAX_ATTEMPTS = 2
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    yield fake_mturk
+    assert fake_mturk.violations == []
+
+
+def test_a_researcher_publishes_a_sandbox_batch_from_the_admin(live_tasks, crowd, client, researcher):
+    client.force_login(researcher)
+    assert client.get(reverse("admin:crowd_batch_add")).url == reverse("admin:crowd_batch_publish")
+    page = client.get(reverse("admin:crowd_batch_publish"))
+    assert page.status_code == 200 and "MTurk sandbox" in page.content.decode()
+    response = client.post(reverse("admin:crowd_batch_publish"),
+                           {**PUBLISH, "task": live_tasks["sentiment"].pk})
+    batch = Batch.objects.get()
+    assert response.status_code == 302 and response.url == reverse("admin:crowd_batch_change", args=[batch.pk])
+    assert batch.created_by == researcher and batch.status == Batch.Status.PUBLISHED and len(crowd.hits) == 2
+    detail = client.get(response.url).content.decode()
+    assert "of at most $2.40" in detail and "Working: 0" in detail
+
+
+def test_a_refused_publish_says_why_in_the_form(live_tasks, crowd, client, researcher):
+    client.force_login(researcher)
+    crowd.balance = Decimal("1.00")
+    response = client.post(reverse("admin:crowd_batch_publish"), {**PUBLISH, "task": live_tasks["sentiment"].pk})
+    assert response.status_code == 200 and "holds $1.00" in response.content.decode()
+    crowd.balance = Decimal("100.00")
+    crowd.inject("CreateHITType", "throttle", times=2)
+    response = client.post(reverse("admin:crowd_batch_publish"), {**PUBLISH, "task": live_tasks["sentiment"].pk})
+    assert "throttling" in response.content.decode()
+    assert Batch.objects.get().status == Batch.Status.PUBLISHING
+    # The admin action goes on where it stopped.
+    client.post(reverse("admin:crowd_batch_changelist"),
+                {"action": "publish_remaining", "_selected_action": [Batch.objects.get().pk]})
+    assert Batch.objects.get().status == Batch.Status.PUBLISHED and len(crowd.hits) == 2
+
+
+def test_assignments_approvals_and_bonuses_flow_into_the_admin(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    client.force_login(researcher)
+    changelist = reverse("admin:crowd_batch_changelist")
+    response = client.post(changelist, {"action": "sync_batches", "_selected_action": [batch.pk]}, follow=True)
+    assert "1 approved" in response.content.decode()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    response = client.post(changelist, {"action": "pay_batch_bonuses", "_selected_action": [batch.pk]}, follow=True)
+    assert "1 bonuses paid ($0.25)" in response.content.decode()
+    listing = client.get(changelist).content.decode()
+    # $0.50 reward + $0.10 fee + $0.25 bonus + $0.05 fee, for 1 verified model-fooling example
+    assert "$0.90" in listing and 'id="spending-per-task"' in listing
+    ledger = client.get(reverse("admin:crowd_bonuspayment_changelist")).content.decode()
+    assert "paid $0.25" in ledger and WORKER in ledger
+    assignments = client.get(reverse("admin:crowd_assignment_changelist")).content.decode()
+    assert assignment.assignment_id in assignments and "Approved" in assignments
+    assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
+
+
+def test_researchers_see_only_their_own_tasks_batches(live_tasks, crowd, client, other_researcher):
+    make_batch(live_tasks["sentiment"])
+    client.force_login(other_researcher)
+    assert "0 batches" in client.get(reverse("admin:crowd_batch_changelist")).content.decode()
+    assert client.get(reverse("admin:crowd_batch_change", args=[Batch.objects.get().pk])).status_code in (302, 403)
+
+
+def test_superusers_block_and_message_workers_and_see_their_quality(live_tasks, crowd, client, superuser,
+                                                                     researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    examples = list(Example.objects.filter(session=assignment.session))
+    validation.validate_example(examples[0].pk, researcher, label="correct")
+    validation.validate_example(examples[1].pk, researcher, label="incorrect")
+    identity = WorkerIdentity.objects.get(worker_id=WORKER)
+    client.force_login(superuser)
+    url = reverse("admin:crowd_workeridentity_changelist")
+    assert "50% of 2" in client.get(url).content.decode()
+    form = client.post(url, {"action": "soft_block", "_selected_action": [identity.pk]})
+    assert b'name="reason"' in form.content
+    client.post(url, {"action": "soft_block", "_selected_action": [identity.pk], "apply": "1", "reason": "spam"})
+    identity.refresh_from_db()
+    assert identity.soft_blocked_at and identity.block_reason == "spam"
+    assert crowd.count("AssociateQualificationWithWorker") == 1
+    client.post(url, {"action": "hard_block", "_selected_action": [identity.pk], "apply": "1", "reason": "fraud"})
+    assert WORKER in crowd.blocks
+    client.post(url, {"action": "notify_workers", "_selected_action": [identity.pk], "apply": "1",
+                      "subject": "New HITs", "message": "Round 2 is open."})
+    assert len(crowd.notifications) == 1

@@ -1,0 +1,513 @@
+"""The crowd end to end against the fake MTurk: publish, preview, arrive, write,
+submit, sync, validate, bonus; and the attacks and failures around them."""
+
+import re
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from annotation.models import AnnotationSession, Example
+from annotation.services import validation
+from crowd import bonuses, mturk, sync
+from crowd.models import Assignment, Batch, BonusPayment, Hit, WorkerIdentity
+from crowd.publishing import BatchRequest, publish
+
+pytestmark = pytest.mark.django_db
+
+WORKER = "A2WORKERONE77"
+OTHER_WORKER = "A3WORKERTWO88"
+SUBMIT_TO = "https://workersandbox.mturk.com"
+
+
+SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEYx"
+
+
+@pytest.fixture
+def crowd(fake_mturk, settings, monkeypatch):
+    """The platform pointed at the fake MTurk (the sandbox), with an https public address."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
+    settings.MTURK_SANDBOX = True
+    settings.MTURK_MAX_ATTEMPTS = 3
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    yield fake_mturk
+    assert fake_mturk.violations == [], "a request broke botocore's MTurk model"
+
+
+def make_batch(task, **overrides) -> Batch:
+    values = dict(task=task, mode="create", hits=2, assignments_per_hit=2, reward=Decimal("0.50"),
+                  bonus_per_example=Decimal("0.25"), examples_per_assignment=2)
+    values.update(overrides)
+    return publish(BatchRequest(**values))
+
+
+def arrive(client, hit_id, assignment_id, worker_id=WORKER, submit_to=SUBMIT_TO):
+    return client.get(reverse("mturk-hit"), {"assignmentId": assignment_id, "hitId": hit_id,
+                                             "workerId": worker_id, "turkSubmitTo": submit_to})
+
+
+def token_of(response) -> str:
+    return re.search(r'data-token="([^"]+)"', response.content.decode()).group(1)
+
+
+def api(token) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    return client
+
+
+def write_pair(client, slug, text):
+    """The same statement with each label: exactly one of the two fools a two-label model."""
+    context = client.get(f"/api/tasks/{slug}/contexts/next/").json()
+    made = []
+    for label in ("negative", "positive"):
+        response = client.post(f"/api/tasks/{slug}/examples/", {
+            "context": context["id"], "inputs": {"statement": text}, "target": {"label": label}}, format="json")
+        assert response.status_code == 201, response.content
+        made.append(response.json())
+    return made
+
+
+def submit_here(client, token):
+    response = client.post(reverse("mturk-hit-submit"), {"token": token})
+    assert response.status_code == 200, response.content
+    body = response.content.decode()
+    assert SECRET not in body  # credentials never reach the browser
+    completion = re.search(r'name="completionToken" value="([^"]+)"', body).group(1)
+    action = re.search(r'<form method="post" action="([^"]+)"', body).group(1)
+    return completion, action
+
+
+def do_one_assignment(client, crowd, batch, worker=WORKER, text="The film was fine, I suppose."):
+    """A worker accepts on MTurk, opens the page, writes two examples, submits here and on MTurk."""
+    hit = batch.hit_rows.order_by("number").first()
+    assignment_id = crowd.accept(hit.hit_id, worker)
+    page = arrive(client, hit.hit_id, assignment_id, worker)
+    assert page.status_code == 200
+    assert SECRET not in page.content.decode() and "AKIAEXAMPLEKEYID0001" not in page.content.decode()
+    token = token_of(page)
+    write_pair(api(token), batch.task.slug, text)
+    completion, action = submit_here(client, token)
+    assert action == f"{SUBMIT_TO}/mturk/externalSubmit"
+    crowd.submit(assignment_id, {"completionToken": completion})
+    return Assignment.objects.get(assignment_id=assignment_id, worker__worker_id=worker)
+
+
+def test_publish_posts_one_hit_type_and_n_hits_with_tokens_qualifications_and_an_https_url(live_tasks, crowd):
+    batch = make_batch(live_tasks["sentiment"], hits=3, locales=("US", "GB"), min_approval_rate=97)
+    assert batch.status == Batch.Status.PUBLISHED and batch.hit_type_id
+    assert batch.hit_rows.filter(hit_id__isnull=False).count() == 3
+    assert crowd.count("CreateHITType") == 1 and crowd.count("CreateHITWithHITType") == 3
+    creates = [params for op, params in crowd.calls if op == "CreateHITWithHITType"]
+    assert sorted(p["UniqueRequestToken"] for p in creates) == sorted(
+        f"dynabench-{batch.uid.hex}-{k}" for k in (1, 2, 3))
+    assert all("https://dynabench.example.org/mturk/hit/" in p["Question"] for p in creates)
+    [hit_type] = [params for op, params in crowd.calls if op == "CreateHITType"]
+    quals = {q["QualificationTypeId"]: q for q in hit_type["QualificationRequirements"]}
+    assert quals[mturk.LOCALE_QUALIFICATION]["LocaleValues"] == [{"Country": "US"}, {"Country": "GB"}]
+    assert quals[mturk.APPROVAL_RATE_QUALIFICATION]["IntegerValues"] == [97]
+    blocks = [q for q in quals.values() if q["Comparator"] == "DoesNotExist"]
+    assert len(blocks) == 1  # our own soft-block qualification
+    assert hit_type["Reward"] == "0.50"
+    # 3 HITs x 2 assignments x (0.50 + 0.10 fee + 2 x 0.25 bonus + 0.10 fee)
+    assert batch.max_cost == Decimal("7.20")
+
+
+def test_publishing_again_after_an_interruption_posts_only_the_missing_hits(live_tasks, crowd):
+    crowd.inject("CreateHITWithHITType", "server_error", times=3)  # all of boto3's 3 attempts, on HIT 1
+    with pytest.raises(mturk.MTurkError) as raised:
+        make_batch(live_tasks["sentiment"], hits=2)
+    assert raised.value.kind == "unavailable"
+    batch = Batch.objects.get()
+    assert batch.status == Batch.Status.PUBLISHING and "Publish again" in batch.last_error
+    from crowd.publishing import post_hits
+
+    post_hits(batch)
+    assert batch.status == Batch.Status.PUBLISHED
+    assert len({h.hit_id for h in batch.hit_rows.all()}) == 2
+    assert len(crowd.hits) == 2
+
+
+def test_a_lost_create_hit_answer_is_retried_without_posting_twice(live_tasks, crowd):
+    crowd.inject("CreateHITWithHITType", "drop_after_commit")
+    batch = make_batch(live_tasks["sentiment"], hits=2)
+    assert len(crowd.hits) == 2
+    assert set(batch.hit_rows.values_list("hit_id", flat=True)) == set(crowd.hits)
+
+
+def test_publish_is_refused_when_the_balance_cannot_cover_the_most_it_may_cost(live_tasks, crowd):
+    crowd.balance = Decimal("5.00")
+    with pytest.raises(Exception) as raised:
+        make_batch(live_tasks["sentiment"], hits=3)
+    assert "$5.00" in str(raised.value) and "$7.20" in str(raised.value)
+    assert not Batch.objects.exists() and crowd.count("CreateHITWithHITType") == 0
+
+
+def test_publish_needs_an_https_address_and_an_open_round(live_tasks, crowd, settings):
+    settings.PUBLIC_BASE_URL = "http://127.0.0.1:8000"
+    with pytest.raises(Exception, match="https"):
+        make_batch(live_tasks["sentiment"])
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    with pytest.raises(Exception, match="no round 9"):
+        make_batch(live_tasks["sentiment"], round_number=9)
+    with pytest.raises(Exception, match="only writing batches"):
+        make_batch(live_tasks["sentiment"], mode="validate")
+    assert not Batch.objects.exists()
+
+
+def test_the_preview_shows_instructions_and_writes_nothing(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    sessions_before = AnnotationSession.objects.count()
+    response = arrive(client, hit.hit_id, "ASSIGNMENT_ID_NOT_AVAILABLE", worker_id="")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Write <strong>2</strong> examples" in body and "data-token" not in body
+    assert AnnotationSession.objects.count() == sessions_before
+    assert not WorkerIdentity.objects.exists() and not Assignment.objects.exists()
+
+
+@pytest.mark.parametrize("params, status", [
+    ({"hitId": "3NOTOURHITNOTOURHITNOTOURHITXX"}, 404),
+    ({"turkSubmitTo": "https://evil.example.com"}, 400),
+    ({"turkSubmitTo": "https://www.mturk.com"}, 400),  # a sandbox batch, a live link
+    ({"workerId": "<script>"}, 400),
+    ({"assignmentId": "x' OR 1=1"}, 400),
+])
+def test_arrivals_that_are_not_real_mturk_links_are_refused_and_write_nothing(live_tasks, crowd, client, params,
+                                                                              status):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    query = {"assignmentId": "3ASSIGNMENTASSIGNMENTASSIGNM01", "hitId": hit.hit_id, "workerId": WORKER,
+             "turkSubmitTo": SUBMIT_TO, **params}
+    response = client.get(reverse("mturk-hit"), query)
+    assert response.status_code == status
+    assert "data-token" not in response.content.decode()
+    assert not Assignment.objects.exists() and not WorkerIdentity.objects.exists()
+
+
+def test_only_hit_pages_may_be_framed_by_mturk(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    page = arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER))
+    assert "X-Frame-Options" not in page
+    assert "frame-ancestors 'self' https://workersandbox.mturk.com https://worker.mturk.com" in \
+        page["Content-Security-Policy"]
+    home = client.get("/")
+    assert home["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in home["Content-Security-Policy"]
+
+
+def test_a_worker_writes_submits_is_verified_approved_and_paid_once_for_verified_fooling_examples(
+        live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    assert assignment.status == Assignment.Status.FINISHED
+    assert not assignment.worker.is_verified  # provisional until MTurk says so
+
+    report = sync.sync()
+    assert report.approved == 1 and report.rejected == 0, report
+    assignment.refresh_from_db()
+    assert assignment.status == Assignment.Status.APPROVED and assignment.verified_at
+    assert assignment.worker.__class__.objects.get(pk=assignment.worker_id).is_verified
+    assert crowd.assignments[assignment.assignment_id].status == "Approved"
+
+    examples = list(Example.objects.filter(session=assignment.session))
+    assert len(examples) == 2 and sum(e.fooled for e in examples) == 1
+    # Nothing is paid while the fooling example waits for its validation.
+    assert bonuses.pay_bonuses().waiting == 1 and not BonusPayment.objects.exists()
+    for example in examples:
+        validation.validate_example(example.pk, researcher, label="correct")
+    report = bonuses.pay_bonuses()
+    assert report.paid == 1 and report.amount == Decimal("0.25"), report
+    [bonus] = crowd.bonuses
+    assert bonus["WorkerId"] == WORKER and bonus["BonusAmount"] == "0.25"
+    assert bonus["AssignmentId"] == assignment.assignment_id
+    # Running again pays nothing more.
+    assert bonuses.pay_bonuses().paid == 0 and len(crowd.bonuses) == 1
+    assert sync.sync().approved == 0
+    ledger = BonusPayment.objects.get()
+    assert ledger.status == BonusPayment.Status.PAID and ledger.example_count == 1
+
+
+def test_rejected_and_unvalidated_examples_earn_no_bonus(live_tasks, crowd, client, researcher, settings):
+    batch = make_batch(live_tasks["sentiment"], auto_approval_delay_seconds=0)
+    assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()
+    fooling = Example.objects.get(session=assignment.session, fooled=True)
+    validation.validate_example(fooling.pk, researcher, label="incorrect")
+    report = bonuses.pay_bonuses()
+    ledger = BonusPayment.objects.get()
+    assert ledger.amount == 0 and ledger.status == BonusPayment.Status.PAID and report.paid == 0
+    assert crowd.bonuses == []
+
+
+def test_a_forged_worker_id_earns_nothing(live_tasks, crowd, client, researcher):
+    """Someone opens the HIT URL with a real worker's id and a made-up assignment: the
+    work is recorded under a provisional identity, MTurk never lists it, nobody is paid."""
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    page = arrive(client, hit.hit_id, "3FORGEDFORGEDFORGEDFORGEDFORG1", worker_id=OTHER_WORKER)
+    token = token_of(page)
+    write_pair(api(token), "sentiment", "Forged work.")
+    completion, _ = submit_here(client, token)
+    for example in Example.objects.filter(annotator__mturk_identity__worker_id=OTHER_WORKER):
+        validation.validate_example(example.pk, researcher, label="correct")
+    sync.sync()
+    bonuses.pay_bonuses()
+    forged = Assignment.objects.get(worker__worker_id=OTHER_WORKER)
+    assert forged.status == Assignment.Status.FINISHED and forged.verified_at is None
+    assert not WorkerIdentity.objects.get(worker_id=OTHER_WORKER).is_verified
+    assert crowd.bonuses == [] and not BonusPayment.objects.exists()
+    assert crowd.count("ApproveAssignment") == 0
+
+
+def test_a_submission_without_our_completion_token_is_rejected_with_feedback(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    token = token_of(arrive(client, hit.hit_id, assignment_id))
+    write_pair(api(token), "sentiment", "Some text here.")
+    submit_here(client, token)
+    crowd.submit(assignment_id, {"completionToken": "0" * 64})
+    stranger = crowd.accept(hit.hit_id, OTHER_WORKER)  # never opened our page
+    crowd.submit(stranger, {"completionToken": "anything"})
+    report = sync.sync()
+    assert report.rejected == 2 and report.approved == 0
+    rejected = {a.assignment_id: a for a in crowd.assignments.values() if a.status == "Rejected"}
+    assert set(rejected) == {assignment_id, stranger}
+    assert sync.BAD_TOKEN == Assignment.objects.get(assignment_id=assignment_id).feedback
+    assert not WorkerIdentity.objects.get(worker_id=WORKER).is_verified
+
+
+def test_a_submitted_assignment_cannot_write_again(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    token = token_of(arrive(client, hit.hit_id, assignment_id))
+    write_pair(api(token), "sentiment", "Some text here.")
+    submit_here(client, token)
+    context = Example.objects.first().context_id
+    again = api(token).post("/api/tasks/sentiment/examples/", {
+        "context": context, "inputs": {"statement": "more"}, "target": {"label": "positive"}}, format="json")
+    assert again.status_code in (401, 403) and "submitted" in again.content.decode()
+    reopened = arrive(client, hit.hit_id, assignment_id)
+    assert reopened.status_code == 409 and "data-token" not in reopened.content.decode()
+    assert client.post(reverse("mturk-hit-submit"), {"token": token}).status_code == 403
+    assert Example.objects.count() == 2
+
+
+def test_submit_before_the_work_is_done_is_refused(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"], examples_per_assignment=3)
+    hit = batch.hit_rows.first()
+    token = token_of(arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)))
+    write_pair(api(token), "sentiment", "Only two.")
+    response = client.post(reverse("mturk-hit-submit"), {"token": token})
+    assert response.status_code == 409 and "asks for 3 examples; you have done 2" in response.content.decode()
+    assert Assignment.objects.get().status == Assignment.Status.WORKING
+
+
+def test_the_assignment_token_works_only_for_its_task_and_its_kind_of_work(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    token = token_of(arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)))
+    worker_api = api(token)
+    assert worker_api.get("/api/tasks/sentiment/contexts/next/").status_code == 200
+    assert worker_api.get("/api/tasks/nli/contexts/next/").status_code == 403
+    assert worker_api.get("/api/tasks/sentiment/validations/next/").status_code == 403  # a writing HIT
+    assert worker_api.post("/api/tasks/sentiment/sessions/").status_code == 403
+    assert worker_api.get("/api/tasks/").status_code == 403
+    assert client.get(f"/tasks/sentiment/validate/?token={token}").status_code == 403
+
+
+def test_mturk_workers_cannot_sign_in_with_a_password_or_reach_the_admin(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER))
+    user = WorkerIdentity.objects.get(worker_id=WORKER).user
+    assert not user.has_usable_password()
+    user.set_password("a password someone set")
+    user.save()
+    assert not client.login(username=user.username, password="a password someone set")
+    response = APIClient().post("/api/auth/token/", {"username": user.username,
+                                                    "password": "a password someone set"}, format="json")
+    assert response.status_code == 401
+    client.force_login(user)
+    assert client.get("/admin/").status_code == 302  # to the admin's sign-in: not staff
+
+
+def test_a_returned_assignment_is_detected_and_its_id_may_go_to_another_worker(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"], assignment_duration_seconds=60)
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    first_token = token_of(arrive(client, hit.hit_id, assignment_id))
+    crowd.return_assignment(assignment_id)
+    # MTurk hands the same id to the next worker: a separate row, a separate session.
+    crowd.accept(hit.hit_id, OTHER_WORKER, assignment_id=assignment_id)
+    second = arrive(client, hit.hit_id, assignment_id, OTHER_WORKER)
+    assert second.status_code == 200 and token_of(second) != first_token
+    assert Assignment.objects.filter(assignment_id=assignment_id).count() == 2
+    # The first worker's row stays until MTurk lists the id under the other worker.
+    write_pair(api(token_of(second)), "sentiment", "Second worker writes.")
+    completion, _ = submit_here(client, token_of(second))
+    crowd.submit(assignment_id, {"completionToken": completion})
+    report = sync.sync()
+    assert report.returned == 1 and report.approved == 1
+    first = Assignment.objects.get(assignment_id=assignment_id, worker__worker_id=WORKER)
+    assert first.status == Assignment.Status.RETURNED
+    assert api(first_token).get("/api/tasks/sentiment/contexts/next/").status_code in (401, 403)
+
+
+def test_an_abandoned_assignment_is_marked_returned_at_its_deadline(live_tasks, crowd, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    batch = make_batch(live_tasks["sentiment"], assignment_duration_seconds=60)
+    hit = batch.hit_rows.first()
+    token = token_of(arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)))
+    Assignment.objects.update(deadline=timezone.now() - timedelta(seconds=1))
+    assert sync.sync().returned == 1
+    assert Assignment.objects.get().status == Assignment.Status.RETURNED
+    assert api(token).get("/api/tasks/sentiment/contexts/next/").status_code in (401, 403)
+
+
+def test_a_lost_send_bonus_answer_still_pays_exactly_once(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    crowd.inject("SendBonus", "drop_after_commit")  # MTurk pays, the answer is lost, boto3 retries
+    report = bonuses.pay_bonuses()
+    assert report.paid == 1, report
+    assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 2
+    assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
+
+
+def test_an_unanswered_bonus_is_reconciled_before_any_retry(live_tasks, crowd, client, researcher, settings):
+    settings.MTURK_MAX_ATTEMPTS = 1  # no boto3 retry: the lost answer reaches our code
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    crowd.inject("SendBonus", "drop_after_commit")
+    report = bonuses.pay_bonuses()
+    assert report.paid == 0 and len(report.errors) == 1
+    ledger = BonusPayment.objects.get()
+    assert ledger.status == BonusPayment.Status.PENDING and "may or may not" in ledger.last_error
+    BonusPayment.objects.update(next_attempt_at=ledger.created_at)  # due again
+    bonuses.pay_bonuses()
+    ledger.refresh_from_db()
+    assert ledger.status == BonusPayment.Status.PAID
+    assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1 and crowd.count("ListBonusPayments") == 1
+
+
+def test_too_little_money_for_a_bonus_fails_clearly_and_pays_after_a_top_up(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    crowd.balance = Decimal("0.10")
+    report = bonuses.pay_bonuses()
+    assert report.paid == 0 and "too little money" in report.errors[0]
+    ledger = BonusPayment.objects.get()
+    assert ledger.status == BonusPayment.Status.FAILED and ledger.next_attempt_at > ledger.created_at
+    assert bonuses.pay_bonuses().paid == 0  # not due yet: no crash loop
+    crowd.balance = Decimal("100.00")
+    BonusPayment.objects.update(next_attempt_at=ledger.created_at)
+    assert bonuses.pay_bonuses().paid == 1 and len(crowd.bonuses) == 1
+
+
+def test_throttling_is_retried_by_boto3_and_reported_when_it_persists(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    crowd.inject("ListAssignmentsForHIT", "throttle", times=1)
+    assert sync.sync().approved == 1  # one throttle: boto3's retry gets through
+    crowd.inject("ListAssignmentsForHIT", "throttle", times=50)
+    report = sync.sync()
+    assert report.errors and "throttling" in report.errors[0]
+    batch.refresh_from_db()
+    assert "throttling" in batch.last_error
+    assert Assignment.objects.get(pk=assignment.pk).status == Assignment.Status.APPROVED
+
+
+def test_a_validation_batch_counts_decisions_and_pays_no_bonus(live_tasks, crowd, client, annotator, token_client):
+    # Someone else wrote the examples to validate.
+    writer = token_client(annotator, live_tasks["sentiment"])
+    write_pair(writer, "sentiment", "Written to be validated.")
+    batch = make_batch(live_tasks["sentiment"], mode="validate", bonus_per_example=Decimal("0"),
+                       examples_per_assignment=1)
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    page = arrive(client, hit.hit_id, assignment_id)
+    assert page.status_code == 200 and 'data-page="validate"' in page.content.decode()
+    validator = api(token_of(page))
+    assert validator.get("/api/tasks/sentiment/contexts/next/").status_code == 403  # not a writing HIT
+    item = validator.get("/api/tasks/sentiment/validations/next/").json()
+    assert validator.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "negative"}},
+                          format="json").status_code == 201
+    assert validator.post(f"/api/examples/{item['id']}/validations/", {"label": "correct"},
+                          format="json").status_code == 201
+    completion, _ = submit_here(client, token_of(page))
+    crowd.submit(assignment_id, {"completionToken": completion})
+    assert sync.sync().approved == 1
+    assert bonuses.pay_bonuses().settled == 0
+
+
+def test_finished_batches_are_expired_on_mturk(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=1)
+    do_one_assignment(client, crowd, batch)
+    report = sync.sync()
+    assert report.finished_batches == 1
+    batch.refresh_from_db()
+    assert batch.status == Batch.Status.FINISHED and batch.finished_at
+    assert crowd.count("UpdateExpirationForHIT") == 1
+    assert Hit.objects.get().expired_at is not None
+    page = arrive(client, Hit.objects.get().hit_id, "3LATEARRIVALLATEARRIVALLATEAR1")
+    assert page.status_code == 410  # an ended batch takes no one
+
+
+def test_the_commands_publish_sync_and_pay(live_tasks, crowd, client, researcher, capsys):
+    call_command("mturk_publish", "--task", "sentiment", "--mode", "create", "--hits", "1", "--assignments", "1",
+                 "--reward", "0.50", "--bonus", "0.25", "--examples-per-assignment", "2", "--yes")
+    batch_id = int(capsys.readouterr().out.strip())
+    batch = Batch.objects.get(pk=batch_id)
+    assignment = do_one_assignment(client, crowd, batch)
+    call_command("mturk_sync", "--batch", str(batch_id))
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    call_command("mturk_pay_bonuses")
+    call_command("mturk_pay_bonuses")
+    assert len(crowd.bonuses) == 1
+    # The beat tasks run the same services (safe to run again).
+    from crowd import tasks as crowd_tasks
+
+    assert crowd_tasks.sync.delay().get().startswith("0 submissions seen, 0 approved")  # the batch is done
+    assert crowd_tasks.pay_bonuses.delay().get().startswith("0 assignments settled, 0 bonuses paid")
+
+
+def test_workers_below_the_batch_quality_threshold_get_the_soft_block(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"], examples_per_assignment=6, quality_block_threshold=0.5)
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    token = token_of(arrive(client, hit.hit_id, assignment_id))
+    for n in range(3):
+        write_pair(api(token), "sentiment", f"Text number {n}.")
+    for example in Example.objects.all():
+        validation.validate_example(example.pk, researcher, label="incorrect")
+    completion, _ = submit_here(client, token)
+    crowd.submit(assignment_id, {"completionToken": completion})
+    report = sync.sync()
+    assert report.soft_blocked == 1
+    identity = WorkerIdentity.objects.get(worker_id=WORKER)
+    assert identity.soft_blocked_at is not None
+    assert crowd.count("AssociateQualificationWithWorker") == 1
+    # Our page refuses the worker too, not only MTurk.
+    other_hit = batch.hit_rows.exclude(pk=hit.pk).first()
+    assert arrive(client, other_hit.hit_id, "3BLOCKEDBLOCKEDBLOCKEDBLOCKED1").status_code == 403
