@@ -43,6 +43,8 @@ from .models import Assignment, Batch, BonusPayment
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF = timedelta(hours=1)
+# How long one run holds a ledger row while it talks to MTurk (boto3's retries included).
+LEASE = timedelta(minutes=5)
 
 
 @dataclass
@@ -105,15 +107,21 @@ def _already_paid(payment: BonusPayment) -> bool:
 
 
 def send(payment: BonusPayment) -> bool:
-    """Pay one pending or failed ledger row; True once MTurk has it paid."""
+    """Pay one due ledger row; True once MTurk has it paid, False when it is not due
+    (another run holds it). An ``MTurkError`` leaves it to a later run."""
     with transaction.atomic():
         payment = BonusPayment.objects.select_for_update().select_related("assignment__worker").get(pk=payment.pk)
         if payment.status == BonusPayment.Status.PAID:
             return True
+        now = timezone.now()
+        if payment.next_attempt_at > now:
+            return False  # another run holds it (or its retry is not due)
         payment.attempts += 1
-        # Until MTurk answers, a crash leaves the row pending, to be reconciled.
+        # Until MTurk answers, a crash leaves the row pending, to be reconciled
+        # (attempts > 1) once the lease is over; a concurrent run skips it meanwhile.
         payment.status = BonusPayment.Status.PENDING
-        payment.save(update_fields=["attempts", "status"])
+        payment.next_attempt_at = now + LEASE
+        payment.save(update_fields=["attempts", "status", "next_attempt_at"])
     try:
         if payment.attempts > 1 and _already_paid(payment):
             return _paid(payment, "found on MTurk after an unanswered attempt")
@@ -158,9 +166,9 @@ def pay_bonuses(batch_id: int | None = None) -> BonusReport:
         due = due.filter(assignment__hit__batch_id=batch_id)
     for payment in due.order_by("pk"):
         try:
-            send(payment)
-            report.paid += 1
-            report.amount += payment.amount
+            if send(payment):
+                report.paid += 1
+                report.amount += payment.amount
         except mturk.MTurkError as exc:
             report.errors.append(f"bonus {payment.pk} to {payment.assignment.worker.worker_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):

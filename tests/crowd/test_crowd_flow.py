@@ -511,3 +511,27 @@ def test_workers_below_the_batch_quality_threshold_get_the_soft_block(live_tasks
     # Our page refuses the worker too, not only MTurk.
     other_hit = batch.hit_rows.exclude(pk=hit.pk).first()
     assert arrive(client, other_hit.hit_id, "3BLOCKEDBLOCKEDBLOCKEDBLOCKED1").status_code == 403
+
+
+def test_a_crash_after_mturk_paid_is_reconciled_and_a_held_row_is_left_to_its_holder(live_tasks, crowd, client,
+                                                                                   researcher):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    ledger = bonuses.settle(Assignment.objects.get(pk=assignment.pk))
+    # Another run holds the row (its lease is not over): this run sends nothing.
+    BonusPayment.objects.update(next_attempt_at=timezone.now() + timedelta(minutes=5))
+    assert bonuses.send(ledger) is False and crowd.count("SendBonus") == 0
+    # That run sent the bonus, then died before writing it down (attempt 1, still pending).
+    mturk.send_bonus(worker_id=WORKER, assignment_id=assignment.assignment_id, amount=ledger.amount,
+                     reason=ledger.message, unique_request_token=ledger.unique_request_token)
+    BonusPayment.objects.update(attempts=1, next_attempt_at=timezone.now() - timedelta(seconds=1))
+    assert bonuses.pay_bonuses().paid == 1
+    assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1  # found by ListBonusPayments, not resent
+    assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
