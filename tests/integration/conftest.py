@@ -61,8 +61,17 @@ def database_url(db: dict) -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(services, tmp_path_factory, _models_dir):
-    """A real `celery worker` process, on the test database, all queues."""
+def worker_mturk(tmp_path_factory):
+    """The fake MTurk (tests/fakes/mturk_server.py) that the worker process talks to."""
+    from tests.fakes.mturk_server import FakeMTurk
+
+    with FakeMTurk() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk):
+    """A real `celery worker` process, on the test database, all queues (MTurk: the fake)."""
     from django.db import connection
 
     from dynabench.celery import app
@@ -73,6 +82,8 @@ def celery_worker_process(services, tmp_path_factory, _models_dir):
         DATABASE_URL=database_url(connection.settings_dict),
         DYNABENCH_MODELS_DIR=str(_models_dir),
         PYTHONUNBUFFERED="1",
+        MTURK_ENDPOINT_URL=worker_mturk.endpoint_url, AWS_ACCESS_KEY_ID="fake", AWS_SECRET_ACCESS_KEY="fake",
+        AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
     )
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     log_file = open(log_path, "w")  # noqa: SIM115 - closed below
