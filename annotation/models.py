@@ -112,6 +112,9 @@ class Validation(models.Model):
                                        help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
     session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="validations", help_text="The sitting the decision was made in.")
+    counted = models.BooleanField(
+        default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
+                                "provisional session counts only once the session is confirmed.")
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -134,8 +137,10 @@ class AnnotationSession(models.Model):
     A token stops working when the session is revoked (sign-out), when the user's
     password changes (``auth_hash`` no longer matches) and, at the latest,
     ``ANNOTATION_SESSION_MAX_AGE`` after the session was created, or at
-    ``expires_at`` when that is sooner. A session with a ``mode`` works only on
-    that kind of work (an MTurk assignment's session: writing or validating)."""
+    ``expires_at`` when that is set. A session with a ``mode`` works only on
+    that kind of work (an MTurk assignment's session: writing or validating).
+    A *provisional* session's validations are stored but do not count until the
+    session is confirmed (``validation.confirm_session``)."""
 
     class Mode(models.TextChoices):
         ANY = "", "Any annotation work"
@@ -152,7 +157,11 @@ class AnnotationSession(models.Model):
     validations_done = models.PositiveIntegerField(default=0)
     mturk_assignment_id = models.CharField(max_length=64, blank=True)
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ANY, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True, help_text="Ends sooner than the default, if set.")
+    expires_at = models.DateTimeField(null=True, blank=True,
+                                      help_text="When it ends, if set (instead of the default maximum age).")
+    provisional = models.BooleanField(
+        default=False, help_text="Its validations count only once it is confirmed (an MTurk assignment's, "
+                                 "once MTurk shows the worker really did it).")
     end_reason = models.CharField(max_length=300, blank=True, help_text="Why it was ended, as its token's users read it.")
     auth_hash = models.CharField(max_length=128, blank=True, editable=False,
                                  help_text="The user's session auth hash when the session began (password changes end it).")

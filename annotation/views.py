@@ -1,9 +1,10 @@
 """Pages: a task's public page, and the annotation pages (write, validate).
 
-The annotation pages work inside an MTurk iframe: framing is allowed for the
-MTurk worker sites only, and the script authenticates API calls with the signed
-session token in a header, so no third-party cookie is needed. A page may be
-opened with ``?token=...`` (the MTurk landing passes one) instead of a sign-in.
+The annotation pages' script authenticates API calls with the signed session
+token in a header, so no third-party cookie is needed: the MTurk HIT page
+(``crowd.views``) renders these same templates inside MTurk's frame, and only it
+may be framed (``frameable_by_mturk``); these pages keep ``X-Frame-Options:
+DENY``. A page may be opened with ``?token=...`` instead of a sign-in.
 A signed-in user's page reuses their session from the same sign-in; the pages
 are never cached (they carry a token).
 """
@@ -44,7 +45,6 @@ def frameable_by_mturk(**directives):
     return decorator
 
 
-frameable = frameable_by_mturk()
 
 
 def task_page_context(request, slug) -> dict:
@@ -126,7 +126,6 @@ WORK_TEMPLATES = {"create": "annotation/create.html", "validate": "annotation/va
 
 
 @never_cache
-@frameable
 def create_page(request, slug):
     task, session, response = _page(request, slug, "create")
     if response:
@@ -135,7 +134,6 @@ def create_page(request, slug):
 
 
 @never_cache
-@frameable
 def validate_page(request, slug):
     task, session, response = _page(request, slug, "validate")
     if response:

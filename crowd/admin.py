@@ -10,6 +10,7 @@ edits money rows by hand: every change goes through a crowd service.
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.http import HttpResponseRedirect
@@ -186,6 +187,9 @@ class BatchAdmin(TaskScopedAdmin):
     def has_change_permission(self, request, obj=None):
         return False  # every change goes through the actions
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # its HITs live on MTurk; expire it instead
+
     def get_urls(self):
         return [path("publish/", self.admin_site.admin_view(self.publish_view), name="crowd_batch_publish"),
                 *super().get_urls()]
@@ -212,7 +216,7 @@ class BatchAdmin(TaskScopedAdmin):
                 return HttpResponseRedirect(reverse("admin:crowd_batch_change", args=[batch.pk]))
         return TemplateResponse(request, "admin/crowd/publish.html", {
             **self.admin_site.each_context(request), "title": "Publish a batch of HITs", "form": form,
-            "opts": self.model._meta, "sandbox": mturk.endpoint_url() != mturk.LIVE_ENDPOINT})
+            "opts": self.model._meta, "sandbox": settings.MTURK_SANDBOX})
 
     def changelist_view(self, request, extra_context=None):
         response = super().changelist_view(request, extra_context)
@@ -364,11 +368,11 @@ class WorkerIdentityAdmin(admin.ModelAdmin):
     list_select_related = ["user"]
     search_fields = ["worker_id", "user__username"]
     raw_id_fields = ["user"]
-    readonly_fields = ["verified_at", "soft_blocked_at", "hard_blocked_at", "block_reason", "created_at"]
+    readonly_fields = [f.name for f in WorkerIdentity._meta.fields]  # money follows these: no hand edits
     actions = [soft_block, soft_unblock, hard_block, hard_unblock, notify_workers]
 
     def get_queryset(self, request):
-        return workers.with_quality(super().get_queryset(request))
+        return costs.with_earnings(workers.with_quality(super().get_queryset(request)))
 
     @admin.display(description="examples validated correct", ordering="verified")
     def correct_share(self, obj):
@@ -380,9 +384,9 @@ class WorkerIdentityAdmin(admin.ModelAdmin):
         share = workers.agreement(obj)
         return "—" if share is None else f"{share:.0%} of {obj.judged}"
 
-    @admin.display(description="earned")
+    @admin.display(description="earned (rewards + bonuses)")
     def earned(self, obj):
-        return _money(costs.worker_earnings(obj)["total"])
+        return _money(obj.earned_rewards + obj.earned_bonuses)
 
     def has_module_permission(self, request):
         return request.user.is_superuser
@@ -397,4 +401,4 @@ class WorkerIdentityAdmin(admin.ModelAdmin):
         return False  # identities are made by workers' arrivals
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser
+        return False  # assignments and the ledger point at it

@@ -8,7 +8,10 @@ assignment row, and the sync pays only once MTurk itself lists that
 
 - A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
 - Unknown HITs, ended batches, blocked workers and foreign ``turkSubmitTo``
-  hosts are refused.
+  hosts are refused; an address may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
+  new assignments per ``MTURK_ARRIVAL_WINDOW``.
+- The session is *provisional*: its validations count only once MTurk confirms
+  the assignment (so made-up worker ids cannot decide anyone's examples).
 - The assignment's session token works on its task's annotation endpoints for
   the batch's kind of work only, until the assignment's deadline; submitting
   ends it, so a replayed assignment cannot write again.
@@ -20,27 +23,30 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from annotation.models import AnnotationSession, Example, Validation
 from annotation.services import sessions
+from core.ratelimit import Limiter
 
 from . import mturk, workers
 from .models import Assignment, Batch, Hit, WorkerIdentity
 
 PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
-MTURK_ID = re.compile(r"^[A-Z0-9]{10,64}$")
+MTURK_ID = re.compile(r"[A-Z0-9]{10,64}")
 COMPLETION_SALT = "dynabench.crowd.completion"
 SUBMITTED_MESSAGE = "This assignment was submitted: it takes no more work."
 
 
 class Refused(Exception):
-    def __init__(self, message: str, status: int = 403):
+    def __init__(self, message: str, status: int = 403, retry_after: int | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -62,22 +68,24 @@ def completion_ok(assignment: Assignment, token: str) -> bool:
 
 def find_hit(hit_id: str) -> Hit:
     hit = Hit.objects.select_related("batch__task", "batch__round").filter(hit_id=hit_id).first() \
-        if MTURK_ID.match(hit_id or "") else None
+        if MTURK_ID.fullmatch(hit_id or "") else None
     if hit is None:
         raise Refused("This HIT is not one of ours, or it was withdrawn.", status=404)
     return hit
 
 
-def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str) -> Arrival:
+def arrivals_limiter() -> Limiter:
+    return Limiter("mturk-arrivals", settings.MTURK_ARRIVALS_PER_ADDRESS, settings.MTURK_ARRIVAL_WINDOW)
+
+
+def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, address: str = "") -> Arrival:
     """What a worker's browser gets at the HIT's URL: a preview, or their assignment
-    (created on the first arrival, the same one on every return)."""
+    (created on the first arrival, the same one on every return while it is open)."""
     hit = find_hit(hit_id)
     batch = hit.batch
     if assignment_id == PREVIEW:
         return Arrival(hit, batch, None)
-    if batch.status != Batch.Status.PUBLISHED:
-        raise Refused("This batch of HITs has ended; please return the HIT.", status=410)
-    if not MTURK_ID.match(assignment_id or ""):
+    if not MTURK_ID.fullmatch(assignment_id or ""):
         raise Refused("The assignment id in this link is not a valid MTurk assignment id.", status=400)
     if not workers.is_worker_id(worker_id):
         raise Refused("The worker id in this link is not a valid MTurk worker id.", status=400)
@@ -87,26 +95,45 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str) -
     if mturk.SUBMIT_HOSTS[submit_to] != batch.sandbox:
         raise Refused("This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
                       + ", but the link came from the other one.", status=400)
+    existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
+        assignment_id=assignment_id, worker__worker_id=worker_id).first()
+    if existing is not None:  # a return to work already taken, which goes on after an early expiry
+        return Arrival(hit, batch, _resume(existing, hit))
+    if batch.status != Batch.Status.PUBLISHED:
+        raise Refused("This batch of HITs has ended; please return the HIT.", status=410)
+    limiter = arrivals_limiter()
+    wait = limiter.retry_after(address) if address else None
+    if wait:
+        raise Refused(f"Too many new assignments from this address; try again in {wait} s.", status=429,
+                      retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
+    _check_admitted(identity)
+    if address:
+        limiter.hit(address)
+    return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
+
+
+def _check_admitted(identity: WorkerIdentity) -> None:
     if identity.hard_blocked_at or identity.soft_blocked_at:
         raise Refused("You are not admitted to these HITs any more; please return the HIT.")
     if not identity.user.is_active:
         raise Refused("This worker's account is disabled.")
-    return Arrival(hit, batch, _assignment(hit, batch, assignment_id, identity, submit_to))
 
 
-def _assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIdentity, submit_to: str) -> Assignment:
-    existing = Assignment.objects.select_related("session", "worker", "hit").filter(
-        assignment_id=assignment_id, worker=identity).first()
-    if existing is not None:
-        if existing.hit_id != hit.pk:
-            raise Refused("This assignment id belongs to another HIT.", status=400)
-        if existing.status != Assignment.Status.WORKING:
-            raise Refused(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
-                          else "This assignment ended (it was returned or ran out of time).", status=409)
-        if existing.deadline <= timezone.now():
-            raise Refused("The time for this assignment is up; please return the HIT.", status=409)
-        return existing
+def _resume(existing: Assignment, hit: Hit) -> Assignment:
+    if existing.hit_id != hit.pk:
+        raise Refused("This assignment id belongs to another HIT.", status=400)
+    _check_admitted(existing.worker)
+    if existing.status != Assignment.Status.WORKING:
+        raise Refused(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
+                      else "This assignment ended (it was returned or ran out of time).", status=409)
+    if existing.deadline <= timezone.now():
+        raise Refused("The time for this assignment is up; please return the HIT.", status=409)
+    return existing
+
+
+def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIdentity,
+                    submit_to: str) -> Assignment:
     now = timezone.now()
     deadline = now + timedelta(seconds=batch.assignment_duration_seconds)
     # MTurk may hand a returned assignment's id to the next worker, so another
@@ -114,8 +141,9 @@ def _assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIden
     # would let anyone who learnt the id push its worker out): the sync marks it
     # returned once MTurk lists the id under someone else, or its deadline passes.
     with transaction.atomic():
+        # Provisional: its validations count only once MTurk confirms the assignment.
         session = sessions.start_session(identity.user, batch.task, mturk_assignment_id=assignment_id,
-                                         mode=batch.mode, expires_at=deadline)
+                                         mode=batch.mode, expires_at=deadline, provisional=True)
         try:
             with transaction.atomic():
                 return Assignment.objects.create(hit=hit, assignment_id=assignment_id, worker=identity,

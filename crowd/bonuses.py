@@ -6,7 +6,8 @@ safe to run at any time and any number of times.
 What is paid: for each approved, MTurk-verified assignment of a writing batch,
 the examples written in it that fooled the model, were not retracted or
 flagged, whose signature still checks, and whose validation is final and
-*verified*, at the batch's amount per example. An assignment is settled once,
+*verified*, at the batch's amount per example, for at most the number of
+examples the HIT asked for (the earliest ones; the budget counted no more). An assignment is settled once,
 when all of its model-fooling examples are decided or, at the latest, at its
 auto-approval time (MTurk's deadline for the assignment, by which a worker
 should know what they earned); examples verified after that are not paid.
@@ -62,7 +63,9 @@ class BonusReport:
 
 
 def ledger_token(assignment: Assignment, reason: str) -> str:
-    return f"dynabench-bonus-{assignment.pk}-{reason}"[:64]
+    """Unique across databases too (the batch's uid): two installations on one
+    requester account never mistake each other's bonuses for their own."""
+    return f"dynabench-{assignment.hit.batch.uid.hex}-{assignment.pk}-{reason[:8]}"[:64]
 
 
 def fooling_examples(assignment: Assignment):
@@ -82,6 +85,8 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
         return None
     paid = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged
             and signature_ok(e)]
+    # At most the examples the HIT asked for (the earliest), as the batch's budget counted.
+    paid = sorted(paid, key=lambda e: (e.created_at, e.pk))[:batch.examples_per_assignment]
     reason = BonusPayment.Reason.VERIFIED_FOOLING
     amount = batch.bonus_per_example * len(paid)
     token = ledger_token(assignment, reason)
@@ -103,14 +108,17 @@ def _already_paid(payment: BonusPayment) -> bool:
     """Whether MTurk has this ledger row's bonus on record (its reason names the row)."""
     return any(payment.unique_request_token in (found.get("Reason") or "")
                and found.get("WorkerId") == payment.assignment.worker.worker_id
-               for found in mturk.bonuses_for(payment.assignment.assignment_id))
+               for found in mturk.bonuses_for(payment.assignment.assignment_id,
+                                              sandbox=payment.assignment.hit.batch.sandbox))
 
 
 def send(payment: BonusPayment) -> bool:
     """Pay one due ledger row; True once MTurk has it paid, False when it is not due
-    (another run holds it). An ``MTurkError`` leaves it to a later run."""
+    (another run holds it). An ``MTurkError`` leaves it to a later run. Call it
+    outside any transaction: its lease must be committed before MTurk is called."""
     with transaction.atomic():
-        payment = BonusPayment.objects.select_for_update().select_related("assignment__worker").get(pk=payment.pk)
+        payment = BonusPayment.objects.select_for_update().select_related(
+            "assignment__worker", "assignment__hit__batch").get(pk=payment.pk)
         if payment.status == BonusPayment.Status.PAID:
             return True
         now = timezone.now()
@@ -127,7 +135,8 @@ def send(payment: BonusPayment) -> bool:
             return _paid(payment, "found on MTurk after an unanswered attempt")
         mturk.send_bonus(worker_id=payment.assignment.worker.worker_id,
                          assignment_id=payment.assignment.assignment_id, amount=payment.amount,
-                         reason=payment.message, unique_request_token=payment.unique_request_token)
+                         reason=payment.message, unique_request_token=payment.unique_request_token,
+                         sandbox=payment.assignment.hit.batch.sandbox)
         return _paid(payment)
     except mturk.MTurkError as exc:
         if exc.kind == "duplicate":  # MTurk took this token before: the first call paid

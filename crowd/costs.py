@@ -13,7 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from annotation.models import Example
 
@@ -85,8 +86,12 @@ def spend_by_batch(batches) -> dict[int, Spend]:
     for batch_id, amount in paid:
         result[batch_id].bonuses += amount
         result[batch_id].fees += bonus_fee(amount)
-    fooling = (Example.objects.filter(session__mturk_assignment__hit__batch__in=batches, fooled=True,
-                                      retracted=False, validation_status=Example.ValidationStatus.VERIFIED)
+    # Bought: from approved, MTurk-verified assignments only (a made-up worker id buys nothing).
+    fooling = (Example.objects.filter(session__mturk_assignment__hit__batch__in=batches,
+                                      session__mturk_assignment__status=Assignment.Status.APPROVED,
+                                      session__mturk_assignment__verified_at__isnull=False,
+                                      fooled=True, retracted=False, flagged=False,
+                                      validation_status=Example.ValidationStatus.VERIFIED)
                .values("session__mturk_assignment__hit__batch").annotate(n=Count("id")))
     for row in fooling:
         result[row["session__mturk_assignment__hit__batch"]].verified_fooling += row["n"]
@@ -107,6 +112,18 @@ def spend(batches) -> Spend:
 
 def batch_spend(batch: Batch) -> Spend:
     return spend(Batch.objects.filter(pk=batch.pk))
+
+
+def with_earnings(identities):
+    """``identities`` annotated with ``earned_rewards`` and ``earned_bonuses`` (USD paid to them)."""
+    rewards = (Assignment.objects.filter(worker=OuterRef("pk"), status=Assignment.Status.APPROVED)
+               .order_by().values("worker").annotate(total=Sum("hit__batch__reward")).values("total")[:1])
+    bonuses = (BonusPayment.objects.filter(assignment__worker=OuterRef("pk"), status=BonusPayment.Status.PAID)
+               .order_by().values("assignment__worker").annotate(total=Sum("amount")).values("total")[:1])
+    money = DecimalField(max_digits=12, decimal_places=2)
+    return identities.annotate(
+        earned_rewards=Coalesce(Subquery(rewards, output_field=money), Value(Decimal("0.00")), output_field=money),
+        earned_bonuses=Coalesce(Subquery(bonuses, output_field=money), Value(Decimal("0.00")), output_field=money))
 
 
 def worker_earnings(worker) -> dict:

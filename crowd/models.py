@@ -60,7 +60,6 @@ class Batch(models.Model):
         PUBLISHING = "publishing", "Publishing"
         PUBLISHED = "published", "Published"
         FINISHED = "finished", "Finished (expired)"
-        FAILED = "failed", "Failed to publish"
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False,
                            help_text="Makes the HITs' UniqueRequestTokens, so a retried publish posts nothing twice.")
@@ -87,7 +86,7 @@ class Batch(models.Model):
     lifetime_seconds = models.PositiveIntegerField(
         default=3 * 24 * 3600, validators=[MinValueValidator(30), MaxValueValidator(365 * 24 * 3600)])
     auto_approval_delay_seconds = models.PositiveIntegerField(
-        default=3 * 24 * 3600, validators=[MinValueValidator(0), MaxValueValidator(30 * 24 * 3600)],
+        default=3 * 24 * 3600, validators=[MinValueValidator(3600), MaxValueValidator(30 * 24 * 3600)],
         help_text="MTurk approves a submitted assignment by itself after this; bonuses are settled before it.")
     locales = models.JSONField(default=list, blank=True, help_text='Worker locales admitted, e.g. ["US", "GB"].')
     min_approval_rate = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(100)],
@@ -113,8 +112,19 @@ class Batch(models.Model):
         ordering = ["-created_at"]
         verbose_name_plural = "batches"
 
-    def __str__(self):
-        return f"Batch {self.pk}: {self.task.slug} round {self.round.number} {self.mode} ({self.hits} HITs)"
+    def __str__(self):  # no related rows: admin filters list many batches
+        return f"Batch {self.pk} ({self.mode}, {self.hits} HITs)"
+
+    @property
+    def review_until(self):
+        """Until when MTurk may still hold submissions of this batch to decide: its HITs'
+        end, plus an assignment's duration, plus the auto-approval delay."""
+        from datetime import timedelta
+
+        ended = self.finished_at or self.expires_at
+        if ended is None:
+            return None
+        return ended + timedelta(seconds=self.assignment_duration_seconds + self.auto_approval_delay_seconds)
 
 
 class Hit(models.Model):

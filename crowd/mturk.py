@@ -65,18 +65,23 @@ class MTurkError(Exception):
         return f"{self.operation}: {self.message}" if self.operation else self.message
 
 
-def endpoint_url() -> str:
-    return settings.MTURK_ENDPOINT_URL or (SANDBOX_ENDPOINT if settings.MTURK_SANDBOX else LIVE_ENDPOINT)
+def endpoint_url(sandbox: bool | None = None) -> str:
+    """``MTURK_ENDPOINT_URL`` if set; else the sandbox or live endpoint: ``sandbox``'s
+    (a batch publishes, syncs and pays where it was published), else ``MTURK_SANDBOX``'s."""
+    if settings.MTURK_ENDPOINT_URL:
+        return settings.MTURK_ENDPOINT_URL
+    sandbox = settings.MTURK_SANDBOX if sandbox is None else sandbox
+    return SANDBOX_ENDPOINT if sandbox else LIVE_ENDPOINT
 
 
-def client():
+def client(sandbox: bool | None = None):
     """The boto3 MTurk client for the configured endpoint (sandbox by default).
 
     boto3's standard retry mode retries throttling and connection errors a few
     times with backoff, sending the same request (and UniqueRequestToken) again.
     One client per configuration is kept: making one costs tens of milliseconds,
     and boto3 clients are safe to share between threads."""
-    return _client(endpoint_url(), settings.MTURK_REGION, settings.MTURK_MAX_ATTEMPTS)
+    return _client(endpoint_url(sandbox), settings.MTURK_REGION, settings.MTURK_MAX_ATTEMPTS)
 
 
 @functools.lru_cache(maxsize=4)
@@ -115,10 +120,10 @@ def _error(operation: str, exc: Exception) -> MTurkError:
     raise exc
 
 
-def call(operation: str, **params) -> dict:
+def call(operation: str, *, sandbox: bool | None = None, **params) -> dict:
     """One MTurk call by its boto3 name; an ``MTurkError`` on any failure."""
     try:
-        return getattr(client(), operation)(**params)
+        return getattr(client(sandbox), operation)(**params)
     except (ClientError, BotoCoreError) as exc:
         raise _error(operation, exc) from exc
 
@@ -126,8 +131,8 @@ def call(operation: str, **params) -> dict:
 # --- account and HITs ------------------------------------------------------------------
 
 
-def account_balance() -> Decimal:
-    return Decimal(call("get_account_balance")["AvailableBalance"])
+def account_balance(*, sandbox: bool | None = None) -> Decimal:
+    return Decimal(call("get_account_balance", sandbox=sandbox)["AvailableBalance"])
 
 
 def external_question(url: str, frame_height: int = 0) -> str:
@@ -141,18 +146,19 @@ def external_question(url: str, frame_height: int = 0) -> str:
 
 
 def create_hit_type(*, title: str, description: str, keywords: str, reward: Decimal,
-                    assignment_duration: int, auto_approval_delay: int, qualifications: list[dict]) -> str:
+                    assignment_duration: int, auto_approval_delay: int, qualifications: list[dict],
+                    sandbox: bool | None = None) -> str:
     """A HIT type; MTurk answers the same id for the same parameters."""
     params = dict(Title=title, Description=description, Reward=f"{reward:.2f}",
                   AssignmentDurationInSeconds=assignment_duration, AutoApprovalDelayInSeconds=auto_approval_delay,
                   QualificationRequirements=qualifications)
     if keywords:
         params["Keywords"] = keywords
-    return call("create_hit_type", **params)["HITTypeId"]
+    return call("create_hit_type", sandbox=sandbox, **params)["HITTypeId"]
 
 
 def create_hit(*, hit_type_id: str, question: str, max_assignments: int, lifetime: int,
-               unique_request_token: str, annotation: str = "") -> str:
+               unique_request_token: str, annotation: str = "", sandbox: bool | None = None) -> str:
     """Post one HIT. Posting again with the same token posts nothing and gives back
     the first HIT's id (MTurk says it exists already, naming it)."""
     params = dict(HITTypeId=hit_type_id, MaxAssignments=max_assignments, LifetimeInSeconds=lifetime,
@@ -160,7 +166,7 @@ def create_hit(*, hit_type_id: str, question: str, max_assignments: int, lifetim
     if annotation:
         params["RequesterAnnotation"] = annotation
     try:
-        return call("create_hit_with_hit_type", **params)["HIT"]["HITId"]
+        return call("create_hit_with_hit_type", sandbox=sandbox, **params)["HIT"]["HITId"]
     except MTurkError as exc:
         if exc.kind == "duplicate":
             found = HIT_ID_IN_MESSAGE.search(exc.message)
@@ -169,18 +175,19 @@ def create_hit(*, hit_type_id: str, question: str, max_assignments: int, lifetim
         raise
 
 
-def expire_hit(hit_id: str) -> None:
+def expire_hit(hit_id: str, *, sandbox: bool | None = None) -> None:
     """Stop the HIT taking workers now (assignments already taken go on)."""
     from datetime import UTC, datetime
 
-    call("update_expiration_for_hit", HITId=hit_id, ExpireAt=datetime(2015, 1, 1, tzinfo=UTC))
+    call("update_expiration_for_hit", sandbox=sandbox, HITId=hit_id, ExpireAt=datetime(2015, 1, 1, tzinfo=UTC))
 
 
-def list_assignments(hit_id: str, statuses=("Submitted", "Approved", "Rejected")) -> Iterator[dict]:
+def list_assignments(hit_id: str, statuses=("Submitted", "Approved", "Rejected"), *,
+                     sandbox: bool | None = None) -> Iterator[dict]:
     """Every assignment of the HIT in ``statuses``, page by page."""
     params = {"HITId": hit_id, "MaxResults": 100, "AssignmentStatuses": list(statuses)}
     while True:
-        page = call("list_assignments_for_hit", **params)
+        page = call("list_assignments_for_hit", sandbox=sandbox, **params)
         yield from page.get("Assignments", [])
         token = page.get("NextToken")
         if not token or not page.get("Assignments"):
@@ -203,32 +210,33 @@ def parse_answer(answer_xml: str) -> dict[str, str]:
     return fields
 
 
-def approve(assignment_id: str, feedback: str = "") -> None:
+def approve(assignment_id: str, feedback: str = "", *, sandbox: bool | None = None) -> None:
     params = {"AssignmentId": assignment_id}
     if feedback:
         params["RequesterFeedback"] = feedback[:1024]
-    call("approve_assignment", **params)
+    call("approve_assignment", sandbox=sandbox, **params)
 
 
-def reject(assignment_id: str, feedback: str) -> None:
+def reject(assignment_id: str, feedback: str, *, sandbox: bool | None = None) -> None:
     if not feedback:
         raise ValueError("A rejection always tells the worker why.")
-    call("reject_assignment", AssignmentId=assignment_id, RequesterFeedback=feedback[:1024])
+    call("reject_assignment", sandbox=sandbox, AssignmentId=assignment_id, RequesterFeedback=feedback[:1024])
 
 
 # --- bonuses ---------------------------------------------------------------------------
 
 
-def send_bonus(*, worker_id: str, assignment_id: str, amount: Decimal, reason: str, unique_request_token: str) -> None:
-    call("send_bonus", WorkerId=worker_id, AssignmentId=assignment_id, BonusAmount=f"{amount:.2f}",
-         Reason=reason, UniqueRequestToken=unique_request_token)
+def send_bonus(*, worker_id: str, assignment_id: str, amount: Decimal, reason: str, unique_request_token: str,
+               sandbox: bool | None = None) -> None:
+    call("send_bonus", sandbox=sandbox, WorkerId=worker_id, AssignmentId=assignment_id,
+         BonusAmount=f"{amount:.2f}", Reason=reason, UniqueRequestToken=unique_request_token)
 
 
-def bonuses_for(assignment_id: str) -> list[dict]:
+def bonuses_for(assignment_id: str, *, sandbox: bool | None = None) -> list[dict]:
     """The bonuses MTurk has on record for the assignment."""
     found, params = [], {"AssignmentId": assignment_id, "MaxResults": 100}
     while True:
-        page = call("list_bonus_payments", **params)
+        page = call("list_bonus_payments", sandbox=sandbox, **params)
         found.extend(page.get("BonusPayments", []))
         token = page.get("NextToken")
         if not token or not page.get("BonusPayments"):
@@ -239,48 +247,50 @@ def bonuses_for(assignment_id: str) -> list[dict]:
 # --- workers ---------------------------------------------------------------------------
 
 
-def create_qualification_type(name: str, description: str) -> str:
-    return call("create_qualification_type", Name=name, Description=description,
+def create_qualification_type(name: str, description: str, *, sandbox: bool | None = None) -> str:
+    return call("create_qualification_type", sandbox=sandbox, Name=name, Description=description,
                 QualificationTypeStatus="Active")["QualificationType"]["QualificationTypeId"]
 
 
-def find_qualification_type(name: str) -> str | None:
-    page = call("list_qualification_types", Query=name, MustBeRequestable=False, MustBeOwnedByCaller=True,
-                MaxResults=100)
+def find_qualification_type(name: str, *, sandbox: bool | None = None) -> str | None:
+    page = call("list_qualification_types", sandbox=sandbox, Query=name, MustBeRequestable=False,
+                MustBeOwnedByCaller=True, MaxResults=100)
     for qualification in page.get("QualificationTypes", []):
         if qualification.get("Name") == name:
             return qualification["QualificationTypeId"]
     return None
 
 
-def give_qualification(qualification_type_id: str, worker_id: str, value: int = 1) -> None:
-    call("associate_qualification_with_worker", QualificationTypeId=qualification_type_id, WorkerId=worker_id,
-         IntegerValue=value, SendNotification=False)
+def give_qualification(qualification_type_id: str, worker_id: str, value: int = 1, *,
+                       sandbox: bool | None = None) -> None:
+    call("associate_qualification_with_worker", sandbox=sandbox, QualificationTypeId=qualification_type_id,
+         WorkerId=worker_id, IntegerValue=value, SendNotification=False)
 
 
-def take_qualification(qualification_type_id: str, worker_id: str, reason: str = "") -> None:
+def take_qualification(qualification_type_id: str, worker_id: str, reason: str = "", *,
+                       sandbox: bool | None = None) -> None:
     params = {"QualificationTypeId": qualification_type_id, "WorkerId": worker_id}
     if reason:
         params["Reason"] = reason[:1024]
-    call("disassociate_qualification_from_worker", **params)
+    call("disassociate_qualification_from_worker", sandbox=sandbox, **params)
 
 
-def block_worker(worker_id: str, reason: str) -> None:
-    call("create_worker_block", WorkerId=worker_id, Reason=reason[:1024])
+def block_worker(worker_id: str, reason: str, *, sandbox: bool | None = None) -> None:
+    call("create_worker_block", sandbox=sandbox, WorkerId=worker_id, Reason=reason[:1024])
 
 
-def unblock_worker(worker_id: str, reason: str = "") -> None:
+def unblock_worker(worker_id: str, reason: str = "", *, sandbox: bool | None = None) -> None:
     params = {"WorkerId": worker_id}
     if reason:
         params["Reason"] = reason[:1024]
-    call("delete_worker_block", **params)
+    call("delete_worker_block", sandbox=sandbox, **params)
 
 
-def notify(worker_ids: list[str], subject: str, message: str) -> list[dict]:
+def notify(worker_ids: list[str], subject: str, message: str, *, sandbox: bool | None = None) -> list[dict]:
     """Email workers through MTurk (100 per call); the failures MTurk reports."""
     failures = []
     for start in range(0, len(worker_ids), 100):
-        answer = call("notify_workers", Subject=subject[:200], MessageText=message[:4096],
+        answer = call("notify_workers", sandbox=sandbox, Subject=subject[:200], MessageText=message[:4096],
                       WorkerIds=worker_ids[start:start + 100])
         failures.extend(answer.get("NotifyWorkersFailureStatuses", []))
     return failures

@@ -8,6 +8,7 @@ one twice (MTurk answers a repeated token with the HIT it already made).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -25,6 +26,10 @@ from . import costs, mturk, workers
 from .models import Batch, Hit
 
 MAX_HITS = 1000
+# MTurk approves a submission by itself after the auto-approval delay: it must leave
+# the sync (every 5 minutes) time to check the submission and reject a bad one.
+MIN_AUTO_APPROVAL_DELAY = 3600
+LOCALE = re.compile(r"[A-Z]{2}")
 
 
 @dataclass
@@ -62,7 +67,7 @@ def check_request(req: BatchRequest) -> Round:
                             ("examples_per_assignment", 1, 100),
                             ("assignment_duration_seconds", 30, 365 * 24 * 3600),
                             ("lifetime_seconds", 30, 365 * 24 * 3600),
-                            ("auto_approval_delay_seconds", 0, 30 * 24 * 3600)]:
+                            ("auto_approval_delay_seconds", MIN_AUTO_APPROVAL_DELAY, 30 * 24 * 3600)]:
         value = getattr(req, name)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise InvalidInput.field(name, f"Must be a whole number from {low} to {high}.")
@@ -74,6 +79,8 @@ def check_request(req: BatchRequest) -> Round:
     if req.mode == Batch.Mode.VALIDATE and req.bonus_per_example > 0:
         raise InvalidInput.field("bonus", "Bonuses are paid for model-fooling examples, so only writing batches "
                                           "have them.")
+    if not all(isinstance(code, str) and LOCALE.fullmatch(code) for code in req.locales):
+        raise InvalidInput.field("locales", "Must be ISO 3166 country codes of two capital letters, e.g. US, GB.")
     if req.quality_block_threshold is not None and not 0 <= req.quality_block_threshold <= 1:
         raise InvalidInput.field("quality_block_threshold", "Must be a share from 0 to 1.")
     if req.min_approval_rate is not None and not 0 <= req.min_approval_rate <= 100:
@@ -81,6 +88,8 @@ def check_request(req: BatchRequest) -> Round:
     if urlsplit(settings.PUBLIC_BASE_URL).scheme != "https":
         raise Conflict(f"PUBLIC_BASE_URL is {settings.PUBLIC_BASE_URL!r}: MTurk shows only HTTPS pages in its "
                        "frame. Set it to the platform's public https:// address.")
+    if not req.task.is_public:
+        raise Conflict(f"Task {req.task.slug} is not public (inactive or hidden): MTurk workers could not reach it.")
     rounds = Round.objects.filter(task=req.task)
     rnd = rounds.filter(number=req.round_number).first() if req.round_number is not None \
         else rounds.filter(status=Round.Status.OPEN).first()
@@ -136,7 +145,7 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
     most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                           bonus_per_example=req.bonus_per_example,
                           examples_per_assignment=req.examples_per_assignment, mode=req.mode)
-    balance = mturk.account_balance()
+    balance = mturk.account_balance(sandbox=settings.MTURK_SANDBOX)
     if balance < most:
         raise Conflict(f"The MTurk account holds ${balance:.2f}, but this batch may cost up to ${most:.2f} "
                        "(rewards, bonuses and MTurk's fees). Add funds or publish fewer HITs.")
@@ -164,10 +173,13 @@ def post_hits(batch: Batch) -> Batch:
     the batch keeps what was posted and records the error; running it again goes on."""
     try:
         if not batch.hit_type_id:
+            # The batch's own keyword makes its HIT type its own (MTurk gives equal parameters one type).
+            keywords = ", ".join(k for k in (batch.keywords, f"dynabench-{batch.uid.hex[:12]}") if k)
             batch.hit_type_id = mturk.create_hit_type(
-                title=batch.title, description=batch.description, keywords=batch.keywords, reward=batch.reward,
+                title=batch.title, description=batch.description, keywords=keywords, reward=batch.reward,
                 assignment_duration=batch.assignment_duration_seconds,
-                auto_approval_delay=batch.auto_approval_delay_seconds, qualifications=qualifications(batch))
+                auto_approval_delay=batch.auto_approval_delay_seconds, qualifications=qualifications(batch),
+                sandbox=batch.sandbox)
             batch.save(update_fields=["hit_type_id"])
         question = mturk.external_question(hit_url())
         for hit in batch.hit_rows.filter(hit_id__isnull=True).order_by("number"):
@@ -175,7 +187,7 @@ def post_hits(batch: Batch) -> Batch:
             hit.hit_id = mturk.create_hit(
                 hit_type_id=batch.hit_type_id, question=question, max_assignments=batch.assignments_per_hit,
                 lifetime=batch.lifetime_seconds, unique_request_token=unique_request_token(hit),
-                annotation=f"dynabench batch {batch.pk}")
+                annotation=f"dynabench batch {batch.pk}", sandbox=batch.sandbox)
             hit.created_at = timezone.now()
             hit.save(update_fields=["hit_id", "created_at"])
     except mturk.MTurkError as exc:

@@ -13,10 +13,12 @@ assignments and applies these rules, which the README documents:
    match: no arrival recorded for that worker, a missing or wrong completion
    token, or work that was never finished on our page.
 4. A row still *working* after its deadline was returned or abandoned: it is
-   marked so and its token ends. A finished row that MTurk never lists as
-   submitted is marked so an hour after its deadline.
+   marked so and its token ends; so is one whose assignment id MTurk lists under
+   another worker (MTurk reuses returned assignments' ids).
 5. A published batch whose lifetime is over, or whose every assignment was
-   decided, is expired on MTurk and marked finished.
+   decided, is expired on MTurk and marked finished. It is still synced until
+   MTurk can hold no submission of it (``Batch.review_until``), so a late or
+   direct submission is never left to auto-approval.
 6. With a quality threshold set, a worker whose examples are validated correct
    less often than it (once enough are decided) gets the soft block.
 """
@@ -25,12 +27,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from annotation.services import sessions
+from annotation.services import sessions, validation
 
 from . import mturk, workers
 from .assignments import SUBMITTED_MESSAGE, completion_ok
@@ -44,7 +47,8 @@ NO_RECORD = ("We have no record of work for this assignment on the HIT's page: t
 BAD_TOKEN = ("The completion code sent with this assignment does not match the one the HIT's page issued "
              "when the work was submitted there.")
 NOT_FINISHED = "The work for this assignment was not finished on the HIT's page before it was submitted."
-FINISHED_GRACE = timedelta(hours=1)
+# A sync holds its batch at most this long (then another may start).
+SYNC_LOCK_SECONDS = 900
 
 
 @dataclass
@@ -75,14 +79,15 @@ def _when(value) -> datetime | None:
     return datetime.fromtimestamp(float(value), tz=UTC)
 
 
-def _decide(assignment: Assignment | None, listed: dict, report: SyncReport) -> None:
+def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: SyncReport) -> None:
     """Apply rules 1-3 to one assignment MTurk lists."""
     status = listed["AssignmentStatus"]
     if assignment is None:
         if status == "Submitted":
-            mturk.reject(listed["AssignmentId"], NO_RECORD)
+            mturk.reject(listed["AssignmentId"], NO_RECORD, sandbox=batch.sandbox)
             report.rejected += 1
         return
+    assignment.refresh_from_db()  # the worker may have pressed Submit while MTurk was listing
     if assignment.status in (Assignment.Status.APPROVED, Assignment.Status.REJECTED):
         return  # decided already
     now = timezone.now()
@@ -101,6 +106,7 @@ def _decide(assignment: Assignment | None, listed: dict, report: SyncReport) -> 
             assignment.verified_at = assignment.verified_at or now
             assignment.save(update_fields=["status", "verified_at", "submitted_at", "auto_approval_at"])
             WorkerIdentity.objects.filter(pk=assignment.worker_id, verified_at__isnull=True).update(verified_at=now)
+            validation.confirm_session(assignment.session)  # its validations count from now on
     if status in ("Approved", "Rejected"):  # decided on MTurk (auto-approval, or by hand on its site)
         assignment.status = Assignment.Status.APPROVED if status == "Approved" else Assignment.Status.REJECTED
         assignment.decided_at = now
@@ -108,12 +114,12 @@ def _decide(assignment: Assignment | None, listed: dict, report: SyncReport) -> 
         sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
         return
     if feedback is None:
-        mturk.approve(assignment.assignment_id, APPROVE_FEEDBACK)
+        mturk.approve(assignment.assignment_id, APPROVE_FEEDBACK, sandbox=batch.sandbox)
         assignment.status, assignment.decided_at, assignment.feedback = \
             Assignment.Status.APPROVED, timezone.now(), APPROVE_FEEDBACK
         report.approved += 1
     else:
-        mturk.reject(assignment.assignment_id, feedback)
+        mturk.reject(assignment.assignment_id, feedback, sandbox=batch.sandbox)
         assignment.status, assignment.decided_at, assignment.feedback = \
             Assignment.Status.REJECTED, timezone.now(), feedback
         report.rejected += 1
@@ -122,13 +128,26 @@ def _decide(assignment: Assignment | None, listed: dict, report: SyncReport) -> 
 
 
 def sync_batch(batch: Batch) -> SyncReport:
+    """Sync one batch; a second sync of the same batch at the same time skips it."""
+    lock = f"dynabench:crowd:sync:{batch.pk}"
+    if not cache.add(lock, timezone.now().isoformat(), timeout=SYNC_LOCK_SECONDS):
+        report = SyncReport()
+        report.errors.append(f"batch {batch.pk}: another sync is running; skipped")
+        return report
+    try:
+        return _sync_batch(batch)
+    finally:
+        cache.delete(lock)
+
+
+def _sync_batch(batch: Batch) -> SyncReport:
     report = SyncReport()
     now = timezone.now()
     for hit in batch.hit_rows.filter(hit_id__isnull=False):
         ours = {(a.assignment_id, a.worker.worker_id): a
                 for a in hit.assignments.select_related("worker", "session", "hit")}
         try:
-            for listed in mturk.list_assignments(hit.hit_id):
+            for listed in mturk.list_assignments(hit.hit_id, sandbox=batch.sandbox):
                 report.seen += 1
                 assignment = ours.get((listed["AssignmentId"], listed["WorkerId"]))
                 for (assignment_id, worker_id), other in ours.items():
@@ -137,7 +156,7 @@ def sync_batch(batch: Batch) -> SyncReport:
                         _end(other, "This assignment went to another worker; it takes no more work.")
                         report.returned += 1
                 try:
-                    _decide(assignment, listed, report)
+                    _decide(batch, assignment, listed, report)
                 except mturk.MTurkError as exc:
                     report.errors.append(f"{listed['AssignmentId']}: {exc}")
                     if not exc.retryable and exc.kind != "request":
@@ -157,10 +176,11 @@ def sync_batch(batch: Batch) -> SyncReport:
 
 
 def _mark_returned(batch: Batch, now) -> int:
+    """Rule 4: work still open past its deadline was returned or abandoned. (A row
+    finished on our page stays finished: MTurk may list its submission late.)"""
     count = 0
-    late = Assignment.objects.select_related("session").filter(hit__batch=batch).filter(
-        status=Assignment.Status.WORKING, deadline__lte=now) | Assignment.objects.select_related("session").filter(
-        hit__batch=batch, status=Assignment.Status.FINISHED, deadline__lte=now - FINISHED_GRACE)
+    late = Assignment.objects.select_related("session").filter(
+        hit__batch=batch, status=Assignment.Status.WORKING, deadline__lte=now)
     for assignment in late:
         _end(assignment, "This assignment ended (it was returned or ran out of time).")
         count += 1
@@ -174,17 +194,19 @@ def _end(assignment: Assignment, reason: str) -> None:
 
 
 def _quality_blocks(batch: Batch, report: SyncReport) -> int:
+    """Rule 6, over the batch's MTurk-verified workers only."""
     count = 0
-    candidates = WorkerIdentity.objects.filter(assignments__hit__batch=batch, soft_blocked_at__isnull=True,
-                                               hard_blocked_at__isnull=True).distinct()
-    for identity in candidates:
-        if workers.below_threshold(identity, batch.quality_block_threshold):
-            try:
-                workers.soft_block(identity, f"Examples validated correct less often than "
-                                             f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")
-                count += 1
-            except mturk.MTurkError as exc:
-                report.errors.append(f"soft block {identity.worker_id}: {exc}")
+    candidates = WorkerIdentity.objects.filter(
+        pk__in=Assignment.objects.filter(hit__batch=batch, verified_at__isnull=False).values("worker"),
+        soft_blocked_at__isnull=True, hard_blocked_at__isnull=True)
+    for identity in workers.below_threshold(candidates, batch.quality_block_threshold):
+        try:
+            workers.soft_block(identity, f"Examples validated correct less often than "
+                                         f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).",
+                               sandbox=batch.sandbox)
+            count += 1
+        except mturk.MTurkError as exc:
+            report.errors.append(f"soft block {identity.worker_id}: {exc}")
     return count
 
 
@@ -205,7 +227,7 @@ def expire_batch(batch: Batch, report: SyncReport | None = None) -> bool:
     """Stop the batch's HITs taking workers, and mark it finished (work already taken goes on)."""
     for hit in batch.hit_rows.filter(hit_id__isnull=False, expired_at__isnull=True):
         try:
-            mturk.expire_hit(hit.hit_id)
+            mturk.expire_hit(hit.hit_id, sandbox=batch.sandbox)
         except mturk.MTurkError as exc:
             if report is None:
                 raise
@@ -218,17 +240,22 @@ def expire_batch(batch: Batch, report: SyncReport | None = None) -> bool:
     return True
 
 
+def batches_to_sync():
+    """Batches being published or published, and finished ones whose submissions
+    MTurk may still hold (``Batch.review_until``): a submission there is decided
+    before MTurk's auto-approval, whatever state our rows are in."""
+    now = timezone.now()
+    live = list(Batch.objects.filter(status__in=[Batch.Status.PUBLISHING, Batch.Status.PUBLISHED]))
+    finished = [b for b in Batch.objects.filter(status=Batch.Status.FINISHED)
+                if b.review_until is not None and b.review_until > now]
+    return sorted(live + finished, key=lambda b: b.pk)
+
+
 def sync(batch_id: int | None = None) -> SyncReport:
-    """Sync one batch, or every batch that is published or still has undecided work."""
+    """Sync one batch, or every batch that may still have something to decide."""
     report = SyncReport()
-    batches = Batch.objects.select_related("task", "round")
-    if batch_id is not None:
-        batches = batches.filter(pk=batch_id)
-    else:
-        batches = batches.filter(status=Batch.Status.PUBLISHED) | batches.filter(
-            hit_rows__assignments__status__in=[Assignment.Status.WORKING, Assignment.Status.FINISHED,
-                                               Assignment.Status.SUBMITTED])
-    for batch in batches.distinct().order_by("pk"):
+    batches = Batch.objects.filter(pk=batch_id) if batch_id is not None else batches_to_sync()
+    for batch in batches:
         try:
             report.add(sync_batch(batch))
         except mturk.MTurkError as exc:

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from annotation.models import Example
 from annotation.tokens import InvalidToken, make_token, session_from_token
 from annotation.views import frameable_by_mturk, work_page_context
+from core.ratelimit import client_ip
 
 from . import mturk
 from .assignments import PREVIEW, Refused, arrive, completion_token, finish, work_done
@@ -26,7 +27,10 @@ TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.
 
 
 def _refused(request, exc: Refused):
-    return render(request, "crowd/refused.html", {"message": exc.message}, status=exc.status)
+    response = render(request, "crowd/refused.html", {"message": exc.message}, status=exc.status)
+    if exc.retry_after:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _sample(task):
@@ -47,7 +51,8 @@ def hit_page(request):
     params = request.GET
     try:
         arrival = arrive(hit_id=params.get("hitId", ""), assignment_id=params.get("assignmentId", ""),
-                         worker_id=params.get("workerId", ""), submit_to=params.get("turkSubmitTo", ""))
+                         worker_id=params.get("workerId", ""), submit_to=params.get("turkSubmitTo", ""),
+                         address=client_ip(request))
     except Refused as exc:
         return _refused(request, exc)
     batch = arrival.batch

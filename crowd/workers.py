@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
@@ -26,7 +27,7 @@ from annotation.models import Example, Validation
 from . import mturk
 from .models import Qualification, WorkerIdentity
 
-WORKER_ID = re.compile(r"^A[A-Z0-9]{5,63}$")
+WORKER_ID = re.compile(r"A[A-Z0-9]{5,63}")
 BLOCK_QUALIFICATION = "block"
 BLOCK_QUALIFICATION_NAME = "Dynabench: not admitted"
 # Quality is judged only once this many of the worker's examples are decided.
@@ -34,7 +35,7 @@ QUALITY_MIN_DECIDED = 5
 
 
 def is_worker_id(value: str) -> bool:
-    return bool(WORKER_ID.match(value or ""))
+    return bool(WORKER_ID.fullmatch(value or ""))
 
 
 def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
@@ -45,11 +46,12 @@ def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
     User = get_user_model()
     try:
         with transaction.atomic():
-            user = User(username=f"mturk-{worker_id.lower()}"[:150])
+            # ':' is refused in the usernames people sign up with: no one can take a worker's name.
+            user = User(username=f"mturk:{worker_id}"[:150])
             user.set_unusable_password()
             user.save()
             return WorkerIdentity.objects.create(user=user, worker_id=worker_id, sandbox=sandbox)
-    except IntegrityError:  # the same worker, arriving twice at once
+    except IntegrityError:  # the same worker, arriving twice at once: the first one made it
         return WorkerIdentity.objects.select_related("user").get(worker_id=worker_id)
 
 
@@ -58,15 +60,17 @@ def block_qualification_id(sandbox: bool) -> str:
     known = Qualification.objects.filter(purpose=BLOCK_QUALIFICATION, sandbox=sandbox).first()
     if known is not None:
         return known.qualification_type_id
-    found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME)
+    found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME, sandbox=sandbox)
     if found is None:
         try:
             found = mturk.create_qualification_type(
-                BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to Dynabench HITs.")
+                BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to Dynabench HITs.",
+                sandbox=sandbox)
         except mturk.MTurkError as exc:
             if exc.kind != "request":
                 raise
-            found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME)  # made meanwhile by another process
+            # made meanwhile by another process
+            found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME, sandbox=sandbox)
             if found is None:
                 raise
     qualification, _ = Qualification.objects.get_or_create(
@@ -74,31 +78,39 @@ def block_qualification_id(sandbox: bool) -> str:
     return qualification.qualification_type_id
 
 
-def soft_block(identity: WorkerIdentity, reason: str) -> None:
-    mturk.give_qualification(block_qualification_id(identity.sandbox), identity.worker_id)
+def _where(sandbox: bool | None) -> bool:
+    return settings.MTURK_SANDBOX if sandbox is None else sandbox
+
+
+def soft_block(identity: WorkerIdentity, reason: str, *, sandbox: bool | None = None) -> None:
+    """Give the worker our block qualification on the sandbox or live site (default:
+    ``MTURK_SANDBOX``'s); our pages refuse them everywhere."""
+    sandbox = _where(sandbox)
+    mturk.give_qualification(block_qualification_id(sandbox), identity.worker_id, sandbox=sandbox)
     WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=timezone.now(), block_reason=reason[:500])
 
 
-def soft_unblock(identity: WorkerIdentity) -> None:
-    mturk.take_qualification(block_qualification_id(identity.sandbox), identity.worker_id,
-                             "You are admitted to Dynabench HITs again.")
+def soft_unblock(identity: WorkerIdentity, *, sandbox: bool | None = None) -> None:
+    sandbox = _where(sandbox)
+    mturk.take_qualification(block_qualification_id(sandbox), identity.worker_id,
+                             "You are admitted to Dynabench HITs again.", sandbox=sandbox)
     WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=None)
 
 
-def hard_block(identity: WorkerIdentity, reason: str) -> None:
+def hard_block(identity: WorkerIdentity, reason: str, *, sandbox: bool | None = None) -> None:
     if not reason:
         raise ValueError("MTurk needs a reason to block a worker.")
-    mturk.block_worker(identity.worker_id, reason)
+    mturk.block_worker(identity.worker_id, reason, sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=timezone.now(), block_reason=reason[:500])
 
 
-def hard_unblock(identity: WorkerIdentity) -> None:
-    mturk.unblock_worker(identity.worker_id, "Unblocked by the requester.")
+def hard_unblock(identity: WorkerIdentity, *, sandbox: bool | None = None) -> None:
+    mturk.unblock_worker(identity.worker_id, "Unblocked by the requester.", sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=None)
 
 
-def notify(identities, subject: str, message: str) -> list[dict]:
-    return mturk.notify([identity.worker_id for identity in identities], subject, message)
+def notify(identities, subject: str, message: str, *, sandbox: bool | None = None) -> list[dict]:
+    return mturk.notify([identity.worker_id for identity in identities], subject, message, sandbox=_where(sandbox))
 
 
 def _count(queryset):
@@ -111,9 +123,13 @@ def with_quality(identities):
     """``identities`` annotated with the worker's quality: ``decided`` examples of
     theirs and how many of them were ``verified``; ``judged`` validations of theirs
     on decided examples and how many ``agreeing`` with the final decision."""
-    examples = Example.objects.filter(annotator=OuterRef("user"), source=Example.Source.ANNOTATION)
+    # Only work from assignments MTurk confirmed: a worker id typed into a URL must not
+    # spoil a real worker's record (nor earn them a block).
+    examples = Example.objects.filter(annotator=OuterRef("user"), source=Example.Source.ANNOTATION,
+                                      session__mturk_assignment__verified_at__isnull=False)
     judged = Validation.objects.filter(validator=OuterRef("user"), label__in=["correct", "incorrect"],
-                                       example__validation_status__in=["verified", "rejected"])
+                                       example__validation_status__in=["verified", "rejected"],
+                                       session__mturk_assignment__verified_at__isnull=False)
     return identities.annotate(
         decided=_count(examples.filter(validation_status__in=["verified", "rejected"])),
         verified=_count(examples.filter(validation_status="verified")),
@@ -133,6 +149,8 @@ def agreement(identity) -> float | None:
     return identity.agreeing / identity.judged if identity.judged else None
 
 
-def below_threshold(identity: WorkerIdentity, threshold: float) -> bool:
-    annotated = with_quality(WorkerIdentity.objects.filter(pk=identity.pk)).get()
-    return annotated.decided >= QUALITY_MIN_DECIDED and correct_share(annotated) < threshold
+def below_threshold(identities, threshold: float) -> list[WorkerIdentity]:
+    """Those of ``identities`` (a queryset) whose verified examples, once enough are
+    decided, are validated correct less often than ``threshold`` (one query)."""
+    return [identity for identity in with_quality(identities)
+            if identity.decided >= QUALITY_MIN_DECIDED and correct_share(identity) < threshold]

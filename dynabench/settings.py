@@ -362,6 +362,10 @@ MTURK_REGION = env("MTURK_REGION", default="us-east-1")
 # Attempts per MTurk call, the first included (boto3's standard retry mode: throttling, 5xx and lost
 # connections are retried with backoff, with the same UniqueRequestToken).
 MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
+# New assignments one address may open on the HIT page per window (a worker opens
+# one per HIT; made-up ids from one machine are capped).
+MTURK_ARRIVALS_PER_ADDRESS = env.int("MTURK_ARRIVALS_PER_ADDRESS", default=30)
+MTURK_ARRIVAL_WINDOW = env.int("MTURK_ARRIVAL_WINDOW", default=3600)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

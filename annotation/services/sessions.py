@@ -35,17 +35,18 @@ def max_age() -> timedelta:
 
 
 def start_session(user, task: Task, *, login_key: str = "", mturk_assignment_id: str = "",
-                  mode: str = AnnotationSession.Mode.ANY, expires_at=None) -> AnnotationSession:
+                  mode: str = AnnotationSession.Mode.ANY, expires_at=None,
+                  provisional: bool = False) -> AnnotationSession:
     return AnnotationSession.objects.create(
         user=user, task=task, login_key=login_key, mturk_assignment_id=mturk_assignment_id,
-        mode=mode, expires_at=expires_at, auth_hash=user.get_session_auth_hash(),
+        mode=mode, expires_at=expires_at, provisional=provisional, auth_hash=user.get_session_auth_hash(),
     )
 
 
 def expires_at(session: AnnotationSession):
-    """When the session (and its token) stops working, at the latest."""
-    latest = session.created_at + max_age()
-    return min(latest, session.expires_at) if session.expires_at else latest
+    """When the session (and its token) stops working: its own ``expires_at`` if it
+    has one (an MTurk assignment's deadline), else the default maximum age."""
+    return session.expires_at or session.created_at + max_age()
 
 
 def mode_problem(session: AnnotationSession, work: str) -> str | None:

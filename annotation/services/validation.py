@@ -9,7 +9,10 @@ author and the task's researchers may always see the writer's answer, and a
 researcher's decision is final at once.
 
 An example is verified, rejected or flagged when ``num_matching_validations``
-user decisions agree; the counters move under the example's row lock.
+user decisions agree; the counters move under the example's row lock. Decisions
+made in a provisional session (an MTurk assignment not yet verified against
+MTurk) are stored but count only once ``confirm_session`` runs: a worker id
+typed into a URL cannot decide anyone's examples.
 """
 
 from __future__ import annotations
@@ -171,29 +174,55 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         mode = Validation.Mode.OWNER if owner else Validation.Mode.USER
         now = timezone.now()
         session = sessions.current_session(user, example.task, session)
+        counted = owner or not session.provisional
         if existing is not None:
             existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
-            existing.session = session
-            existing.save(update_fields=["label", "mode", "reason", "decided_at", "session"])
+            existing.session, existing.counted = session, counted
+            existing.save(update_fields=["label", "mode", "reason", "decided_at", "session", "counted"])
             validation = existing
         else:
             try:
                 with transaction.atomic():
                     validation = Validation.objects.create(example=example, validator=user, label=label,
                                                            mode=mode, reason=reason, decided_at=now,
-                                                           session=session)
+                                                           session=session, counted=counted)
             except IntegrityError as exc:  # a concurrent duplicate from the same user
                 raise Conflict("You have already validated this example.") from exc
-
-        field = COUNTER[label]
-        setattr(example, field, getattr(example, field) + 1)
-        if owner:
-            example.validation_status = OWNER_OUTCOME[label]
-        else:
-            example.validation_status = _decide(example, example.task.parsed_config.num_matching_validations)
-        example.save(update_fields=[field, "validation_status", "updated_at"])
+        if counted:
+            _count(example, label, owner=owner)
         sessions.bump(session, validations_done=1)
         validated = Validated(example, validation, session)
         if within_transaction is not None:
             within_transaction(validated)
     return validated
+
+
+def _count(example: Example, label: str, *, owner: bool) -> None:
+    """Add one decision to the (locked) example's counters and decide its status."""
+    field = COUNTER[label]
+    setattr(example, field, getattr(example, field) + 1)
+    if owner:
+        example.validation_status = OWNER_OUTCOME[label]
+    else:
+        example.validation_status = _decide(example, example.task.parsed_config.num_matching_validations)
+    example.save(update_fields=[field, "validation_status", "updated_at"])
+
+
+def confirm_session(session: AnnotationSession) -> int:
+    """The provisional session's work is confirmed real: its decisions now count,
+    on the examples still undecided (a decision that comes too late counts for
+    nothing). Returns how many counted; safe to call again."""
+    counted = 0
+    with transaction.atomic():
+        AnnotationSession.objects.filter(pk=session.pk).update(provisional=False)
+        waiting = (Validation.objects.filter(session=session, counted=False).exclude(label="")
+                   .order_by("decided_at", "pk"))
+        for validation in waiting.select_for_update():
+            example = _locked_example(validation.example_id)
+            if example.validation_status == Example.ValidationStatus.PENDING and not example.retracted:
+                _count(example, validation.label, owner=False)
+                validation.counted = True
+                validation.save(update_fields=["counted"])
+                counted += 1
+    session.provisional = False
+    return counted

@@ -24,15 +24,15 @@ def test_validation_page_shows_an_xss_payload_escaped(live_tasks, annotator, sec
     assert "\\u003Cscript\\u003E" in page
 
 
-def test_create_page_renders_instructions_and_can_be_framed_by_mturk(live_tasks, annotator, client):
+def test_create_page_renders_instructions_and_is_never_framed(live_tasks, annotator, client):
+    """Only the MTurk HIT page may be framed (tests/crowd); the annotation pages may not."""
     client.force_login(annotator)
     response = client.get("/tasks/hate/create/")
     page = response.content.decode()
     assert response.status_code == 200
     assert "Content warning" in page and live_tasks["hate"].goal in page
-    assert "X-Frame-Options" not in response.headers
-    csp = response["Content-Security-Policy"]
-    assert "frame-ancestors 'self' https://workersandbox.mturk.com https://worker.mturk.com" in csp
+    assert response["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
     assert 'data-token="' in page and "js/dynabench.js" in page
 
 

@@ -11,3 +11,13 @@ def mturk_client(fake_mturk):
                           aws_access_key_id="fake", aws_secret_access_key="fake")
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    """Every test starts with no arrivals counted (the limits count in the cache)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from annotation.models import Example
 from annotation.services import validation
+from crowd import sync
 from crowd.models import Batch, BonusPayment, WorkerIdentity
 from tests.crowd.test_crowd_flow import WORKER, do_one_assignment, make_batch
 
@@ -89,6 +90,7 @@ def test_superusers_block_and_message_workers_and_see_their_quality(live_tasks, 
                                                                      researcher):
     batch = make_batch(live_tasks["sentiment"])
     assignment = do_one_assignment(client, crowd, batch)
+    sync.sync()  # quality counts MTurk-verified work only
     examples = list(Example.objects.filter(session=assignment.session))
     validation.validate_example(examples[0].pk, researcher, label="correct")
     validation.validate_example(examples[1].pk, researcher, label="incorrect")

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from annotation.models import AnnotationSession, Example
 from annotation.services import validation
-from crowd import bonuses, mturk, sync
+from crowd import bonuses, costs, mturk, sync
 from crowd.models import Assignment, Batch, BonusPayment, Hit, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
 
@@ -234,7 +234,7 @@ def test_a_worker_writes_submits_is_verified_approved_and_paid_once_for_verified
 
 
 def test_rejected_and_unvalidated_examples_earn_no_bonus(live_tasks, crowd, client, researcher, settings):
-    batch = make_batch(live_tasks["sentiment"], auto_approval_delay_seconds=0)
+    batch = make_batch(live_tasks["sentiment"])
     assignment = do_one_assignment(client, crowd, batch)
     sync.sync()
     fooling = Example.objects.get(session=assignment.session, fooled=True)
@@ -454,9 +454,12 @@ def test_a_validation_batch_counts_decisions_and_pays_no_bonus(live_tasks, crowd
                           format="json").status_code == 201
     assert validator.post(f"/api/examples/{item['id']}/validations/", {"label": "correct"},
                           format="json").status_code == 201
+    # Provisional: stored, but it counts only once MTurk confirms the assignment.
+    assert Example.objects.get(pk=item["id"]).validations_correct == 0
     completion, _ = submit_here(client, token_of(page))
     crowd.submit(assignment_id, {"completionToken": completion})
     assert sync.sync().approved == 1
+    assert Example.objects.get(pk=item["id"]).validations_correct == 1
     assert bonuses.pay_bonuses().settled == 0
 
 
@@ -488,7 +491,8 @@ def test_the_commands_publish_sync_and_pay(live_tasks, crowd, client, researcher
     # The beat tasks run the same services (safe to run again).
     from crowd import tasks as crowd_tasks
 
-    assert crowd_tasks.sync.delay().get().startswith("0 submissions seen, 0 approved")  # the batch is done
+    # The finished batch is still watched (MTurk may hold late submissions), and nothing new is decided.
+    assert crowd_tasks.sync.delay().get().startswith("1 submissions seen, 0 approved, 0 rejected")
     assert crowd_tasks.pay_bonuses.delay().get().startswith("0 assignments settled, 0 bonuses paid")
 
 
@@ -535,3 +539,144 @@ def test_a_crash_after_mturk_paid_is_reconciled_and_a_held_row_is_left_to_its_ho
     assert bonuses.pay_bonuses().paid == 1
     assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1  # found by ListBonusPayments, not resent
     assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
+
+
+def test_made_up_validators_decide_nothing_and_earn_no_one_a_bonus(live_tasks, crowd, client, settings):
+    """Made-up worker ids on a validate HIT (its id is public in the preview) 'verify' a
+    mislabelled example: their decisions are stored but never count, so it stays
+    undecided and its writer is paid nothing for it."""
+    create = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, create)
+    sync.sync()
+    fooling = Example.objects.get(session=assignment.session, fooled=True)
+    check = make_batch(live_tasks["sentiment"], mode="validate", bonus_per_example=Decimal("0"))
+    hit_id = check.hit_rows.first().hit_id
+    for n in range(3):
+        page = arrive(client, hit_id, f"3SYBILSYBILSYBILSYBILSYBIL{n:04d}", worker_id=f"AFAKESYBIL{n:04d}")
+        sybil = api(token_of(page))
+        assert sybil.post(f"/api/examples/{fooling.pk}/blind-answer/", {"answer": fooling.target},
+                          format="json").status_code == 201
+        assert sybil.post(f"/api/examples/{fooling.pk}/validations/", {"label": "correct"},
+                          format="json").status_code == 201
+    fooling.refresh_from_db()
+    assert fooling.validation_status == Example.ValidationStatus.PENDING and fooling.validations_correct == 0
+    assert bonuses.pay_bonuses().paid == 0 and crowd.bonuses == []
+
+
+def test_the_bonus_is_capped_at_the_examples_the_hit_asked_for(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=1, examples_per_assignment=2)
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    token = token_of(arrive(client, hit.hit_id, assignment_id))
+    for n in range(4):
+        write_pair(api(token), "sentiment", f"Statement number {n}.")
+    completion, _ = submit_here(client, token)
+    crowd.submit(assignment_id, {"completionToken": completion})
+    sync.sync()
+    for example in Example.objects.all():
+        validation.validate_example(example.pk, researcher, label="correct")
+    bonuses.pay_bonuses()
+    [bonus] = crowd.bonuses
+    assert bonus["BonusAmount"] == "0.50"  # 2 x $0.25, though 4 examples fooled the model
+    assert BonusPayment.objects.get().example_count == 2
+    assert costs.batch_spend(batch).total <= batch.max_cost
+
+
+def test_junk_under_a_real_workers_id_does_not_spoil_their_quality(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"], quality_block_threshold=0.5)
+    hit = batch.hit_rows.first()
+    # Someone uses the real worker's id with a made-up assignment and writes junk ...
+    token = token_of(arrive(client, hit.hit_id, "3FORGEDFORGEDFORGEDFORGEDFORG2"))
+    for n in range(3):
+        write_pair(api(token), "sentiment", f"Junk {n}.")
+    for example in Example.objects.all():
+        validation.validate_example(example.pk, researcher, label="incorrect")
+    # ... while the real worker does one real assignment.
+    do_one_assignment(client, crowd, batch, text="Real work.")
+    report = sync.sync()
+    assert report.soft_blocked == 0 and WorkerIdentity.objects.get(worker_id=WORKER).soft_blocked_at is None
+    assert crowd.count("AssociateQualificationWithWorker") == 0
+
+
+def test_a_signup_named_like_a_worker_cannot_lock_the_worker_out(live_tasks, crowd, client, django_user_model):
+    django_user_model.objects.create_user(username=f"mturk-{WORKER.lower()}", password="x" * 20)
+    django_user_model.objects.create_user(username=f"mturk_{WORKER}", password="x" * 20)
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    assert arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)).status_code == 200
+    assert WorkerIdentity.objects.get(worker_id=WORKER).user.username == f"mturk:{WORKER}"
+    signup = client.post("/accounts/signup/", {"username": f"mturk:{OTHER_WORKER}", "password1": "q8!Zr2#long-pass",
+                                               "password2": "q8!Zr2#long-pass"})
+    assert signup.status_code == 200 and not django_user_model.objects.filter(
+        username=f"mturk:{OTHER_WORKER}").exists()  # ':' is refused at sign-up
+
+
+def test_a_finished_batch_is_still_synced_so_a_direct_submission_is_rejected(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=2)
+    do_one_assignment(client, crowd, batch)
+    hit = batch.hit_rows.get()
+    stranger = crowd.accept(hit.hit_id, OTHER_WORKER)  # never opens our page
+    sync.expire_batch(batch)
+    crowd.submit(stranger, {"completionToken": "junk"})
+    report = sync.sync()
+    assert report.rejected == 1 and report.approved == 1
+    assert crowd.assignments[stranger].status == "Rejected"
+
+
+def test_expiring_a_batch_lets_workers_finish_what_they_took(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    assignment_id = crowd.accept(hit.hit_id, WORKER)
+    first = arrive(client, hit.hit_id, assignment_id)
+    sync.expire_batch(batch)
+    again = arrive(client, hit.hit_id, assignment_id)
+    assert again.status_code == 200 and token_of(again) == token_of(first)
+    assert arrive(client, hit.hit_id, "3NEWCOMERNEWCOMERNEWCOMERNEW01", OTHER_WORKER).status_code == 410
+
+
+def test_finished_work_survives_an_mturk_outage(live_tasks, crowd, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    Assignment.objects.filter(pk=assignment.pk).update(deadline=timezone.now() - timedelta(hours=3))
+    crowd.inject("ListAssignmentsForHIT", "server_error", times=3)  # all 3 attempts of the one listing
+    assert sync.sync().errors
+    assert Assignment.objects.get(pk=assignment.pk).status == Assignment.Status.FINISHED
+    assert sync.sync().approved == 1  # MTurk answers again: the finished work is approved
+    assert Assignment.objects.get(pk=assignment.pk).status == Assignment.Status.APPROVED
+
+
+def test_publishing_refuses_a_hidden_task_bad_locales_and_a_short_auto_approval(live_tasks, crowd):
+    task = live_tasks["sentiment"]
+    with pytest.raises(Exception, match="auto_approval_delay_seconds"):
+        make_batch(task, auto_approval_delay_seconds=60)
+    with pytest.raises(Exception, match="locales"):
+        make_batch(task, locales=("us",))
+    task.is_hidden = True
+    task.save()
+    with pytest.raises(Exception, match="not public"):
+        make_batch(task)
+    assert not Batch.objects.exists()
+
+
+def test_one_address_opens_a_bounded_number_of_new_assignments(live_tasks, crowd, client, settings):
+    settings.MTURK_ARRIVALS_PER_ADDRESS = 2
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    for n in range(2):
+        assert arrive(client, hit.hit_id, f"3MANYMANYMANYMANYMANYMANYMA{n:03d}", f"AMANY{n:08d}").status_code == 200
+    refused = arrive(client, hit.hit_id, "3MANYMANYMANYMANYMANYMANYMA999", "AMANY99999999")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert arrive(client, hit.hit_id, "3MANYMANYMANYMANYMANYMANYMA000", "AMANY00000000").status_code == 200  # a return
+    assert Assignment.objects.count() == 2
+
+
+def test_ids_with_a_trailing_newline_are_refused(live_tasks, crowd, client):
+    batch = make_batch(live_tasks["sentiment"])
+    hit = batch.hit_rows.first()
+    assert arrive(client, hit.hit_id, "3ASSIGNMENTASSIGNMENTASSIGNM01", f"{WORKER}\n").status_code == 400
+    assert arrive(client, hit.hit_id, "3ASSIGNMENTASSIGNMENTASSIGNM01\n").status_code == 400
+    assert not WorkerIdentity.objects.exists()

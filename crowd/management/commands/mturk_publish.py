@@ -14,9 +14,12 @@ from tasks.models import Task
 
 def money(value: str) -> Decimal:
     try:
-        return Decimal(value)
+        amount = Decimal(value)
     except InvalidOperation:
-        raise CommandError(f"{value!r} is not an amount in USD, e.g. 0.50.") from None
+        amount = None
+    if amount is None or not amount.is_finite():
+        raise CommandError(f"{value!r} is not an amount in USD, e.g. 0.50.")
+    return amount
 
 
 class Command(BaseCommand):
