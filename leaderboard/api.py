@@ -5,8 +5,13 @@ job per task, no promotion without a finished evaluation)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import generics, permissions, status
+import csv
+import io
+import json
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, permissions, renderers, serializers, status
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api import _round_response, researched_task
@@ -17,7 +22,7 @@ from tasks.models import ModelVersion, Task
 from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
 
-from . import cycle, services
+from . import board, cycle, dynascore, services
 from .serializers import ModelVersionSerializer, PromoteSerializer, TrainNextSerializer
 
 TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
@@ -108,3 +113,104 @@ class Promote(APIView):
             raise InvalidInput.field("model", f"Task {slug} has no model #{data.validated_data['model']}.")
         rnd = cycle.promote(task, model, ensemble_size=data.validated_data["ensemble_size"], user=request.user)
         return _round_response(request, rnd, status.HTTP_201_CREATED)
+
+
+class LeaderboardMetricSerializer(serializers.Serializer):
+    value = serializers.FloatField(allow_null=True)
+    ci_low = serializers.FloatField(allow_null=True)
+    ci_high = serializers.FloatField(allow_null=True)
+
+
+class LeaderboardDatasetSerializer(LeaderboardMetricSerializer):
+    num_examples = serializers.IntegerField()
+
+
+class LeaderboardModelSerializer(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True, help_text="Empty for the majority-class baseline.")
+    name = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    parameters = serializers.IntegerField(allow_null=True)
+    training_data = serializers.DictField()
+    created_at = serializers.DateTimeField(allow_null=True)
+    baseline = serializers.BooleanField()
+
+
+class LeaderboardRowSerializer(serializers.Serializer):
+    model = LeaderboardModelSerializer()
+    rank = serializers.IntegerField()
+    dynascore = serializers.FloatField()
+    dynascore_ci_low = serializers.FloatField(allow_null=True)
+    dynascore_ci_high = serializers.FloatField(allow_null=True)
+    tied_with_next = serializers.BooleanField(allow_null=True, help_text=(
+        "The performance difference with the next row is not significant (paired bootstrap, 95%)."))
+    metrics = serializers.DictField(child=LeaderboardMetricSerializer(),
+                                    help_text="performance (the task's metric) and calibration (ECE).")
+    datasets = serializers.DictField(child=LeaderboardDatasetSerializer(),
+                                     help_text="The task's metric on each round's test set.")
+
+
+class LeaderboardSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    weights = serializers.DictField(child=serializers.FloatField())
+    datasets = serializers.ListField(child=serializers.CharField())
+    rows = LeaderboardRowSerializer(many=True)
+
+
+class PublicReads(permissions.AllowAny):
+    anonymous_reads = True  # read in the OpenAPI schema: no credentials needed
+
+
+class CSVRenderer(renderers.BaseRenderer):
+    """``?format=csv``: the leaderboard as CSV (an error body stays JSON text)."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, str):
+            return data.encode("utf-8")
+        return json.dumps(data).encode("utf-8")
+
+
+@extend_schema(tags=["leaderboard"])
+class Leaderboard(APIView):
+    """A task's leaderboard, ranked by the Dynascore under the weights given
+    (``performance:4,throughput:1,...``, any subset, each 0-5); ``format=csv`` for CSV.
+    Public tasks only (a hidden task's board is for its researchers)."""
+
+    permission_classes = [PublicReads]
+    renderer_classes = [renderers.JSONRenderer, CSVRenderer]
+    error_statuses = (400,)
+
+    @extend_schema(parameters=[
+        OpenApiParameter("weights", str, required=False, description=(
+            "Metric weights, e.g. performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0; "
+            "any subset (the others keep these defaults); each a number from 0 to 5.")),
+        OpenApiParameter("format", str, enum=["json", "csv"], required=False)],
+        responses={200: LeaderboardSerializer})
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code >= 400:  # errors are JSON whatever the format asked for
+            response.accepted_renderer = renderers.JSONRenderer()
+            response.accepted_media_type = "application/json"
+        return response
+
+    def get(self, request, slug):
+        task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+        if task is None:
+            raise NotFound(f"No task {slug!r}.")
+        result = board.board(task, parse_weights_param(request.query_params.get("weights")))
+        if request.accepted_renderer.format == "csv":
+            out = io.StringIO()
+            csv.writer(out).writerows(board.csv_rows(result))
+            return Response(out.getvalue(), headers={
+                "Content-Disposition": f'attachment; filename="{task.slug}-leaderboard.csv"'})
+        return Response(board.as_json(result))
+
+
+def parse_weights_param(text):
+    try:
+        return dynascore.parse_weights(text)
+    except ValueError as exc:
+        raise InvalidInput.field("weights", str(exc)) from None

@@ -12,6 +12,15 @@ class Evaluation(models.Model):
     model_error_rate = models.FloatField(
         null=True, blank=True, help_text="Share of the examples the model gets wrong by the task's metric."
     )
+    intervals = models.JSONField(
+        default=dict, blank=True,
+        help_text="95% bootstrap interval per metric: {metric: [low, high]} (seeded; see leaderboard.board).")
+    example_ids = models.JSONField(default=list, blank=True, help_text="The examples scored, in order.")
+    per_example = models.JSONField(
+        default=list, blank=True, help_text="The task metric per example (1/0, or SQuAD F1), in example_ids order.")
+    replicates = models.JSONField(
+        default=list, blank=True,
+        help_text="The task metric on each bootstrap resample (the same resamples for every model: paired).")
     job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

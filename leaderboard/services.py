@@ -261,6 +261,14 @@ def primary_metric(task: Task) -> str:
 def score_rows(task: Task, model: ModelVersion, rows: list[dict], batch_size: int = 32,
                progress: Callable[[int], None] | None = None) -> dict:
     """Metrics of ``model`` on ml rows, plus the model error rate by the task's metric."""
+    return score_rows_in_detail(task, model, rows, batch_size, progress)[0]
+
+
+def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batch_size: int = 32,
+                         progress: Callable[[int], None] | None = None) -> tuple[dict, dict]:
+    """``(metrics, details)``: ``details`` holds the task metric per example and, for
+    classification, the gold and predicted labels and the predicted label's
+    probability (what intervals and calibration are computed from)."""
     import ml
     from ml import metrics
 
@@ -272,18 +280,24 @@ def score_rows(task: Task, model: ModelVersion, rows: list[dict], batch_size: in
         predictions.extend(ml.predict(ref, [r["inputs"] for r in batch]))
         if progress:
             progress(min(start + batch_size, len(rows)))
+    details: dict = {}
     if config.task_type == "extractive_qa":
         golds = [r["answer"]["text"] for r in rows]
-        scores = metrics.squad_scores([p["answer"] for p in predictions], golds)
+        answers = [p["answer"] for p in predictions]
+        scores = metrics.squad_scores(answers, golds)
+        details["per_example"] = [round(metrics.f1(a, g), 6) for a, g in zip(answers, golds, strict=True)]
         wrong = [config.model_fooled(r["answer"], p) for r, p in zip(rows, predictions, strict=True)]
     else:
         golds = [r["label"] for r in rows]
         labels = [p["label"] for p in predictions]
         scores = metrics.classification_report(golds, labels, labels=config.label_names)
         wrong = [config.model_fooled({"label": g}, p) for g, p in zip(golds, predictions, strict=True)]
+        details.update(per_example=[float(g == p) for g, p in zip(golds, labels, strict=True)], gold=golds,
+                       pred=labels, confidence=[round(float(p["probabilities"][p["label"]]), 6)
+                                                for p in predictions])
     scores["num_examples"] = len(rows)
     scores["model_error_rate"] = sum(wrong) / len(rows) if rows else None
-    return scores
+    return scores, details
 
 
 def _round_progress(reporter: JobReporter | None, index: int, size: int, total: int):
@@ -306,11 +320,16 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
             reporter.progress(100 * i / max(len(rounds), 1), f"round {rnd.number}: {len(rows)} {split} examples")
         if not rows:
             continue
-        scores = score_rows(model.task, model, rows, progress=_round_progress(reporter, i, len(rows), len(rounds)))
+        scores, details = score_rows_in_detail(model.task, model, rows,
+                                               progress=_round_progress(reporter, i, len(rows), len(rounds)))
+        from .board import uncertainty
+
+        extra = uncertainty(model.task, scores, details, [e.pk for e in examples])
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,
             defaults={"num_examples": len(rows), "metrics": scores,
-                      "model_error_rate": scores["model_error_rate"], "job": job},
+                      "model_error_rate": scores["model_error_rate"], "job": job,
+                      "example_ids": [e.pk for e in examples], "per_example": details["per_example"], **extra},
         )
         results.append(evaluation)
     return results

@@ -18,7 +18,7 @@ from annotation.services import stats
 from annotation.views import task_page_context
 from core.errors import DomainError
 from tasks import jobs
-from tasks.models import Job, ModelVersion, Round
+from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
 from . import cycle, services
@@ -123,3 +123,40 @@ def job_page(request, pk):
         model = ModelVersion.objects.filter(pk=job.result["model_version"]).first()
     return render(request, "leaderboard/job.html", {"job": job, "researcher": researcher, "model": model,
                                                      "Status": Job.Status, "Round": Round})
+
+
+def leaderboard_page(request, slug):
+    """A task's public leaderboard: sortable columns, weight sliders (a GET form, so a
+    reweighted board is a link), intervals, ties, and the CSV/JSON exports."""
+    from .api import parse_weights_param
+    from .board import SORTABLE, as_json, board, sort_rows
+    from .dynascore import METRICS, format_weights
+
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise Http404(f"No task {slug!r}.")
+    if any(name in request.GET for name in METRICS):  # the sliders: one field per metric
+        text = ",".join(f"{name}:{request.GET[name]}" for name in METRICS if name in request.GET)
+    else:
+        text = request.GET.get("weights")
+    try:
+        weights = parse_weights_param(text)
+    except DomainError as exc:
+        return render(request, "leaderboard/leaderboard.html", {"task": task, "error": str(exc)}, status=400)
+    result = as_json(board(task, weights))
+    column = request.GET.get("sort", "rank")
+    if column not in SORTABLE and column not in result["datasets"]:
+        column = "rank"
+    descending = request.GET.get("dir", "asc" if column in ("rank", "name", "calibration") else "desc") == "desc"
+    rows = sort_rows(result["rows"], column, descending, result["datasets"])
+    weights_text = format_weights(weights)
+    columns = [("rank", "Rank"), ("name", "Model"), ("dynascore", "Dynascore"), ("performance", "Performance"),
+               *[(name, name.capitalize()) for name in result["datasets"]], ("calibration", "ECE"),
+               ("parameters", "Parameters"), ("created", "Date")]
+    headers = [{"key": key, "label": label, "active": key == column,
+                "arrow": ("▼" if descending else "▲") if key == column else "",
+                "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]
+    return render(request, "leaderboard/leaderboard.html", {
+        "task": task, "rows": rows, "datasets": result["datasets"], "headers": headers, "sort": column,
+        "weights": [{"name": name, "value": weights[name]} for name in METRICS], "weights_text": weights_text,
+    })

@@ -1,0 +1,126 @@
+"""The public leaderboard: intervals on every number, the Dynascore under chosen
+weights, ties, the majority baseline, exports, the page, and a constant query count."""
+
+import csv
+import io
+
+import pytest
+
+from leaderboard import services
+from leaderboard.models import Evaluation
+from tasks.models import Round
+from tasks.registry import register_model
+from tests.leaderboard.test_models_and_jobs import SENTENCES, add_examples
+
+pytestmark = pytest.mark.django_db
+
+LEANING = [("What a lovely, warm film.", "positive"), ("Great fun from start to end.", "positive"),
+           ("I smiled all the way home.", "positive"), ("Awful and far too long.", "negative")] * 4
+
+
+@pytest.fixture
+def boarded(live_tasks, tiny_artifact, other_sentiment_artifact, django_capture_on_commit_callbacks):
+    """Sentiment with test sets in round 0 and round 1, and two evaluated models."""
+    task = live_tasks["sentiment"]
+    static = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
+    # Unbalanced test sets, so that models differ (tiny models answer nearly one label).
+    add_examples(task, static, LEANING[:8], "test")
+    add_examples(task, static, SENTENCES + LEANING[:4], "train")  # mostly positive: the baseline's label
+    add_examples(task, task.open_round(), LEANING[8:], "test")
+    models = [task.open_round().target_models.get(),
+              register_model(task, other_sentiment_artifact, name="sentiment-other")]
+    for model in models:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.start_evaluation(model)
+    return task, models
+
+
+def test_every_number_has_an_interval_and_the_baseline_is_there(boarded, client):
+    task, models = boarded
+    evaluation = Evaluation.objects.filter(model_version=models[0]).first()
+    low, high = evaluation.intervals["accuracy"]
+    assert low <= evaluation.metrics["accuracy"] <= high
+    assert len(evaluation.replicates["values"]) == 1000 and "ece" in evaluation.intervals
+    body = client.get("/api/tasks/sentiment/leaderboard/").json()
+    assert body["datasets"] == ["static", "round 1"]
+    names = [row["model"]["name"] for row in body["rows"]]
+    assert set(names) == {"sentiment-tiny", "sentiment-other", "majority-class baseline"}
+    assert [row["rank"] for row in body["rows"]] == [1, 2, 3]
+    for row in body["rows"]:
+        performance = row["metrics"]["performance"]
+        assert performance["ci_low"] <= performance["value"] <= performance["ci_high"]
+        assert row["dynascore_ci_low"] is not None and row["dynascore_ci_high"] is not None
+        for dataset in body["datasets"]:
+            cell = row["datasets"][dataset]
+            assert cell["ci_low"] <= cell["value"] <= cell["ci_high"] and cell["num_examples"] == 8
+    baseline = next(r for r in body["rows"] if r["model"]["baseline"])
+    assert baseline["model"]["id"] is None and baseline["model"]["training_data"]["majority_label"]
+    dynascores = [row["dynascore"] for row in body["rows"]]
+    assert dynascores == sorted(dynascores, reverse=True)
+
+
+def test_weights_change_the_score_and_bad_weights_are_400(boarded, client):
+    default = client.get("/api/tasks/sentiment/leaderboard/").json()
+    only_performance = client.get("/api/tasks/sentiment/leaderboard/?weights=performance:5,calibration:0,"
+                                  "throughput:0,memory:0,robustness:0,fairness:0").json()
+    assert only_performance["weights"]["performance"] == 5
+    for row in only_performance["rows"]:  # performance alone: the Dynascore is the performance
+        assert row["dynascore"] == pytest.approx(row["metrics"]["performance"]["value"])
+    calibrated = client.get("/api/tasks/sentiment/leaderboard/?weights=calibration:5").json()
+    assert [r["dynascore"] for r in calibrated["rows"]] != [r["dynascore"] for r in default["rows"]]
+    for bad in ("performance:9", "performance:x", "speed:1", "performance:-1", "performance:nan"):
+        for fmt in ("json", "csv"):
+            response = client.get(f"/api/tasks/sentiment/leaderboard/?weights={bad}&format={fmt}")
+            assert response.status_code == 400, bad
+            assert response["Content-Type"] == "application/json" and "weights" in response.json()["errors"]
+
+
+def test_the_csv_export_matches_the_json(boarded, client):
+    body = client.get("/api/tasks/sentiment/leaderboard/").json()
+    response = client.get("/api/tasks/sentiment/leaderboard/?format=csv")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    lines = list(csv.reader(io.StringIO(response.content.decode())))
+    assert lines[0][:5] == ["rank", "model", "owner", "parameters", "dynascore"]
+    assert [line[1] for line in lines[1:]] == [row["model"]["name"] for row in body["rows"]]
+    assert float(lines[1][4]) == pytest.approx(body["rows"][0]["dynascore"])
+
+
+def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):
+    page = client.get("/tasks/sentiment/leaderboard/?sort=name&dir=asc")
+    html = page.content.decode()
+    assert page.status_code == 200 and 'aria-sort="ascending"' in html and "▲" in html
+    order = [name for name in ("majority-class baseline", "sentiment-other", "sentiment-tiny")]
+    positions = [html.index(f'data-model="{name}"') for name in order]
+    assert positions == sorted(positions)
+    descending = client.get("/tasks/sentiment/leaderboard/?sort=name&dir=desc").content.decode()
+    assert descending.index('data-model="sentiment-tiny"') < descending.index('data-model="sentiment-other"')
+    sliders = client.get("/tasks/sentiment/leaderboard/?performance=5&calibration=2&sort=dynascore")
+    assert sliders.status_code == 200 and 'name="calibration" min="0" max="5" step="0.5" value="2.0"' in \
+        sliders.content.decode()
+    assert client.get("/tasks/sentiment/leaderboard/?performance=7").status_code == 400
+
+
+def test_the_query_count_does_not_grow_with_the_models(boarded, client, other_sentiment_artifact,
+                                                        django_assert_max_num_queries,
+                                                        django_capture_on_commit_callbacks):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    task, _ = boarded
+    with CaptureQueriesContext(connection) as before:
+        client.get("/api/tasks/sentiment/leaderboard/")
+    for n in range(3):
+        model = register_model(task, other_sentiment_artifact, name=f"more-{n}")
+        with django_capture_on_commit_callbacks(execute=True):
+            services.start_evaluation(model)
+    with django_assert_max_num_queries(len(before.captured_queries)):
+        body = client.get("/api/tasks/sentiment/leaderboard/").json()
+    assert len(body["rows"]) == 6
+
+
+def test_hidden_tasks_have_no_public_board(boarded, client):
+    task, _ = boarded
+    task.is_hidden = True
+    task.save()
+    assert client.get("/api/tasks/sentiment/leaderboard/").status_code == 404
+    assert client.get("/tasks/sentiment/leaderboard/").status_code == 404
