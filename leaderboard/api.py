@@ -137,14 +137,15 @@ class LeaderboardModelSerializer(serializers.Serializer):
 
 class LeaderboardRowSerializer(serializers.Serializer):
     model = LeaderboardModelSerializer()
-    rank = serializers.IntegerField()
-    dynascore = serializers.FloatField()
+    rank = serializers.IntegerField(allow_null=True, help_text="Empty for the baseline (a reference row).")
+    dynascore = serializers.FloatField(allow_null=True)
     dynascore_ci_low = serializers.FloatField(allow_null=True)
     dynascore_ci_high = serializers.FloatField(allow_null=True)
     tied_with_next = serializers.BooleanField(allow_null=True, help_text=(
         "The performance difference with the next row is not significant (paired bootstrap, 95%)."))
-    metrics = serializers.DictField(child=LeaderboardMetricSerializer(),
-                                    help_text="performance (the task's metric) and calibration (ECE).")
+    metrics = serializers.DictField(child=LeaderboardMetricSerializer(), help_text=(
+        "performance (the task's metric), calibration (ECE), throughput (examples/s), memory (MB), robustness "
+        "and fairness (answers unchanged under perturbations), each averaged over the datasets."))
     datasets = serializers.DictField(child=LeaderboardDatasetSerializer(),
                                      help_text="The task's metric on each round's test set.")
 

@@ -13,18 +13,28 @@ Metrics on the board:
 - performance: the task's metric (accuracy, or SQuAD F1 for QA), averaged over
   the datasets with equal weights; its interval is that of the average;
 - calibration: the expected calibration error (classification only);
-- throughput, memory, robustness and fairness join the Dynascore once they are
-  measured; until then no model has them and the Dynascore leaves them out.
+- throughput: examples/s of the batched pass (batch 32; one at a time is kept
+  too, as ``throughput_batch1``); memory: the model's float32 parameters, MB;
+- robustness and fairness: the share of answers unchanged under seeded typos,
+  and under name and gender-word swaps (``ml.scoring``), on each dataset's first
+  100 examples (fairness: those a swap changed).
+Each metric is averaged over the datasets; its interval is the bootstrap one
+for a single dataset, and for several the normal approximation of the mean's
+(half-widths added in quadrature). Timings and sizes have no interval. A metric
+joins the Dynascore only when every ranked model has it.
 
 A majority-class baseline row (classification) predicts the most common label
 of the task's training data for every example, with that label's share as its
-confidence.
+confidence. It is a reference: shown with its performance and calibration, in
+no rank and with no Dynascore (a constant answer has no throughput or memory to
+weigh).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -43,6 +53,9 @@ SEED = 0
 RESAMPLES = 1000
 CONFIDENCE = 0.95
 BASELINE = "majority-class baseline"
+# Board metric -> the key its per-dataset value has in Evaluation.metrics.
+STORED = {"calibration": "ece", "throughput": "throughput", "memory": "memory_mb",
+          "robustness": "robustness", "fairness": "fairness"}
 
 
 def _digest(example_ids) -> str:
@@ -50,7 +63,8 @@ def _digest(example_ids) -> str:
 
 
 def uncertainty(task: Task, scores: dict, details: dict, example_ids=None) -> dict:
-    """Intervals and paired resamples of one evaluation (and its ECE, added to ``scores``)."""
+    """Intervals and paired resamples of one evaluation (its ECE, robustness and
+    fairness go into ``scores`` too)."""
     per_example = details["per_example"]
     if not per_example:
         return {"intervals": {}, "replicates": {}}
@@ -66,9 +80,70 @@ def uncertainty(task: Task, scores: dict, details: dict, example_ids=None) -> di
                                        n_resamples=RESAMPLES, seed=SEED)
         scores["ece"] = ece.value
         intervals["ece"] = [ece.low, ece.high]
+    for name in ("robustness", "fairness"):
+        agreement = details.get(f"{name}_agreement")
+        if agreement:
+            found = scoring.bootstrap_ci(agreement, n_resamples=RESAMPLES, seed=SEED)
+            scores[name] = found.value
+            intervals[name] = [found.low, found.high]
     return {"intervals": {k: [round(v, 6) for v in pair] for k, pair in intervals.items()},
             "replicates": {"seed": SEED, "examples": _digest(example_ids or range(len(per_example))),
                            "values": [round(float(v), 6) for v in replicates]}}
+
+
+PERTURBED_SAMPLE = 100  # examples perturbed per dataset (the first ones, in example order)
+BATCH1_SAMPLE = 16  # examples timed one at a time
+
+
+def _answer(task: Task, prediction: dict):
+    return prediction.get("answer") if task.parsed_config.task_type == "extractive_qa" else prediction.get("label")
+
+
+def measure(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int]) -> dict:
+    """Throughput (batched, and one at a time), the model's memory, and the consistency
+    of its answers under typos (robustness) and name and gender-word swaps (fairness),
+    on the first ``PERTURBED_SAMPLE`` examples, each perturbed with its own seeded
+    generator (``ml.scoring``). QA perturbs the question only, classification every
+    input text. Fills ``details`` with the agreement vectors; returns the metrics."""
+    import ml
+
+    found = {"throughput": details.get("throughput")}
+    sample = rows[:BATCH1_SAMPLE]
+    if sample:
+        started = time.perf_counter()
+        for row in sample:
+            ml.predict(ref, [row["inputs"]], batch_size=1)
+        found["throughput_batch1"] = len(sample) / max(time.perf_counter() - started, 1e-9)
+    found["memory_mb"] = model_memory_mb(ref)
+    qa = task.parsed_config.task_type == "extractive_qa"
+    originals = [_answer(task, p) for p in details["predictions"][:PERTURBED_SAMPLE]]
+    for name, perturb in (("robustness", scoring.perturb_typos), ("fairness", scoring.perturb_fairness)):
+        changed_rows, kept = [], []
+        for i, row in enumerate(rows[:PERTURBED_SAMPLE]):
+            inputs, changed = dict(row["inputs"]), False
+            for field, text in row["inputs"].items():
+                if (qa and field != "question") or not isinstance(text, str):
+                    continue
+                result = perturb(text, scoring.example_rng(f"{name}-{SEED}", (example_ids[i], field)))
+                inputs[field], changed = result.text, changed or result.changed
+            if changed:
+                changed_rows.append(inputs)
+                kept.append(originals[i])
+        if changed_rows:
+            perturbed = [_answer(task, p) for p in ml.predict(ref, changed_rows)]
+            details[f"{name}_agreement"] = scoring.agreement(kept, perturbed)
+    return found
+
+
+def model_memory_mb(ref) -> float | None:
+    """The model's parameters and buffers, in MB (its memory when loaded for inference)."""
+    try:
+        from ml.submissions import parameter_count
+
+        path = getattr(ref, "path", None) or ref
+        return round(parameter_count(path) * 4 / 1e6, 1)  # float32
+    except Exception:
+        return None
 
 
 def dataset_name(rnd: Round) -> str:
@@ -162,28 +237,34 @@ def board(task: Task, weights: dict | None = None) -> Board:
         if all(values):
             replicate_values[key] = np.mean(np.array(values, dtype=float), axis=0)
             digests[key] = tuple(found[name].replicates.get("examples") for name in names)
-        ece = [found[name].metrics.get("ece") for name in names]
         row_metrics = {"performance": {name: datasets[name]["value"] for name in names}}
-        if all(v is not None for v in ece):
-            row_metrics["calibration"] = {name: value for name, value in zip(names, ece, strict=True)}
+        intervals = {}
+        for metric_name, stored in STORED.items():
+            values = [found[name].metrics.get(stored) for name in names]
+            if all(v is not None for v in values):
+                row_metrics[metric_name] = dict(zip(names, values, strict=True))
+                intervals[metric_name] = [found[name].intervals.get(stored) for name in names]
         rows.append({"model": key, "name": model.name, "created": model.created_at, "metrics": row_metrics,
-                     "datasets": datasets, "info": model})
+                     "datasets": datasets, "info": model, "intervals": intervals})
 
+    baseline_row = None
     baseline = _baseline(task, ordered_rounds) if names else None
     if baseline and set(baseline["datasets"]) == set(names):
         datasets = {name: {**_metric(d["performance"], d["interval"]), "num_examples": d["n"]}
                     for name, d in baseline["datasets"].items()}
-        rows.append({"model": BASELINE, "name": BASELINE, "created": None, "info": None, "datasets": datasets,
-                     "label": baseline["label"],
-                     "metrics": {"performance": {n: baseline["datasets"][n]["performance"] for n in names},
-                                 "calibration": {n: baseline["datasets"][n]["ece"] for n in names}}})
-        replicate_values[BASELINE] = np.mean(np.array([baseline["replicates"][n] for n in names]), axis=0)
-        digests[BASELINE] = baseline["digests"]
+        values = np.mean(np.array([baseline["replicates"][n] for n in names]), axis=0)
+        performance = float(np.mean([baseline["datasets"][n]["performance"] for n in names]))
+        baseline_row = {
+            "model": BASELINE, "name": BASELINE, "created": None, "info": None, "datasets": datasets,
+            "label": baseline["label"], "rank": None, "dynascore": None, "tied_with_next": None,
+            "scores": {"performance": _metric(performance, scoring.percentile_interval(values, CONFIDENCE)),
+                       "calibration": _metric(float(np.mean([baseline["datasets"][n]["ece"] for n in names])))}}
     if not rows:
-        return Board(task, weights, names, [])
-    if any("calibration" not in row["metrics"] for row in rows):
-        for row in rows:
-            row["metrics"].pop("calibration", None)
+        return Board(task, weights, names, [baseline_row] if baseline_row else [])
+    for metric_name in STORED:  # a metric joins the Dynascore when every model has it
+        if any(metric_name not in row["metrics"] for row in rows):
+            for row in rows:
+                row["metrics"].pop(metric_name, None)
 
     def is_tie(a, b):
         if a not in replicate_values or b not in replicate_values:
@@ -204,9 +285,27 @@ def board(task: Task, weights: dict | None = None) -> Board:
         performance = float(np.mean(list(row["metrics"]["performance"].values())))
         interval = scoring.percentile_interval(values, CONFIDENCE) if values is not None else None
         row["scores"] = {"performance": _metric(performance, interval)}
-        if "calibration" in row["metrics"]:
-            row["scores"]["calibration"] = _metric(float(np.mean(list(row["metrics"]["calibration"].values()))))
+        for metric_name in STORED:
+            if metric_name in row["metrics"]:
+                per_dataset = list(row["metrics"][metric_name].values())
+                row["scores"][metric_name] = _metric(float(np.mean(per_dataset)),
+                                                     _combined(per_dataset, row["intervals"].get(metric_name)))
+    if baseline_row:
+        ranked.append(baseline_row)
     return Board(task, weights, names, ranked)
+
+
+def _combined(values: list[float], intervals: list | None):
+    """The interval of an equal-weight mean of independent datasets' estimates, from
+    theirs (normal approximation: half-widths add in quadrature); None for timings
+    and sizes, which have no bootstrap interval."""
+    if not intervals or any(i is None for i in intervals):
+        return None
+    if len(intervals) == 1:
+        return tuple(intervals[0])
+    half = float(np.sqrt(sum(((high - low) / 2) ** 2 for low, high in intervals))) / len(intervals)
+    mean = float(np.mean(values))
+    return (mean - half, mean + half)
 
 
 def _with_fixed(rows, replicates):
@@ -252,8 +351,7 @@ def csv_rows(result: Board) -> list[list]:
     """A header and one line per row, in rank order (numbers as the JSON has them)."""
     header = ["rank", "model", "owner", "parameters", "dynascore", "dynascore_ci_low", "dynascore_ci_high",
               "tied_with_next"]
-    metrics = [name for name in ("performance", "calibration")
-               if any(name in row["scores"] for row in result.rows)]
+    metrics = [name for name in ("performance", *STORED) if any(name in row["scores"] for row in result.rows)]
     for name in metrics:
         header += [name, f"{name}_ci_low", f"{name}_ci_high"]
     for name in result.datasets:
@@ -272,7 +370,7 @@ def csv_rows(result: Board) -> list[list]:
     return lines
 
 
-SORTABLE = ("rank", "name", "dynascore", "performance", "calibration", "parameters", "created")
+SORTABLE = ("rank", "name", "dynascore", "performance", *STORED, "parameters", "created")
 
 
 def sort_rows(rows: list[dict], column: str, descending: bool, datasets: list[str]) -> list[dict]:
@@ -284,7 +382,7 @@ def sort_rows(rows: list[dict], column: str, descending: bool, datasets: list[st
             return row["model"]["name"].lower()
         if column in ("dynascore",):
             return row["dynascore"]
-        if column in ("performance", "calibration"):
+        if column == "performance" or column in STORED:
             return (row["metrics"].get(column) or {}).get("value")
         if column == "parameters":
             return row["model"]["parameters"]
@@ -294,5 +392,8 @@ def sort_rows(rows: list[dict], column: str, descending: bool, datasets: list[st
 
     present = [r for r in rows if value(r) is not None]
     missing = [r for r in rows if value(r) is None]
-    present.sort(key=lambda r: (value(r), -r["rank"] if descending else r["rank"]), reverse=descending)
+    def rank(r):
+        return r["rank"] if r["rank"] is not None else 10**9
+
+    present.sort(key=lambda r: (value(r), -rank(r) if descending else rank(r)), reverse=descending)
     return present + missing

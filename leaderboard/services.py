@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -275,12 +276,18 @@ def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batc
     config = task.parsed_config
     ref = ref_for(model)
     predictions = []
+    if rows:
+        ml.predict(ref, [rows[0]["inputs"]])  # loaded before the clock starts
+    started = time.perf_counter()
     for start in range(0, len(rows), batch_size):
         batch = rows[start:start + batch_size]
         predictions.extend(ml.predict(ref, [r["inputs"] for r in batch]))
         if progress:
             progress(min(start + batch_size, len(rows)))
-    details: dict = {}
+    elapsed = time.perf_counter() - started
+    details: dict = {"predictions": predictions}
+    if rows:
+        details["throughput"] = len(rows) / elapsed if elapsed > 0 else None
     if config.task_type == "extractive_qa":
         golds = [r["answer"]["text"] for r in rows]
         answers = [p["answer"] for p in predictions]
@@ -322,9 +329,11 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
             continue
         scores, details = score_rows_in_detail(model.task, model, rows,
                                                progress=_round_progress(reporter, i, len(rows), len(rounds)))
-        from .board import uncertainty
+        from .board import measure, uncertainty
 
-        extra = uncertainty(model.task, scores, details, [e.pk for e in examples])
+        ids = [e.pk for e in examples]
+        scores.update(measure(model.task, ref_for(model), rows, details, ids))
+        extra = uncertainty(model.task, scores, details, ids)
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,
             defaults={"num_examples": len(rows), "metrics": scores,

@@ -125,6 +125,10 @@ def job_page(request, pk):
                                                      "Status": Job.Status, "Round": Round})
 
 
+METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory", "Memory (MB)"),
+                 ("robustness", "Robustness"), ("fairness", "Fairness")]
+
+
 def leaderboard_page(request, slug):
     """A task's public leaderboard: sortable columns, weight sliders (a GET form, so a
     reweighted board is a link), intervals, ties, and the CSV/JSON exports."""
@@ -150,9 +154,13 @@ def leaderboard_page(request, slug):
     descending = request.GET.get("dir", "asc" if column in ("rank", "name", "calibration") else "desc") == "desc"
     rows = sort_rows(result["rows"], column, descending, result["datasets"])
     weights_text = format_weights(weights)
+    shown = [name for name, _ in METRIC_LABELS if any(name in row["metrics"] for row in rows)]
     columns = [("rank", "Rank"), ("name", "Model"), ("dynascore", "Dynascore"), ("performance", "Performance"),
-               *[(name, name.capitalize()) for name in result["datasets"]], ("calibration", "ECE"),
+               *[(name, name.capitalize()) for name in result["datasets"]],
+               *[(name, label) for name, label in METRIC_LABELS if name in shown],
                ("parameters", "Parameters"), ("created", "Date")]
+    for row in rows:
+        row["metric_cells"] = [row["metrics"].get(name) for name in shown]
     headers = [{"key": key, "label": label, "active": key == column,
                 "arrow": ("▼" if descending else "▲") if key == column else "",
                 "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]

@@ -15,7 +15,7 @@ from tests.leaderboard.test_models_and_jobs import SENTENCES, add_examples
 pytestmark = pytest.mark.django_db
 
 LEANING = [("What a lovely, warm film.", "positive"), ("Great fun from start to end.", "positive"),
-           ("I smiled all the way home.", "positive"), ("Awful and far too long.", "negative")] * 4
+           ("Maria smiled at her brother all the way home.", "positive"), ("Awful and far too long.", "negative")] * 4
 
 
 @pytest.fixture
@@ -45,17 +45,22 @@ def test_every_number_has_an_interval_and_the_baseline_is_there(boarded, client)
     assert body["datasets"] == ["static", "round 1"]
     names = [row["model"]["name"] for row in body["rows"]]
     assert set(names) == {"sentiment-tiny", "sentiment-other", "majority-class baseline"}
-    assert [row["rank"] for row in body["rows"]] == [1, 2, 3]
+    assert [row["rank"] for row in body["rows"]] == [1, 2, None]  # the baseline: a reference row, last
     for row in body["rows"]:
         performance = row["metrics"]["performance"]
         assert performance["ci_low"] <= performance["value"] <= performance["ci_high"]
-        assert row["dynascore_ci_low"] is not None and row["dynascore_ci_high"] is not None
+    for row in body["rows"][:2]:
+        assert row["dynascore_ci_low"] <= row["dynascore"] <= row["dynascore_ci_high"]
+        metrics = row["metrics"]
+        assert set(metrics) == {"performance", "calibration", "throughput", "memory", "robustness", "fairness"}
+        assert metrics["throughput"]["value"] > 0 and metrics["memory"]["value"] > 1  # MB of a MiniLM
+        assert 0 <= metrics["robustness"]["value"] <= 1 and metrics["robustness"]["ci_low"] is not None
         for dataset in body["datasets"]:
             cell = row["datasets"][dataset]
             assert cell["ci_low"] <= cell["value"] <= cell["ci_high"] and cell["num_examples"] == 8
     baseline = next(r for r in body["rows"] if r["model"]["baseline"])
     assert baseline["model"]["id"] is None and baseline["model"]["training_data"]["majority_label"]
-    dynascores = [row["dynascore"] for row in body["rows"]]
+    dynascores = [row["dynascore"] for row in body["rows"][:2]]
     assert dynascores == sorted(dynascores, reverse=True)
 
 
@@ -64,10 +69,10 @@ def test_weights_change_the_score_and_bad_weights_are_400(boarded, client):
     only_performance = client.get("/api/tasks/sentiment/leaderboard/?weights=performance:5,calibration:0,"
                                   "throughput:0,memory:0,robustness:0,fairness:0").json()
     assert only_performance["weights"]["performance"] == 5
-    for row in only_performance["rows"]:  # performance alone: the Dynascore is the performance
+    for row in only_performance["rows"][:2]:  # performance alone: the Dynascore is the performance
         assert row["dynascore"] == pytest.approx(row["metrics"]["performance"]["value"])
-    calibrated = client.get("/api/tasks/sentiment/leaderboard/?weights=calibration:5").json()
-    assert [r["dynascore"] for r in calibrated["rows"]] != [r["dynascore"] for r in default["rows"]]
+    assert default["weights"] == {"performance": 4, "throughput": 1, "memory": 1, "robustness": 1, "fairness": 1,
+                                  "calibration": 0}
     for bad in ("performance:9", "performance:x", "speed:1", "performance:-1", "performance:nan"):
         for fmt in ("json", "csv"):
             response = client.get(f"/api/tasks/sentiment/leaderboard/?weights={bad}&format={fmt}")
