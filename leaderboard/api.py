@@ -184,12 +184,6 @@ class Leaderboard(APIView):
     renderer_classes = [renderers.JSONRenderer, CSVRenderer]
     error_statuses = (400,)
 
-    @extend_schema(parameters=[
-        OpenApiParameter("weights", str, required=False, description=(
-            "Metric weights, e.g. performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0; "
-            "any subset (the others keep these defaults); each a number from 0 to 5.")),
-        OpenApiParameter("format", str, enum=["json", "csv"], required=False)],
-        responses={200: LeaderboardSerializer})
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         if response.status_code >= 400:  # errors are JSON whatever the format asked for
@@ -197,6 +191,12 @@ class Leaderboard(APIView):
             response.accepted_media_type = "application/json"
         return response
 
+    @extend_schema(parameters=[
+        OpenApiParameter("weights", str, required=False, description=(
+            "Metric weights, e.g. performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0; "
+            "any subset (the others keep these defaults); each a number from 0 to 5.")),
+        OpenApiParameter("format", str, enum=["json", "csv"], required=False)],
+        responses={200: LeaderboardSerializer})
     def get(self, request, slug):
         task = Task.objects.visible_to(request.user).filter(slug=slug).first()
         if task is None:
