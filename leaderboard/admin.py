@@ -164,8 +164,9 @@ class EvaluationAdmin(admin.ModelAdmin):
     list_display = ["__str__", "model_version", "round", "split", "num_examples", "model_error_rate", "created_at"]
     list_filter = ["split", ("model_version__task", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["model_version__task", "round__task"]
-    readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "model_error_rate", "job",
-                       "created_at"]
+    readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "intervals", "model_error_rate",
+                       "job", "created_at"]
+    fields = readonly_fields  # the per-example scores and resamples stay out of the page
 
     def has_add_permission(self, request):
         return False
