@@ -67,6 +67,8 @@ def as_api_exception(exc: BaseException) -> BaseException:
         return ConflictError(exc.message)
     if isinstance(exc, errors.Unavailable):
         return ServiceUnavailable(exc.message, retry_after=exc.retry_after)
+    if isinstance(exc, errors.TooMany):
+        return exceptions.Throttled(exc.retry_after, detail=exc.message)
     if isinstance(exc, Http404):
         return exceptions.NotFound(str(exc) or None)
     if isinstance(exc, DjangoPermissionDenied):

@@ -80,6 +80,16 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
+class TooMany(DomainError):
+    """A per-user or per-address limit is reached; ``retry_after`` seconds until it frees."""
+
+    code = "throttled"
+
+    def __init__(self, message: str, retry_after: int = 60):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 def queue_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the job queue is down: the broker's connection error
     and Redis's (broker, reply lists and shared cache are Redis here)."""

@@ -353,6 +353,10 @@ DYNABENCH_BACKBONE = env("DYNABENCH_BACKBONE", default="all-MiniLM-L6-v2")
 # Bounds on a file of contexts uploaded to a round (admin and API; 413 above them).
 CONTEXT_UPLOAD_MAX_BYTES = env.int("CONTEXT_UPLOAD_MAX_BYTES", default=20 * 1024 * 1024)
 CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
+# Model submissions: the largest zip taken (413 above), and how many a user may
+# send per task per day (researchers of the task are exempt; 429 above).
+SUBMISSION_MAX_BYTES = env.int("SUBMISSION_MAX_BYTES", default=600 * 1000 * 1000)
+SUBMISSIONS_PER_DAY = env.int("SUBMISSIONS_PER_DAY", default=3)
 
 # Amazon Mechanical Turk (credentials come from the standard AWS variables).
 MTURK_SANDBOX = env.bool("MTURK_SANDBOX", default=True)

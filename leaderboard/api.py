@@ -11,6 +11,7 @@ import json
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions, renderers, serializers, status
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,7 +23,7 @@ from tasks.models import ModelVersion, Task
 from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
 
-from . import board, cycle, dynascore, services
+from . import board, cycle, dynascore, services, submissions
 from .serializers import ModelVersionSerializer, PromoteSerializer, TrainNextSerializer
 
 TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
@@ -57,18 +58,49 @@ def model_for(request, pk: int) -> ModelVersion:
     return model
 
 
+class SubmissionSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="A zip of a Hugging Face model folder: config.json (with the task's "
+                                           "labels), model.safetensors and the tokenizer files.")
+    name = serializers.CharField(max_length=100)
+    public = serializers.BooleanField(default=True, help_text="Private: shown only to you and the researchers.")
+
+
+class SubmittedSerializer(serializers.Serializer):
+    model = ModelVersionSerializer()
+    job = JobSerializer(help_text="Its evaluation on every dataset of the task.")
+
+
 @extend_schema(tags=["models"])
 class ModelList(generics.ListAPIView):
-    """A task's models with their evaluations, newest first (its researchers only)."""
+    """GET: a task's models with their evaluations, newest first (its researchers only).
+    POST: submit a model (any signed-in user; at most ``SUBMISSIONS_PER_DAY`` per task
+    a day, researchers exempt): checked, registered, and queued for evaluation."""
 
     serializer_class = ModelVersionSerializer
     permission_classes = [permissions.IsAuthenticated]
+    parser_classes = [MultiPartParser]
+    error_statuses = (409,)
 
     def get_queryset(self):
         task = researched_task(self.request, self.kwargs["slug"])
         return (ModelVersion.objects.filter(task=task).select_related("task", "parent")
                 .prefetch_related("trained_on_rounds", "target_of_rounds", "evaluations__round")
                 .order_by("-created_at", "-pk"))
+
+    @extend_schema(request={"multipart/form-data": SubmissionSerializer}, responses={201: SubmittedSerializer})
+    def post(self, request, slug):
+        task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+        if task is None:
+            raise NotFound(f"No task {slug!r}.")
+        data = SubmissionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        model, job = submissions.submit_model(task, request.user, values["file"], name=values["name"],
+                                              public=values["public"])
+        job.refresh_from_db()
+        body = {"model": ModelVersionSerializer(model, context={"request": request}).data,
+                "job": JobSerializer(job, context={"request": request}).data}
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 @extend_schema(tags=["models"])
@@ -133,6 +165,7 @@ class LeaderboardModelSerializer(serializers.Serializer):
     training_data = serializers.DictField()
     created_at = serializers.DateTimeField(allow_null=True)
     baseline = serializers.BooleanField()
+    public = serializers.BooleanField(help_text="False: a private model, shown to its owner and researchers only.")
 
 
 class LeaderboardRowSerializer(serializers.Serializer):
@@ -201,7 +234,7 @@ class Leaderboard(APIView):
         task = Task.objects.visible_to(request.user).filter(slug=slug).first()
         if task is None:
             raise NotFound(f"No task {slug!r}.")
-        result = board.board(task, parse_weights_param(request.query_params.get("weights")))
+        result = board.board(task, parse_weights_param(request.query_params.get("weights")), request.user)
         if request.accepted_renderer.format == "csv":
             out = io.StringIO()
             csv.writer(out).writerows(board.csv_rows(result))

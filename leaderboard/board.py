@@ -203,11 +203,14 @@ def _baseline(task: Task, rounds: list[Round]) -> dict | None:
     return {"label": label, "datasets": datasets, "replicates": replicates, "digests": tuple(digests)}
 
 
-def board(task: Task, weights: dict | None = None) -> Board:
-    """The ranked rows of ``task``'s leaderboard (see the module docstring)."""
+def board(task: Task, weights: dict | None = None, user=None) -> Board:
+    """The ranked rows of ``task``'s leaderboard as ``user`` may see it: public models,
+    their own private ones, all for the task's researchers (see the module docstring)."""
+    from .submissions import visible_models
+
     weights = dynascore.DEFAULT_WEIGHTS if weights is None else weights
     metric = primary_metric(task)
-    models = list(ModelVersion.objects.filter(task=task, status=ModelVersion.Status.READY)
+    models = list(visible_models(task, user).filter(status=ModelVersion.Status.READY)
                   .select_related("created_by").order_by("created_at", "pk"))
     done = evaluated_model_ids([m.pk for m in models])
     models = [m for m in models if m.pk in done]
@@ -331,7 +334,7 @@ def row_json(row: dict, datasets: list[str]) -> dict:
                   "parameters": _parameters(model) if model else None,
                   "training_data": (model.training_data if model else {"majority_label": row.get("label")}),
                   "created_at": model.created_at.isoformat() if model else None,
-                  "baseline": model is None},
+                  "baseline": model is None, "public": model.is_public if model else True},
         "rank": row["rank"],
         "dynascore": row["dynascore"],
         "dynascore_ci_low": row.get("dynascore_ci_low"),

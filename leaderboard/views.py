@@ -147,7 +147,7 @@ def leaderboard_page(request, slug):
         weights = parse_weights_param(text)
     except DomainError as exc:
         return render(request, "leaderboard/leaderboard.html", {"task": task, "error": str(exc)}, status=400)
-    result = as_json(board(task, weights))
+    result = as_json(board(task, weights, request.user))
     column = request.GET.get("sort", "rank")
     if column not in SORTABLE and column not in result["datasets"]:
         column = "rank"

@@ -299,6 +299,10 @@ class ModelVersion(models.Model):
     training_data = models.JSONField(default=dict, blank=True, help_text="Sources and counts per split and label.")
     metrics = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
+    is_public = models.BooleanField(
+        "public", default=True,
+        help_text="Shown on the public leaderboard; a private one only to its owner and the task's researchers.")
+    submitted = models.BooleanField(default=False, help_text="Uploaded by a user (not trained on the platform).")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
