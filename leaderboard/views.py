@@ -168,3 +168,67 @@ def leaderboard_page(request, slug):
         "task": task, "rows": rows, "datasets": result["datasets"], "headers": headers, "sort": column,
         "weights": [{"name": name, "value": weights[name]} for name in METRICS], "weights_text": weights_text,
     })
+
+
+def model_page(request, pk):
+    """A model's public page: per-dataset metrics with intervals and a chart; for its
+    owner and the task's researchers, its evaluation jobs and their logs."""
+    from django.utils.safestring import mark_safe
+
+    from tasks.charts import interval_chart
+
+    from .board import STORED, dataset_name
+    from .models import Evaluation
+    from .services import primary_metric
+    from .submissions import visible_models
+
+    model = ModelVersion.objects.select_related("task", "created_by").filter(pk=pk).first()
+    if model is None or not Task.objects.visible_to(request.user).filter(pk=model.task_id).exists() \
+            or not visible_models(model.task, request.user).filter(pk=pk).exists():
+        raise Http404("No such model.")
+    metric = primary_metric(model.task)
+    evaluations = list(Evaluation.objects.filter(model_version=model, split="test").select_related("round")
+                       .only("round__number", "metrics", "intervals", "num_examples").order_by("round__number"))
+    names = ["performance", *STORED]
+    keys = {"performance": metric, **STORED}
+    rows = []
+    for evaluation in evaluations:
+        cells = []
+        for name in names:
+            key = keys[name]
+            low, high = (evaluation.intervals.get(key) or (None, None))
+            cells.append({"value": evaluation.metrics.get(key), "low": low, "high": high})
+        rows.append({"dataset": dataset_name(evaluation.round), "n": evaluation.num_examples, "cells": cells})
+    chart = interval_chart([(r["dataset"], r["cells"][0]["value"], r["cells"][0]["low"], r["cells"][0]["high"])
+                            for r in rows], title=f"{model.name}: {metric} by dataset")
+    mine = request.user.is_authenticated and (model.created_by_id == request.user.pk
+                                              or is_researcher(request.user, model.task))
+    evaluation_jobs = list(Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, params__model_version=model.pk)
+                           .order_by("-created_at")[:5]) if mine else []
+    return render(request, "leaderboard/model.html", {
+        "model": model, "task": model.task, "metric": metric, "names": names, "rows": rows,
+        "chart": mark_safe(chart),  # built from numbers and escaped names only (tasks/charts.py)
+        "jobs": evaluation_jobs, "mine": mine})
+
+
+@login_required
+def submit_page(request, slug):
+    """Upload a model (signed-in users): the same service as the API."""
+    from .submissions import submit_model
+
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise Http404(f"No task {slug!r}.")
+    error = None
+    if request.method == "POST":
+        try:
+            model, job = submit_model(task, request.user, request.FILES.get("file"),
+                                      name=request.POST.get("name", ""), public=request.POST.get("public") == "on")
+        except DomainError as exc:
+            error = str(exc)
+        else:
+            messages.success(request, f"{model.name} was accepted; its evaluation is queued (job #{job.pk}).")
+            return redirect("model-page", pk=model.pk)
+    return render(request, "leaderboard/submit.html", {"task": task, "error": error,
+                                                       "name": request.POST.get("name", "")},
+                  status=400 if error else 200)

@@ -53,3 +53,42 @@ def error_rate_chart(points: list[tuple[int, float | None, float | None]], *, wi
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def interval_chart(points: list[tuple[str, float | None, float | None, float | None]], *, title: str,
+                   width: int = 560, height: int = 220) -> str:
+    """One bar per dataset with its 95% interval as a whisker: ``[(name, value, low, high)]``,
+    values in 0..1. Only numbers and escaped names go into the SVG."""
+    left, right, top, bottom = 44, 12, 14, 34
+    plot_w, plot_h = width - left - right, height - top - bottom
+    slot = plot_w / max(len(points), 1)
+    bar = min(36.0, slot / 2)
+    desc = "; ".join(f"{name}: {_pct(value)} (95% interval {_pct(low)} to {_pct(high)})"
+                     for name, value, low, high in points) or "no datasets yet"
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-labelledby="ichart-title ichart-desc" class="interval-chart">',
+             f'<title id="ichart-title">{escape(title)}</title>', f'<desc id="ichart-desc">{escape(desc)}</desc>']
+    for tick in (0, 0.25, 0.5, 0.75, 1.0):
+        y = top + plot_h * (1 - tick)
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d0d7de" />')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#57606a">'
+                     f'{int(tick * 100)}%</text>')
+
+    def y_of(value):
+        return top + plot_h * (1 - max(0.0, min(1.0, float(value))))
+
+    for i, (name, value, low, high) in enumerate(points):
+        x = left + slot * i + slot / 2
+        if value is not None:
+            parts.append(f'<rect x="{x - bar / 2:.1f}" y="{y_of(value):.1f}" width="{bar:.1f}" '
+                         f'height="{top + plot_h - y_of(value):.1f}" fill="#9ec5fe" />')
+        if low is not None and high is not None:
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y_of(low):.1f}" y2="{y_of(high):.1f}" '
+                         f'stroke="#0b5cad" stroke-width="2" />')
+            for end in (low, high):
+                parts.append(f'<line x1="{x - 6:.1f}" x2="{x + 6:.1f}" y1="{y_of(end):.1f}" y2="{y_of(end):.1f}" '
+                             f'stroke="#0b5cad" stroke-width="2" />')
+        parts.append(f'<text x="{x:.1f}" y="{height - 12}" text-anchor="middle" font-size="11" fill="#24292f">'
+                     f'{escape(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)

@@ -126,3 +126,28 @@ def test_duplicate_names_and_anonymous_uploads_are_refused(scored_task, tiny_art
     body = model_zip(tiny_artifact("sentiment").path)
     assert upload(api, body, name="sentiment-tiny").status_code == 409  # the demo target's name
     assert upload(anonymous, body).status_code in (401, 403)
+
+
+def test_the_upload_page_and_the_model_page(scored_task, tiny_artifact, annotator, second_annotator, client,
+                                            django_capture_on_commit_callbacks):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    assert client.get("/tasks/sentiment/submit/").status_code == 302  # sign in first
+    client.force_login(annotator)
+    page = client.get("/tasks/sentiment/submit/")
+    assert page.status_code == 200 and "0: negative, 1: positive" in page.content.decode()
+    refused = client.post("/tasks/sentiment/submit/", {"name": "junk", "file": SimpleUploadedFile("m.zip", b"no")})
+    assert refused.status_code == 400 and "not a zip archive" in refused.content.decode()
+    archive = SimpleUploadedFile("m.zip", model_zip(tiny_artifact("sentiment").path))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/tasks/sentiment/submit/", {"name": "mine", "file": archive})
+    model = ModelVersion.objects.get(name="mine")
+    assert response.status_code == 302 and response.url == f"/models/{model.pk}/"
+    assert not model.is_public  # the checkbox was not sent
+    own = client.get(f"/models/{model.pk}/").content.decode()
+    assert "<svg" in own and "static" in own and "Evaluation log" in own and "round 0: 8 test examples" in own
+    client.force_login(second_annotator)
+    assert client.get(f"/models/{model.pk}/").status_code == 404  # private
+    ModelVersion.objects.filter(pk=model.pk).update(is_public=True)
+    public = client.get(f"/models/{model.pk}/").content.decode()
+    assert "model-metrics" in public and "Evaluation log" not in public  # the log is its owner's
