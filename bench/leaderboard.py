@@ -28,24 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchio import write_json
+from benchio import setup_django, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def setup_django(folder: Path) -> None:
-    os.environ.update(DEBUG="true", DATABASE_URL=f"sqlite:///{folder / 'db.sqlite3'}",
-                      DYNABENCH_VAR_DIR=str(folder), DYNABENCH_MODELS_DIR=str(folder / "models"),
-                      DJANGO_SETTINGS_MODULE="dynabench.settings", ALLOWED_HOSTS="testserver")
-    for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CACHE_URL"):
-        os.environ.pop(name, None)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def populate(n_models: int, n_datasets: int):
