@@ -6,6 +6,7 @@ business of the apps above (see README, "Architecture").
 """
 
 import json
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 
@@ -268,6 +269,32 @@ class Job(models.Model):
             return None
         ahead = Job.objects.filter(status=self.Status.QUEUED, queue=self.queue, created_at__lt=self.created_at)
         return ahead.count() + 1
+
+    def estimated_start(self):
+        """When a queued job should start, assuming one worker on its queue: the time
+        left of the running jobs there, plus the typical run time (the median of
+        the last 20 finished jobs of their kind) of each job queued ahead. None
+        once started, or with no history to go by."""
+        if self.status != self.Status.QUEUED:
+            return None
+        on_queue = Job.objects.filter(queue=self.queue)
+        ahead = list(on_queue.filter(status=self.Status.QUEUED, created_at__lt=self.created_at)
+                     .values_list("kind", flat=True))
+        running = list(on_queue.filter(status=self.Status.RUNNING))
+        typical = {}
+        for kind in {*ahead, *(job.kind for job in running)}:
+            done = (Job.objects.filter(kind=kind, status=self.Status.SUCCEEDED, started_at__isnull=False,
+                                       finished_at__isnull=False)
+                    .order_by("-finished_at").values_list("started_at", "finished_at")[:20])
+            durations = sorted((end - start).total_seconds() for start, end in done)
+            if not durations:
+                return None
+            typical[kind] = durations[len(durations) // 2]
+        wait = sum(typical[kind] for kind in ahead)
+        for job in running:
+            left = job.seconds_left
+            wait += left if left is not None else typical[job.kind]
+        return timezone.now() + timedelta(seconds=wait)
 
 
 def resolve_artifact_path(artifact_path: str) -> Path:

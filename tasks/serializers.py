@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
@@ -64,12 +66,15 @@ class JobSerializer(serializers.ModelSerializer):
     task = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     seconds_left = serializers.SerializerMethodField(help_text="Estimated from the pace so far; null until known.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to start; null once started.")
+    estimated_start = serializers.SerializerMethodField(help_text=(
+        "When a queued job should start (one worker on its queue, typical run times); null once started "
+        "or without history."))
     url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
     page = serializers.SerializerMethodField(help_text="The job's page, for people.")
 
     class Meta:
         model = Job
-        fields = ["id", "url", "page", "kind", "status", "progress", "seconds_left", "queue_position", "task",
+        fields = ["id", "url", "page", "kind", "status", "progress", "seconds_left", "queue_position", "estimated_start", "task",
                   "params", "result", "log", "error", "attempts", "rerun_of", "created_at", "started_at",
                   "heartbeat_at", "finished_at"]
         read_only_fields = fields
@@ -80,6 +85,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_queue_position(self, obj) -> int | None:
         return obj.queue_position()
+
+    def get_estimated_start(self, obj) -> datetime | None:
+        return obj.estimated_start()
 
     def get_page(self, obj) -> str:
         return obj.get_absolute_url()

@@ -230,3 +230,26 @@ def test_job_api_shows_jobs_to_their_task_researchers_only(demo_tasks, researche
     page = client_for(researcher).get(f"/jobs/{job.pk}/")
     assert page.status_code == 200 and b"Cancelled" in page.content
     assert client_for(annotator).get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_a_queued_job_has_an_estimated_start_from_typical_run_times(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tasks.models import Job
+
+    now = timezone.now()
+    for minutes in (4, 6, 5):  # three finished evaluations: median 5 minutes
+        Job.objects.create(kind=Job.Kind.EVALUATE_MODEL, queue="training", status=Job.Status.SUCCEEDED,
+                           started_at=now - timedelta(hours=1), finished_at=now - timedelta(hours=1, minutes=-minutes))
+    first = Job.objects.create(kind=Job.Kind.EVALUATE_MODEL, queue="training")
+    second = Job.objects.create(kind=Job.Kind.EVALUATE_MODEL, queue="training")
+    assert first.queue_position() == 1 and second.queue_position() == 2
+    assert abs((first.estimated_start() - timezone.now()).total_seconds()) < 5  # nothing ahead
+    assert abs((second.estimated_start() - timezone.now()).total_seconds() - 300) < 5  # one typical run ahead
+    Job.objects.filter(pk=first.pk).update(status=Job.Status.RUNNING, started_at=timezone.now(), progress=50)
+    second.refresh_from_db()
+    # The running one: as long again as it has run (about 0 s); nothing queued ahead any more.
+    assert abs((second.estimated_start() - timezone.now()).total_seconds()) < 5
+    assert Job.objects.get(pk=first.pk).estimated_start() is None
