@@ -205,6 +205,9 @@ JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)
 # An upper bound on the optimizer steps of any one training job (unset: none), so a
 # typo in epochs cannot hold a shared training worker for a day.
 TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
+# Seconds one evaluation job may score for (checked after every batch); past it the
+# job fails with a readable error, its partial evaluations kept.
+EVALUATION_TIME_LIMIT = env.int("EVALUATION_TIME_LIMIT", default=3 * 3600)
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 

@@ -307,11 +307,20 @@ def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batc
     return scores, details
 
 
-def _round_progress(reporter: JobReporter | None, index: int, size: int, total: int):
-    """Progress of round ``index`` of ``total`` as examples are scored."""
-    if reporter is None:
-        return None
-    return lambda done: reporter.progress(100 * (index + done / size) / total)
+class TimeLimitExceeded(Exception):
+    """An evaluation ran past ``EVALUATION_TIME_LIMIT``."""
+
+
+def _round_progress(reporter: JobReporter | None, index: int, size: int, total: int, deadline: float | None = None):
+    """Progress of round ``index`` of ``total`` as examples are scored; past ``deadline``
+    (a ``time.monotonic()`` value) the evaluation stops with a readable error."""
+    def report(done):
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeLimitExceeded(f"The evaluation ran past its time limit of {settings.EVALUATION_TIME_LIMIT} s "
+                                    f"(round {index + 1} of {total}, {done} of {size} examples scored).")
+        if reporter is not None:
+            reporter.progress(100 * (index + done / size) / total)
+    return report
 
 
 def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str = "test",
@@ -320,6 +329,8 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
     test set, included); one Evaluation row per round that has any."""
     rounds = list(rounds)
     results = []
+    limit = getattr(settings, "EVALUATION_TIME_LIMIT", None)
+    deadline = time.monotonic() + limit if limit else None
     for i, rnd in enumerate(rounds):
         examples = untampered(usable_examples(model.task, rounds=[rnd.number], split=split), reporter)
         rows = example_rows(model.task, examples)
@@ -328,7 +339,8 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
         if not rows:
             continue
         scores, details = score_rows_in_detail(model.task, model, rows,
-                                               progress=_round_progress(reporter, i, len(rows), len(rounds)))
+                                               progress=_round_progress(reporter, i, len(rows), len(rounds),
+                                                                        deadline))
         from .board import measure, uncertainty
 
         ids = [e.pk for e in examples]

@@ -151,3 +151,16 @@ def test_the_upload_page_and_the_model_page(scored_task, tiny_artifact, annotato
     ModelVersion.objects.filter(pk=model.pk).update(is_public=True)
     public = client.get(f"/models/{model.pk}/").content.decode()
     assert "model-metrics" in public and "Evaluation log" not in public  # the log is its owner's
+
+
+def test_an_evaluation_past_its_time_limit_fails_with_a_readable_error(scored_task, settings,
+                                                                       django_capture_on_commit_callbacks):
+    from leaderboard import services
+    from tasks.models import Job
+
+    settings.EVALUATION_TIME_LIMIT = -1  # already past: stops at the first batch
+    model = scored_task.open_round().target_models.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.start_evaluation(model)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED and "ran past its time limit" in job.error
