@@ -190,6 +190,10 @@ class LeaderboardSerializer(serializers.Serializer):
     rows = LeaderboardRowSerializer(many=True)
 
 
+_WEIGHT = r"(performance|throughput|memory|robustness|fairness|calibration):(5(\.0+)?|[0-4](\.[0-9]+)?)"
+WEIGHTS_PATTERN = rf"^({_WEIGHT}(,{_WEIGHT})*)?$"
+
+
 class PublicReads(permissions.AllowAny):
     anonymous_reads = True  # read in the OpenAPI schema: no credentials needed
 
@@ -225,9 +229,10 @@ class Leaderboard(APIView):
         return response
 
     @extend_schema(parameters=[
-        OpenApiParameter("weights", str, required=False, description=(
+        OpenApiParameter("weights", str, required=False, pattern=WEIGHTS_PATTERN, description=(
             "Metric weights, e.g. performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0; "
-            "any subset (the others keep these defaults); each a number from 0 to 5.")),
+            "any subset (the others keep these defaults); each a number from 0 to 5; each metric at most "
+            "once; not all 0 (400 otherwise).")),
         OpenApiParameter("format", str, enum=["json", "csv"], required=False)],
         responses={200: LeaderboardSerializer})
     def get(self, request, slug):

@@ -224,6 +224,8 @@ def board(task: Task, weights: dict | None = None, user=None) -> Board:
         rounds[evaluation.round.number] = evaluation.round
     ordered_rounds = [rounds[n] for n in sorted(rounds)]
     names = [dataset_name(r) for r in ordered_rounds]
+    if not names:  # no test set anywhere yet: nothing to rank (nor a baseline to score)
+        return Board(task, weights, [], [])
 
     rows, replicate_values, digests = [], {}, {}
     for model in models:

@@ -129,3 +129,14 @@ def test_hidden_tasks_have_no_public_board(boarded, client):
     task.save()
     assert client.get("/api/tasks/sentiment/leaderboard/").status_code == 404
     assert client.get("/tasks/sentiment/leaderboard/").status_code == 404
+
+
+def test_models_evaluated_on_no_test_set_make_an_empty_board(live_tasks, client, django_capture_on_commit_callbacks):
+    """The demo target has a finished evaluation, but the task has no test examples."""
+    model = live_tasks["sentiment"].open_round().target_models.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.start_evaluation(model)
+    assert not Evaluation.objects.filter(model_version=model).exists()
+    body = client.get("/api/tasks/sentiment/leaderboard/").json()
+    assert body["rows"] == [] and body["datasets"] == []
+    assert client.get("/tasks/sentiment/leaderboard/").status_code == 200
