@@ -351,10 +351,16 @@ def hard_unblock(modeladmin, request, queryset):
 
 @admin.action(description="Send a message (MTurk email)")
 def notify_workers(modeladmin, request, queryset):
-    def run(identity, data):
-        failures = workers.notify([identity], data["subject"], data["message"])
-        return "; ".join(f.get("NotifyWorkersFailureMessage", "failed") for f in failures) or "sent"
-    return _worker_form_action(modeladmin, request, queryset, WorkerMessageForm, "Message workers", run)
+    applied = "apply" in request.POST
+    form = WorkerMessageForm(request.POST if applied else None)
+    if not (applied and form.is_valid()):
+        return _worker_form_action(modeladmin, request, queryset, WorkerMessageForm, "Message workers", None)
+    # One NotifyWorkers call per 100 workers (crowd.mturk.notify), not one per worker.
+    identities = list(queryset)
+    _report_mturk(modeladmin, request, f"{len(identities)} workers", lambda: "; ".join(
+        f"{f.get('WorkerId')}: {f.get('NotifyWorkersFailureMessage', 'failed')}"
+        for f in workers.notify(identities, form.cleaned_data["subject"], form.cleaned_data["message"]))
+        or "sent")
 
 
 @admin.register(WorkerIdentity)

@@ -162,10 +162,6 @@ def work_done(assignment: Assignment) -> int:
     return Validation.objects.filter(session=assignment.session).exclude(label="").count()
 
 
-def assignment_for_session(session: AnnotationSession) -> Assignment | None:
-    return Assignment.objects.select_related("hit__batch", "worker", "session").filter(session=session).first()
-
-
 def finish(session: AnnotationSession) -> Assignment:
     """The worker presses Submit: check the work is done, end the session, and
     return the assignment (its completion token goes to MTurk with the form)."""

@@ -126,15 +126,6 @@ def with_earnings(identities):
         earned_bonuses=Coalesce(Subquery(bonuses, output_field=money), Value(Decimal("0.00")), output_field=money))
 
 
-def worker_earnings(worker) -> dict:
-    """What one worker was paid: approved rewards and bonuses (fees are ours)."""
-    rewards = (Assignment.objects.filter(worker=worker, status=Assignment.Status.APPROVED)
-               .aggregate(total=Sum("hit__batch__reward"))["total"]) or Decimal("0.00")
-    bonuses = (BonusPayment.objects.filter(assignment__worker=worker, status=BonusPayment.Status.PAID)
-               .aggregate(total=Sum("amount"))["total"]) or Decimal("0.00")
-    return {"rewards": rewards, "bonuses": bonuses, "total": rewards + bonuses}
-
-
 def bonus_totals(queryset) -> dict:
     """Paid, pending and failed sums of a queryset of ledger rows."""
     return queryset.aggregate(
