@@ -10,18 +10,22 @@ run:
 
 * bare:  reading the same evaluation rows with one ORM query (the floor);
 * board: ``leaderboard.board.board`` + ``as_json`` (ranking, Dynascore, intervals);
-* api:   ``GET /api/tasks/<slug>/leaderboard/`` through Django's test client;
-* page:  ``GET /tasks/<slug>/leaderboard/`` (the HTML page, sorted by Dynascore).
+* api, page (cold): ``GET /api/tasks/<slug>/leaderboard/`` and ``GET
+  /tasks/<slug>/leaderboard/?sort=dynascore`` through Django's test client, with the
+  cache emptied before each request (the first visitor after a change);
+* api, page (warm): the same with the board cached (``LEADERBOARD_CACHE_SECONDS``),
+  what every later visitor gets until the task's evaluations or models change.
 
 It prints a table of medians and ratios to the bare read, the query count of each
-(the target: constant in the number of models), and writes
-bench/results/leaderboard.json.
+(the target: constant in the number of models), the cached document's size, and
+writes bench/results/leaderboard.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import statistics
 import sys
 import tempfile
@@ -37,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 def populate(n_models: int, n_datasets: int):
     import numpy as np
 
+    from leaderboard.board import pack
     from leaderboard.models import Evaluation
     from tasks.models import Job, ModelVersion, Round
     from tasks.services import create_task, load_definition
@@ -55,7 +60,7 @@ def populate(n_models: int, n_datasets: int):
         skill = rng.uniform(0.5, 0.9)
         for rnd in rounds:
             accuracy = float(np.clip(skill + rng.normal(0, 0.03), 0, 1))
-            values = np.clip(accuracy + rng.normal(0, 0.015, 1000), 0, 1).round(6).tolist()
+            values = np.clip(accuracy + rng.normal(0, 0.015, 1000), 0, 1)
             evaluations.append(Evaluation(
                 model_version=m, round=rnd, split="test", num_examples=1000,
                 metrics={"accuracy": accuracy, "macro_f1": accuracy - 0.01, "ece": float(rng.uniform(0.02, 0.2)),
@@ -63,7 +68,7 @@ def populate(n_models: int, n_datasets: int):
                          "robustness": float(rng.uniform(0.7, 1)), "fairness": float(rng.uniform(0.8, 1))},
                 intervals={"accuracy": [accuracy - 0.03, accuracy + 0.03], "ece": [0.01, 0.2],
                            "robustness": [0.6, 1.0], "fairness": [0.7, 1.0]},
-                replicates={"seed": 0, "examples": "same", "values": values}))
+                replicates={"seed": 0, "n": len(values), "examples": "same"}, replicate_values=pack(values)))
     Evaluation.objects.bulk_create(evaluations, batch_size=500)
     return task
 
@@ -92,31 +97,45 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dynabench-bench-") as folder:
         setup_django(Path(folder))
+        from django.core.cache import cache
         from django.test import Client
 
-        from leaderboard.board import as_json, board
+        from leaderboard.board import as_json, board, board_json
         from leaderboard.models import Evaluation
 
         task = populate(args.models, args.datasets)
         client = Client()
 
         def bare():
-            list(Evaluation.objects.filter(model_version__task=task).values_list("metrics", "replicates"))
+            list(Evaluation.objects.filter(model_version__task=task).values_list("metrics", "replicates", "replicate_values"))
+
+        api, page = f"/api/tasks/{task.slug}/leaderboard/", f"/tasks/{task.slug}/leaderboard/?sort=dynascore"
+
+        def cold(url):
+            def get():
+                cache.clear()
+                return client.get(url)
+            return get
 
         measures = {
             "bare": bare,
             "board": lambda: as_json(board(task)),
-            "api": lambda: client.get(f"/api/tasks/{task.slug}/leaderboard/"),
-            "page": lambda: client.get(f"/tasks/{task.slug}/leaderboard/?sort=dynascore"),
+            "api-cold": cold(api),
+            "api-warm": lambda: client.get(api),
+            "page-cold": cold(page),
+            "page-warm": lambda: client.get(page),
         }
         results = {name: timed(fn, args.runs) for name, fn in measures.items()}
-        status = client.get(f"/api/tasks/{task.slug}/leaderboard/").status_code
+        status = client.get(api).status_code
+        size = len(pickle.dumps(board_json(task)))
     base = results["bare"][0]
     print(f"leaderboard: {args.models} models x {args.datasets} datasets, {args.runs} runs (medians)")
-    print(f"{'measure':8} {'ms':>9} {'x bare':>8} {'queries':>8}")
+    print(f"{'measure':10} {'ms':>9} {'x bare':>8} {'queries':>8}")
     for name, (ms, queries) in results.items():
-        print(f"{name:8} {ms:9.1f} {ms / base:8.1f} {queries:8d}")
+        print(f"{name:10} {ms:9.1f} {ms / base:8.1f} {queries:8d}")
+    print(f"cached board: {size / 1024:.0f} KB pickled")
     document = {"models": args.models, "datasets": args.datasets, "runs": args.runs, "api_status": status,
+                "cached_bytes": size,
                 "load_average": os.getloadavg(),
                 "results": {name: {"median_ms": ms, "ratio_to_bare": ms / base, "queries": q}
                             for name, (ms, q) in results.items()}}

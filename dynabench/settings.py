@@ -360,6 +360,10 @@ CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 # send per task per day (researchers of the task are exempt; 429 above).
 SUBMISSION_MAX_BYTES = env.int("SUBMISSION_MAX_BYTES", default=600 * 1000 * 1000)
 SUBMISSIONS_PER_DAY = env.int("SUBMISSIONS_PER_DAY", default=3)
+# A leaderboard is computed once per state of its task, weights and audience, and kept
+# in the cache this long (0: never cached). Evaluations and models drop it at once when
+# they change; the limit bounds what nothing signals (e.g. the baseline's training data).
+LEADERBOARD_CACHE_SECONDS = env.int("LEADERBOARD_CACHE_SECONDS", default=60)
 
 # Amazon Mechanical Turk (credentials come from the standard AWS variables).
 MTURK_SANDBOX = env.bool("MTURK_SANDBOX", default=True)

@@ -186,12 +186,16 @@ class LeaderboardRowSerializer(serializers.Serializer):
 class LeaderboardSerializer(serializers.Serializer):
     task = serializers.CharField()
     weights = serializers.DictField(child=serializers.FloatField())
+    dataset_weights = serializers.DictField(child=serializers.FloatField(), help_text=(
+        "The weight of each dataset in the averages over datasets (1 unless the request set it)."))
     datasets = serializers.ListField(child=serializers.CharField())
     rows = LeaderboardRowSerializer(many=True)
 
 
 _WEIGHT = r"(performance|throughput|memory|robustness|fairness|calibration):(5(\.0+)?|[0-4](\.[0-9]+)?)"
 WEIGHTS_PATTERN = rf"^({_WEIGHT}(,{_WEIGHT})*)?$"
+_DATASET_WEIGHT = r"[0-9]{1,6}:(5(\.0+)?|[0-4](\.[0-9]+)?)"
+DATASET_WEIGHTS_PATTERN = rf"^({_DATASET_WEIGHT}(,{_DATASET_WEIGHT})*)?$"
 
 
 class PublicReads(permissions.AllowAny):
@@ -233,19 +237,31 @@ class Leaderboard(APIView):
             "Metric weights, e.g. performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0; "
             "any subset (the others keep these defaults); each a number from 0 to 5; each metric at most "
             "once; not all 0 (400 otherwise).")),
+        OpenApiParameter("dataset_weights", str, required=False, pattern=DATASET_WEIGHTS_PATTERN, description=(
+            "Dataset weights in the averages over datasets, by round number (0: the static test set), e.g. "
+            "0:1,1:2,2:2; rounds not named weigh 1; each a number from 0 to 5; a round without a test set, or "
+            "all weights 0, is a 400.")),
         OpenApiParameter("format", str, enum=["json", "csv"], required=False)],
         responses={200: LeaderboardSerializer})
     def get(self, request, slug):
         task = Task.objects.visible_to(request.user).filter(slug=slug).first()
         if task is None:
             raise NotFound(f"No task {slug!r}.")
-        result = board.board(task, parse_weights_param(request.query_params.get("weights")), request.user)
+        document = board.board_json(task, parse_weights_param(request.query_params.get("weights")), request.user,
+                                    parse_dataset_weights_param(request.query_params.get("dataset_weights")))
         if request.accepted_renderer.format == "csv":
             out = io.StringIO()
-            csv.writer(out).writerows(board.csv_rows(result))
+            csv.writer(out).writerows(board.csv_rows(document))
             return Response(out.getvalue(), headers={
                 "Content-Disposition": f'attachment; filename="{task.slug}-leaderboard.csv"'})
-        return Response(board.as_json(result))
+        return Response(document)
+
+
+def parse_dataset_weights_param(text):
+    try:
+        return board.parse_dataset_weights(text)
+    except ValueError as exc:
+        raise InvalidInput.field("dataset_weights", str(exc)) from None
 
 
 def parse_weights_param(text):

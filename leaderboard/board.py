@@ -32,15 +32,20 @@ weigh).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from django.conf import settings
 from django.core.cache import cache
 
+from core.errors import InvalidInput
 from ml import metrics as ml_metrics
 from ml import scoring
 from tasks.models import ModelVersion, Round, Task
@@ -58,6 +63,21 @@ STORED = {"calibration": "ece", "throughput": "throughput", "memory": "memory_mb
           "robustness": "robustness", "fairness": "fairness"}
 
 
+REPLICATE_DTYPE = np.dtype("<f4")  # 4 bytes a resample: 4 KB per evaluation, read fast
+
+
+def pack(values) -> bytes:
+    """Bootstrap replicate values as stored on ``Evaluation.replicate_values``."""
+    return np.asarray(values, dtype=REPLICATE_DTYPE).tobytes()
+
+
+def unpack(blob) -> np.ndarray | None:
+    """The stored replicate values (float64), or None when none were stored."""
+    if not blob:
+        return None
+    return np.frombuffer(bytes(blob), dtype=REPLICATE_DTYPE).astype(float)
+
+
 def _digest(example_ids) -> str:
     return hashlib.sha256(json.dumps(list(example_ids)).encode()).hexdigest()[:16]
 
@@ -67,7 +87,7 @@ def uncertainty(task: Task, scores: dict, details: dict, example_ids=None) -> di
     fairness go into ``scores`` too)."""
     per_example = details["per_example"]
     if not per_example:
-        return {"intervals": {}, "replicates": {}}
+        return {"intervals": {}, "replicates": {}, "replicate_values": b""}
     metric = primary_metric(task)
     replicates = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=SEED)
     intervals = {metric: list(scoring.percentile_interval(replicates, CONFIDENCE))}
@@ -87,8 +107,9 @@ def uncertainty(task: Task, scores: dict, details: dict, example_ids=None) -> di
             scores[name] = found.value
             intervals[name] = [found.low, found.high]
     return {"intervals": {k: [round(v, 6) for v in pair] for k, pair in intervals.items()},
-            "replicates": {"seed": SEED, "examples": _digest(example_ids or range(len(per_example))),
-                           "values": [round(float(v), 6) for v in replicates]}}
+            "replicates": {"seed": SEED, "n": len(replicates),
+                           "examples": _digest(example_ids or range(len(per_example)))},
+            "replicate_values": pack(replicates)}
 
 
 PERTURBED_SAMPLE = 100  # examples perturbed per dataset (the first ones, in example order)
@@ -146,8 +167,14 @@ def model_memory_mb(ref) -> float | None:
         return None
 
 
-def dataset_name(rnd: Round) -> str:
-    return "static" if rnd.number == 0 else f"round {rnd.number}"
+def dataset_name(rnd: Round | int) -> str:
+    number = getattr(rnd, "number", rnd)
+    return "static" if number == 0 else f"round {number}"
+
+
+def dataset_number(name: str) -> int:
+    """The round number of a dataset name (``dataset_name``'s inverse)."""
+    return 0 if name == "static" else int(name.removeprefix("round "))
 
 
 @dataclass
@@ -156,6 +183,7 @@ class Board:
     weights: dict
     datasets: list[str]
     rows: list[dict]
+    dataset_weights: dict = dataclasses.field(default_factory=dict)  # {dataset name: weight}
 
 
 def _metric(value, interval=None) -> dict:
@@ -163,21 +191,26 @@ def _metric(value, interval=None) -> dict:
     return {"value": value, "ci_low": low, "ci_high": high}
 
 
-def _parameters(model: ModelVersion) -> int | None:
-    key = f"dynabench:parameters:{model.sha256}"
-    count = cache.get(key)
-    if count is None:
-        from ml.submissions import parameter_count
+def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
+    """Parameter counts by model id, cached per artifact (one cache round trip)."""
+    keys = {m.pk: f"dynabench:parameters:{m.sha256}" for m in models}
+    found = cache.get_many(list(keys.values()))
+    counts = {}
+    for model in models:
+        count = found.get(keys[model.pk])
+        if count is None:
+            from ml.submissions import parameter_count
 
-        try:
-            count = parameter_count(model.artifact_dir)
-        except Exception:
-            count = -1
-        cache.set(key, count, None)
-    return count if count >= 0 else None
+            try:
+                count = parameter_count(model.artifact_dir)
+            except Exception:
+                count = -1
+            cache.set(keys[model.pk], count, None)
+        counts[model.pk] = count if count >= 0 else None
+    return counts
 
 
-def _baseline(task: Task, rounds: list[Round]) -> dict | None:
+def _baseline(task: Task, numbers: list[int]) -> dict | None:
     config = task.parsed_config
     if config.task_type == "extractive_qa":
         return None
@@ -186,154 +219,190 @@ def _baseline(task: Task, rounds: list[Round]) -> dict | None:
         return None
     label = max(config.label_names, key=lambda name: (train.get(name, 0), -config.label_names.index(name)))
     share = train[label] / sum(train.values())
-    datasets, replicates, digests = {}, {}, []
-    for rnd in rounds:
+    datasets, replicates = {}, {}
+    for number in numbers:
         # The evaluations' order (usable_examples'), so the resamples pair with the models'.
-        found = list(usable_examples(task, split="test", rounds=[rnd.number]).values_list("pk", "target"))
-        golds = [target.get("label") for _, target in found]
+        golds = [target.get("label") for target in
+                 usable_examples(task, split="test", rounds=[number]).values_list("target", flat=True)]
         if not golds:
             continue
         per_example = [float(g == label) for g in golds]
         values = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=SEED)
         ece = abs(share - float(np.mean(per_example)))
-        datasets[dataset_name(rnd)] = {"performance": float(np.mean(per_example)), "n": len(golds),
-                                       "interval": scoring.percentile_interval(values, CONFIDENCE), "ece": ece}
-        replicates[dataset_name(rnd)] = values
-        digests.append(_digest(pk for pk, _ in found))
-    return {"label": label, "datasets": datasets, "replicates": replicates, "digests": tuple(digests)}
+        datasets[dataset_name(number)] = {"performance": float(np.mean(per_example)), "n": len(golds),
+                                          "interval": scoring.percentile_interval(values, CONFIDENCE), "ece": ece}
+        replicates[dataset_name(number)] = values
+    return {"label": label, "datasets": datasets, "replicates": replicates}
 
 
-def board(task: Task, weights: dict | None = None, user=None) -> Board:
-    """The ranked rows of ``task``'s leaderboard as ``user`` may see it: public models,
-    their own private ones, all for the task's researchers (see the module docstring)."""
+def parse_dataset_weights(text: str | None) -> dict[int, float]:
+    """``"0:1,1:2.5"`` -> ``{0: 1.0, 1: 2.5}``: a weight from 0 to 5 per round number
+    (0 is the static test set); datasets not named weigh 1. Spaces around parts are
+    ignored, as in ``dynascore.parse_weights``. ValueError says what is wrong."""
+    if text is None or not text.strip():
+        return {}
+    found: dict[int, float] = {}
+    for position, part in enumerate(text.split(","), start=1):
+        key, sep, raw = (piece.strip() for piece in part.partition(":"))
+        if not sep or not re.fullmatch(r"[0-9]{1,6}", key):
+            raise ValueError(f"dataset_weights: part {position} ({part.strip()!r}) is not ROUND:WEIGHT, a round "
+                             "number (0 for the static test set) and a weight from 0 to 5.")
+        number = int(key)
+        if number in found:
+            raise ValueError(f"dataset_weights: round {number} is weighted twice.")
+        if not dynascore.NUMBER.fullmatch(raw) or not 0 <= float(raw) <= 5:
+            raise ValueError(f"dataset_weights: the weight of round {number} must be a number from 0 to 5, "
+                             f"got {raw!r}.")
+        found[number] = float(raw)
+    return found
+
+
+def _weight_vector(numbers: list[int], dataset_weights: dict[int, float] | None) -> np.ndarray:
+    chosen = dataset_weights or {}
+    unknown = sorted(set(chosen) - set(numbers))
+    if unknown:
+        have = ", ".join(str(n) for n in numbers) or "none"
+        raise InvalidInput.field("dataset_weights", f"The task has no test set for round {unknown[0]} "
+                                                    f"(rounds with one: {have}).")
+    vector = np.array([float(chosen.get(n, 1.0)) for n in numbers])
+    if numbers and vector.sum() <= 0:
+        raise InvalidInput.field("dataset_weights",
+                                 "The dataset weights add up to 0: give at least one dataset a weight above 0.")
+    return vector
+
+
+def _weighted(values, weights: np.ndarray) -> float:
+    return float(np.dot(weights, np.asarray(values, dtype=float)) / weights.sum())
+
+
+def _stored_rows(task: Task, user):
+    """The models ``user`` may see that finished an evaluation, and their test
+    evaluations as ``{model id: {round number: (metrics, intervals, digest, values, n)}}``."""
     from .submissions import visible_models
 
-    weights = dynascore.DEFAULT_WEIGHTS if weights is None else weights
-    metric = primary_metric(task)
     models = list(visible_models(task, user).filter(status=ModelVersion.Status.READY)
                   .select_related("created_by").order_by("created_at", "pk"))
     done = evaluated_model_ids([m.pk for m in models])
     models = [m for m in models if m.pk in done]
-    evaluations = (Evaluation.objects.filter(model_version__in=[m.pk for m in models], split="test")
-                   .select_related("round").only("model_version_id", "round__number", "round__task_id",
-                                                 "metrics", "intervals", "replicates", "num_examples"))
-    by_model: dict[int, dict[str, Evaluation]] = {}
-    rounds: dict[int, Round] = {}
-    for evaluation in evaluations:
-        by_model.setdefault(evaluation.model_version_id, {})[dataset_name(evaluation.round)] = evaluation
-        rounds[evaluation.round.number] = evaluation.round
-    ordered_rounds = [rounds[n] for n in sorted(rounds)]
-    names = [dataset_name(r) for r in ordered_rounds]
+    by_model: dict[int, dict[int, tuple]] = {}
+    found = (Evaluation.objects.filter(model_version__in=[m.pk for m in models], split="test")
+             .values_list("model_version_id", "round__number", "metrics", "intervals", "replicates",
+                          "replicate_values", "num_examples"))
+    for model_id, number, metrics, intervals, replicates, blob, n in found:
+        digest = replicates.get("examples") if isinstance(replicates, dict) else None
+        by_model.setdefault(model_id, {})[number] = (metrics, intervals, digest, unpack(blob), n)
+    return models, by_model
+
+
+def board(task: Task, weights: dict | None = None, user=None, dataset_weights: dict | None = None) -> Board:
+    """The ranked rows of ``task``'s leaderboard as ``user`` may see it: public models,
+    their own private ones, all for the task's researchers (see the module docstring).
+    ``dataset_weights``: ``{round number: weight}`` (``parse_dataset_weights``); a round
+    the task has no test set for, or all weights 0, is an InvalidInput (400)."""
+    weights = dynascore.DEFAULT_WEIGHTS if weights is None else weights
+    metric = primary_metric(task)
+    models, by_model = _stored_rows(task, user)
+    numbers = sorted({number for found in by_model.values() for number in found})
+    names = [dataset_name(n) for n in numbers]
+    dw = _weight_vector(numbers, dataset_weights)
+    shown_weights = dict(zip(names, (float(w) for w in dw), strict=True))
     if not names:  # no test set anywhere yet: nothing to rank (nor a baseline to score)
-        return Board(task, weights, [], [])
+        return Board(task, weights, [], [], {})
 
     rows, replicate_values, digests = [], {}, {}
     for model in models:
         found = by_model.get(model.pk, {})
-        if set(found) != set(names):
+        if set(found) != set(numbers):
             continue  # not scored on every dataset yet
-        datasets = {}
-        for name in names:
-            evaluation = found[name]
-            datasets[name] = {**_metric(evaluation.metrics.get(metric), evaluation.intervals.get(metric)),
-                              "num_examples": evaluation.num_examples}
-        key = model.pk
-        values = [found[name].replicates.get("values") for name in names]
-        if all(values):
-            replicate_values[key] = np.mean(np.array(values, dtype=float), axis=0)
-            digests[key] = tuple(found[name].replicates.get("examples") for name in names)
-        row_metrics = {"performance": {name: datasets[name]["value"] for name in names}}
-        intervals = {}
-        for metric_name, stored in STORED.items():
-            values = [found[name].metrics.get(stored) for name in names]
-            if all(v is not None for v in values):
-                row_metrics[metric_name] = dict(zip(names, values, strict=True))
-                intervals[metric_name] = [found[name].intervals.get(stored) for name in names]
-        rows.append({"model": key, "name": model.name, "created": model.created_at, "metrics": row_metrics,
-                     "datasets": datasets, "info": model, "intervals": intervals})
+        stored = [found[n] for n in numbers]
+        datasets = {name: {**_metric(metrics.get(metric), intervals.get(metric)), "num_examples": n}
+                    for name, (metrics, intervals, _, _, n) in zip(names, stored, strict=True)}
+        values = [entry[3] for entry in stored]
+        if all(v is not None for v in values) and len({len(v) for v in values}) == 1:
+            replicate_values[model.pk] = dw @ np.vstack(values) / dw.sum()
+            digests[model.pk] = tuple(entry[2] for entry in stored)
+        performance = [datasets[name]["value"] for name in names]
+        if any(v is None for v in performance):
+            continue  # an evaluation without the task's metric: nothing to rank it by
+        row_metrics = {"performance": _weighted(performance, dw)}
+        scores = {}
+        for metric_name, key in STORED.items():
+            per_dataset = [entry[0].get(key) for entry in stored]
+            if all(v is not None for v in per_dataset):
+                row_metrics[metric_name] = _weighted(per_dataset, dw)
+                scores[metric_name] = _metric(row_metrics[metric_name],
+                                              _combined(row_metrics[metric_name], dw,
+                                                        [entry[1].get(key) for entry in stored]))
+        rows.append({"model": model.pk, "name": model.name, "created": model.created_at, "metrics": row_metrics,
+                     "datasets": datasets, "info": model, "scores": scores})
 
     baseline_row = None
-    baseline = _baseline(task, ordered_rounds) if names else None
+    baseline = _baseline(task, numbers)
     if baseline and set(baseline["datasets"]) == set(names):
         datasets = {name: {**_metric(d["performance"], d["interval"]), "num_examples": d["n"]}
                     for name, d in baseline["datasets"].items()}
-        values = np.mean(np.array([baseline["replicates"][n] for n in names]), axis=0)
-        performance = float(np.mean([baseline["datasets"][n]["performance"] for n in names]))
+        values = dw @ np.vstack([baseline["replicates"][n] for n in names]) / dw.sum()
+        performance = _weighted([baseline["datasets"][n]["performance"] for n in names], dw)
         baseline_row = {
             "model": BASELINE, "name": BASELINE, "created": None, "info": None, "datasets": datasets,
             "label": baseline["label"], "rank": None, "dynascore": None, "tied_with_next": None,
             "scores": {"performance": _metric(performance, scoring.percentile_interval(values, CONFIDENCE)),
-                       "calibration": _metric(float(np.mean([baseline["datasets"][n]["ece"] for n in names])))}}
+                       "calibration": _metric(_weighted([baseline["datasets"][n]["ece"] for n in names], dw))}}
     if not rows:
-        return Board(task, weights, names, [baseline_row] if baseline_row else [])
+        return Board(task, weights, names, [baseline_row] if baseline_row else [], shown_weights)
     for metric_name in STORED:  # a metric joins the Dynascore when every model has it
         if any(metric_name not in row["metrics"] for row in rows):
             for row in rows:
                 row["metrics"].pop(metric_name, None)
+                row["scores"].pop(metric_name, None)
 
     def is_tie(a, b):
         if a not in replicate_values or b not in replicate_values:
             return None
         if digests[a] != digests[b]:
             return None  # scored on different examples (or in another order): not paired
-        difference = replicate_values[a] - replicate_values[b]
-        low, high = scoring.percentile_interval(difference, CONFIDENCE)
+        low, high = scoring.percentile_interval(replicate_values[a] - replicate_values[b], CONFIDENCE)
         return low <= 0 <= high
 
-    replicates = {key: {"performance": list(values)} for key, values in replicate_values.items()}
-    complete = len(replicates) == len(rows)
-    ranked = dynascore.rank(rows, weights, is_tie=is_tie,
-                            replicate_values=_with_fixed(rows, replicates) if complete else None,
-                            n_resamples=RESAMPLES, seed=SEED)
+    complete = len(replicate_values) == len(rows)
+    fixed = ({row["model"]: {**row["metrics"], "performance": replicate_values[row["model"]]} for row in rows}
+             if complete else None)
+    ranked = dynascore.rank(rows, weights, is_tie=is_tie, replicate_values=fixed, n_resamples=RESAMPLES, seed=SEED)
+    keys = [row["model"] for row in ranked if row["model"] in replicate_values]
+    intervals = dict(zip(keys, scoring.percentile_intervals(np.vstack([replicate_values[k] for k in keys]),
+                                                             CONFIDENCE), strict=True)) if keys else {}
     for row in ranked:
-        values = replicate_values.get(row["model"])
-        performance = float(np.mean(list(row["metrics"]["performance"].values())))
-        interval = scoring.percentile_interval(values, CONFIDENCE) if values is not None else None
-        row["scores"] = {"performance": _metric(performance, interval)}
-        for metric_name in STORED:
-            if metric_name in row["metrics"]:
-                per_dataset = list(row["metrics"][metric_name].values())
-                row["scores"][metric_name] = _metric(float(np.mean(per_dataset)),
-                                                     _combined(per_dataset, row["intervals"].get(metric_name)))
+        row["scores"] = {"performance": _metric(row["metrics"]["performance"], intervals.get(row["model"])),
+                         **row["scores"]}
     if baseline_row:
         ranked.append(baseline_row)
-    return Board(task, weights, names, ranked)
+    return Board(task, weights, names, ranked, shown_weights)
 
 
-def _combined(values: list[float], intervals: list | None):
-    """The interval of an equal-weight mean of independent datasets' estimates, from
-    theirs (normal approximation: half-widths add in quadrature); None for timings
-    and sizes, which have no bootstrap interval."""
-    if not intervals or any(i is None for i in intervals):
+def _combined(mean: float, weights: np.ndarray, intervals: list):
+    """The interval of a weighted mean of independent datasets' estimates, from
+    theirs (normal approximation: weighted half-widths add in quadrature); None for
+    timings and sizes, which have no bootstrap interval."""
+    if any(i is None for i in intervals):
         return None
-    if len(intervals) == 1:
-        return tuple(intervals[0])
-    half = float(np.sqrt(sum(((high - low) / 2) ** 2 for low, high in intervals))) / len(intervals)
-    mean = float(np.mean(values))
+    used = [(w, i) for w, i in zip(weights, intervals, strict=True) if w > 0]
+    if len(used) == 1:
+        return tuple(used[0][1])
+    half = float(np.sqrt(sum((w * (high - low) / 2) ** 2 for w, (low, high) in used))) / float(weights.sum())
     return (mean - half, mean + half)
-
-
-def _with_fixed(rows, replicates):
-    """Replicate values per model: performance resampled, the other metrics fixed."""
-    out = {}
-    for row in rows:
-        values = dict(replicates[row["model"]])
-        for name, value in row["metrics"].items():
-            if name != "performance":
-                values[name] = value
-        out[row["model"]] = values
-    return out
 
 
 # --- rendering: the JSON rows, CSV and the page's sorting ---------------------------------
 
 
-def row_json(row: dict, datasets: list[str]) -> dict:
+def row_json(row: dict, datasets: list[str], parameters: dict | None = None) -> dict:
     model = row["info"]
+    if model is not None and parameters is None:
+        parameters = _parameters_of([model])
     return {
         "model": {"id": model.pk if model else None, "name": row["name"],
                   "owner": (model.created_by.get_username() if model and model.created_by else None),
-                  "parameters": _parameters(model) if model else None,
+                  "parameters": parameters[model.pk] if model else None,
                   "training_data": (model.training_data if model else {"majority_label": row.get("label")}),
                   "created_at": model.created_at.isoformat() if model else None,
                   "baseline": model is None, "public": model.is_public if model else True},
@@ -348,31 +417,83 @@ def row_json(row: dict, datasets: list[str]) -> dict:
 
 
 def as_json(result: Board) -> dict:
+    parameters = _parameters_of([row["info"] for row in result.rows if row["info"] is not None])
     return {"task": result.task.slug, "weights": result.weights, "datasets": result.datasets,
-            "rows": [row_json(row, result.datasets) for row in result.rows]}
+            "dataset_weights": result.dataset_weights,
+            "rows": [row_json(row, result.datasets, parameters) for row in result.rows]}
 
 
-def csv_rows(result: Board) -> list[list]:
-    """A header and one line per row, in rank order (numbers as the JSON has them)."""
+def csv_rows(document: dict) -> list[list]:
+    """A header and one line per row of ``as_json``'s document, in rank order."""
     header = ["rank", "model", "owner", "parameters", "dynascore", "dynascore_ci_low", "dynascore_ci_high",
               "tied_with_next"]
-    metrics = [name for name in ("performance", *STORED) if any(name in row["scores"] for row in result.rows)]
+    metrics = [name for name in ("performance", *STORED) if any(name in row["metrics"] for row in document["rows"])]
     for name in metrics:
         header += [name, f"{name}_ci_low", f"{name}_ci_high"]
-    for name in result.datasets:
+    for name in document["datasets"]:
         header += [f"{name}", f"{name}_ci_low", f"{name}_ci_high", f"{name}_examples"]
     lines = [header]
-    for row in (row_json(r, result.datasets) for r in result.rows):
+    for row in document["rows"]:
         line = [row["rank"], row["model"]["name"], row["model"]["owner"] or "", row["model"]["parameters"] or "",
                 row["dynascore"], row["dynascore_ci_low"], row["dynascore_ci_high"], row["tied_with_next"]]
         for name in metrics:
             value = row["metrics"].get(name) or {}
             line += [value.get("value"), value.get("ci_low"), value.get("ci_high")]
-        for name in result.datasets:
+        for name in document["datasets"]:
             value = row["datasets"][name]
             line += [value["value"], value["ci_low"], value["ci_high"], value["num_examples"]]
         lines.append(["" if v is None else v for v in line])
     return lines
+
+
+# --- caching: the board is computed once per task state, weights and audience ------------
+
+
+def _version_key(task_id: int) -> str:
+    return f"dynabench:board-version:{task_id}"
+
+
+def forget(task_id: int) -> None:
+    """Drop every cached board of the task (its evaluations, models or jobs changed)."""
+    cache.delete(_version_key(task_id))
+
+
+def _audience(task: Task, user) -> str:
+    """Who the board is computed for: everyone sees the same public board, except the
+    task's researchers (every model) and users with private models of their own."""
+    from tasks.roles import is_researcher
+
+    if user is None or not user.is_authenticated:
+        return "public"
+    if is_researcher(user, task):
+        return "researchers"
+    if ModelVersion.objects.filter(task=task, created_by=user, is_public=False).exists():
+        return f"user-{user.pk}"
+    return "public"
+
+
+def board_json(task: Task, weights: dict | None = None, user=None, dataset_weights: dict | None = None) -> dict:
+    """``as_json(board(...))``, cached for ``LEADERBOARD_CACHE_SECONDS`` per task state,
+    weights and audience. A finished evaluation, a model's change and an evaluation's
+    change drop the task's entries at once (``forget``); the time limit bounds what
+    nothing signals (the baseline's training labels, an owner's new username)."""
+    seconds = settings.LEADERBOARD_CACHE_SECONDS
+    if not seconds:
+        return as_json(board(task, weights, user, dataset_weights))
+    version = cache.get(_version_key(task.pk))
+    if version is None:
+        version = uuid.uuid4().hex
+        cache.add(_version_key(task.pk), version, None)
+        version = cache.get(_version_key(task.pk), version)
+    chosen = weights if weights is not None else dynascore.DEFAULT_WEIGHTS
+    parts = [task.pk, task.created_at.timestamp(), version, _audience(task, user), dynascore.format_weights(chosen),
+             ",".join(f"{n}:{w:g}" for n, w in sorted((dataset_weights or {}).items()))]
+    key = "dynabench:board:" + hashlib.sha256(repr(parts).encode()).hexdigest()
+    document = cache.get(key)
+    if document is None:
+        document = as_json(board(task, weights, user, dataset_weights))
+        cache.set(key, document, seconds)
+    return document
 
 
 SORTABLE = ("rank", "name", "dynascore", "performance", *STORED, "parameters", "created")

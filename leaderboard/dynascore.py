@@ -98,7 +98,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ml.scoring import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, paired_bootstrap, percentile_interval
+from ml.scoring import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    paired_bootstrap,
+    percentile_intervals,
+)
 
 PERFORMANCE = "performance"
 METRICS = ("performance", "throughput", "memory", "robustness", "fairness", "calibration")
@@ -156,7 +161,7 @@ def _check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     return merged
 
 
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")  # a plain decimal: no nan, inf or exponent
 
 
 def parse_weights(text: str | None) -> dict[str, float]:
@@ -185,7 +190,7 @@ def parse_weights(text: str | None) -> dict[str, float]:
             )
         if name in seen:
             raise ValueError(f"weights: {name} is given more than once")
-        if not _NUMBER.fullmatch(raw):
+        if not NUMBER.fullmatch(raw):
             raise ValueError(f"weights: the weight of {name} must be a number, got {raw!r}")
         seen[name] = _check_weight(name, float(raw))
     return _check_weights(seen)
@@ -482,7 +487,11 @@ def dynascore_interval(
     per_model = dynascore_replicates(
         replicate_values, weights, dataset_weights=dataset_weights, offsets=offsets
     )
-    return {key: percentile_interval(values, confidence) for key, values in per_model.items()}
+    if not per_model:
+        return {}
+    keys = list(per_model)
+    found = percentile_intervals(np.vstack([per_model[key] for key in keys]), confidence)
+    return dict(zip(keys, found, strict=True))
 
 
 # -- ranking -----------------------------------------------------------------------------

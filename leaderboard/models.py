@@ -19,8 +19,12 @@ class Evaluation(models.Model):
     per_example = models.JSONField(
         default=list, blank=True, help_text="The task metric per example (1/0, or SQuAD F1), in example_ids order.")
     replicates = models.JSONField(
-        default=list, blank=True,
-        help_text="The task metric on each bootstrap resample (the same resamples for every model: paired).")
+        default=dict, blank=True,
+        help_text="The bootstrap's seed, its number of resamples (n) and a digest of the examples resampled.")
+    replicate_values = models.BinaryField(
+        default=bytes, blank=True,
+        help_text="The task metric on each bootstrap resample, as little-endian float32 (the same resamples "
+                  "for every model: paired). 4 KB for 1,000 resamples; read with leaderboard.board.unpack.")
     job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

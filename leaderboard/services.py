@@ -565,7 +565,13 @@ def run_evaluation_job(job_id: int) -> Job:
             rounds = rounds.filter(number__in=job.params["rounds"])
         evaluations = evaluate_model(model, rounds, split=job.params.get("split", "test"),
                                      reporter=reporter, job=job)
-        return {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
+        result = {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
+        from .board import forget
+
+        with transaction.atomic():
+            reporter.complete(result)  # an update(): no signal, so the board is dropped here
+            transaction.on_commit(lambda: forget(model.task_id))
+        return result
 
     return run_job(job_id, work)
 

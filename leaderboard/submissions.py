@@ -88,8 +88,8 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> tupl
     try:
         with transaction.atomic():
             model = register_model(task, info, name=name, user=user)
-            ModelVersion.objects.filter(pk=model.pk).update(is_public=bool(public), submitted=True)
             model.is_public, model.submitted = bool(public), True
+            model.save(update_fields=["is_public", "submitted"])
             job = start_evaluation(model, user=user)
     except IntegrityError:
         shutil.rmtree(dest, ignore_errors=True)

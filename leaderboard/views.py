@@ -7,6 +7,8 @@ fields and their problems (its ``message`` is only "Invalid input.")."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
@@ -129,11 +131,21 @@ METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory"
                  ("robustness", "Robustness"), ("fairness", "Fairness")]
 
 
+def _cell(metric: dict | None, digits: int) -> dict:
+    """A number and its interval, formatted once here (the template's floatformat
+    costs a Decimal per number: at 200 models x 10 datasets that was most of the page)."""
+    if not metric or metric.get("value") is None:
+        return {"value": "—", "interval": ""}
+    low, high = metric.get("ci_low"), metric.get("ci_high")
+    interval = f"[{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else ""
+    return {"value": f"{metric['value']:.{digits}f}", "interval": interval}
+
+
 def leaderboard_page(request, slug):
     """A task's public leaderboard: sortable columns, weight sliders (a GET form, so a
     reweighted board is a link), intervals, ties, and the CSV/JSON exports."""
-    from .api import parse_weights_param
-    from .board import SORTABLE, as_json, board, sort_rows
+    from .api import parse_dataset_weights_param, parse_weights_param
+    from .board import SORTABLE, board_json, dataset_number, sort_rows
     from .dynascore import METRICS, format_weights
 
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
@@ -143,30 +155,47 @@ def leaderboard_page(request, slug):
         text = ",".join(f"{name}:{request.GET[name]}" for name in METRICS if name in request.GET)
     else:
         text = request.GET.get("weights")
+    sliders = [key for key in request.GET if key.startswith("dataset-")]
+    if sliders:  # one slider per dataset, named by its round number
+        dataset_text = ",".join(f"{key.removeprefix('dataset-')}:{request.GET[key]}" for key in sliders)
+    else:
+        dataset_text = request.GET.get("dataset_weights")
     try:
         weights = parse_weights_param(text)
+        dataset_weights = parse_dataset_weights_param(dataset_text)
+        result = board_json(task, weights, request.user, dataset_weights)
     except DomainError as exc:
         return render(request, "leaderboard/leaderboard.html", {"task": task, "error": str(exc)}, status=400)
-    result = as_json(board(task, weights, request.user))
     column = request.GET.get("sort", "rank")
     if column not in SORTABLE and column not in result["datasets"]:
         column = "rank"
     descending = request.GET.get("dir", "asc" if column in ("rank", "name", "calibration") else "desc") == "desc"
     rows = sort_rows(result["rows"], column, descending, result["datasets"])
     weights_text = format_weights(weights)
+    numbers = {name: dataset_number(name) for name in result["datasets"]}
+    dataset_text = ",".join(f"{numbers[name]}:{weight:g}" for name, weight in result["dataset_weights"].items()
+                            if weight != 1)
+    query = urlencode({"weights": weights_text, **({"dataset_weights": dataset_text} if dataset_text else {})})
     shown = [name for name, _ in METRIC_LABELS if any(name in row["metrics"] for row in rows)]
     columns = [("rank", "Rank"), ("name", "Model"), ("dynascore", "Dynascore"), ("performance", "Performance"),
                *[(name, name.capitalize()) for name in result["datasets"]],
                *[(name, label) for name, label in METRIC_LABELS if name in shown],
                ("parameters", "Parameters"), ("created", "Date")]
     for row in rows:
-        row["metric_cells"] = [row["metrics"].get(name) for name in shown]
+        row["cells"] = [_cell(row["metrics"].get("performance"), 3),
+                        *[_cell(row["datasets"][name], 3) for name in result["datasets"]],
+                        *[_cell(row["metrics"].get(name), 3) for name in shown]]
+        row["dynascore_cell"] = _cell({"value": row["dynascore"], "ci_low": row.get("dynascore_ci_low"),
+                                       "ci_high": row.get("dynascore_ci_high")}, 4)
     headers = [{"key": key, "label": label, "active": key == column,
                 "arrow": ("▼" if descending else "▲") if key == column else "",
                 "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]
     return render(request, "leaderboard/leaderboard.html", {
         "task": task, "rows": rows, "datasets": result["datasets"], "headers": headers, "sort": column,
         "weights": [{"name": name, "value": weights[name]} for name in METRICS], "weights_text": weights_text,
+        "dataset_sliders": [{"field": f"dataset-{numbers[name]}", "name": name, "value": weight}
+                            for name, weight in result["dataset_weights"].items()],
+        "query": query,
     })
 
 

@@ -109,14 +109,32 @@ def percentile_interval(
     replicates: Sequence[float] | np.ndarray, confidence: float = DEFAULT_CONFIDENCE
 ) -> tuple[float, float]:
     """The central ``confidence`` share of the replicates: ``(low, high)``."""
+    values = np.asarray(replicates, dtype=float)
+    if values.ndim != 1:
+        raise ValueError("replicates must be a flat sequence of numbers")
+    [(low, high)] = percentile_intervals(values[None, :], confidence)
+    return low, high
+
+
+def percentile_intervals(
+    replicates: np.ndarray, confidence: float = DEFAULT_CONFIDENCE
+) -> list[tuple[float, float]]:
+    """:func:`percentile_interval` of each row of a ``(rows, R)`` array, at once."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
     values = np.asarray(replicates, dtype=float)
-    if values.size == 0:
+    if values.ndim != 2 or values.shape[1] == 0:
         raise ValueError("no replicates")
     alpha = 1.0 - confidence
-    low, high = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(low), float(high)
+    ordered = np.sort(values, axis=1)
+    # numpy's default ("linear") quantile: interpolate between the neighbouring order statistics.
+    bounds = []
+    for q in (alpha / 2.0, 1.0 - alpha / 2.0):
+        position = (ordered.shape[1] - 1) * q
+        below = int(np.floor(position))
+        above = min(below + 1, ordered.shape[1] - 1)
+        bounds.append(ordered[:, below] + (position - below) * (ordered[:, above] - ordered[:, below]))
+    return [(float(a), float(b)) for a, b in zip(*bounds, strict=True)]
 
 
 def _as_scores(per_example_scores: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ import io
 import pytest
 
 from leaderboard import services
+from leaderboard.board import unpack
 from leaderboard.models import Evaluation
 from tasks.models import Round
 from tasks.registry import register_model
@@ -40,7 +41,7 @@ def test_every_number_has_an_interval_and_the_baseline_is_there(boarded, client)
     evaluation = Evaluation.objects.filter(model_version=models[0]).first()
     low, high = evaluation.intervals["accuracy"]
     assert low <= evaluation.metrics["accuracy"] <= high
-    assert len(evaluation.replicates["values"]) == 1000 and "ece" in evaluation.intervals
+    assert len(unpack(evaluation.replicate_values)) == 1000 == evaluation.replicates["n"] and "ece" in evaluation.intervals
     body = client.get("/api/tasks/sentiment/leaderboard/").json()
     assert body["datasets"] == ["static", "round 1"]
     names = [row["model"]["name"] for row in body["rows"]]
@@ -140,3 +141,77 @@ def test_models_evaluated_on_no_test_set_make_an_empty_board(live_tasks, client,
     body = client.get("/api/tasks/sentiment/leaderboard/").json()
     assert body["rows"] == [] and body["datasets"] == []
     assert client.get("/tasks/sentiment/leaderboard/").status_code == 200
+
+
+def test_the_migration_packs_stored_replicate_lists_and_unpacks_them_back(live_tasks, tiny_artifact):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("leaderboard.migrations.0003_evaluation_replicate_values")
+    task = live_tasks["sentiment"]
+    rnd = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
+    model = register_model(task, tiny_artifact("sentiment"), name="old-format")
+    old = Evaluation.objects.create(model_version=model, round=rnd, num_examples=2,
+                                    replicates={"seed": 0, "examples": "abc", "values": [0.5, 0.25, 0.125]})
+    migration.move_values(apps, None)
+    old.refresh_from_db()
+    assert old.replicates == {"seed": 0, "examples": "abc", "n": 3}
+    assert unpack(old.replicate_values).tolist() == [0.5, 0.25, 0.125]
+    migration.restore_values(apps, None)
+    old.refresh_from_db()
+    assert old.replicates == {"seed": 0, "examples": "abc", "values": [0.5, 0.25, 0.125]}
+
+
+def test_dataset_weights_change_the_averages_and_bad_ones_are_400(boarded, client):
+    even = client.get("/api/tasks/sentiment/leaderboard/").json()
+    assert even["dataset_weights"] == {"static": 1.0, "round 1": 1.0}
+    only_round_1 = client.get("/api/tasks/sentiment/leaderboard/?dataset_weights=0:0,1:2").json()
+    assert only_round_1["dataset_weights"] == {"static": 0.0, "round 1": 2.0}
+    for row in only_round_1["rows"]:  # the static set weighs nothing: every average is round 1's
+        assert row["metrics"]["performance"]["value"] == pytest.approx(row["datasets"]["round 1"]["value"])
+    tiny = next(r for r in even["rows"] if r["model"]["name"] == "sentiment-tiny")
+    static, round_1 = (tiny["datasets"][n]["value"] for n in ("static", "round 1"))
+    weighted = client.get("/api/tasks/sentiment/leaderboard/?dataset_weights=0:3").json()
+    row = next(r for r in weighted["rows"] if r["model"]["name"] == "sentiment-tiny")
+    assert row["metrics"]["performance"]["value"] == pytest.approx((3 * static + round_1) / 4)
+    low, high = row["metrics"]["performance"]["ci_low"], row["metrics"]["performance"]["ci_high"]
+    assert low <= row["metrics"]["performance"]["value"] <= high
+    for bad, reason in (("7:1", "no test set for round 7"), ("0:0,1:0", "add up to 0"), ("0:6", "from 0 to 5"),
+                        ("static:1", "not ROUND:WEIGHT"), ("0:1,0:2", "weighted twice"), ("0:nan", "from 0 to 5")):
+        for fmt in ("json", "csv"):
+            response = client.get(f"/api/tasks/sentiment/leaderboard/?dataset_weights={bad}&format={fmt}")
+            assert response.status_code == 400, bad
+            assert reason in response.json()["errors"]["dataset_weights"][0], bad
+    page = client.get("/tasks/sentiment/leaderboard/?dataset-0=0&dataset-1=2").content.decode()
+    assert 'name="dataset-1" min="0" max="5" step="0.5" value="2.0"' in page
+    assert "dataset_weights=0%3A0%2C1%3A2" in page  # the exports and sort links keep the weighting
+    assert client.get("/tasks/sentiment/leaderboard/?dataset-9=1").status_code == 400
+
+
+def test_the_cached_board_follows_visibility_changes_and_never_leaks_private_models(
+        boarded, client, client_for, annotator, researcher, django_assert_max_num_queries):
+    task, models = boarded
+    url = "/api/tasks/sentiment/leaderboard/"
+
+    def names(api):
+        return {row["model"]["name"] for row in api.get(url).json()["rows"]}
+
+    assert "sentiment-other" in names(client)
+    with django_assert_max_num_queries(2):  # cached: the task, and nothing else for a visitor
+        client.get(url)
+    other = models[1]
+    other.is_public, other.created_by = False, annotator
+    other.save()  # the owner makes it private: every cached board of the task is dropped
+    assert "sentiment-other" not in names(client)
+    owner = client_for(annotator)
+    assert "sentiment-other" in names(owner)  # the owner's own board (cached for them alone)
+    assert "sentiment-other" not in names(client)  # ... and the public one still lacks it
+    from django.contrib.auth import get_user_model
+
+    stranger = get_user_model().objects.create_user("stranger", password="x" * 20)
+    assert "sentiment-other" not in names(client_for(stranger))
+    assert "sentiment-other" in names(client_for(researcher))
+    assert "sentiment-other" not in client.get(url + "?format=csv").content.decode()
+    Evaluation.objects.filter(model_version=models[0]).delete()  # an evaluation gone: the model leaves the board
+    assert "sentiment-tiny" not in names(client_for(researcher))

@@ -353,3 +353,13 @@ def test_fairness_leaves_neutral_text_alone():
 def test_rng_must_be_a_random_or_a_seed():
     with pytest.raises(TypeError):
         scoring.perturb_typos("something", "seed")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 40, 999, 1000])
+def test_percentile_intervals_match_numpy_quantiles_row_by_row(n):
+    rows = np.random.default_rng(n).normal(size=(4, n))
+    found = scoring.percentile_intervals(rows, 0.9)
+    assert np.allclose(found, [np.quantile(row, [0.05, 0.95]) for row in rows], rtol=0, atol=1e-12)
+    assert scoring.percentile_interval(rows[0], 0.9) == pytest.approx(found[0])
+    with pytest.raises(ValueError, match="no replicates"):
+        scoring.percentile_intervals(np.empty((2, 0)))

@@ -1,0 +1,48 @@
+"""A submitted model, evaluated by a real Celery worker on PostgreSQL: the submitter
+watches its job go from queued to done, then finds it ranked with intervals."""
+
+import time
+
+import pytest
+
+from tasks.models import Job, ModelVersion, Round
+from tests.leaderboard.test_board import LEANING  # a name and gender words: fairness is measured
+from tests.leaderboard.test_models_and_jobs import add_examples
+from tests.leaderboard.test_submissions_api import model_zip, upload
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submitted_model_is_evaluated_by_the_worker_and_ranked(celery_worker_process, live_tasks, tiny_artifact,
+                                                                  annotator, client_for, client):
+    task = live_tasks["sentiment"]
+    static = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
+    add_examples(task, static, LEANING, "test")
+    api = client_for(annotator)
+    response = upload(api, model_zip(tiny_artifact("sentiment").path), name="worker-evaluated")
+    assert response.status_code == 201, response.content
+    job_id = response.json()["job"]["id"]
+    seen = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        job = api.get(f"/api/jobs/{job_id}/").json()
+        seen.append(job["status"])
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.3)
+    assert job["status"] == "succeeded", job.get("error")
+    assert seen[0] in ("queued", "running")  # the submitter saw it waiting or running first
+    assert Job.objects.get(pk=job_id).celery_task_id
+
+    model = ModelVersion.objects.get(name="worker-evaluated")
+    board = client.get(f"/api/tasks/{task.slug}/leaderboard/").json()
+    row = next(r for r in board["rows"] if r["model"]["id"] == model.pk)
+    assert row["rank"] == 1 and row["model"]["owner"] == annotator.get_username()
+    performance = row["metrics"]["performance"]
+    assert performance["ci_low"] <= performance["value"] <= performance["ci_high"]
+    assert row["datasets"]["static"]["num_examples"] == len(LEANING)
+    for name in ("throughput", "memory", "robustness", "fairness", "calibration"):
+        assert row["metrics"][name]["value"] is not None, name
+    page = client.get(f"/models/{model.pk}/")
+    assert page.status_code == 200 and b"worker-evaluated" in page.content
