@@ -4,17 +4,19 @@ sits above it), so the actions call this app's services."""
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import OuterRef, Subquery
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from core.errors import DomainError
 from tasks.admin import ModelVersionAdmin as BaseModelVersionAdmin
 from tasks.admin import TaskAdmin as BaseTaskAdmin
 from tasks.admin import run_service_action
-from tasks.models import ModelVersion, Task
+from tasks.models import Job, ModelVersion, Task
 
 from . import cycle, services
-from .models import Evaluation
+from .models import Evaluation, Submission
 
 
 class TrainNextForm(forms.Form):
@@ -176,3 +178,54 @@ class EvaluationAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(model_version__task__in=Task.objects.researched_by(request.user))
+
+
+def _set_visibility(public: bool):
+    def action(modeladmin, request, queryset):
+        changed = 0
+        for model in queryset:
+            if model.is_public != public:
+                model.is_public = public
+                model.save(update_fields=["is_public"])  # a save: the cached boards are dropped
+                changed += 1
+        modeladmin.message_user(request, f"{changed} submission(s) made {'public' if public else 'private'}.",
+                                messages.SUCCESS)
+
+    action.__name__ = "make_public" if public else "make_private"
+    description = ("Make public (shown on the leaderboard)" if public else
+                   "Make private (shown to the submitter and the task's researchers only)")
+    return admin.action(description=description)(action)
+
+
+@admin.register(Submission)
+class SubmissionAdmin(BaseModelVersionAdmin):
+    """Uploaded models only: who sent them, whether they are public, and how their
+    evaluation stands (its latest job, linked)."""
+
+    list_display = ["name", "task", "created_by", "is_public", "status", "evaluation", "created_at"]
+    list_filter = [("task", admin.RelatedOnlyFieldListFilter), "is_public", "status"]
+    list_select_related = ["task", "created_by"]
+    search_fields = ["name", "created_by__username", "sha256"]
+    actions = [evaluate_models, _set_visibility(False), _set_visibility(True)]
+    readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "is_public", "evaluation"]
+
+    def get_queryset(self, request):
+        latest = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, params__model_version=OuterRef("pk"))
+                  .order_by("-created_at", "-pk"))
+        return (super().get_queryset(request).filter(submitted=True)
+                .annotate(evaluation_job=Subquery(latest.values("pk")[:1]),
+                          evaluation_status=Subquery(latest.values("status")[:1]),
+                          evaluation_progress=Subquery(latest.values("progress")[:1])))
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the actions change visibility; nothing else of a submission is edited
+
+    @admin.display(description="evaluation", ordering="evaluation_status")
+    def evaluation(self, obj):
+        if getattr(obj, "evaluation_job", None) is None:
+            return "none yet"
+        status = Job.Status(obj.evaluation_status)
+        detail = f" ({obj.evaluation_progress}%)" if status == Job.Status.RUNNING else ""
+        return format_html('<a href="{}">#{} {}{}</a>', reverse("admin:tasks_job_change", args=[obj.evaluation_job]),
+                           obj.evaluation_job,
+                           status.label, detail)

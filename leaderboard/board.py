@@ -2,26 +2,40 @@
 intervals, ranked by a Dynascore the visitor may re-weight.
 
 Datasets are the rounds' test splits (round 0: the static test set). Intervals
-are percentile bootstraps over examples, 1,000 resamples with seed 0
-(``ml.scoring``), computed when a model is evaluated and stored on its
-Evaluation with the resampled values of the task's metric. All models are
-scored on the same examples and resampled with the same draws, so the
-difference of two models' stored resamples is a *paired* bootstrap: the page
-marks neighbours whose performance difference is not significant as tied.
+are percentile bootstraps over examples, 1,000 resamples (``ml.scoring``),
+computed when a model is evaluated and stored on its Evaluation with the
+resampled values of the task's metric. Round ``r``'s dataset is resampled with
+seed ``r`` (``dataset_seed``): every model gets the same draws on a dataset, and
+each dataset its own.
+
+Averages over datasets use the dataset weights (1 each unless the visitor sets
+them, ``?dataset_weights=0:1,1:2``). The performance average's resamples are the
+same weighted average of each dataset's resamples: a bootstrap stratified by
+dataset, so the interval describes the number shown.
+
+Ties: all models are scored on the same examples and resampled with the same
+draws, so the difference of two models' averaged resamples is a *paired*
+bootstrap of the difference of their (weighted) performance averages, the very
+quantity the ranking compares; the page marks neighbours whose difference is not
+significant at 95% as tied. Two models pair only when every dataset's examples
+(a digest of their ids, in order) and seed match; otherwise the tie is unknown.
+This is a percentile interval of a difference, not a test corrected for the
+many neighbour pairs on a board: it says "these two are not told apart by this
+test set", not more.
 
 Metrics on the board:
-- performance: the task's metric (accuracy, or SQuAD F1 for QA), averaged over
-  the datasets with equal weights; its interval is that of the average;
+- performance: the task's metric (accuracy, or SQuAD F1 for QA);
 - calibration: the expected calibration error (classification only);
 - throughput: examples/s of the batched pass (batch 32; one at a time is kept
   too, as ``throughput_batch1``); memory: the model's float32 parameters, MB;
 - robustness and fairness: the share of answers unchanged under seeded typos,
   and under name and gender-word swaps (``ml.scoring``), on each dataset's first
   100 examples (fairness: those a swap changed).
-Each metric is averaged over the datasets; its interval is the bootstrap one
-for a single dataset, and for several the normal approximation of the mean's
-(half-widths added in quadrature). Timings and sizes have no interval. A metric
-joins the Dynascore only when every ranked model has it.
+Each metric is averaged over the datasets with the dataset weights; its interval
+is the bootstrap one for a single dataset, and for several the normal
+approximation of the weighted mean's (weighted half-widths added in quadrature).
+Timings and sizes have no interval. A metric joins the Dynascore only when every
+ranked model has it.
 
 A majority-class baseline row (classification) predicts the most common label
 of the task's training data for every example, with that label's share as its
@@ -55,6 +69,14 @@ from .models import Evaluation
 from .services import evaluated_model_ids, primary_metric, usable_examples
 
 SEED = 0
+
+
+def dataset_seed(number: int) -> int:
+    """The bootstrap seed of round ``number``'s dataset: the same for every model (so
+    their resamples pair), another for each dataset (so the datasets' resamples are
+    independent draws, as a bootstrap stratified by dataset needs)."""
+    return SEED + number
+
 RESAMPLES = 1000
 CONFIDENCE = 0.95
 BASELINE = "majority-class baseline"
@@ -82,32 +104,32 @@ def _digest(example_ids) -> str:
     return hashlib.sha256(json.dumps(list(example_ids)).encode()).hexdigest()[:16]
 
 
-def uncertainty(task: Task, scores: dict, details: dict, example_ids=None) -> dict:
+def uncertainty(task: Task, scores: dict, details: dict, example_ids=None, seed: int = SEED) -> dict:
     """Intervals and paired resamples of one evaluation (its ECE, robustness and
-    fairness go into ``scores`` too)."""
+    fairness go into ``scores`` too), drawn with ``seed`` (``dataset_seed``)."""
     per_example = details["per_example"]
     if not per_example:
         return {"intervals": {}, "replicates": {}, "replicate_values": b""}
     metric = primary_metric(task)
-    replicates = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=SEED)
+    replicates = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=seed)
     intervals = {metric: list(scoring.percentile_interval(replicates, CONFIDENCE))}
     if "gold" in details:
         macro = scoring.bootstrap_metric(details["gold"], details["pred"], ml_metrics.macro_f1,
-                                         n_resamples=RESAMPLES, seed=SEED)
+                                         n_resamples=RESAMPLES, seed=seed)
         intervals["macro_f1"] = [macro.low, macro.high]
         correct = [g == p for g, p in zip(details["gold"], details["pred"], strict=True)]
         ece = scoring.bootstrap_metric(details["confidence"], correct, scoring.expected_calibration_error,
-                                       n_resamples=RESAMPLES, seed=SEED)
+                                       n_resamples=RESAMPLES, seed=seed)
         scores["ece"] = ece.value
         intervals["ece"] = [ece.low, ece.high]
     for name in ("robustness", "fairness"):
         agreement = details.get(f"{name}_agreement")
         if agreement:
-            found = scoring.bootstrap_ci(agreement, n_resamples=RESAMPLES, seed=SEED)
+            found = scoring.bootstrap_ci(agreement, n_resamples=RESAMPLES, seed=seed)
             scores[name] = found.value
             intervals[name] = [found.low, found.high]
     return {"intervals": {k: [round(v, 6) for v in pair] for k, pair in intervals.items()},
-            "replicates": {"seed": SEED, "n": len(replicates),
+            "replicates": {"seed": seed, "n": len(replicates),
                            "examples": _digest(example_ids or range(len(per_example)))},
             "replicate_values": pack(replicates)}
 
@@ -227,7 +249,7 @@ def _baseline(task: Task, numbers: list[int]) -> dict | None:
         if not golds:
             continue
         per_example = [float(g == label) for g in golds]
-        values = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=SEED)
+        values = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=dataset_seed(number))
         ece = abs(share - float(np.mean(per_example)))
         datasets[dataset_name(number)] = {"performance": float(np.mean(per_example)), "n": len(golds),
                                           "interval": scoring.percentile_interval(values, CONFIDENCE), "ece": ece}
@@ -289,7 +311,8 @@ def _stored_rows(task: Task, user):
              .values_list("model_version_id", "round__number", "metrics", "intervals", "replicates",
                           "replicate_values", "num_examples"))
     for model_id, number, metrics, intervals, replicates, blob, n in found:
-        digest = replicates.get("examples") if isinstance(replicates, dict) else None
+        # What pairs two models' resamples: the same examples, in the same order, the same draws.
+        digest = (replicates.get("examples"), replicates.get("seed")) if isinstance(replicates, dict) else None
         by_model.setdefault(model_id, {})[number] = (metrics, intervals, digest, unpack(blob), n)
     return models, by_model
 

@@ -1,5 +1,7 @@
 from django.db import models
 
+from tasks.models import ModelVersion
+
 
 class Evaluation(models.Model):
     """A model's scores on one round's split (accuracy/F1, or EM/F1 for QA)."""
@@ -36,3 +38,11 @@ class Evaluation(models.Model):
 
     def __str__(self):
         return f"{self.model_version} on {self.round} {self.split}"
+
+
+class Submission(ModelVersion):
+    """A model a user uploaded (``ModelVersion.submitted``): the admin's list of them."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "model submission"

@@ -341,11 +341,11 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
         scores, details = score_rows_in_detail(model.task, model, rows,
                                                progress=_round_progress(reporter, i, len(rows), len(rounds),
                                                                         deadline))
-        from .board import measure, uncertainty
+        from .board import dataset_seed, measure, uncertainty
 
         ids = [e.pk for e in examples]
         scores.update(measure(model.task, ref_for(model), rows, details, ids))
-        extra = uncertainty(model.task, scores, details, ids)
+        extra = uncertainty(model.task, scores, details, ids, seed=dataset_seed(rnd.number))
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,
             defaults={"num_examples": len(rows), "metrics": scores,

@@ -140,12 +140,16 @@ def refine(schema: dict, world: dict) -> dict:
         components[name]["properties"]["target_models"]["items"] = model_id
     components["TrainNextRequest"]["properties"]["rounds"]["items"] = {"type": "integer", "enum": [1]}
     # Leaderboard weights: the pattern admits a metric twice or every weight 0, which the
-    # server refuses (400, as documented); valid ones are drawn from these.
+    # server refuses (400, as documented); valid ones are drawn from these. Dataset weights
+    # name rounds with a test set, and the fuzzed task has none: only the empty value is
+    # valid there (tests/leaderboard/test_board.py covers the others).
     for parameter in refined["paths"]["/api/tasks/{slug}/leaderboard/"]["get"]["parameters"]:
         if parameter["name"] == "weights":
             parameter["schema"] = {"type": "string", "enum": [
                 "", "performance:4", "performance:5,calibration:2", "robustness:0.5,fairness:1.25,memory:0",
                 "performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0"]}
+        if parameter["name"] == "dataset_weights":  # a round without a test set is a 400 too
+            parameter["schema"] = {"type": "string", "enum": [""]}
     for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
         properties = components[name]["properties"]
         properties["config"] = {"enum": VALID_CONFIGS}
