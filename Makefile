@@ -42,10 +42,12 @@ test: install
 
 # Workers: one for everything, or one per queue (scale each on its own machines).
 worker: install
-	$(VENV)/bin/celery -A dynabench worker -Q default,inference,training -l info
+	$(VENV)/bin/celery -A dynabench worker -Q default,inference,explain,training -P threads -c 8 -l info
 
+# Predictions are batched on the process's model thread: the pool threads only wait,
+# so many of them let many requests share a pass (annotation.batching).
 worker-inference: install
-	$(VENV)/bin/celery -A dynabench worker -Q inference -P solo -l info -n inference@%h
+	$(VENV)/bin/celery -A dynabench worker -Q inference,explain -P threads -c 32 -l info -n inference@%h
 
 worker-training: install
 	$(VENV)/bin/celery -A dynabench worker -Q training -c 1 -l info -n training@%h

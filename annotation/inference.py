@@ -2,17 +2,31 @@
 
 Two ways to run them, chosen by the deployment:
 
-* **Service mode** (a broker is configured): the ``annotation.predict`` /
-  ``annotation.explain`` Celery tasks on the ``inference`` queue. The worker
-  pushes its answer onto a Redis list the web request waits on
+* **Service mode** (a broker is configured): the ``annotation.predict`` task on
+  the ``inference`` queue and ``annotation.explain`` on the ``explain`` queue. The
+  worker pushes its answer onto a Redis list the web request waits on
   (``core.replies``), up to ``INFERENCE_TIMEOUT``.
-* **Embedded mode** (no broker): in this process, on one dedicated inference
-  thread. Every forward pass of the process runs on that thread, so torch keeps a
-  single OpenMP team: a gunicorn gthread worker calling torch from its 16 request
+* **Embedded mode** (no broker): in this process, on one model thread.
+  Every prediction of the process runs on that thread, so torch keeps a single
+  OpenMP team: a gunicorn gthread worker calling torch from its 16 request
   threads builds a team per thread, and on 2 cores they slow each other down
   (measured: model call p50 20.7 ms from 16 request threads against 14.4 ms from
-  one thread). The queue in front of the thread also serialises passes that
-  could not run in parallel on the machine's cores anyway.
+  one thread).
+
+Predictions are batched dynamically on that thread (``annotation.batching``):
+requests arriving within ``INFERENCE_BATCH_WINDOW_MS``, or waiting while a pass
+runs, share one forward pass of up to ``INFERENCE_MAX_BATCH`` examples. The
+inference worker does the same: run it with the ``threads`` pool (``make
+worker-inference``), each task thread submits to the process's model thread.
+Explanations (100-300 ms each) run in their own lane, a second thread here and
+the ``explain`` queue in service mode, so they never hold up the predictions
+queued behind them.
+
+Models warm up when the process starts (``warm_up_in_background``: the open
+rounds' targets, loaded on the model thread without blocking start-up). A
+prediction for a model that is not loaded yet waits up to
+``INFERENCE_WARMUP_WAIT`` for it, then gets a 503 "warming up" (code
+``warming_up``, with Retry-After) that the pages show as such, never a timeout.
 
 Either way the web process sends model references (``tasks.registry.TargetModel``),
 so nobody queries the database to answer. Whatever goes wrong becomes a domain
@@ -61,28 +75,160 @@ def _timeout_message(what: str) -> str:
 
 def failure(error_type: str, message: str) -> Exception:
     """The domain error for a failed model call: the model's own input check is bad
-    input (400); anything else is the model failing (503 with the reason)."""
+    input (400), a model still loading is "warming up" (503); anything else is the
+    model failing (503 with the reason)."""
     if error_type == "InputError":
         return InvalidInput.field("inputs", message)
+    if error_type == "ModelWarmingUp":
+        return WarmingUp()
     return InferenceFailed(f"The model could not answer ({error_type}: {message}); nothing was stored.",
                            retry_after=30)
 
 
-# --- embedded mode: one inference thread per process ------------------------------------
-
-_executor: ThreadPoolExecutor | None = None
-_executor_pid: int | None = None
-_executor_lock = threading.Lock()
+# --- the process's model thread: batched predictions, loads; and the explain lane ---------
 
 
-def inference_executor() -> ThreadPoolExecutor:
-    """The process's inference thread (created on first use; a forked child makes its own)."""
-    global _executor, _executor_pid
-    with _executor_lock:
-        if _executor is None or _executor_pid != os.getpid():
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-inference")
-            _executor_pid = os.getpid()
-        return _executor
+class WarmingUp(Unavailable):
+    """The model is still loading into memory; retry in a moment (nothing was stored)."""
+
+    code = "warming_up"
+
+    def __init__(self, message: str = "The model is warming up (loading into memory); nothing was stored. "
+                                      "Try again in a few seconds.", retry_after: int = 2):
+        super().__init__(message, retry_after)
+
+
+class ModelWarmingUp(Exception):
+    """Raised where the model runs (the worker) when it is still loading: the web
+    process turns it into ``WarmingUp``."""
+
+
+_lock = threading.Lock()
+_batcher = None
+_explain_executor: ThreadPoolExecutor | None = None
+_explain_pid: int | None = None
+_loading: dict = {}  # ModelRef -> Future of its load, while it loads
+
+
+def _model_key(models: list[dict]) -> tuple:
+    return tuple(tuple(sorted(m.items())) for m in models)
+
+
+def _run_batch(key: tuple, rows: list[dict]) -> list[dict]:
+    from .tasks import predict_refs
+
+    return predict_refs([dict(items) for items in key], rows)
+
+
+def model_thread():
+    """The process's batcher (``annotation.batching.Batcher``): its thread runs every
+    prediction and model load of the process."""
+    global _batcher
+    from .batching import Batcher
+
+    with _lock:
+        if _batcher is None:
+            _batcher = Batcher(_run_batch, window=settings.INFERENCE_BATCH_WINDOW_MS / 1000,
+                               max_rows=settings.INFERENCE_MAX_BATCH, name="dynabench-inference")
+        return _batcher
+
+
+def explain_executor() -> ThreadPoolExecutor:
+    """The explanation lane of this process (created on first use; a forked child makes its own)."""
+    global _explain_executor, _explain_pid
+    with _lock:
+        if _explain_executor is None or _explain_pid != os.getpid():
+            _explain_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-explain")
+            _explain_pid = os.getpid()
+        return _explain_executor
+
+
+def load_in_background(refs) -> list[Future]:
+    """Queue the loading of each of ``refs`` (``ml.ModelRef``) not yet in this process's
+    cache on the model thread, one job per model (a broken artifact delays no other);
+    the Futures of the loads. A model that is already loading is not queued twice."""
+    import ml
+
+    cache = ml.default_cache()
+    thread = model_thread()
+    futures = []
+    for ref in refs:
+        if ref in cache:
+            continue
+        with _lock:
+            future = _loading.get(ref)
+            if future is None:
+                def load(ref=ref):
+                    try:
+                        ml.warm_up([ref])
+                    finally:
+                        with _lock:
+                            _loading.pop(ref, None)
+                future = thread.call(load)
+                _loading[ref] = future
+        futures.append(future)
+    return futures
+
+
+def ensure_loaded(models: list[dict]) -> None:
+    """Wait up to INFERENCE_WARMUP_WAIT for the models to be loaded (queued for loading
+    if they are not); ``ModelWarmingUp`` if they are still loading then. A load that
+    failed raises its error (a broken artifact is the model failing, not warming up)."""
+    from .tasks import _ref
+
+    deadline = time.monotonic() + settings.INFERENCE_WARMUP_WAIT
+    for future in load_in_background([_ref(m) for m in models]):
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            raise ModelWarmingUp("the model is still loading") from None
+
+
+def predict_batched(models: list[dict], rows_inputs: list[dict]) -> list[dict]:
+    """``predict_refs`` through the model thread, batched with concurrent requests
+    (where the model runs: the embedded web process, or the inference worker)."""
+    ensure_loaded(models)
+    future = model_thread().submit(_model_key(models), rows_inputs)
+    try:
+        return future.result(timeout=settings.INFERENCE_TIMEOUT)
+    except FutureTimeout:
+        future.cancel()
+        raise
+
+
+def preload(models: list[TargetModel], timeout: float = 300.0) -> None:
+    """Load models about to become targets, before they are (a promotion): here, on the
+    model thread, waiting for it (embedded); in service mode a worker is asked to load
+    them on its model thread, ahead of the predictions that will follow."""
+    from .tasks import _ref, load_models
+
+    messages = [m.message() for m in models]
+    if not embedded():
+        try:
+            load_models.apply_async(args=(messages,), queue="inference", ignore_result=True)
+        except queue_errors() as exc:  # the promotion goes on; the first request loads it
+            log.warning("could not ask a worker to preload %s: %s", [m.name for m in models], exc)
+        return
+    try:
+        for future in load_in_background([_ref(m) for m in messages]):
+            future.result(timeout=timeout)
+    except FutureTimeout:
+        raise InferenceUnavailable(f"The model did not load within {timeout:.0f} s; try again.") from None
+    except Exception as exc:
+        raise failure(type(exc).__name__, str(exc)) from exc
+
+
+def warm_up_in_background() -> list[Future]:
+    """Load the open rounds' target models on the model thread, without waiting (at
+    the start of a web process in embedded mode, and of an inference worker)."""
+    from tasks.registry import open_rounds_target_models
+
+    try:
+        refs = [m.ref() for m in open_rounds_target_models()]
+    except Exception:  # no database yet (before migrate): the first request loads them
+        log.warning("no target models to warm up: the database is not ready")
+        return []
+    return load_in_background(refs)
 
 
 def _wait(future: Future, what: str):
@@ -99,9 +245,11 @@ def _wait(future: Future, what: str):
 # --- service mode: through the queue, the answer on a reply list ---------------------------
 
 
-def _call(task, runner, *args, what: str = "model answer"):
+def _call(task, runner, *args, what: str = "model answer", executor=None):
     if embedded():
-        return _wait(inference_executor().submit(runner, *args), what)
+        if executor is None:
+            return _embedded(runner, *args)
+        return _wait(executor.submit(runner, *args), what)
     if not settings.INFERENCE_REPLY_URL:
         return _call_through_result_backend(task, *args, what=what)
     from core import replies
@@ -130,10 +278,24 @@ def _call_through_result_backend(task, *args, what: str):
         raise failure(type(exc).__name__, str(exc)) from exc
 
 
-def call(task, runner, *args, what: str = "model answer"):
-    """Run ``runner(*args)`` on the inference thread, or ``task`` on the inference queue."""
+def _embedded(runner, *args):
+    """``runner(*args)`` in this request's thread: it waits on the model thread itself."""
     try:
-        return _call(task, runner, *args, what=what)
+        return runner(*args)
+    except ModelWarmingUp:
+        raise WarmingUp() from None
+    except FutureTimeout as exc:
+        raise InferenceUnavailable(_timeout_message("model answer")) from exc
+    except Exception as exc:  # the model's own error, raised on the model thread
+        log.exception("inference failed")
+        raise failure(type(exc).__name__, str(exc)) from exc
+
+
+def call(task, runner, *args, what: str = "model answer", executor=None):
+    """Run ``runner(*args)`` here (embedded: on ``executor``, or in this thread for a
+    runner that goes through the model thread itself), or ``task`` on its queue."""
+    try:
+        return _call(task, runner, *args, what=what, executor=executor)
     except queue_errors() as exc:
         log.warning("inference queue unavailable: %s: %s", type(exc).__name__, exc)
         raise InferenceUnavailable("The model queue is unreachable right now; nothing was stored. "
@@ -143,15 +305,17 @@ def call(task, runner, *args, what: str = "model answer"):
 def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:
     """One model or an ensemble on ``rows_inputs`` (``ml`` field names). Each result
     carries ``members``: every model's own prediction, by version id."""
-    from .tasks import predict, predict_refs
+    from .tasks import predict
 
-    return call(predict, predict_refs, [m.message() for m in models], rows_inputs)
+    return call(predict, predict_batched, [m.message() for m in models], rows_inputs)
 
 
 def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10) -> dict:
+    """An explanation, in its own lane: the explain thread, or the ``explain`` queue."""
     from .tasks import explain, explain_ref
 
-    return call(explain, explain_ref, model.message(), inputs, target, n_steps, what="explanation")
+    return call(explain, explain_ref, model.message(), inputs, target, n_steps, what="explanation",
+                executor=explain_executor())
 
 
 # --- model prefetch in embedded mode ----------------------------------------------------------
@@ -161,8 +325,8 @@ _prefetched: dict[int, float] = {}
 
 
 def prefetch_models(task) -> bool:
-    """Embedded mode: start loading the open round's target models on the inference
-    thread, without waiting for it. Called when a context is served: the annotator
+    """Embedded mode: start loading the open round's target models on the model
+    thread, without waiting for it (a promoted model, or one the start missed). Called when a context is served: the annotator
     spends seconds writing, so the first example of a fresh process does not wait
     for the model to load (5-6 s on 2 cores). Checked at most once a minute per task
     and process; in service mode the workers load their models when they start.
@@ -173,18 +337,4 @@ def prefetch_models(task) -> bool:
     if now - _prefetched.get(task.pk, -PREFETCH_EVERY) < PREFETCH_EVERY:
         return False
     _prefetched[task.pk] = now
-    import ml
-
-    cache = ml.default_cache()
-    missing = [ref for ref in (m.ref() for m in open_round_with_models(task)[1]) if ref not in cache]
-    if not missing:
-        return False
-
-    def load():
-        try:
-            ml.warm_up(missing)
-        except Exception:  # the request that needs the model reports the problem
-            log.exception("prefetching target models failed")
-
-    inference_executor().submit(load)
-    return True
+    return bool(load_in_background([m.ref() for m in open_round_with_models(task)[1]]))

@@ -5,9 +5,15 @@ fields, labels, passage spans) is checked by the task config in the services, an
 reported with the same field names.
 """
 
+from django.conf import settings
 from rest_framework import serializers
 
-from core.fields import StrictCharField, StrictChoiceField, StrictIntegerField
+from core.fields import (
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerChoiceField,
+    StrictIntegerField,
+)
 from tasks.models import Round
 
 from .models import Example
@@ -94,8 +100,10 @@ class ExampleCreatedSerializer(serializers.Serializer):
 
 
 class ExplainSerializer(serializers.Serializer):
-    n_steps = StrictIntegerField(required=False, default=10, min_value=1, max_value=200,
-                                 help_text="Integrated-gradients steps: more is slower and closer.")
+    n_steps = StrictIntegerChoiceField(
+        choices=list(settings.EXPLANATION_STEPS), required=False, default=10,
+        help_text="Integrated-gradients steps: more is slower and closer. One of a few values, so that "
+                  "explanations are computed once and cached.")
 
 
 class WordHeatSerializer(serializers.Serializer):

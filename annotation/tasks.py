@@ -91,8 +91,12 @@ def _answer(reply_to: str | None, compute):
 
 @shared_task(name="annotation.predict", track_started=False)
 def predict(models: list, rows_inputs: list[dict], reply_to: str | None = None) -> list[dict]:
-    """Predict with one model or an ensemble: ``models`` are references or version ids."""
-    return _answer(reply_to, lambda: predict_refs(_resolve(models), rows_inputs))
+    """Predict with one model or an ensemble: ``models`` are references or version ids.
+    Through the process's model thread, batched with the predictions other pool
+    threads are waiting on (``annotation.inference.predict_batched``)."""
+    from .inference import predict_batched
+
+    return _answer(reply_to, lambda: predict_batched(_resolve(models), rows_inputs))
 
 
 @shared_task(name="annotation.explain", track_started=False)
@@ -102,6 +106,20 @@ def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str |
         return explain_ref(message, inputs, target, n_steps)
 
     return _answer(reply_to, compute)
+
+
+@shared_task(name="annotation.load_models", track_started=False)
+def load_models(models: list) -> int:
+    """Load models into this worker's cache on its model thread (a promotion asks for
+    it before the model becomes a target); how many were loaded now."""
+    from django.conf import settings
+
+    from .inference import load_in_background
+
+    futures = load_in_background([_ref(m) for m in _resolve(models)])
+    for future in futures:
+        future.result(timeout=settings.INFERENCE_TIMEOUT * 10)
+    return len(futures)
 
 
 @shared_task(name="annotation.prune_idempotency_keys")

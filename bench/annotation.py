@@ -12,8 +12,8 @@ and stops everything it started (also on Ctrl-C or an error):
   broker: predictions run inside the web process, on its inference thread.
 * service:  the same server on PostgreSQL (database ``dynabench_bench``, dropped and
   created here) with the Celery broker and result backend on Redis (db 10 and 11,
-  flushed here), plus a real ``celery -A dynabench worker -Q inference,default``
-  (``-P solo`` as ``make worker-inference``; ``--celery-pool``/``--celery-concurrency``
+  flushed here), plus a real ``celery -A dynabench worker -Q inference,explain,default``
+  (``-P threads -c 32`` as ``make worker-inference``; ``--celery-pool``/``--celery-concurrency``
   to compare). Answers come back on a Redis list (INFERENCE_REPLY_URL, here the
   result backend's URL).
 
@@ -420,7 +420,7 @@ def wait_worker(
             )
         text = log_path.read_text(errors="replace")
         if " ready." in text and (
-            text.count("loaded 1 target model") >= children
+            text.count("a target model loaded") >= children
             or "warming up target models failed" in text
         ):
             return time.monotonic() - started
@@ -860,7 +860,7 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
             "dynabench",
             "worker",
             "-Q",
-            "inference,default",
+            "inference,explain,default",
             "-P",
             args.celery_pool,
             "-c",
@@ -1053,6 +1053,36 @@ def print_table(result: dict) -> None:
         print()
 
 
+def bench_env() -> dict:
+    """The environment of the servers a bench starts: this one without its database,
+    broker or cache, DEBUG off, throttles out of the way, models under var/bench."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE_URL", "CELERY_", "CACHE_URL"))
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="dynabench.settings",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        SECURE_SSL_REDIRECT="false",
+        SECURE_HSTS_SECONDS="0",
+        LOG_LEVEL="WARNING",
+        DYNABENCH_MODELS_DIR=str(BENCH_DIR / "models"),
+        DJANGO_SUPERUSER_PASSWORD=secrets.token_urlsafe(16),
+        THROTTLE_EXAMPLES=THROTTLE,
+        THROTTLE_EXPLANATIONS=THROTTLE,
+        THROTTLE_USER=THROTTLE,
+        THROTTLE_ANON=THROTTLE,
+        THROTTLE_VALIDATIONS=THROTTLE,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -1084,9 +1114,9 @@ def main() -> int:
     parser.add_argument("--embedded-threads", type=int, default=16)
     parser.add_argument("--service-workers", type=int, default=2)
     parser.add_argument("--service-threads", type=int, default=8)
-    parser.add_argument("--celery-pool", default="solo", choices=["prefork", "threads", "solo"],
+    parser.add_argument("--celery-pool", default="threads", choices=["prefork", "threads", "solo"],
                         help="the inference worker's pool (solo, as `make worker-inference`)")
-    parser.add_argument("--celery-concurrency", type=int, default=1)
+    parser.add_argument("--celery-concurrency", type=int, default=32)
     parser.add_argument(
         "--bare-variants",
         default="default,1thread,passive",
@@ -1131,30 +1161,7 @@ def main() -> int:
 
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "models").mkdir(exist_ok=True)
-    base_env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DATABASE_URL", "CELERY_", "CACHE_URL"))
-    }
-    base_env.update(
-        DJANGO_SETTINGS_MODULE="dynabench.settings",
-        DEBUG="false",
-        SECRET_KEY=secrets.token_urlsafe(50),
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        SECURE_SSL_REDIRECT="false",
-        SECURE_HSTS_SECONDS="0",
-        LOG_LEVEL="WARNING",
-        DYNABENCH_MODELS_DIR=str(BENCH_DIR / "models"),
-        DJANGO_SUPERUSER_PASSWORD=secrets.token_urlsafe(16),
-        THROTTLE_EXAMPLES=THROTTLE,
-        THROTTLE_EXPLANATIONS=THROTTLE,
-        THROTTLE_USER=THROTTLE,
-        THROTTLE_ANON=THROTTLE,
-        THROTTLE_VALIDATIONS=THROTTLE,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-    )
+    base_env = bench_env()
     hyps = hypotheses()
     start_load = machine_load()
     log(f"machine load at start {start_load['loadavg']}; busy: {start_load['busy_processes']}")

@@ -66,7 +66,7 @@ def as_api_exception(exc: BaseException) -> BaseException:
     if isinstance(exc, errors.Conflict):
         return ConflictError(exc.message)
     if isinstance(exc, errors.Unavailable):
-        return ServiceUnavailable(exc.message, retry_after=exc.retry_after)
+        return ServiceUnavailable(exc.message, retry_after=exc.retry_after, code=exc.code)
     if isinstance(exc, errors.TooMany):
         return exceptions.Throttled(exc.retry_after, detail=exc.message)
     if isinstance(exc, Http404):

@@ -26,8 +26,8 @@ class ServiceUnavailable(exceptions.APIException):
     default_detail = "A service the platform needs is unavailable; try again shortly."
     default_code = "unavailable"
 
-    def __init__(self, detail=None, retry_after: int = RETRY_AFTER_SECONDS):
-        super().__init__(detail)
+    def __init__(self, detail=None, retry_after: int = RETRY_AFTER_SECONDS, code: str | None = None):
+        super().__init__(detail, code)
         self.retry_after = retry_after
 
 

@@ -39,6 +39,15 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictIntegerChoiceField(serializers.ChoiceField):
+    """One of a few whole numbers, given as a JSON integer (not "10", not true)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, int) or isinstance(data, bool):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)
+
+
 class StrictBooleanField(serializers.BooleanField):
     default_error_messages = {"invalid": "Must be true or false (a JSON boolean)."}
 

@@ -1,7 +1,8 @@
 """The Celery app.
 
-Queues: ``inference`` (predictions and explanations, latency-bound) and
-``training`` (training and evaluation jobs, long). ``default`` carries small
+Queues: ``inference`` (predictions, latency-bound, batched in the worker),
+``explain`` (explanations: their own lane, so a slow one never delays a
+prediction) and ``training`` (training and evaluation jobs, long). ``default`` carries small
 housekeeping tasks such as the health check. With no broker configured
 (embedded mode) tasks run in-process.
 
@@ -45,8 +46,9 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
     pass under load slows several-fold (measured 8.3 against 31.7 examples/s)."""
     if os.environ.get("DYNABENCH_TORCH_THREADS", "").strip():
         return
-    # prefork children and pool threads each run passes at once; solo runs one
-    parallel = any(name in _pool_name(sender) for name in ("prefork", "thread"))
+    # prefork children each run passes at once; solo runs one, and the threads pool
+    # runs its predictions on the process's one model thread (annotation.batching)
+    parallel = "prefork" in _pool_name(sender)
     processes = getattr(sender, "concurrency", 1) if parallel else 1
     threads = torch_threads_per_process(os.cpu_count() or 1, processes)
     os.environ["DYNABENCH_TORCH_THREADS"] = str(threads)
@@ -55,20 +57,20 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
 
 @worker_ready.connect
 def load_models_in_solo_worker(sender=None, **_kwargs):
-    """The solo pool (``-P solo``, one process that never forks) sends no
-    ``worker_process_init``: warm its cache once the worker is ready."""
-    if "solo" in _pool_name(sender):
+    """The solo and threads pools (one process that never forks) send no
+    ``worker_process_init``: warm the cache once the worker is ready."""
+    name = _pool_name(getattr(sender, "controller", None) or sender)
+    if "solo" in name or "thread" in name:
         load_models_in_child()
 
 
 @worker_process_init.connect
 def load_models_in_child(**_kwargs):
-    """Warm the model cache with the open rounds' target models."""
-    from tasks.registry import warm_up_target_models
+    """Load the open rounds' target models on the model thread, without blocking the
+    worker: a prediction that comes first waits for the load (or gets "warming up")."""
+    from annotation.inference import warm_up_in_background
 
-    try:
-        loaded = warm_up_target_models()
-    except Exception:  # a broken artifact must not stop the worker from serving others
-        log.exception("warming up target models failed")
-    else:
-        log.info("worker process %s loaded %d target model(s)", os.getpid(), loaded)
+    for future in warm_up_in_background():
+        future.add_done_callback(lambda done: log.info(
+            "worker process %s: a target model %s", os.getpid(),
+            "loaded" if done.exception() is None else f"failed to load: {done.exception()}"))

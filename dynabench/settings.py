@@ -162,7 +162,8 @@ CELERY_TASK_ROUTES = {
     "dynabench.health_check": {"queue": "default"},
     "annotation.prune_idempotency_keys": {"queue": "default"},
     "annotation.predict": {"queue": "inference"},
-    "annotation.explain": {"queue": "inference"},
+    "annotation.explain": {"queue": "explain"},
+    "annotation.load_models": {"queue": "inference"},
     "leaderboard.train_model": {"queue": "training"},
     "leaderboard.evaluate_model": {"queue": "training"},
     "tasks.sweep_stale_jobs": {"queue": "default"},
@@ -210,6 +211,18 @@ TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
 EVALUATION_TIME_LIMIT = env.int("EVALUATION_TIME_LIMIT", default=3 * 3600)
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
+# Dynamic batching (annotation.batching), in the embedded model thread and in the
+# inference worker: predictions arriving within this window share one forward pass,
+# up to this many examples (bench/load.py measured these defaults).
+INFERENCE_BATCH_WINDOW_MS = env.float("INFERENCE_BATCH_WINDOW_MS", default=2.0)
+INFERENCE_MAX_BATCH = env.int("INFERENCE_MAX_BATCH", default=32)
+# A prediction for a model that is still loading waits this long for it, then gets a
+# 503 "warming up" (code warming_up, Retry-After) instead of a long wait. The open
+# rounds' target models load when the web process or the worker starts.
+INFERENCE_WARMUP_WAIT = env.float("INFERENCE_WARMUP_WAIT", default=3.0)
+# Explanations: the integration-gradient step counts a request may ask for (a small
+# set, so the cache of explanations is not defeated by alternating values).
+EXPLANATION_STEPS = (5, 10, 20, 50)
 
 # --- Cache ------------------------------------------------------------------
 # Throttles and sign-in lockouts count on the default cache, so every web process

@@ -18,9 +18,11 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from annotation.inference import preload
 from core.errors import Conflict, InvalidInput
 from tasks import services as task_services
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
+from tasks.registry import target_model
 
 from . import services
 from .models import Evaluation
@@ -147,6 +149,7 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, user=Non
         raise InvalidInput.field("ensemble_size", f"Must be a whole number from 1 to {MAX_ENSEMBLE}.")
     members = ensemble_members(task, model, ensemble_size)
     check_promotable(task, members)
+    preload([target_model(m) for m in members])  # loaded before it becomes the target: no cold start
     mode = Round.EnsembleMode.SINGLE if len(members) == 1 else Round.EnsembleMode.MEAN
     with transaction.atomic():
         Task.objects.select_for_update().filter(pk=task.pk).exists()
@@ -175,6 +178,7 @@ def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, b
     promotable (ready, its evaluation finished, its artifact intact).
     """
     check_promotable(task, [model])
+    preload([target_model(model)])
     with transaction.atomic():
         Task.objects.select_for_update().filter(pk=task.pk).exists()
         rnd = task.open_round()

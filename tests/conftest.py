@@ -52,6 +52,19 @@ def _fast_password_hashing():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _models_load_before_a_warming_up_answer():
+    """A test's first prediction waits for its model to load (seconds on a busy CI
+    machine) instead of a 503 "warming up"; tests/annotation/test_batching.py sets a
+    short wait to see that answer."""
+    from django.conf import settings
+
+    before = settings.INFERENCE_WARMUP_WAIT
+    settings.INFERENCE_WARMUP_WAIT = 300
+    yield
+    settings.INFERENCE_WARMUP_WAIT = before
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _models_dir(tmp_path_factory):
     """Model artifacts written by tests go to a temporary folder."""
     from django.conf import settings

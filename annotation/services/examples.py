@@ -152,8 +152,9 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     """Word-level heat for the example's text and context, from the first model that
     answered. Cached on the example: asking twice costs one explanation."""
     _author_or_researcher(example, user, "explain")
-    if not isinstance(n_steps, int) or isinstance(n_steps, bool) or not 1 <= n_steps <= 200:
-        raise InvalidInput.field("n_steps", "Must be a whole number from 1 to 200.")
+    allowed = settings.EXPLANATION_STEPS
+    if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps not in allowed:
+        raise InvalidInput.field("n_steps", f"Must be one of {', '.join(map(str, allowed))}.")
     cached = example.metadata.get("explanation")
     if cached and cached.get("n_steps") == n_steps:
         return cached

@@ -199,16 +199,27 @@
       var button = $("submit-example");
       button.disabled = true;
       button.textContent = "The model is thinking…";
-      api(root, "POST", "tasks/" + slug + "/examples/", { context: context.id, inputs: inputs, target: target },
-          newIdempotencyKey())
-        .then(function (r) {
-          button.disabled = false;
-          button.textContent = "Submit to the model";
-          if (!r.ok) { showErrors(r.data); return; }
-          example = r.data;
-          lastInputs = inputs;
-          showResult(r.data, target);
-        });
+      var key = newIdempotencyKey();
+      /* A model still loading answers 503 "warming_up": say so, and send the same
+         example again shortly (nothing was stored), a few times before giving up. */
+      function send(triesLeft) {
+        api(root, "POST", "tasks/" + slug + "/examples/", { context: context.id, inputs: inputs, target: target }, key)
+          .then(function (r) {
+            if (r.status === 503 && r.data && r.data.code === "warming_up" && triesLeft > 0) {
+              button.textContent = "The model is warming up (loading)… trying again in a moment";
+              $("error-form").textContent = "";
+              setTimeout(function () { send(triesLeft - 1); }, 2000);
+              return;
+            }
+            button.disabled = false;
+            button.textContent = "Submit to the model";
+            if (!r.ok) { showErrors(r.data); return; }
+            example = r.data;
+            lastInputs = inputs;
+            showResult(r.data, target);
+          });
+      }
+      send(15);
     });
 
     function showResult(data, target) {

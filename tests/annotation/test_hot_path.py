@@ -123,7 +123,8 @@ def test_embedded_predictions_run_on_one_inference_thread(live_tasks, monkeypatc
     for t in threads:
         t.join()
     assert all(r["label"] in ("entailment", "neutral", "contradiction") for r in results)
-    assert len(seen) == len(rows) and set(seen) == {seen[0]} and seen[0].startswith("dynabench-inference")
+    # one model thread for every pass (concurrent requests may share passes: batching)
+    assert 1 <= len(seen) <= len(rows) and set(seen) == {seen[0]} and seen[0].startswith("dynabench-inference")
     assert seen[0] != threading.current_thread().name
 
 
@@ -185,6 +186,6 @@ def test_serving_a_context_loads_the_model_before_the_first_example(live_tasks, 
     ml.default_cache().clear()
     client = client_for(annotator)
     assert client.get("/api/tasks/sentiment/contexts/next/").status_code == 200
-    inference.inference_executor().submit(lambda: None).result(timeout=60)  # the queued load is done
+    inference.model_thread().call(lambda: None).result(timeout=60)  # the queued load is done
     assert ref in ml.default_cache()
     assert inference.prefetch_models(task) is False  # checked once a minute per task, not per request

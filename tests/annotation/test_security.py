@@ -213,6 +213,6 @@ def test_an_explanation_keeps_what_was_written_to_the_metadata_meanwhile(live_ta
     Example.objects.filter(pk=example.pk).update(model_predictions={str(model.pk): {"label": "negative"}})
     stale = Example.objects.select_related("task", "context").get(pk=example.pk)  # read before the unflag
     unflag_example(stale, researcher)
-    explain_example(stale, annotator, n_steps=2)
+    explain_example(stale, annotator, n_steps=5)
     metadata = Example.objects.get(pk=example.pk).metadata
     assert "explanation" in metadata and "unflagged" in metadata

@@ -71,7 +71,8 @@ def worker_mturk(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk):
-    """A real `celery worker` process, on the test database, all queues (MTurk: the fake)."""
+    """A real `celery worker` process, on the test database, all queues (MTurk: the fake),
+    with the threads pool `make worker` uses (predictions batched on its model thread)."""
     from django.db import connection
 
     from dynabench.celery import app
@@ -81,15 +82,15 @@ def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk)
     env.update(
         DATABASE_URL=database_url(connection.settings_dict),
         DYNABENCH_MODELS_DIR=str(_models_dir),
-        PYTHONUNBUFFERED="1",
+        PYTHONUNBUFFERED="1", INFERENCE_WARMUP_WAIT="120",
         MTURK_ENDPOINT_URL=worker_mturk.endpoint_url, AWS_ACCESS_KEY_ID="fake", AWS_SECRET_ACCESS_KEY="fake",
         AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
     )
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     log_file = open(log_path, "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "dynabench", "worker", "-Q", "default,inference,training",
-         "-P", "prefork", "-c", "1", "--without-gossip", "--without-mingle", "-l", "info", "-n", name],
+        [sys.executable, "-m", "celery", "-A", "dynabench", "worker", "-Q", "default,inference,explain,training",
+         "-P", "threads", "-c", "8", "--without-gossip", "--without-mingle", "-l", "info", "-n", name],
         cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
     )
     app.conf.task_always_eager = False

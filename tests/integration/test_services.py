@@ -101,10 +101,18 @@ def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_wo
         inference.predict_with([broken], [{"statement": "Anything."}])
 
     # Nobody waits any more (the caller timed out): the late answer expires instead of lingering.
+    # The model is a fresh copy the worker must load first (a second or so): the answer
+    # is surely late (Redis times blocked reads out on its 100 ms clock, and a loaded
+    # model can answer within that).
+    import shutil
+
+    copy = settings.DYNABENCH_MODELS_DIR / f"late-copy-{time.time_ns()}"
+    shutil.copytree(models[0].path, copy)
     settings.INFERENCE_TIMEOUT = 0.001
     keys_before = set(replies.client(settings.INFERENCE_REPLY_URL).keys("dynabench:reply:*"))
     with pytest.raises(inference.InferenceUnavailable, match="No model answer within"):
-        inference.predict_with(models, [{"statement": "Too slow for this caller."}])
+        inference.predict_with([TargetModel(models[0].id, "late", str(copy), models[0].sha256)],
+                               [{"statement": "Too slow for this caller."}])
     redis = replies.client(settings.INFERENCE_REPLY_URL)
     deadline = time.monotonic() + 5
     late = set()
@@ -133,3 +141,35 @@ def test_an_answer_slower_than_the_redis_socket_default_still_comes_back(service
         pusher.cancel()
     assert payload == {"ok": True, "result": "late but here"}
     assert 5.5 < time.monotonic() - started < 15
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_explanation_on_its_queue_does_not_hold_up_predictions(celery_worker_process, live_tasks):
+    """Through the real queues: an explanation (the ``explain`` queue) is running in the
+    worker while predictions (``inference``) come back, batched on its model thread."""
+    import threading
+
+    from annotation import inference
+    from tasks.registry import open_round_with_models
+
+    [model] = open_round_with_models(live_tasks["qa"])[1]
+    inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,
+              "question": "At what temperature does water boil?"}
+    inference.predict_with([model], [inputs])  # loaded in the worker
+    done = {}
+
+    def explain():
+        done["explanation"] = inference.explain_with(model, inputs, None, 50)
+        done["at"] = time.monotonic()
+
+    explaining = threading.Thread(target=explain)
+    explaining.start()
+    time.sleep(0.2)  # the worker has taken the explanation
+    answered = []
+    for _ in range(3):
+        [result] = inference.predict_with([model], [inputs])
+        assert "answer" in result
+        answered.append(time.monotonic())
+    explaining.join(timeout=120)
+    assert done["explanation"]["n_steps"] == 50
+    assert max(answered) < done["at"]  # every prediction came back while it was still explaining

@@ -280,10 +280,15 @@ def test_promote_a_single_model(sentiment, model_a, model_b, jobs):
         cycle.promote(sentiment, model_b)
     assert sentiment.open_round() == one
     evaluated(model_b, jobs)
+    import ml
+    from tasks.registry import target_model
+
+    ml.default_cache().clear()
     two = cycle.promote(sentiment, model_b)
     one.refresh_from_db()
     assert (two.number, two.status, one.status) == (2, Round.Status.OPEN, Round.Status.CLOSED)
     assert list(two.target_models.all()) == [model_b] and two.ensemble_mode == Round.EnsembleMode.SINGLE
+    assert target_model(model_b).ref() in ml.default_cache()  # loaded before it became the target
 
 
 def test_promote_an_ensemble_of_the_last_targets(sentiment, model_a, model_b, jobs):

@@ -1,0 +1,261 @@
+"""Dynamic batching, the explanation lane and warm-up (issue 12).
+
+The Batcher on its own (batches form, each request gets its own slice, one bad
+input fails alone, a caller who gave up is skipped), then with the real models:
+batched answers equal one-at-a-time answers for classification, QA and
+ensembles; then the warming-up answer and the explanation lane.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from annotation import inference
+from annotation.batching import Batcher
+
+
+class Gated:
+    """A run function that records its batches; its first pass holds until ``open()``,
+    so that the requests submitted meanwhile pile up (deterministic batches)."""
+
+    def __init__(self, fail_on=None):
+        self.fail_on = fail_on
+        self.seen = []
+        self.started = threading.Event()
+        self.gate = threading.Event()
+
+    def __call__(self, key, rows):
+        self.seen.append((key, list(rows)))
+        self.started.set()
+        self.gate.wait(10)
+        if self.fail_on is not None and self.fail_on in rows:
+            raise ValueError(f"bad row {self.fail_on!r}")
+        return [f"{key}:{row}" for row in rows]
+
+    def hold(self, batcher, key="m"):
+        """Submit a first request and wait until its pass is running (and held)."""
+        future = batcher.submit(key, ["first"])
+        assert self.started.wait(5)
+        return future
+
+
+def test_requests_waiting_together_share_one_pass_and_get_their_own_answers():
+    run = Gated()
+    batcher = Batcher(run, window=0.01, max_rows=32)
+    first = run.hold(batcher)
+    futures = [batcher.submit("m", [f"r{i}", f"s{i}"]) for i in range(5)]
+    run.gate.set()
+    assert first.result(timeout=5) == ["m:first"]
+    assert [f.result(timeout=5) for f in futures] == [[f"m:r{i}", f"m:s{i}"] for i in range(5)]
+    assert [len(rows) for _, rows in run.seen] == [1, 10]  # the five waiting requests: one pass
+    assert batcher.stats.largest == 10 and batcher.stats.requests == 6
+
+
+def test_a_batch_takes_one_model_at_a_time_and_never_more_rows_than_the_maximum():
+    run = Gated()
+    batcher = Batcher(run, window=0.0, max_rows=4)
+    blocker = run.hold(batcher, key="x")
+    futures = [batcher.submit("m" if i % 2 else "e", [str(i), str(i)]) for i in range(6)]
+    run.gate.set()
+    blocker.result(timeout=5)
+    for i, future in enumerate(futures):
+        key = "m" if i % 2 else "e"
+        assert future.result(timeout=5) == [f"{key}:{i}", f"{key}:{i}"]
+    batches = run.seen[1:]
+    # e0+e2 (full at 4 rows), m1+m3, then e4 and m5 each alone: oldest first, never mixed
+    assert [(key, rows) for key, rows in batches] == [("e", ["0", "0", "2", "2"]), ("m", ["1", "1", "3", "3"]),
+                                                      ("e", ["4", "4"]), ("m", ["5", "5"])]
+    for key, rows in batches:  # each batch: one model's rows only
+        assert all(int(row) % 2 == (key == "m") for row in rows)
+
+
+def test_one_bad_input_fails_only_its_own_request():
+    run = Gated(fail_on="bad")
+    batcher = Batcher(run, window=0.0, max_rows=32)
+    blocker = run.hold(batcher)
+    good = [batcher.submit("m", [f"ok{i}"]) for i in range(3)]
+    bad = batcher.submit("m", ["bad"])
+    run.gate.set()
+    blocker.result(timeout=5)
+    assert [f.result(timeout=5) for f in good] == [["m:ok0"], ["m:ok1"], ["m:ok2"]]
+    with pytest.raises(ValueError, match="bad row 'bad'"):
+        bad.result(timeout=5)
+    assert batcher.stats.retried_alone == 4  # the failed pass of four, each request again alone
+
+
+def test_a_request_whose_caller_gave_up_is_not_run_and_calls_run_in_turn():
+    run = Gated()
+    batcher = Batcher(run, window=0.0, max_rows=32)
+    blocker = run.hold(batcher)
+    dropped = batcher.submit("m", ["dropped"])
+    assert dropped.cancel()
+    order = []
+    loaded = batcher.call(lambda: order.append(threading.current_thread().name) or "loaded")
+    kept = batcher.submit("m", ["kept"])
+    run.gate.set()
+    assert blocker.result(timeout=5) == ["m:first"] and kept.result(timeout=5) == ["m:kept"]
+    assert loaded.result(timeout=5) == "loaded" and order == ["dynabench-batcher"]
+    assert all("dropped" not in rows for _, rows in run.seen)
+    with pytest.raises(ValueError):
+        Batcher(run, window=-1)
+
+
+# --- with the real models ------------------------------------------------------------------
+
+SENTIMENT = ["What a lovely film.", "Dreadful.", "It was fine, I suppose, for a rainy afternoon in March.",
+             "Not bad at all, honestly 😍!!", "A", "The plot drags but the acting is superb and moving."]
+QA = [{"passage": "The Eiffel Tower is in Paris. It was finished in 1889.", "question": "When was it finished?"},
+      {"passage": "Maria lives in Lisbon with her two cats.", "question": "Where does Maria live?"},
+      {"passage": "Water boils at 100 degrees at sea level. " * 30, "question": "At what temperature?"}]
+
+
+def _concurrently(models, rows):
+    """Each row its own request, all submitted at once to the model thread."""
+    messages = [m.message() for m in models]
+    inference.ensure_loaded(messages)
+    barrier = threading.Barrier(len(rows))
+
+    def one(row):
+        barrier.wait()
+        return inference.predict_batched(messages, [row])[0]
+
+    with ThreadPoolExecutor(len(rows)) as pool:
+        return list(pool.map(one, rows))
+
+
+def _same(batched, alone):
+    assert batched.get("label") == alone.get("label") and batched.get("answer") == alone.get("answer")
+    for label, p in alone.get("probabilities", {}).items():
+        assert batched["probabilities"][label] == pytest.approx(p, abs=1e-4)
+    if "score" in alone:
+        assert batched["score"] == pytest.approx(alone["score"], abs=1e-4)
+
+
+@pytest.mark.django_db
+def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment_artifact):
+    from annotation.tasks import predict_refs
+    from tasks.registry import TargetModel, open_round_with_models, register_model, target_model
+
+    cases = []
+    sentiment = open_round_with_models(live_tasks["sentiment"])[1]
+    cases.append((sentiment, [{"statement": text} for text in SENTIMENT]))
+    cases.append((open_round_with_models(live_tasks["nli"])[1],
+                  [{"premise": "Two dogs run on a beach.", "hypothesis": h} for h in ("Animals are outside.",
+                                                                                     "Cats sleep.", "Dogs.")]))
+    cases.append((open_round_with_models(live_tasks["qa"])[1], QA))
+    other = register_model(live_tasks["sentiment"], other_sentiment_artifact, name="other")
+    ensemble = [*sentiment, target_model(other)]
+    cases.append((ensemble, [{"statement": text} for text in SENTIMENT]))
+    assert all(isinstance(m, TargetModel) for models, _ in cases for m in models)
+    before = inference.model_thread().stats.largest
+    for models, rows in cases:
+        alone = [predict_refs([m.message() for m in models], [row])[0] for row in rows]
+        batched = _concurrently(models, rows)
+        for b, a in zip(batched, alone, strict=True):
+            _same(b, a)
+            if len(models) > 1:  # an ensemble: every member's own answer is kept
+                assert set(b["members"]) == {str(m.id) for m in models}
+                for key, member in a["members"].items():
+                    _same(b["members"][key], member)
+    assert inference.model_thread().stats.largest > max(before, 1)  # requests did share passes
+
+
+@pytest.mark.django_db
+def test_a_bad_input_among_concurrent_requests_fails_alone(live_tasks):
+    from core.errors import InvalidInput
+    from tasks.registry import open_round_with_models
+
+    models = open_round_with_models(live_tasks["sentiment"])[1]
+    rows = [{"statement": "Good."}, {"statement": ""}, {"statement": "Bad."}, {"statement": "Fine."}]
+    inference.ensure_loaded([m.message() for m in models])
+    barrier = threading.Barrier(len(rows))
+
+    def one(row):
+        barrier.wait()
+        try:
+            return inference.predict_with(models, [row])[0]["label"]
+        except InvalidInput as exc:
+            return f"refused: {exc}"
+
+    with ThreadPoolExecutor(len(rows)) as pool:
+        answers = list(pool.map(one, rows))
+    assert answers[1].startswith("refused") and "statement" in answers[1]
+    assert all(a in ("positive", "negative") for i, a in enumerate(answers) if i != 1)
+
+
+@pytest.mark.django_db
+def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, client_for, annotator, settings):
+    import ml
+    from annotation.models import Example
+    from tasks.registry import open_round_with_models
+
+    task = live_tasks["sentiment"]
+    [model] = open_round_with_models(task)[1]
+    ml.default_cache().clear()
+    settings.INFERENCE_WARMUP_WAIT = 0.0
+    client = client_for(annotator)
+    context = client.get("/api/tasks/sentiment/contexts/next/").json()
+    body = {"context": context["id"], "inputs": {"statement": "Lovely."}, "target": {"label": "positive"}}
+    inference._prefetched.clear()
+    ml.default_cache().clear()  # serving the context queued a load: start from nothing again
+    response = client.post("/api/tasks/sentiment/examples/", body, format="json")
+    assert response.status_code == 503, response.content
+    assert response.json()["code"] == "warming_up" and "warming up" in response.json()["detail"]
+    assert int(response["Retry-After"]) >= 1
+    assert Example.objects.count() == 0  # nothing stored
+    for future in inference.load_in_background([model.ref()]):
+        future.result(timeout=120)  # the load that request queued
+    assert model.ref() in ml.default_cache()
+    response = client.post("/api/tasks/sentiment/examples/", body, format="json")
+    assert response.status_code == 201, response.content
+    # A broken artifact is not "warming up": it says what failed.
+    from tasks.registry import TargetModel
+
+    settings.INFERENCE_WARMUP_WAIT = 60
+    broken = TargetModel(model.id, "broken", "/nonexistent/artifact", model.sha256)
+    with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
+        inference.predict_with([broken], [{"statement": "Anything."}])
+
+
+@pytest.mark.django_db
+def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks):
+    import importlib
+
+    import ml
+
+    ml.default_cache().clear()
+    from tasks.registry import open_rounds_target_models
+
+    refs = [m.ref() for m in open_rounds_target_models()]
+    import dynabench.wsgi
+
+    importlib.reload(dynabench.wsgi)  # what a fresh gunicorn worker or runserver does
+    inference.model_thread().call(lambda: None).result(timeout=300)
+    assert all(ref in ml.default_cache() for ref in refs) and len(refs) == 4
+
+
+@pytest.mark.django_db
+def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
+    from tasks.registry import open_round_with_models
+
+    [model] = open_round_with_models(live_tasks["qa"])[1]
+    inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,
+              "question": "At what temperature does water boil?"}
+    inference.ensure_loaded([model.message()])
+    done = {}
+    explaining = threading.Thread(target=lambda: done.setdefault(
+        "explanation", (inference.explain_with(model, inputs, None, 50), time.monotonic())))
+    explaining.start()
+    time.sleep(0.05)  # the explanation is running on its own thread
+    predicted = []
+    for _ in range(3):
+        inference.predict_with([model], [inputs])
+        predicted.append(time.monotonic())
+    explaining.join(timeout=120)
+    explanation, finished = done["explanation"]
+    assert explanation["n_steps"] == 50
+    assert max(predicted) < finished  # three predictions answered while it was still explaining
