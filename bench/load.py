@@ -155,7 +155,7 @@ def open_phase(port: int, tokens: list[str], hyps: list[str], rate: float, durat
     once), so a slow answer never delays the next arrival (an open loop)."""
     pool = Pool(port, tokens, timeout)
     rng = random.Random(seed)
-    created: list[int] = []
+    created: dict[str, list[int]] = {}  # by session token: only an example's author may explain it
     created_lock = threading.Lock()
     lat: dict[str, list[float]] = {"predict": [], "explain": []}
     statuses: dict[str, int] = {}
@@ -172,10 +172,11 @@ def open_phase(port: int, tokens: list[str], hyps: list[str], rate: float, durat
 
     def arrival(i: int, explain: bool):
         client = pool.client()
+        mine = created.setdefault(client.headers["X-Dynabench-Token"], [])
         try:
-            if explain and created:
+            if explain and mine:
                 with created_lock:
-                    example = created.pop()
+                    example = mine.pop()
                 status, data, elapsed = client.request("POST", f"/api/examples/{example}/explanation/",
                                                        {"n_steps": 10})
                 note("explain", status, data, elapsed, 200)
@@ -184,7 +185,7 @@ def open_phase(port: int, tokens: list[str], hyps: list[str], rate: float, durat
             note("predict", status, data, elapsed, 201)
             if status == 201:
                 with created_lock:
-                    created.append(data["id"])
+                    mine.append(data["id"])
         except Exception as exc:  # noqa: BLE001 - counted as an error
             client.close()
             note("predict", 0, f"{type(exc).__name__}: {exc}", 0.0, 201)
@@ -241,7 +242,7 @@ def run_mode(mode: str, args, procs: common.Processes, base_env: dict, hyps: lis
 
     port = common.free_port()
     threads = max(16, args.annotators + 16)
-    gunicorn = [str(common.BIN / "gunicorn"), "dynabench.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+    gunicorn = [str(common.BIN / "gunicorn"), "dynabench.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(args.web_workers),
                 "--worker-class", "gthread", "--threads", str(threads), "--keep-alive", "30", "--timeout", "120",
                 "--worker-tmp-dir", "/dev/shm"]
     web_log = logs / f"load-{mode}-gunicorn.log"
@@ -269,20 +270,27 @@ def run_mode(mode: str, args, procs: common.Processes, base_env: dict, hyps: lis
     log(f"single requests: {args.single}")
     single = single_phase(port, tokens[0], hyps, args.single)
 
-    before = common.run_django("_count", env, {"task": TASK, "usernames": usernames[1:]}, timeout=300)
-    log(f"closed loop: {args.annotators} annotators for {args.duration:.0f} s")
-    closed = common.load_phase(port, tokens[1:], args.duration, hyps, timeout=args.request_timeout)
-    after = common.run_django("_count", env, {"task": TASK, "usernames": usernames[1:]}, timeout=300)
-    closed["db_new"] = after["examples_total"] - before["examples_total"]
-    closed["db_equals_accepted"] = closed["db_new"] == closed["accepted"]
+    phases = set(args.phases.split(","))
+    empty = {"predict": common.summary_ms([]) | {"p99_ms": None}, "errors": 0}
+    closed = {"throughput_examples_per_s": None, "errors": 0, "db_equals_accepted": None,
+              "create_example": common.summary_ms([])}
+    if "closed" in phases:
+        before = common.run_django("_count", env, {"task": TASK, "usernames": usernames[1:]}, timeout=300)
+        log(f"closed loop: {args.annotators} annotators for {args.duration:.0f} s")
+        closed = common.load_phase(port, tokens[1:], args.duration, hyps, timeout=args.request_timeout)
+        after = common.run_django("_count", env, {"task": TASK, "usernames": usernames[1:]}, timeout=300)
+        closed["db_new"] = after["examples_total"] - before["examples_total"]
+        closed["db_equals_accepted"] = closed["db_new"] == closed["accepted"]
+    opened = mixed = empty
+    if "open" in phases:
+        log(f"open loop: {rate}/s for {args.duration:.0f} s")
+        opened = open_phase(port, tokens[1:], hyps, rate, args.duration, 0.0, args.request_timeout, seed=1)
+    if "explain" in phases:
+        log(f"open loop with {args.explain_share:.0%} explanations")
+        mixed = open_phase(port, tokens[1:], hyps, rate, args.duration, args.explain_share,
+                           args.request_timeout, seed=2)
 
-    log(f"open loop: {rate}/s for {args.duration:.0f} s")
-    opened = open_phase(port, tokens[1:], hyps, rate, args.duration, 0.0, args.request_timeout, seed=1)
-    log(f"open loop with {args.explain_share:.0%} explanations")
-    mixed = open_phase(port, tokens[1:], hyps, rate, args.duration, args.explain_share, args.request_timeout,
-                       seed=2)
-
-    share = closed["throughput_examples_per_s"] / bare["batch32"] if closed["throughput_examples_per_s"] else 0
+    share = (closed["throughput_examples_per_s"] or 0) / bare["batch32"]
     open_ratio = (opened["predict"]["p50_ms"] or 0) / single["p50_ms"] if single["p50_ms"] else None
     explain_ratio = ((mixed["predict"]["p50_ms"] or 0) / opened["predict"]["p50_ms"]
                      if opened["predict"]["p50_ms"] else None)
@@ -324,6 +332,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="open-loop arrivals/s (0: half bare batch 32)")
     parser.add_argument("--explain-share", type=float, default=0.1)
     parser.add_argument("--single", type=int, default=40)
+    parser.add_argument("--phases", default="closed,open,explain",
+                        help="loaded phases to run (bare and single always run)")
+    parser.add_argument("--web-workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--bare-seconds", type=float, default=10.0)
     parser.add_argument("--window-ms", type=float, default=2.0, help="INFERENCE_BATCH_WINDOW_MS")
     parser.add_argument("--max-batch", type=int, default=32, help="INFERENCE_MAX_BATCH")
