@@ -259,3 +259,24 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
     explanation, finished = done["explanation"]
     assert explanation["n_steps"] == 50
     assert max(predicted) < finished  # three predictions answered while it was still explaining
+
+
+def test_a_threads_or_solo_worker_warms_its_models_when_ready_and_prefork_children_at_their_start(monkeypatch):
+    from dynabench import celery as worker_signals
+
+    calls = []
+    monkeypatch.setattr(worker_signals, "load_models_in_child", lambda **kw: calls.append("loaded"))
+
+    class Controller:
+        def __init__(self, pool):
+            self.pool_cls = pool
+
+    class Consumer:  # what worker_ready sends: the consumer, its controller holding the pool class
+        def __init__(self, pool):
+            self.controller = Controller(pool)
+
+    for pool, expected in (("celery.concurrency.thread:TaskPool", 1), ("celery.concurrency.solo:TaskPool", 1),
+                           ("celery.concurrency.prefork:TaskPool", 0)):
+        calls.clear()
+        worker_signals.load_models_in_solo_worker(sender=Consumer(pool))
+        assert len(calls) == expected, pool

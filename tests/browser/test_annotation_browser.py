@@ -144,3 +144,35 @@ def test_a_model_failure_keeps_the_annotators_text_and_says_why(live_server, liv
     page.click("#submit-example")
     page.wait_for_selector("#result:not([hidden])")
     assert Example.objects.get(task=task).inputs == {"statement": "Words I do not want to type twice."}
+
+
+def test_a_model_still_loading_shows_warming_up_and_the_example_goes_through(live_server, live_tasks, annotator,
+                                                                           browser_page, settings):
+    """The page says the model is warming up (a 503 warming_up) and sends the example
+    again by itself once it has loaded; the annotator types nothing twice."""
+    import threading
+
+    import ml
+    from annotation import inference
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    page, errors = browser_page
+    task = live_tasks["sentiment"]
+    token = make_token(start_session(annotator, task))
+    page.goto(f"{live_server.url}/tasks/sentiment/create/?token={token}")
+    page.wait_for_selector("#context-fields .field .text")
+    settings.INFERENCE_WARMUP_WAIT = 0.0
+    gate = threading.Event()
+    inference.model_thread().call(lambda: gate.wait(60))  # the model thread is busy: a load waits behind it
+    ml.default_cache().clear()
+    try:
+        page.fill("#input-statement", "Warm words.")
+        page.locator("input[name=label][value=positive]").check()
+        page.click("#submit-example")
+        page.wait_for_selector("#submit-example:has-text('warming up')")
+    finally:
+        gate.set()
+    page.wait_for_selector("#result:not([hidden])", timeout=60000)
+    assert Example.objects.get(task=task).inputs == {"statement": "Warm words."}
+    assert [e for e in errors if "status of 503" not in e] == []
