@@ -144,6 +144,12 @@ class Batcher:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, never lost
             request.future.set_exception(exc)
 
+    def _checked(self, key: Hashable, rows: list) -> list:
+        results = self._run(key, rows)
+        if len(results) != len(rows):
+            raise RuntimeError(f"the pass gave {len(results)} results for {len(rows)} rows")
+        return results
+
     def _execute(self, batch: list[_Request]) -> None:
         key = batch[0].key
         rows = [row for request in batch for row in request.rows]
@@ -152,9 +158,7 @@ class Batcher:
         self.stats.rows += len(rows)
         self.stats.largest = max(self.stats.largest, len(rows))
         try:
-            results = self._run(key, rows)
-            if len(results) != len(rows):
-                raise RuntimeError(f"the batch gave {len(results)} results for {len(rows)} rows")
+            results = self._checked(key, rows)
         except BaseException as exc:  # noqa: BLE001
             if len(batch) == 1:
                 batch[0].future.set_exception(exc)
@@ -163,7 +167,7 @@ class Batcher:
             log.info("a batch of %d requests failed (%s); retrying them one by one", len(batch), exc)
             self.stats.retried_alone += len(batch)
             for request in batch:
-                self._settle(request, lambda request=request: self._run(key, list(request.rows)))
+                self._settle(request, lambda request=request: self._checked(key, list(request.rows)))
             return
         begin = 0
         for request in batch:

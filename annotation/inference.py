@@ -107,7 +107,30 @@ _lock = threading.Lock()
 _batcher = None
 _explain_executor: ThreadPoolExecutor | None = None
 _explain_pid: int | None = None
-_loading: dict = {}  # ModelRef -> Future of its load, while it loads
+# ModelRef -> (Future of its load, (when it failed, the artifact's stamp then) or None),
+# while it loads, and for a while after it failed.
+_loading: dict = {}
+FAILED_LOAD_KEPT = 30.0  # seconds a failed load answers for itself (unless the artifact changes)
+
+
+def _artifact_stamp(ref):
+    try:
+        found = os.stat(os.path.join(ref.path, "metadata.json"))
+    except OSError:
+        return None
+    return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+def _reset_after_fork() -> None:
+    """A forked child has none of the parent's threads: nothing the parent queued will
+    ever finish there, so the child starts its model thread and loads afresh."""
+    global _lock, _batcher, _explain_executor, _explain_pid
+    _lock = threading.Lock()
+    _batcher, _explain_executor, _explain_pid = None, None, None
+    _loading.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _model_key(models: list[dict]) -> tuple:
@@ -156,16 +179,24 @@ def load_in_background(refs) -> list[Future]:
         if ref in cache:
             continue
         with _lock:
-            future = _loading.get(ref)
+            future, failed = _loading.get(ref, (None, None))
+            if failed is not None and (time.monotonic() - failed[0] > FAILED_LOAD_KEPT
+                                       or _artifact_stamp(ref) != failed[1]):
+                future = None  # a failure answers for itself a while (no reload per request), then it is retried
             if future is None:
                 def load(ref=ref):
                     try:
                         ml.warm_up([ref])
-                    finally:
+                    except BaseException:
                         with _lock:
-                            _loading.pop(ref, None)
+                            entry = _loading.get(ref)
+                            if entry is not None:
+                                _loading[ref] = (entry[0], (time.monotonic(), _artifact_stamp(ref)))
+                        raise
+                    with _lock:
+                        _loading.pop(ref, None)
                 future = thread.call(load)
-                _loading[ref] = future
+                _loading[ref] = (future, None)
         futures.append(future)
     return futures
 

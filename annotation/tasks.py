@@ -101,9 +101,13 @@ def predict(models: list, rows_inputs: list[dict], reply_to: str | None = None) 
 
 @shared_task(name="annotation.explain", track_started=False)
 def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str | None = None) -> dict:
+    """On the worker's one explanation thread (the pool's threads would otherwise run
+    several at once, each with a full set of torch threads)."""
+    from .inference import explain_executor
+
     def compute():
         [message] = _resolve([model])
-        return explain_ref(message, inputs, target, n_steps)
+        return explain_executor().submit(explain_ref, message, inputs, target, n_steps).result()
 
     return _answer(reply_to, compute)
 

@@ -194,7 +194,7 @@ def _set_visibility(public: bool):
     action.__name__ = "make_public" if public else "make_private"
     description = ("Make public (shown on the leaderboard)" if public else
                    "Make private (shown to the submitter and the task's researchers only)")
-    return admin.action(description=description)(action)
+    return admin.action(description=description, permissions=["visibility"])(action)
 
 
 @admin.register(Submission)
@@ -219,6 +219,10 @@ class SubmissionAdmin(BaseModelVersionAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False  # the actions change visibility; nothing else of a submission is edited
+
+    def has_visibility_permission(self, request):
+        """Who may make submissions private or public: those who may change models."""
+        return request.user.has_perm("tasks.change_modelversion")
 
     @admin.display(description="evaluation", ordering="evaluation_status")
     def evaluation(self, obj):

@@ -509,8 +509,9 @@ def board_json(task: Task, weights: dict | None = None, user=None, dataset_weigh
         cache.add(_version_key(task.pk), version, None)
         version = cache.get(_version_key(task.pk), version)
     chosen = weights if weights is not None else dynascore.DEFAULT_WEIGHTS
-    parts = [task.pk, task.created_at.timestamp(), version, _audience(task, user), dynascore.format_weights(chosen),
-             ",".join(f"{n}:{w:g}" for n, w in sorted((dataset_weights or {}).items()))]
+    parts = [task.pk, task.created_at.timestamp(), version, _audience(task, user),
+             sorted((name, float(w)) for name, w in chosen.items()),
+             sorted((int(n), float(w)) for n, w in (dataset_weights or {}).items())]  # repr: exact floats
     key = "dynabench:board:" + hashlib.sha256(repr(parts).encode()).hexdigest()
     document = cache.get(key)
     if document is None:

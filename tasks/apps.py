@@ -6,15 +6,34 @@ class TasksConfig(AppConfig):
     verbose_name = "Tasks, rounds and contexts"
 
     def ready(self):
-        from django.db.models.signals import post_migrate
+        from django.db.models.signals import post_migrate, pre_migrate
 
+        pre_migrate.connect(_note_permissions, dispatch_uid="tasks-researcher-permissions-before")
         post_migrate.connect(_grant_new_permissions, dispatch_uid="tasks-researcher-permissions")
 
 
+# The permission ids that existed when this migrate began (by database): only those
+# created since are granted, so a permission an admin took from the group stays taken.
+_known: dict[str, set[int]] = {}
+
+
+def _note_permissions(sender, using="default", **kwargs):
+    if using in _known:
+        return
+    from django.contrib.auth.models import Permission
+    from django.db.utils import DatabaseError
+
+    try:
+        _known[using] = set(Permission.objects.using(using).values_list("pk", flat=True))
+    except DatabaseError:  # a fresh database: no permission table yet, every permission is new
+        _known[using] = set()
+
+
 def _grant_new_permissions(sender, using="default", **kwargs):
-    """Permissions of models a migration added (auth creates them just before) go to
-    the Researchers group, so existing researchers see new admin pages too."""
+    """Permissions created by this migrate (auth makes them just before) for the
+    platform's apps go to the Researchers group, so existing researchers see new admin
+    pages; permissions that existed before are left as the admins set them."""
     from .roles import RESEARCHER_APPS, grant_researcher_permissions
 
     if sender.label in RESEARCHER_APPS:
-        grant_researcher_permissions(using=using)
+        grant_researcher_permissions(using=using, exclude=_known.get(using, set()))

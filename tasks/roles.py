@@ -56,22 +56,24 @@ RESEARCHERS_GROUP = "Researchers"
 RESEARCHER_APPS = ["tasks", "annotation", "leaderboard", "crowd"]
 
 
-def grant_researcher_permissions(group=None, using: str = "default") -> None:
-    """Give the Researchers group every permission of the platform's apps, the ones
-    a newer release added included (run after each migrate, and by make_researcher)."""
+def grant_researcher_permissions(group=None, using: str = "default", exclude=()) -> None:
+    """Give the Researchers group the platform apps' permissions but ``exclude`` (ids):
+    all of them for a new group, those a migrate just created for an existing one."""
     from django.contrib.auth.models import Group, Permission
 
     group = group or Group.objects.using(using).filter(name=RESEARCHERS_GROUP).first()
     if group is not None:
-        group.permissions.add(*Permission.objects.using(using).filter(content_type__app_label__in=RESEARCHER_APPS))
+        group.permissions.add(*Permission.objects.using(using).filter(content_type__app_label__in=RESEARCHER_APPS)
+                              .exclude(pk__in=list(exclude)))
 
 
 def make_researcher(user):
     """Staff access to the admin with every permission on the platform's apps."""
     from django.contrib.auth.models import Group
 
-    group, _ = Group.objects.get_or_create(name=RESEARCHERS_GROUP)
-    grant_researcher_permissions(group)
+    group, created = Group.objects.get_or_create(name=RESEARCHERS_GROUP)
+    if created or not group.permissions.exists():
+        grant_researcher_permissions(group)
     user.is_staff = True
     user.save(update_fields=["is_staff"])
     user.groups.add(group)

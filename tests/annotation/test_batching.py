@@ -280,3 +280,37 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_and_prefork_childr
         calls.clear()
         worker_signals.load_models_in_solo_worker(sender=Consumer(pool))
         assert len(calls) == expected, pool
+
+
+def test_a_pass_giving_the_wrong_number_of_answers_fails_its_requests_instead_of_misaligning_them():
+    run = Gated()
+    short = lambda key, rows: run(key, rows)[:-1] if len(rows) > 0 else []  # noqa: E731 - one answer short
+    batcher = Batcher(short, window=0.0, max_rows=32)
+    blocker = batcher.submit("m", ["first"])
+    assert run.started.wait(5)
+    waiting = [batcher.submit("m", [f"r{i}"]) for i in range(3)]
+    run.gate.set()
+    for future in [blocker, *waiting]:
+        with pytest.raises(RuntimeError, match="gave 0 results for 1 rows"):
+            future.result(timeout=5)
+
+
+@pytest.mark.django_db
+def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks, tmp_path):
+    import shutil
+
+    import ml
+    from tasks.registry import TargetModel, open_round_with_models
+
+    [model] = open_round_with_models(live_tasks["sentiment"])[1]
+    path = tmp_path / "later"
+    broken = TargetModel(model.id, "later", str(path), model.sha256)
+    with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
+        inference.predict_with([broken], [{"statement": "Anything."}])
+    [kept] = inference.load_in_background([broken.ref()])
+    assert kept.done() and kept.exception() is not None  # the failure, answered again without a new load
+    with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
+        inference.predict_with([broken], [{"statement": "Anything."}])
+    shutil.copytree(model.path, path)  # the artifact appears: the next request loads it
+    [result] = inference.predict_with([broken], [{"statement": "Anything."}])
+    assert result["label"] in ("positive", "negative") and broken.ref() in ml.default_cache()

@@ -59,15 +59,22 @@ def test_the_submissions_list_shows_uploads_only_with_their_evaluation_and_hides
     Job.objects.filter(pk=jobs[sent[0].pk].pk).update(status=Job.Status.RUNNING, progress=40)
     newer = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": sent[1].pk, "rounds": None}, task=task)
 
-    # A group made before the submissions list existed lacks its permission: migrate gives it.
+    # A group made before the submissions list existed lacks its permission: the migrate
+    # that creates it grants it; a permission an admin took away stays away.
     group = Group.objects.get(name=RESEARCHERS_GROUP)
-    group.permissions.remove(*Permission.objects.filter(codename="view_submission"))
+    new = Permission.objects.get(codename="view_submission")
+    taken = Permission.objects.get(codename="delete_evaluation")
+    group.permissions.remove(new, taken)
     from django.apps import apps
 
-    from tasks.apps import _grant_new_permissions
+    from tasks import apps as task_apps
 
-    _grant_new_permissions(apps.get_app_config("leaderboard"))
-    assert group.permissions.filter(codename="view_submission").exists()
+    task_apps._known["default"] = set(Permission.objects.exclude(pk=new.pk).values_list("pk", flat=True))
+    try:
+        task_apps._grant_new_permissions(apps.get_app_config("leaderboard"))
+    finally:
+        task_apps._known.clear()
+    assert group.permissions.filter(pk=new.pk).exists() and not group.permissions.filter(pk=taken.pk).exists()
 
     client.force_login(researcher)
     url = reverse("admin:leaderboard_submission_changelist")
@@ -76,9 +83,17 @@ def test_the_submissions_list_shows_uploads_only_with_their_evaluation_and_hides
     assert with_queries.status_code == 200 and "trained-here" not in page
     assert all(f"upload-{i}" in page for i in range(3))
     assert "Running (40%)" in page and f"#{newer.pk} Queued" in page and "none yet" in page
+    from django.core.cache import cache
+
+    from leaderboard.board import _version_key, board_json
+
+    board_json(task)  # a cached public board, under the task's current version
+    cached = cache.get(_version_key(task.pk))
+    assert cached is not None
     response = client.post(url, {"action": "make_private", ACTION_CHECKBOX_NAME: [sent[0].pk, sent[1].pk]},
                            follow=True)
     assert "2 submission(s) made private." in [str(m) for m in response.context["messages"]]
+    assert cache.get(_version_key(task.pk)) != cached  # every cached board of the task was dropped
     assert list(ModelVersion.objects.filter(is_public=False).order_by("pk")) == sent[:2]
     assert trained.is_public
 
