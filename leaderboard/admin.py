@@ -4,7 +4,9 @@ sits above it), so the actions call this app's services."""
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import OuterRef, Subquery
+from django.db.models import IntegerField, OuterRef, Subquery
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -210,8 +212,11 @@ class SubmissionAdmin(BaseModelVersionAdmin):
     readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "is_public", "evaluation"]
 
     def get_queryset(self, request):
-        latest = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, params__model_version=OuterRef("pk"))
-                  .order_by("-created_at", "-pk"))
+        # The job's params hold the model id as a JSON number: compared as an integer on
+        # both databases (PostgreSQL has no jsonb = bigint).
+        latest = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL)
+                  .annotate(model_id=Cast(KeyTextTransform("model_version", "params"), IntegerField()))
+                  .filter(model_id=OuterRef("pk")).order_by("-created_at", "-pk"))
         return (super().get_queryset(request).filter(submitted=True)
                 .annotate(evaluation_job=Subquery(latest.values("pk")[:1]),
                           evaluation_status=Subquery(latest.values("status")[:1]),
