@@ -75,10 +75,6 @@ class Batcher:
         """Run ``fn()`` on the batcher's thread, in turn with the batches."""
         return self._put(_Request(None, (), fn=fn))
 
-    def pending(self) -> int:
-        with self._ready:
-            return len(self._waiting)
-
     def _put(self, request: _Request) -> Future:
         with self._ready:
             self._ensure_thread()

@@ -106,7 +106,6 @@ class ModelWarmingUp(Exception):
 _lock = threading.Lock()
 _batcher = None
 _explain_executor: ThreadPoolExecutor | None = None
-_explain_pid: int | None = None
 # ModelRef -> (Future of its load, (when it failed, the artifact's stamp then) or None),
 # while it loads, and for a while after it failed.
 _loading: dict = {}
@@ -124,9 +123,9 @@ def _artifact_stamp(ref):
 def _reset_after_fork() -> None:
     """A forked child has none of the parent's threads: nothing the parent queued will
     ever finish there, so the child starts its model thread and loads afresh."""
-    global _lock, _batcher, _explain_executor, _explain_pid
+    global _lock, _batcher, _explain_executor
     _lock = threading.Lock()
-    _batcher, _explain_executor, _explain_pid = None, None, None
+    _batcher, _explain_executor = None, None
     _loading.clear()
 
 
@@ -157,12 +156,12 @@ def model_thread():
 
 
 def explain_executor() -> ThreadPoolExecutor:
-    """The explanation lane of this process (created on first use; a forked child makes its own)."""
-    global _explain_executor, _explain_pid
+    """The explanation lane of this process (created on first use; a forked child makes
+    its own, ``_reset_after_fork``)."""
+    global _explain_executor
     with _lock:
-        if _explain_executor is None or _explain_pid != os.getpid():
+        if _explain_executor is None:
             _explain_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-explain")
-            _explain_pid = os.getpid()
         return _explain_executor
 
 
@@ -357,9 +356,9 @@ _prefetched: dict[int, float] = {}
 
 def prefetch_models(task) -> bool:
     """Embedded mode: start loading the open round's target models on the model
-    thread, without waiting for it (a promoted model, or one the start missed). Called when a context is served: the annotator
-    spends seconds writing, so the first example of a fresh process does not wait
-    for the model to load (5-6 s on 2 cores). Checked at most once a minute per task
+    thread, without waiting for it (a promoted model, or one the start missed).
+    Called when a context is served: the annotator spends seconds writing, so the
+    first example does not wait for the model to load (5-6 s on 2 cores). Checked at most once a minute per task
     and process; in service mode the workers load their models when they start.
     True when a load was queued."""
     if not embedded():

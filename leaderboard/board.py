@@ -418,10 +418,8 @@ def _combined(mean: float, weights: np.ndarray, intervals: list):
 # --- rendering: the JSON rows, CSV and the page's sorting ---------------------------------
 
 
-def row_json(row: dict, datasets: list[str], parameters: dict | None = None) -> dict:
+def row_json(row: dict, datasets: list[str], parameters: dict) -> dict:
     model = row["info"]
-    if model is not None and parameters is None:
-        parameters = _parameters_of([model])
     return {
         "model": {"id": model.pk if model else None, "name": row["name"],
                   "owner": (model.created_by.get_username() if model and model.created_by else None),

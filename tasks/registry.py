@@ -100,16 +100,6 @@ def open_rounds_target_models() -> list[TargetModel]:
     return [TargetModel(*row) for row in rows]
 
 
-def warm_up_target_models() -> int:
-    """Load every open round's target models into this process's model cache."""
-    refs = [m.ref() for m in open_rounds_target_models()]
-    if refs:
-        import ml
-
-        ml.warm_up(refs)
-    return len(refs)
-
-
 # --- artifacts and registration --------------------------------------------------------
 
 
