@@ -261,11 +261,15 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
     assert max(predicted) < finished  # three predictions answered while it was still explaining
 
 
-def test_a_threads_or_solo_worker_warms_its_models_when_ready_and_prefork_children_at_their_start(monkeypatch):
+@pytest.mark.django_db
+def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_parent_does_not(live_tasks):
+    """worker_ready in a prefork parent must not touch torch (its children load theirs
+    in worker_process_init, after the fork); solo and threads workers load there."""
+    import ml
     from dynabench import celery as worker_signals
+    from tasks.registry import open_rounds_target_models
 
-    calls = []
-    monkeypatch.setattr(worker_signals, "load_models_in_child", lambda **kw: calls.append("loaded"))
+    refs = [m.ref() for m in open_rounds_target_models()]
 
     class Controller:
         def __init__(self, pool):
@@ -275,11 +279,12 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_and_prefork_childr
         def __init__(self, pool):
             self.controller = Controller(pool)
 
-    for pool, expected in (("celery.concurrency.thread:TaskPool", 1), ("celery.concurrency.solo:TaskPool", 1),
-                           ("celery.concurrency.prefork:TaskPool", 0)):
-        calls.clear()
+    for pool, loads in (("celery.concurrency.prefork:TaskPool", False), ("celery.concurrency.solo:TaskPool", True),
+                        ("celery.concurrency.thread:TaskPool", True)):
+        ml.default_cache().clear()
         worker_signals.load_models_in_solo_worker(sender=Consumer(pool))
-        assert len(calls) == expected, pool
+        inference.model_thread().call(lambda: None).result(timeout=300)  # whatever was queued has run
+        assert all(ref in ml.default_cache() for ref in refs) is loads and len(refs) == 4, pool
 
 
 def test_a_pass_giving_the_wrong_number_of_answers_fails_its_requests_instead_of_misaligning_them():

@@ -110,20 +110,26 @@ def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_
     assert errors == []
 
 
+def open_create_page(page, live_server, user, task):
+    """The task's create page with a session token of ``user``'s, its context shown."""
+    from annotation.services.sessions import start_session
+    from annotation.tokens import make_token
+
+    token = make_token(start_session(user, task))
+    page.goto(f"{live_server.url}/tasks/{task.slug}/create/?token={token}")
+    page.wait_for_selector("#context-fields .field .text")
+
+
 def test_a_model_failure_keeps_the_annotators_text_and_says_why(live_server, live_tasks, annotator, browser_page):
     """The model is down (its artifact is gone): the page says so and keeps what was written."""
     import shutil
 
     import ml
-    from annotation.services.sessions import start_session
-    from annotation.tokens import make_token
 
     page, errors = browser_page
     task = live_tasks["sentiment"]
     model = task.open_round().target_models.get()
-    token = make_token(start_session(annotator, task))
-    page.goto(f"{live_server.url}/tasks/sentiment/create/?token={token}")
-    page.wait_for_selector("#context-fields .field .text")
+    open_create_page(page, live_server, annotator, task)
     ml.default_cache().clear()
     moved = model.artifact_dir.with_name(model.artifact_dir.name + "-away")
     shutil.move(model.artifact_dir, moved)
@@ -154,14 +160,10 @@ def test_a_model_still_loading_shows_warming_up_and_the_example_goes_through(liv
 
     import ml
     from annotation import inference
-    from annotation.services.sessions import start_session
-    from annotation.tokens import make_token
 
     page, errors = browser_page
     task = live_tasks["sentiment"]
-    token = make_token(start_session(annotator, task))
-    page.goto(f"{live_server.url}/tasks/sentiment/create/?token={token}")
-    page.wait_for_selector("#context-fields .field .text")
+    open_create_page(page, live_server, annotator, task)
     settings.INFERENCE_WARMUP_WAIT = 0.0
     gate = threading.Event()
     inference.model_thread().call(lambda: gate.wait(60))  # the model thread is busy: a load waits behind it

@@ -100,3 +100,21 @@ def test_the_submissions_list_shows_uploads_only_with_their_evaluation_and_hides
     client.force_login(other_researcher)  # not a researcher of this task: none of its submissions
     page = client.get(url).content.decode()
     assert "upload-0" not in page
+
+
+def test_a_staff_member_who_may_only_view_submissions_cannot_change_their_visibility(
+        demo_tasks, tiny_artifact, client, annotator, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    task = demo_tasks["sentiment"]
+    upload = register_model(task, tiny_artifact("sentiment"), name="private-upload", user=annotator)
+    ModelVersion.objects.filter(pk=upload.pk).update(submitted=True, is_public=False)
+    viewer = django_user_model.objects.create_user("viewer", password="x" * 20, is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_submission"))
+    task.owners.add(viewer)
+    client.force_login(viewer)
+    url = reverse("admin:leaderboard_submission_changelist")
+    assert "private-upload" in client.get(url).content.decode()  # they may look
+    client.post(url, {"action": "make_public", ACTION_CHECKBOX_NAME: [upload.pk]}, follow=True)
+    upload.refresh_from_db()
+    assert upload.is_public is False  # but not publish someone's private model
