@@ -64,6 +64,8 @@ class LoadedModel:
     # not safe to call from several threads at once; inference takes this lock
     # around tokenisation.
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # A checked TorchScript trace for inference passes (``ml.tracing``); None: eager.
+    inference_forward: Any = field(default=None, repr=False)
 
 
 def file_sha256(path: Path) -> str:
@@ -294,6 +296,7 @@ def load_artifact(
     from transformers import AutoTokenizer
 
     from .backbones import configure_torch_threads, get_device, quiet_transformers
+    from .tracing import trace_for_inference
 
     info = verify_artifact(path, expected_sha256)
     quiet_transformers()
@@ -329,4 +332,5 @@ def load_artifact(
         model=model,
         tokenizer=tokenizer,
         device=device,
+        inference_forward=trace_for_inference(model, tokenizer, spec, device),
     )

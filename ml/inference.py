@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .spec import TaskSpec
+from .tracing import forward
 
 #: Longest answer, in word pieces, that QA decoding considers.
 MAX_ANSWER_TOKENS = 30
@@ -74,13 +75,12 @@ def classify(holder: Any, rows: Sequence[dict[str, str]], batch_size: int = DEFA
     spec: TaskSpec = holder.spec
     order = sorted(range(len(rows)), key=lambda i: sum(len(rows[i][f]) for f in spec.input_fields))
     results: list[dict[str, Any] | None] = [None] * len(rows)
-    model = holder.model
     for begin in range(0, len(order), batch_size):
         chunk = order[begin : begin + batch_size]
         with _lock(holder):
             encoding = encode_classification(holder.tokenizer, spec, [rows[i] for i in chunk])
         with torch.inference_mode():
-            logits = model(**_model_inputs(encoding, holder.device)).logits
+            logits = forward(holder, _model_inputs(encoding, holder.device))["logits"]
             probs = torch.softmax(logits.float(), dim=-1).cpu().tolist()
         for i, row_probs in zip(chunk, probs, strict=True):
             best = max(range(len(row_probs)), key=row_probs.__getitem__)
@@ -198,8 +198,8 @@ def answer_questions(
         chunk = order[begin : begin + batch_size]
         batch = pad_batch([{k: encoding[k][i] for k in keys} for i in chunk], pad_id)
         with torch.inference_mode():
-            out = holder.model(**{k: v.to(holder.device) for k, v in batch.items()})
-            starts, ends = out.start_logits.float().cpu(), out.end_logits.float().cpu()
+            out = forward(holder, {k: v.to(holder.device) for k, v in batch.items()})
+            starts, ends = out["start_logits"].float().cpu(), out["end_logits"].float().cpu()
         for row_in_batch, window in enumerate(chunk):
             ctx = context_range(encoding, window)
             if ctx is None:
