@@ -61,7 +61,10 @@ class Batcher:
         self.name = name
         self.stats = BatchStats()
         self._waiting: deque[_Request] = deque()
-        self._ready = threading.Condition()
+        lock = threading.Lock()
+        self._ready = threading.Condition(lock)  # the model thread waits here for work
+        self._idle = threading.Condition(lock)  # others wait here for the thread to be idle
+        self._busy = False
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
 
@@ -82,11 +85,19 @@ class Batcher:
             self._ready.notify()
         return request.future
 
+    def wait_until_idle(self, timeout: float) -> bool:
+        """Block until nothing is queued or running on the thread (True), or for at most
+        ``timeout`` seconds (False). Lower-priority model work (an explanation) calls it
+        before each of its passes, so it gives way to the predictions."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._busy and not self._waiting, timeout)
+
     def _ensure_thread(self) -> None:
         # A forked child inherits the deque but not the thread: it starts its own.
         if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
             if self._pid != os.getpid():
                 self._waiting.clear()
+                self._busy = False
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
             self._thread.start()
@@ -96,8 +107,12 @@ class Batcher:
     def _take(self) -> list[_Request]:
         """The next batch: the oldest request and those that may join it."""
         with self._ready:
+            self._busy = False
+            if not self._waiting:
+                self._idle.notify_all()
             while not self._waiting:
                 self._ready.wait()
+            self._busy = True
             first = self._waiting.popleft()
             if first.key is None:
                 return [first]

@@ -165,6 +165,15 @@ def explain_executor() -> ThreadPoolExecutor:
         return _explain_executor
 
 
+def give_way() -> None:
+    """Called by an explanation before each of its passes: wait while predictions are
+    queued or running on this process's model thread, up to ``EXPLANATION_YIELD_MS``
+    (so an explanation is delayed under load, never starved)."""
+    batcher = _batcher
+    if batcher is not None:
+        batcher.wait_until_idle(settings.EXPLANATION_YIELD_MS / 1000)
+
+
 def load_in_background(refs) -> list[Future]:
     """Queue the loading of each of ``refs`` (``ml.ModelRef``) not yet in this process's
     cache on the model thread, one job per model (a broken artifact delays no other);

@@ -64,9 +64,15 @@ def predict_refs(models: list[dict], rows_inputs: list[dict]) -> list[dict]:
 
 
 def explain_ref(model: dict, inputs: dict, target=None, n_steps: int = 10) -> dict:
+    """An explanation that gives way to this process's predictions between its passes."""
+    from django.conf import settings
+
     import ml
 
-    return ml.explain(_ref(model), inputs, target=target, n_steps=n_steps)
+    from .inference import give_way
+
+    return ml.explain(_ref(model), inputs, target=target, n_steps=n_steps,
+                      internal_batch_size=settings.EXPLANATION_PASS_STEPS, before_pass=give_way)
 
 
 def _answer(reply_to: str | None, compute):

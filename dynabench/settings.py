@@ -223,6 +223,11 @@ INFERENCE_WARMUP_WAIT = env.float("INFERENCE_WARMUP_WAIT", default=3.0)
 # Explanations: the integration-gradient step counts a request may ask for (a small
 # set, so the cache of explanations is not defeated by alternating values).
 EXPLANATION_STEPS = (5, 10, 20, 50)
+# Explanations give way to predictions: an explanation runs its integration in
+# passes of this many steps, and before each pass waits (up to this long) while the
+# process's model thread has predictions queued or running.
+EXPLANATION_PASS_STEPS = env.int("EXPLANATION_PASS_STEPS", default=5)
+EXPLANATION_YIELD_MS = env.float("EXPLANATION_YIELD_MS", default=200.0)
 
 # --- Cache ------------------------------------------------------------------
 # Throttles and sign-in lockouts count on the default cache, so every web process

@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import os
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import regex
@@ -43,6 +43,7 @@ import torch
 from .errors import InputError
 from .inference import best_span, context_range, encode_classification, encode_qa
 from .prediction import ModelCache, ModelRef, load_model
+from .tracing import forward as inference_pass
 
 _CJK_RANGES = (
     (0x4E00, 0x9FFF),
@@ -103,7 +104,7 @@ class _EmbeddingLookup(torch.nn.Module):
         return torch.nn.functional.embedding(input_ids, self.weight, self.padding_idx)
 
 
-def _integrate(model, encoding, device, score_fn, n_steps: int, internal_batch_size):
+def _integrate(model, encoding, device, score_fn, n_steps: int, internal_batch_size, before_pass=None):
     from captum.attr import LayerIntegratedGradients
 
     lookup = _EmbeddingLookup(model.get_input_embeddings())
@@ -115,6 +116,8 @@ def _integrate(model, encoding, device, score_fn, n_steps: int, internal_batch_s
     baseline = torch.where(special, input_ids, torch.full_like(input_ids, pad_id))
 
     def forward(ids, mask, types=None):
+        if before_pass is not None:
+            before_pass()
         kwargs = {"inputs_embeds": lookup(ids), "attention_mask": mask}
         if types is not None:
             kwargs["token_type_ids"] = types
@@ -189,6 +192,7 @@ def explain(
     *,
     internal_batch_size: int | None = None,
     cache: ModelCache | None = None,
+    before_pass: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """Explain one example's prediction word by word.
 
@@ -204,6 +208,10 @@ def explain(
 
     ``heat`` is the attribution divided by the largest absolute word attribution
     (in [-1, 1]); ``text == inputs[field][start:end]``.
+
+    ``internal_batch_size`` splits the integration into passes of that many steps;
+    ``before_pass()`` is called before each of them (and before the prediction's), so
+    a caller can make the explanation give way to other work on the model.
     """
     if not isinstance(n_steps, int) or not 1 <= n_steps <= 1000:
         raise InputError("n_steps", "must be an integer between 1 and 1000")
@@ -223,14 +231,17 @@ def explain(
             encoding["special_tokens_mask"] = [
                 [1 if s is None else 0 for s in encoding.sequence_ids(0)]
             ]
+        if before_pass is not None:
+            before_pass()
         with torch.inference_mode():
-            logits = model(
-                **{
+            logits = inference_pass(
+                loaded,
+                {
                     k: encoding[k].to(device)
                     for k in ("input_ids", "attention_mask", "token_type_ids")
                     if k in encoding
-                }
-            ).logits[0]
+                },
+            )["logits"][0]
         probs = torch.softmax(logits.float(), dim=-1).tolist()
         predicted = max(range(len(probs)), key=probs.__getitem__)
         if target is None:
@@ -246,6 +257,7 @@ def explain(
             lambda out: out.logits[:, target_index],
             n_steps,
             internal_batch_size,
+            before_pass,
         )
         sequence_ids = encoding.sequence_ids(0)
         piece_fields = [None if s is None else spec.input_fields[s] for s in sequence_ids]
@@ -267,10 +279,12 @@ def explain(
                 kwargs["token_type_ids"] = torch.tensor(
                     [windows["token_type_ids"][w]], device=device
                 )
+            if before_pass is not None:
+                before_pass()
             with torch.inference_mode():
-                out = model(**kwargs)
+                out = inference_pass(loaded, kwargs)
             s, e, score = best_span(
-                out.start_logits[0].cpu(), out.end_logits[0].cpu(), ids.shape[1], ctx
+                out["start_logits"][0].cpu(), out["end_logits"][0].cpu(), ids.shape[1], ctx
             )
             if best is None or score > best[3]:
                 best = (w, s, e, score)
@@ -301,6 +315,7 @@ def explain(
             lambda out: out.start_logits[:, s_tok] + out.end_logits[:, e_tok],
             n_steps,
             internal_batch_size,
+            before_pass,
         )
         piece_fields = [{0: "question", 1: "passage"}.get(x) for x in sequence_ids]
         target_out = dict(prediction)

@@ -319,3 +319,46 @@ def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks,
     shutil.copytree(model.path, path)  # the artifact appears: the next request loads it
     [result] = inference.predict_with([broken], [{"statement": "Anything."}])
     assert result["label"] in ("positive", "negative") and broken.ref() in ml.default_cache()
+
+
+def test_lower_priority_work_waits_while_a_pass_runs_and_goes_on_when_the_thread_is_idle():
+    run = Gated()
+    batcher = Batcher(run, window=0.0, max_rows=32)
+    assert batcher.wait_until_idle(0.01)  # no thread yet: idle
+    first = run.hold(batcher)
+    queued = batcher.submit("m", ["next"])
+    assert not batcher.wait_until_idle(0.05)  # a pass is running: it gives up after the timeout
+    woke = {}
+    waiter = threading.Thread(target=lambda: woke.setdefault("idle", batcher.wait_until_idle(10)))
+    waiter.start()
+    time.sleep(0.05)
+    assert "idle" not in woke  # still waiting: the pass is held
+    run.gate.set()
+    waiter.join(5)
+    assert woke == {"idle": True}  # woken once both passes were done
+    assert first.result(timeout=5) == ["m:first"] and queued.result(timeout=5) == ["m:next"]
+
+
+def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings):
+    """Each integration pass (EXPLANATION_PASS_STEPS steps) and the prediction's pass
+    first calls give_way; the chunked integration gives the unchunked attributions."""
+    import ml
+    from annotation import tasks as annotation_tasks
+    from tasks.registry import open_round_with_models
+
+    [model] = open_round_with_models(live_tasks["sentiment"])[1]
+    message = model.message()
+    inputs = {"statement": "a warm, funny and moving film"}
+    calls = []
+    real = inference.give_way
+    settings.EXPLANATION_PASS_STEPS = 5
+    try:
+        inference.give_way = lambda: calls.append(time.monotonic()) or real()
+        chunked = annotation_tasks.explain_ref(message, inputs, None, 20)
+    finally:
+        inference.give_way = real
+    assert len(calls) >= 1 + 20 // 5  # the prediction's pass and the four integration passes
+    whole = ml.explain(annotation_tasks._ref(message), inputs, n_steps=20)
+    assert [w["text"] for w in chunked["words"]] == [w["text"] for w in whole["words"]]
+    for a, b in zip(chunked["words"], whole["words"], strict=True):
+        assert a["attribution"] == pytest.approx(b["attribution"], abs=1e-4)
