@@ -40,16 +40,16 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
         context = candidates.order_by("pk")[random.randrange(count)] if count else None
     else:
         order = ["times_fooled", "times_used"] if strategy == "least_fooled" else ["times_used"]
-        # One query: the 21 least used hold the 20 least used other than the last served
-        # one; that one stays only when it is the only context there is.
-        ranked = list(candidates.order_by(*order, "pk")[:21])
-        pool = [c for c in ranked if c.pk != session.last_context_id] or ranked
+        # The 21 least used hold the 20 least used other than the last served one; that
+        # one stays only when it is the only context there is. Ranked on the counters
+        # alone (no texts decoded), then the chosen context is read whole.
+        ranked = list(candidates.order_by(*order, "pk").values_list("pk", *order)[:21])
+        pool = [row for row in ranked if row[0] != session.last_context_id] or ranked
         pool = pool[:20]
+        context = None
         if pool:  # among the ties for the least, pick at random so annotators spread out
-            key = [getattr(pool[0], f) for f in order]
-            context = random.choice([c for c in pool if [getattr(c, f) for f in order] == key])
-        else:
-            context = None
+            pk = random.choice([row for row in pool if row[1:] == pool[0][1:]])[0]
+            context = Context.objects.filter(pk=pk).first()
     if context is None:
         raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
     with transaction.atomic():
