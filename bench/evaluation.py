@@ -20,44 +20,42 @@ the evaluation: at least 80%), and writes bench/results/evaluation.json.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchio import setup_django, write_json
+from benchlib import RESULTS
+from benchlib.data import data_dir, read_sst2
+from benchlib.djangoside import setup_scratch
+from benchlib.results import fixed_table, write_json
+from benchlib.stats import seconds
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+COLUMNS = [("measure", "<9"), ("examples/s", ">11.1f"), ("of bare", ">8.0%")]
 
 
 def sentences(n: int) -> list[tuple[str, str]]:
-    folder = Path(os.environ.get("DYNABENCH_DATA_DIR", ROOT.parent / "shared" / "data")) / "sst2"
+    folder = data_dir() / "sst2"
     found = []
     for path in sorted(folder.glob("*dev*.tsv")) + sorted(folder.glob("*validation*")):
-        with open(path, encoding="utf-8") as handle:
-            for row in csv.DictReader(handle, delimiter="\t"):
-                text, label = row.get("sentence"), row.get("label")
-                if text and label in ("0", "1"):
-                    found.append((text, "positive" if label == "1" else "negative"))
+        found = read_sst2(path)
         if found:
             break
     if not found:
         from leaderboard.services import read_seed_rows
 
-        found = [(r["inputs"]["statement"], r["label"]) for r in read_seed_rows("sentiment")["test"]]
+        found = [
+            (r["inputs"]["statement"], r["label"]) for r in read_seed_rows("sentiment")["test"]
+        ]
     return [found[i % len(found)] for i in range(n)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=800)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "evaluation.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "evaluation.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dynabench-bench-") as folder:
-        setup_django(Path(folder))
+        setup_scratch(Path(folder))
         import torch
 
         import ml
@@ -71,10 +69,21 @@ def main() -> None:
         task, _ = create_task(load_definition("sentiment"))
         static = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
         rows = sentences(args.examples)
-        Example.objects.bulk_create([
-            Example(task=task, round=static, split="test", source="import", validation_status="verified",
-                    external_uid=f"bench-{i}", inputs={"statement": text}, target={"label": label})
-            for i, (text, label) in enumerate(rows)])
+        Example.objects.bulk_create(
+            [
+                Example(
+                    task=task,
+                    round=static,
+                    split="test",
+                    source="import",
+                    validation_status="verified",
+                    external_uid=f"bench-{i}",
+                    inputs={"statement": text},
+                    target={"label": label},
+                )
+                for i, (text, label) in enumerate(rows)
+            ]
+        )
         spec = services.ml_spec(task)
         seed = read_seed_rows("sentiment")["train"][:16]
         info = ml.train(spec, seed, [], Path(folder) / "model", max_steps=2, epochs=1, batch_size=8)
@@ -85,8 +94,13 @@ def main() -> None:
         def bare():
             with torch.inference_mode():
                 for start in range(0, len(texts), 32):
-                    encoded = loaded.tokenizer(texts[start:start + 32], padding=True, truncation=True,
-                                               max_length=spec.max_tokens, return_tensors="pt")
+                    encoded = loaded.tokenizer(
+                        texts[start : start + 32],
+                        padding=True,
+                        truncation=True,
+                        max_length=spec.max_tokens,
+                        return_tensors="pt",
+                    )
                     loaded.model(**encoded)
 
         ref = ml.ModelRef(str(info.path), info.sha256)
@@ -99,19 +113,32 @@ def main() -> None:
 
         bare(), predict()  # warm: models loaded, kernels ready
         timings = {}
-        for name, fn in (("bare", bare), ("predict", predict), ("evaluate", evaluate), ("bare_again", bare)):
-            started = time.perf_counter()
-            fn()
-            timings[name] = time.perf_counter() - started
+        for name, fn in (
+            ("bare", bare),
+            ("predict", predict),
+            ("evaluate", evaluate),
+            ("bare_again", bare),
+        ):
+            timings[name] = seconds(fn)
     bare_s = (timings["bare"] + timings["bare_again"]) / 2
-    rates = {name: args.examples / seconds for name, seconds in timings.items() if name != "bare_again"}
+    rates = {name: args.examples / t for name, t in timings.items() if name != "bare_again"}
     rates["bare"] = args.examples / bare_s
     print(f"evaluation: {args.examples} examples (bare: mean of a run before and after)")
-    print(f"{'measure':9} {'examples/s':>11} {'of bare':>8}")
-    for name in ("bare", "predict", "evaluate"):
-        print(f"{name:9} {rates[name]:11.1f} {rates[name] / rates['bare']:8.0%}")
-    document = {"examples": args.examples, "load_average": os.getloadavg(),
-                "examples_per_second": rates, "share_of_bare": {k: v / rates["bare"] for k, v in rates.items()}}
+    print(
+        fixed_table(
+            COLUMNS,
+            [
+                [name, rates[name], rates[name] / rates["bare"]]
+                for name in ("bare", "predict", "evaluate")
+            ],
+        )
+    )
+    document = {
+        "examples": args.examples,
+        "load_average": os.getloadavg(),
+        "examples_per_second": rates,
+        "share_of_bare": {k: v / rates["bare"] for k, v in rates.items()},
+    }
     print("wrote", write_json(args.out, document))
 
 

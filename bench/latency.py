@@ -27,16 +27,13 @@ import argparse
 import os
 import platform
 import statistics
-import sys
-import time
-from pathlib import Path
 
-from benchio import write_json
+from benchlib import RESULTS, ROOT
+from benchlib.data import SST2_LABELS, data_dir, read_sst2
+from benchlib.results import fixed_table, log, utc_now, write_json
+from benchlib.stats import cosine, repeat_seconds, seconds, summary_ms
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import ml  # noqa: E402  (sets the offline environment before transformers loads)
+import ml  # via benchlib: the repository first on sys.path
 
 BUILTIN = [
     ("a gripping, beautifully acted story", "positive"),
@@ -52,25 +49,13 @@ BUILTIN = [
     ("a confident debut full of wit", "positive"),
     ("clumsy dialogue sinks every scene", "negative"),
 ]
-LABELS = ["negative", "positive"]
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("DYNABENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
-
-
-def read_sst2(path: Path, limit: int) -> list[tuple[str, str]]:
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        next(fh)  # header: sentence<TAB>label
-        for line in fh:
-            sentence, _, label = line.rstrip("\n").rpartition("\t")
-            sentence = sentence.strip()
-            if sentence and label in ("0", "1"):
-                rows.append((sentence, LABELS[int(label)]))
-            if len(rows) >= limit:
-                break
-    return rows
+COLUMNS = [
+    ("measure", "<24"),
+    ("n", ">5"),
+    ("median ms", ">12.2f"),
+    ("p95 ms", ">10.2f"),
+    ("x bare", ">9.2f"),
+]
 
 
 def load_sentences(train_limit: int) -> tuple[list, list, str]:
@@ -84,7 +69,7 @@ def load_sentences(train_limit: int) -> tuple[list, list, str]:
     return BUILTIN, BUILTIN, "builtin"
 
 
-def get_model(train_rows, dev_rows, steps: int, source: str, log) -> tuple[ml.ModelRef, dict]:
+def get_model(train_rows, dev_rows, steps: int, source: str) -> tuple[ml.ModelRef, dict]:
     """Reuse var/bench/<key> when it verifies and was trained the same way."""
     key = f"sentiment-{source}-{len(train_rows)}x{steps}"
     path = ROOT / "var" / "bench" / key
@@ -98,7 +83,7 @@ def get_model(train_rows, dev_rows, steps: int, source: str, log) -> tuple[ml.Mo
             import shutil
 
             shutil.rmtree(path)
-    spec = ml.TaskSpec(kind="classification", labels=LABELS, input_fields=["statement"])
+    spec = ml.TaskSpec(kind="classification", labels=SST2_LABELS, input_fields=["statement"])
 
     def rows(pairs):
         return [{"inputs": {"statement": s}, "label": label} for s, label in pairs]
@@ -118,42 +103,14 @@ def get_model(train_rows, dev_rows, steps: int, source: str, log) -> tuple[ml.Mo
     return ml.ModelRef(str(path), info.sha256), info.metadata
 
 
-def timed(fn, repeats: int) -> list[float]:
-    out = []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn(i)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-def once(fn, i: int) -> float:
-    t0 = time.perf_counter()
-    fn(i)
-    return time.perf_counter() - t0
-
-
-def summary_ms(samples: list[float]) -> dict:
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    return {
-        "n": len(samples),
-        "median_ms": round(statistics.median(samples) * 1000, 3),
-        "p95_ms": round(p95 * 1000, 3),
-        "mean_ms": round(statistics.fmean(samples) * 1000, 3),
-    }
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    num = sum(x * y for x, y in zip(a, b, strict=True))
-    den = (sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5)
-    return num / den if den else 1.0
+def latency_summary(samples: list[float]) -> dict:
+    return summary_ms(samples, median_key="median_ms", digits=3, maximum=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latency.json"))
+    parser.add_argument("--out", default=str(RESULTS / "latency.json"))
     parser.add_argument(
         "--threads", type=int, help="torch intra-op threads (sets DYNABENCH_TORCH_THREADS)"
     )
@@ -173,12 +130,9 @@ def main() -> int:
     n_batches = 4 if quick else 20
     steps = 20 if quick else 80
 
-    def log(msg):
-        print(f"[latency] {msg}", file=sys.stderr, flush=True)
-
     load_start = os.getloadavg()[0]
     train_pairs, dev_pairs, source = load_sentences(train_limit=16 * steps)
-    ref, metadata = get_model(train_pairs, dev_pairs, steps, source, log)
+    ref, metadata = get_model(train_pairs, dev_pairs, steps, source)
     sentences = [s for s, _ in dev_pairs]
     log(f"{len(sentences)} {source} sentences; torch threads {torch.get_num_threads()}")
 
@@ -198,13 +152,13 @@ def main() -> int:
         ml.predict(ref, [{"statement": sentence(i)}], cache=cache)
 
     # warm up both paths (allocator, kernels, caches)
-    timed(bare, 10)
-    timed(api, 10)
+    repeat_seconds(bare, 10)
+    repeat_seconds(api, 10)
     # interleave so that drifting machine load hits both equally
     bare_t, api_t = [], []
     for i in range(n_single):
-        bare_t.append(once(bare, i))
-        api_t.append(once(api, i))
+        bare_t.append(seconds(bare, i))
+        api_t.append(seconds(api, i))
 
     explain_runs = {}
     attributions = {10: [], 50: []}
@@ -221,8 +175,8 @@ def main() -> int:
         # interleaved with bare passes: the ratio stays fair if machine load drifts
         runs, paired_bare = [], []
         for i in range(repeats):
-            paired_bare.append(once(bare, i))
-            runs.append(once(run, i))
+            paired_bare.append(seconds(bare, i))
+            runs.append(seconds(run, i))
         explain_runs[n_steps] = (runs, paired_bare)
     agree = [cosine(a, b) for a, b in zip(attributions[10], attributions[50], strict=False)]
 
@@ -241,12 +195,12 @@ def main() -> int:
     def api_batch(i):
         ml.predict(ref, [{"statement": s} for s in batch_of(i)], cache=cache)
 
-    timed(bare_batch, 2)
-    timed(api_batch, 2)
+    repeat_seconds(bare_batch, 2)
+    repeat_seconds(api_batch, 2)
     bare_b, api_b = [], []
     for i in range(n_batches):
-        bare_b.append(once(bare_batch, i))
-        api_b.append(once(api_batch, i))
+        bare_b.append(seconds(bare_batch, i))
+        api_b.append(seconds(api_batch, i))
 
     # Each measure's ratio is against the bare passes interleaved with it.
     measures = {
@@ -257,7 +211,7 @@ def main() -> int:
     }
     rows = {}
     for name, (samples, paired_bare) in measures.items():
-        row = summary_ms(samples)
+        row = latency_summary(samples)
         row["ratio_to_bare"] = round(statistics.median(samples) / statistics.median(paired_bare), 2)
         rows[name] = row
     throughput = {
@@ -281,7 +235,7 @@ def main() -> int:
     result = {
         "benchmark": "latency",
         "quick": quick,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at": utc_now(),
         "environment": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -312,12 +266,10 @@ def main() -> int:
         f"{torch.get_num_threads()} torch threads, load average {load_start:.2f} -> "
         f"{os.getloadavg()[0]:.2f}\n"
     )
-    print(f"{'measure':<24}{'n':>5}{'median ms':>12}{'p95 ms':>10}{'x bare':>9}")
-    for name, row in rows.items():
-        print(
-            f"{name:<24}{row['n']:>5}{row['median_ms']:>12.2f}{row['p95_ms']:>10.2f}"
-            f"{row['ratio_to_bare']:>9.2f}"
-        )
+    cells = [
+        [name, r["n"], r["median_ms"], r["p95_ms"], r["ratio_to_bare"]] for name, r in rows.items()
+    ]
+    print(fixed_table(COLUMNS, cells, sep=""))
     print(
         f"\nbatch of {batch_size}: bare {throughput['bare_examples_per_s']:.1f} ex/s, "
         f"ml.predict {throughput['ml_predict_examples_per_s']:.1f} ex/s "
@@ -329,7 +281,7 @@ def main() -> int:
         f"{explain_quality['cosine_n10_vs_n50_median']}, min {explain_quality['cosine_n10_vs_n50_min']}"
     )
 
-    print(f"\nwrote {write_json(Path(args.out), result)}")
+    print(f"\nwrote {write_json(args.out, result)}")
     return 0
 
 

@@ -27,15 +27,15 @@ import argparse
 import os
 import pickle
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchio import setup_django, write_json
+from benchlib import RESULTS
+from benchlib.djangoside import setup_scratch
+from benchlib.results import fixed_table, write_json
+from benchlib.stats import seconds
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+COLUMNS = [("measure", "<10"), ("ms", ">9.1f"), ("x bare", ">8.1f"), ("queries", ">8d")]
 
 
 def populate(n_models: int, n_datasets: int):
@@ -48,27 +48,61 @@ def populate(n_models: int, n_datasets: int):
 
     definition = load_definition("sentiment")
     task, _ = create_task({**definition, "slug": "bench-sentiment", "name": "Bench sentiment"})
-    rounds = [Round.objects.create(task=task, number=n, status=Round.Status.CLOSED) for n in range(n_datasets)]
+    rounds = [
+        Round.objects.create(task=task, number=n, status=Round.Status.CLOSED)
+        for n in range(n_datasets)
+    ]
     rng = np.random.default_rng(0)
-    models = ModelVersion.objects.bulk_create([
-        ModelVersion(task=task, name=f"model-{i:04d}", artifact_path=f"missing/{i}", sha256=f"{i:064x}")
-        for i in range(n_models)])
-    Job.objects.bulk_create([Job(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED, task=task,
-                                 params={"model_version": m.pk, "rounds": None, "split": "test"}) for m in models])
+    models = ModelVersion.objects.bulk_create(
+        [
+            ModelVersion(
+                task=task, name=f"model-{i:04d}", artifact_path=f"missing/{i}", sha256=f"{i:064x}"
+            )
+            for i in range(n_models)
+        ]
+    )
+    Job.objects.bulk_create(
+        [
+            Job(
+                kind=Job.Kind.EVALUATE_MODEL,
+                status=Job.Status.SUCCEEDED,
+                task=task,
+                params={"model_version": m.pk, "rounds": None, "split": "test"},
+            )
+            for m in models
+        ]
+    )
     evaluations = []
     for m in models:
         skill = rng.uniform(0.5, 0.9)
         for rnd in rounds:
             accuracy = float(np.clip(skill + rng.normal(0, 0.03), 0, 1))
             values = np.clip(accuracy + rng.normal(0, 0.015, 1000), 0, 1)
-            evaluations.append(Evaluation(
-                model_version=m, round=rnd, split="test", num_examples=1000,
-                metrics={"accuracy": accuracy, "macro_f1": accuracy - 0.01, "ece": float(rng.uniform(0.02, 0.2)),
-                         "throughput": float(rng.uniform(50, 400)), "memory_mb": float(rng.uniform(80, 500)),
-                         "robustness": float(rng.uniform(0.7, 1)), "fairness": float(rng.uniform(0.8, 1))},
-                intervals={"accuracy": [accuracy - 0.03, accuracy + 0.03], "ece": [0.01, 0.2],
-                           "robustness": [0.6, 1.0], "fairness": [0.7, 1.0]},
-                replicates={"seed": 0, "n": len(values), "examples": "same"}, replicate_values=pack(values)))
+            evaluations.append(
+                Evaluation(
+                    model_version=m,
+                    round=rnd,
+                    split="test",
+                    num_examples=1000,
+                    metrics={
+                        "accuracy": accuracy,
+                        "macro_f1": accuracy - 0.01,
+                        "ece": float(rng.uniform(0.02, 0.2)),
+                        "throughput": float(rng.uniform(50, 400)),
+                        "memory_mb": float(rng.uniform(80, 500)),
+                        "robustness": float(rng.uniform(0.7, 1)),
+                        "fairness": float(rng.uniform(0.8, 1)),
+                    },
+                    intervals={
+                        "accuracy": [accuracy - 0.03, accuracy + 0.03],
+                        "ece": [0.01, 0.2],
+                        "robustness": [0.6, 1.0],
+                        "fairness": [0.7, 1.0],
+                    },
+                    replicates={"seed": 0, "n": len(values), "examples": "same"},
+                    replicate_values=pack(values),
+                )
+            )
     Evaluation.objects.bulk_create(evaluations, batch_size=500)
     return task
 
@@ -81,9 +115,7 @@ def timed(fn, runs: int):
     times, queries = [], None
     for _ in range(runs):
         with CaptureQueriesContext(connection) as captured:
-            started = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - started) * 1000)
+            times.append(seconds(fn) * 1000)
         queries = len(captured.captured_queries)
     return statistics.median(times), queries
 
@@ -93,10 +125,10 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=200)
     parser.add_argument("--datasets", type=int, default=10)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "leaderboard.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "leaderboard.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dynabench-bench-") as folder:
-        setup_django(Path(folder))
+        setup_scratch(Path(folder))
         from django.core.cache import cache
         from django.test import Client
 
@@ -107,14 +139,22 @@ def main() -> None:
         client = Client()
 
         def bare():
-            list(Evaluation.objects.filter(model_version__task=task).values_list("metrics", "replicates", "replicate_values"))
+            list(
+                Evaluation.objects.filter(model_version__task=task).values_list(
+                    "metrics", "replicates", "replicate_values"
+                )
+            )
 
-        api, page = f"/api/tasks/{task.slug}/leaderboard/", f"/tasks/{task.slug}/leaderboard/?sort=dynascore"
+        api, page = (
+            f"/api/tasks/{task.slug}/leaderboard/",
+            f"/tasks/{task.slug}/leaderboard/?sort=dynascore",
+        )
 
         def cold(url):
             def get():
                 cache.clear()
                 return client.get(url)
+
             return get
 
         measures = {
@@ -129,16 +169,23 @@ def main() -> None:
         status = client.get(api).status_code
         size = len(pickle.dumps(board_json(task)))
     base = results["bare"][0]
-    print(f"leaderboard: {args.models} models x {args.datasets} datasets, {args.runs} runs (medians)")
-    print(f"{'measure':10} {'ms':>9} {'x bare':>8} {'queries':>8}")
-    for name, (ms, queries) in results.items():
-        print(f"{name:10} {ms:9.1f} {ms / base:8.1f} {queries:8d}")
+    print(
+        f"leaderboard: {args.models} models x {args.datasets} datasets, {args.runs} runs (medians)"
+    )
+    print(fixed_table(COLUMNS, [[name, ms, ms / base, q] for name, (ms, q) in results.items()]))
     print(f"cached board: {size / 1024:.0f} KB pickled")
-    document = {"models": args.models, "datasets": args.datasets, "runs": args.runs, "api_status": status,
-                "cached_bytes": size,
-                "load_average": os.getloadavg(),
-                "results": {name: {"median_ms": ms, "ratio_to_bare": ms / base, "queries": q}
-                            for name, (ms, q) in results.items()}}
+    document = {
+        "models": args.models,
+        "datasets": args.datasets,
+        "runs": args.runs,
+        "api_status": status,
+        "cached_bytes": size,
+        "load_average": os.getloadavg(),
+        "results": {
+            name: {"median_ms": ms, "ratio_to_bare": ms / base, "queries": q}
+            for name, (ms, q) in results.items()
+        },
+    }
     print("wrote", write_json(args.out, document))
 
 

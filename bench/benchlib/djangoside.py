@@ -1,0 +1,165 @@
+"""The only benchlib code that imports Django.
+
+* ``setup_scratch(folder)``: Django in this process on a scratch SQLite database
+  (``evaluation.py``, ``leaderboard.py``);
+* ``main(action)``: the served stack's setup and counts, in a subprocess with a
+  mode's environment (``stack.run_django`` runs ``python -m benchlib.djangoside
+  _setup|_count``), so that the process that drives the load never imports Django.
+  It answers one ``BENCH_JSON`` line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .procs import answer_json
+
+
+def setup_scratch(folder: Path) -> None:
+    """Django on a scratch SQLite database in ``folder`` (embedded mode), migrated."""
+    os.environ.update(
+        DEBUG="true",
+        DATABASE_URL=f"sqlite:///{folder / 'db.sqlite3'}",
+        DYNABENCH_VAR_DIR=str(folder),
+        DYNABENCH_MODELS_DIR=str(folder / "models"),
+        DJANGO_SETTINGS_MODULE="dynabench.settings",
+        ALLOWED_HOSTS="testserver",
+    )
+    for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CACHE_URL"):
+        os.environ.pop(name, None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def main(action: str) -> int:
+    """``_setup`` (migrate, demo tasks, the target model, users) or ``_count`` (the
+    examples stored), with the configuration in ``$BENCH_CONFIG``."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dynabench.settings")
+    import django
+
+    django.setup()
+    cfg = json.loads(os.environ["BENCH_CONFIG"])
+    if action == "_setup":
+        from django.core.management import call_command
+
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("bootstrap_demo", no_models=True, stdout=io.StringIO())
+        result = _setup(cfg)
+    else:
+        result = _count(cfg)
+    answer_json(result)
+    return 0
+
+
+def _target_model(task, cfg: dict):
+    """The round's target: the artifact a previous run kept (its manifest under the
+    models folder), registered again, or one trained now on the shipped seed rows.
+    (model, trained now, training seconds)."""
+    from django.core.exceptions import ValidationError
+
+    import ml
+    from leaderboard import services as lb
+    from tasks.registry import register_model
+
+    name = cfg["model_name"]
+    manifest = Path(cfg["models_dir"]) / f"{task.slug}-{name}-{cfg['steps']}steps.json"
+    if manifest.exists():
+        kept = json.loads(manifest.read_text())
+        try:
+            artifact = ml.verify_artifact(kept["path"], kept["sha256"])
+            return register_model(task, artifact, name=name), False, 0.0
+        except (ml.ArtifactError, ValidationError, KeyError, OSError):
+            pass
+    rows = lb.read_seed_rows(task.slug)
+    started = time.perf_counter()
+    model = lb.train_and_register(
+        task,
+        rows,
+        name=name,
+        max_steps=cfg["steps"],
+        epochs=1,
+        batch_size=16,
+        seed=0,
+        training_data=lb.data_summary(rows, source="shipped seed set", purpose=cfg["purpose"]),
+    )
+    train_s = time.perf_counter() - started
+    manifest.write_text(json.dumps({"path": str(model.artifact_dir), "sha256": model.sha256}))
+    return model, True, train_s
+
+
+def _setup(cfg: dict) -> dict:
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from tasks.models import Task
+
+    task = Task.objects.get(slug=cfg["task"])
+    rnd = task.open_round()
+    model, trained, train_s = _target_model(task, cfg)
+    rnd.target_models.set([model])
+
+    User = get_user_model()
+    users = []
+    for name in cfg["usernames"]:
+        user = User.objects.create_user(username=name, password=None)
+        users.append({"username": name, "api_token": Token.objects.create(user=user).key})
+    return {
+        "task": task.slug,
+        "round": rnd.number,
+        "round_id": rnd.pk,
+        "contexts": task.contexts.filter(is_active=True).count(),
+        "model": {
+            "id": model.pk,
+            "path": str(model.artifact_dir),
+            "sha256": model.sha256,
+            "trained_now": trained,
+            "train_seconds": round(train_s, 1),
+            "max_steps": cfg["steps"],
+            "metrics": {k: v for k, v in model.metrics.items() if k != "test"},
+        },
+        "users": users,
+    }
+
+
+def _count(cfg: dict) -> dict:
+    from django.db.models import Count
+
+    from annotation.models import AnnotationSession, Example
+    from annotation.services.stats import round_stats
+    from tasks.models import Task
+
+    task = Task.objects.get(slug=cfg["task"])
+    rnd = task.open_round()
+    users = cfg["usernames"]
+    by_user = {
+        row["annotator__username"]: row["n"]
+        for row in Example.objects.filter(task=task, annotator__username__in=users)
+        .values("annotator__username")
+        .annotate(n=Count("pk"))
+    }
+    sessions_written: dict[str, int] = {}
+    for session in AnnotationSession.objects.filter(
+        task=task, user__username__in=users
+    ).select_related("user"):
+        name = session.user.username
+        sessions_written[name] = sessions_written.get(name, 0) + session.examples_written
+    return {
+        "examples_by_user": by_user,
+        "examples_total": sum(by_user.values()),
+        "session_examples_written": sessions_written,
+        "round_examples_collected": round_stats(rnd)["collected"],
+        "task_examples_all": Example.objects.filter(task=task).count(),
+    }
+
+
+if __name__ == "__main__":  # python -m benchlib.djangoside _setup|_count (stack.run_django)
+    raise SystemExit(main(sys.argv[1]))
