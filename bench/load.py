@@ -19,7 +19,11 @@ inference,explain -P threads`` (``make worker-inference``). Then, in the same ru
            on a free connection: latency p50/p99, judged against single;
 * explain: the open loop again with ``--explain-share`` of the arrivals asking
            for an explanation of an example written before: the predictions' p50
-           against the open loop's.
+           against the open loop's;
+* scale:   service mode, the inference tier alone (web server stopped):
+           ``--scale-callers`` callers ask through the queue without pause while 1,
+           then 2 (``--scale-workers``) worker processes serve it, each with
+           ``--scale-torch-threads`` torch threads: does throughput add up?
 
 Targets (issue 12): closed-loop throughput at least 70% of bare batch 32, no
 errors, rows = accepted; open loop p50 at most 2x single and p99 under 500 ms;
@@ -147,25 +151,69 @@ def open_phase(
     }
 
 
-def start_servers(mode: str, args, procs: Processes, env: dict) -> tuple[int, dict]:
-    """gunicorn, and in service mode the inference workers: (port, their commands)."""
+def start_servers(mode: str, args, procs: Processes, env: dict) -> tuple[int, dict, list]:
+    """gunicorn, and in service mode the inference workers: (port, their commands, the
+    processes)."""
     port = free_port()
     threads = max(16, args.annotators + 16)
     gunicorn = stack.gunicorn_command(port, args.web_workers, threads)
-    stack.start_web(procs, f"{mode} gunicorn", gunicorn, env, port, f"load-{mode}-gunicorn")
-    layout = {"web": shlex.join(gunicorn)}
+    web, _ = stack.start_web(
+        procs, f"{mode} gunicorn", gunicorn, env, port, f"load-{mode}-gunicorn"
+    )
+    layout, started = {"web": shlex.join(gunicorn)}, [web]
     if mode == "service":
         worker = stack.celery_command("threads", args.worker_threads, f"load-{time.time_ns()}@%h")
         for n in range(args.workers):
-            stack.start_worker(
+            proc, _ = stack.start_worker(
                 procs,
                 f"{mode} celery worker {n}",
                 [*worker[:-1], f"load{n}-{time.time_ns()}@%h"],
                 env,
                 f"load-{mode}-celery-{n}",
             )
+            started.append(proc)
         layout["worker"] = f"{args.workers} x " + shlex.join(worker)
-    return port, layout
+    return port, layout, started
+
+
+def scale_phase(args, procs: Processes, env: dict, hyps: list[str]) -> dict:
+    """Service mode, the inference tier alone: ``--scale-callers`` callers ask through the
+    queue without pause (``djangoside._drive``: no HTTP, no database) while 1, then 2,
+    ... inference worker processes serve it, each with ``--scale-torch-threads`` torch
+    threads. Run with the web server and the mode's workers stopped."""
+    counts = [int(n) for n in args.scale_workers.split(",")]
+    found = {}
+    for n in counts:
+        started = []
+        for k in range(n):
+            cmd = stack.celery_command(
+                "threads", args.worker_threads, f"scale{n}-{k}-{time.time_ns()}@%h"
+            )
+            worker_env = {**env, "DYNABENCH_TORCH_THREADS": str(args.scale_torch_threads)}
+            proc, _ = stack.start_worker(
+                procs, f"scale-out worker {k + 1} of {n}", cmd, worker_env, f"load-scale-{n}-{k}"
+            )
+            started.append(proc)
+        log(f"scale-out: {args.scale_callers} callers, {n} worker(s), {args.duration:.0f} s")
+        cfg = {
+            "task": stack.TASK,
+            "threads": args.scale_callers,
+            "seconds": args.duration,
+            "warmup": 3.0,
+            "hypotheses": hyps,
+        }
+        found[str(n)] = stack.run_django("_drive", env, cfg, timeout=args.duration + 300)
+        for proc in started:
+            procs.stop(proc)
+    base = found[str(counts[0])]["examples_per_s"] or None
+    return {
+        "callers": args.scale_callers,
+        "torch_threads_per_worker": args.scale_torch_threads,
+        "by_workers": found,
+        "throughput_over_first": {
+            n: round(r["examples_per_s"] / base, 2) if base else None for n, r in found.items()
+        },
+    }
 
 
 def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str]) -> dict:
@@ -179,7 +227,7 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     usernames = [f"load-{mode}-{k:02d}" for k in range(args.annotators + 1)]
     log("setup: migrate, demo tasks, the model, users (Django subprocess)")
     setup = stack.setup(env, usernames)
-    port, layout = start_servers(mode, args, procs, env)
+    port, layout, servers = start_servers(mode, args, procs, env)
     users = {u["username"]: u for u in setup["users"]}
     tokens = [stack.open_session(port, users[name]["api_token"]) for name in usernames]
 
@@ -195,7 +243,7 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     )
     found = bare_model.throughput(pairs, args.bare_seconds)
     bare_model.close()
-    bare = {k: round(v, 1) for k, v in found.items()}
+    bare = {k: round(v, 1) for k, v in found.items()} | {"traced": bare_model.traced}
     rate = args.rate or round(bare["batch32"] / 2, 1)
 
     log(f"single requests: {args.single}")
@@ -223,6 +271,11 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         log(f"open loop with {args.explain_share:.0%} explanations")
         mixed = open_phase(port, tokens[1:], hyps, rate, args, args.explain_share, seed=2)
     checks = judge(bare, single, closed, opened, mixed)
+    scale = None
+    if "scale" in phases and mode == "service":
+        for proc in servers:  # nothing else on the queue or on the cores
+            procs.stop(proc)
+        scale = scale_phase(args, procs, env, hyps)
     return {
         "mode": mode,
         "processes": layout,
@@ -232,6 +285,7 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         "closed": closed,
         "open": opened,
         "explain_mix": mixed,
+        "scale_out": scale,
         "checks": checks,
     }
 
@@ -291,6 +345,18 @@ def print_table(results: list[dict]) -> None:
             f"{closed['db_equals_accepted']}; targets: closed {c['closed_ok']}, open {c['open_ok']}, "
             f"explain {c['explain_ok']}"
         )
+        if r.get("scale_out"):
+            scale = r["scale_out"]
+            parts = [
+                f"{n} worker(s) {found['examples_per_s']}/s (p50 {found['latency']['p50_ms']} ms, "
+                f"{found['errors']} errors)"
+                for n, found in scale["by_workers"].items()
+            ]
+            print(
+                f"{'':9} scale-out, the inference tier alone: "
+                + "; ".join(parts)
+                + f"; x first: {scale['throughput_over_first']}"
+            )
 
 
 def main() -> int:
@@ -305,8 +371,8 @@ def main() -> int:
     parser.add_argument("--single", type=int, default=40)
     parser.add_argument(
         "--phases",
-        default="closed,open,explain",
-        help="loaded phases to run (bare and single always run)",
+        default="closed,open,explain,scale",
+        help="loaded phases to run (bare and single always run; scale: service mode only)",
     )
     parser.add_argument("--web-workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--bare-seconds", type=float, default=10.0)
@@ -316,6 +382,13 @@ def main() -> int:
         "--workers", type=int, default=1, help="service mode: inference worker processes"
     )
     parser.add_argument("--worker-threads", type=int, default=64)
+    parser.add_argument(
+        "--scale-workers", default="1,2", help="scale phase: inference worker processes to compare"
+    )
+    parser.add_argument("--scale-callers", type=int, default=64, help="scale phase: callers")
+    parser.add_argument(
+        "--scale-torch-threads", type=int, default=1, help="scale phase: torch threads per worker"
+    )
     stack.add_service_options(parser)
     parser.add_argument("--out", default=str(RESULTS / "load.json"))
     args = parser.parse_args()

@@ -5,7 +5,8 @@ that process.
 It reads JSON lines on stdin and answers each with what it measured:
 
 * ``forward``: one ``model(**tokenizer(premise, hypothesis))`` under
-  torch.inference_mode, after idling (untimed) ``idle`` seconds when asked;
+  torch.inference_mode (the model's TorchScript trace when it has one, as the
+  platform runs it: ``ml.tracing``), after idling (untimed) ``idle`` seconds when asked;
 * ``explain``: ``ml.explain`` with n_steps=10;
 * ``throughput``: examples/s at batch 1 and batch 32 over the given pairs, each for
   ``seconds`` after one warm-up batch;
@@ -50,6 +51,7 @@ class BareModel:
         )
         ready = self._read()
         self.torch_threads = ready["torch_threads"]
+        self.traced = ready.get("traced", False)
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -90,11 +92,12 @@ def main(path: str, sha256: str) -> int:
     import torch
 
     import ml
+    from ml.tracing import forward  # the pass the platform runs: the trace when there is one
 
     cache = ml.ModelCache(max_size=1)
     ref = ml.ModelRef(path, sha256)
     loaded = cache.get(ref)
-    model, tokenizer, spec = loaded.model, loaded.tokenizer, loaded.spec
+    tokenizer, spec = loaded.tokenizer, loaded.spec
 
     def batch_pass(batch):
         enc = tokenizer(
@@ -106,7 +109,7 @@ def main(path: str, sha256: str) -> int:
             return_tensors="pt",
         )
         with torch.inference_mode():
-            model(**{k: v for k, v in enc.items() if k in MODEL_INPUTS})
+            forward(loaded, {k: v for k, v in enc.items() if k in MODEL_INPUTS})
 
     def throughput(pairs, seconds) -> dict:
         out = {}
@@ -120,7 +123,16 @@ def main(path: str, sha256: str) -> int:
             out[f"batch{size}"] = done * size / (time.perf_counter() - started)
         return out
 
-    print(json.dumps({"ready": True, "torch_threads": torch.get_num_threads()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ready": True,
+                "torch_threads": torch.get_num_threads(),
+                "traced": loaded.inference_forward is not None,
+            }
+        ),
+        flush=True,
+    )
     for line in sys.stdin:
         request = json.loads(line)
         if request["op"] == "quit":
@@ -141,7 +153,9 @@ def main(path: str, sha256: str) -> int:
                 max_length=spec.max_tokens,
             )
             with torch.inference_mode():
-                model(**enc).logits.softmax(-1)
+                forward(loaded, {k: v for k, v in enc.items() if k in MODEL_INPUTS})[
+                    "logits"
+                ].softmax(-1)
         else:
             ml.explain(
                 ref,

@@ -54,6 +54,8 @@ def main(action: str) -> int:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("bootstrap_demo", no_models=True, stdout=io.StringIO())
         result = _setup(cfg)
+    elif action == "_drive":
+        result = _drive(cfg)
     else:
         result = _count(cfg)
     answer_json(result)
@@ -127,6 +129,79 @@ def _setup(cfg: dict) -> dict:
             "metrics": {k: v for k, v in model.metrics.items() if k != "test"},
         },
         "users": users,
+    }
+
+
+def _drive(cfg: dict) -> dict:
+    """The inference tier alone: ``cfg["threads"]`` callers ask the open round's target
+    model through ``annotation.inference.predict_with`` (the queue and the reply list
+    in service mode, as a web request does, without HTTP or the database) without
+    pause for ``cfg["seconds"]``. Throughput and latency as the callers saw them."""
+    import threading
+
+    from annotation.inference import predict_with
+    from tasks.models import Task
+    from tasks.registry import open_round_with_models
+
+    from .stats import summary_ms
+
+    _, models = open_round_with_models(Task.objects.get(slug=cfg["task"]))
+    hyps = cfg["hypotheses"]
+    ready_by = time.monotonic() + 120
+    while True:  # the workers load the model when they start: wait for a first answer
+        try:
+            predict_with(models, [{"premise": "A person is outside.", "hypothesis": hyps[0]}])
+            break
+        except Exception:
+            if time.monotonic() > ready_by:
+                raise
+            time.sleep(0.5)
+    times: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    measure_from = time.perf_counter() + cfg["warmup"]
+    deadline = measure_from + cfg["seconds"]
+
+    def caller(k: int) -> None:
+        i = k
+        while True:
+            started = time.perf_counter()
+            if started >= deadline:
+                return
+            try:
+                predict_with(
+                    models,
+                    [
+                        {
+                            "premise": f"A person is outside on day {i}.",
+                            "hypothesis": hyps[i % len(hyps)],
+                        }
+                    ],
+                )
+            except Exception as exc:  # noqa: BLE001 - counted
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                i += cfg["threads"]
+                continue
+            finished = time.perf_counter()
+            if started >= measure_from and finished <= deadline:
+                with lock:
+                    times.append(finished - started)
+            i += cfg["threads"]
+
+    callers = [threading.Thread(target=caller, args=(k,)) for k in range(cfg["threads"])]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    return {
+        "threads": cfg["threads"],
+        "seconds": cfg["seconds"],
+        "answered": len(times),
+        "examples_per_s": round(len(times) / cfg["seconds"], 1),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        "latency": summary_ms(times),
     }
 
 

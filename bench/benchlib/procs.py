@@ -69,24 +69,35 @@ class Processes:
         log(f"started {name} (pid {proc.pid}): {shlex.join(cmd)}")
         return proc
 
+    def stop(self, proc: subprocess.Popen) -> None:
+        """Stop one process this run started (its whole process group)."""
+        for entry in list(self.running):
+            if entry[1] is proc:
+                self._stop(*entry)
+                self.running.remove(entry)
+
     def stop_all(self) -> None:
-        for name, proc, log_file in reversed(self.running):
-            if proc.poll() is None:
+        for entry in reversed(self.running):
+            self._stop(*entry)
+        self.running.clear()
+
+    @staticmethod
+    def _stop(name: str, proc: subprocess.Popen, log_file) -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                log(f"{name} did not stop in 20 s; killing its process group")
                 try:
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    log(f"{name} did not stop in 20 s; killing its process group")
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait(timeout=10)
-            log_file.close()
-        self.running.clear()
+                proc.wait(timeout=10)
+        log_file.close()
 
 
 def _interrupt(signum, _frame):
