@@ -226,7 +226,7 @@ EXPLANATION_STEPS = (5, 10, 20, 50)
 # Explanations give way to predictions: an explanation runs its integration in
 # passes of this many steps, and before each pass waits (up to this long) while the
 # process's model thread has predictions queued or running.
-EXPLANATION_PASS_STEPS = env.int("EXPLANATION_PASS_STEPS", default=5)
+EXPLANATION_PASS_STEPS = env.int("EXPLANATION_PASS_STEPS", default=10)
 EXPLANATION_YIELD_MS = env.float("EXPLANATION_YIELD_MS", default=200.0)
 
 # --- Cache ------------------------------------------------------------------
