@@ -376,7 +376,7 @@ def main() -> int:
     )
     parser.add_argument("--web-workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--bare-seconds", type=float, default=10.0)
-    parser.add_argument("--window-ms", type=float, default=2.0, help="INFERENCE_BATCH_WINDOW_MS")
+    parser.add_argument("--window-ms", type=float, default=0.0, help="INFERENCE_BATCH_WINDOW_MS")
     parser.add_argument("--max-batch", type=int, default=32, help="INFERENCE_MAX_BATCH")
     parser.add_argument(
         "--workers", type=int, default=1, help="service mode: inference worker processes"

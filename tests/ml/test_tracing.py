@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import pytest
 import torch
@@ -94,39 +92,3 @@ def test_a_trace_that_disagrees_with_the_model_is_dropped(sentiment_ref, cache, 
         holder = load_model(sentiment_ref, cache=cache)
     assert holder.inference_forward is None
     assert "disagrees" in caplog.text
-
-
-def test_a_traced_pass_lets_other_python_threads_run(nli_ref, nli_rows, cache):
-    """The point of the trace: the pass holds the GIL once, not once per torch call.
-
-    While the model thread runs passes, a pure-Python thread counts. With an eager
-    model each of the pass's hundreds of calls waits for the counting thread's
-    switch interval; with the trace the passes take about as long as alone.
-    Judged by a ratio against the same model run eagerly, in the same test.
-    """
-    holder = load_model(nli_ref, cache=cache)
-    rows = [r["inputs"] for r in nli_rows] * 2
-
-    def passes(h, n=6):
-        stop = threading.Event()
-
-        def busy():
-            x = 0
-            while not stop.is_set():
-                x += 1
-
-        other = threading.Thread(target=busy)
-        other.start()
-        started = time.perf_counter()
-        try:
-            for _ in range(n):
-                ml.inference.classify(h, rows)
-        finally:
-            stop.set()
-            other.join()
-        return time.perf_counter() - started
-
-    passes(holder, 1), passes(_eager(holder), 1)  # warm both paths
-    traced, eager = passes(holder), passes(_eager(holder))
-    print(f"traced {traced:.3f} s, eager {eager:.3f} s")
-    assert traced < eager, (traced, eager)
