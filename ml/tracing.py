@@ -13,9 +13,11 @@ the weights); explanations and training keep using the eager model, which they
 need for gradients.
 
 A trace records one path through the model's Python code, so each one is checked
-at load time: it must give the eager model's outputs on a batch of another shape
-(other batch size, other length, padding). A model that fails to trace, or whose
-trace disagrees, runs eagerly, with a warning in the log.
+at load time: it must give the eager model's outputs on batches of other shapes (a
+padded batch of three, one unpadded example, and one input as long as the model
+takes), each run twice (TorchScript optimises the graph after its first run, so the
+second run is the one a request gets). A model that fails to trace, or whose trace
+disagrees, runs eagerly, with a warning in the log.
 
 ``DYNABENCH_TRACE_MODELS=0`` turns tracing off (every model runs eagerly).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from typing import Any
 
@@ -32,6 +35,15 @@ import torch
 from .spec import TaskSpec
 
 log = logging.getLogger(__name__)
+
+# Tracing warns (the tracer's notes on Python-side control flow, for which the load
+# check stands in; torch's and transformers' deprecation notices). They are silenced
+# with ``warnings.catch_warnings``, which swaps the process's filters and puts them
+# back on exit: two traces at once (the model thread and the explanation thread may
+# load two models) could put back the wrong list and silence every warning for good,
+# so one trace runs at a time. While a model traces (about a second, at load), other
+# threads' warnings are not shown either.
+_TRACE_LOCK = threading.Lock()
 
 ENV = "DYNABENCH_TRACE_MODELS"
 #: How far a trace's outputs may stray from the eager model's (float32 logits).
@@ -43,6 +55,10 @@ _CHECK_TEXTS = (
     ("A dog.", "An animal sleeps on the warm floor of the old kitchen all afternoon."),
     ("Yes", "No"),
 )
+_CHECK_SINGLE = (("A quiet street.", "Nobody is there."),)
+#: Repeated until it fills the model's input (truncated to ``spec.max_tokens``).
+_LONG_TEXT = "The old bridge over the river was rebuilt in stone after the winter floods. "
+_CHECK_RUNS = 2
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -68,27 +84,35 @@ def trace_for_inference(model: Any, tokenizer: Any, spec: TaskSpec, device: Any)
     """A checked TorchScript trace of ``model`` for inference, or None (run eagerly)."""
     if not enabled():
         return None
+    name = getattr(model, "name_or_path", "?")
     try:
         sample = _inputs(tokenizer, spec, _TRACE_TEXTS, device)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's notes on Python-side control flow
+        with _TRACE_LOCK, warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
             traced = torch.jit.trace(model, example_kwarg_inputs=sample, strict=False, check_trace=False)
-        check = _inputs(tokenizer, spec, _CHECK_TEXTS, device)
+        long_text = _LONG_TEXT * (spec.max_tokens // 8 + 1)
+        checks = [_inputs(tokenizer, spec, pairs, device)
+                  for pairs in (_CHECK_TEXTS, _CHECK_SINGLE, ((long_text, long_text),))]
+        disagrees = False
         with torch.inference_mode():
-            expected = _outputs(model(**check))
-            got = _outputs(traced(**check))
+            for check in checks:
+                expected = _outputs(model(**check))
+                for _ in range(_CHECK_RUNS):
+                    disagrees = disagrees or not _same(_outputs(traced(**check)), expected)
     except Exception as exc:  # noqa: BLE001 - any failure means: run eagerly
-        log.warning("model %s: no TorchScript trace (%s: %s); it runs eagerly",
-                    getattr(model, "name_or_path", "?"), type(exc).__name__, exc)
+        log.warning("model %s: no TorchScript trace (%s: %s); it runs eagerly", name, type(exc).__name__, exc)
         return None
-    if set(got) != set(expected) or any(
-        got[k].shape != expected[k].shape or not torch.allclose(got[k], expected[k], atol=TOLERANCE, rtol=TOLERANCE)
-        for k in expected
-    ):
-        log.warning("model %s: its TorchScript trace disagrees with the model; it runs eagerly",
-                    getattr(model, "name_or_path", "?"))
+    if disagrees:
+        log.warning("model %s: its TorchScript trace disagrees with the model; it runs eagerly", name)
         return None
     return traced
+
+
+def _same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> bool:
+    return set(got) == set(expected) and all(
+        got[k].shape == expected[k].shape and torch.allclose(got[k], expected[k], atol=TOLERANCE, rtol=TOLERANCE)
+        for k in expected
+    )
 
 
 def forward(holder: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

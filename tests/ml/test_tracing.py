@@ -92,3 +92,60 @@ def test_a_trace_that_disagrees_with_the_model_is_dropped(sentiment_ref, cache, 
         holder = load_model(sentiment_ref, cache=cache)
     assert holder.inference_forward is None
     assert "disagrees" in caplog.text
+
+
+class _WrongWhen:
+    """A trace that answers wrongly only when ``wrong(call_number, inputs)`` holds:
+    what a trace whose optimised second run, or whose long inputs, take another path
+    looks like."""
+
+    def __init__(self, traced, wrong):
+        self.traced, self.wrong, self.calls = traced, wrong, 0
+
+    def __call__(self, **inputs):
+        self.calls += 1
+        out = dict(self.traced(**inputs))
+        if self.wrong(self.calls, inputs):
+            out["logits"] = out["logits"] + 0.5
+        return out
+
+
+@pytest.mark.parametrize("wrong", [
+    pytest.param(lambda n, inputs: n % 2 == 0, id="only-on-its-second-run"),
+    pytest.param(lambda n, inputs: inputs["input_ids"].shape[1] > 64, id="only-on-long-inputs"),
+    pytest.param(lambda n, inputs: inputs["input_ids"].shape[0] == 1, id="only-on-one-example"),
+])
+def test_a_trace_is_checked_on_second_runs_long_inputs_and_single_examples(sentiment_ref, cache, monkeypatch,
+                                                                         caplog, wrong):
+    real_trace = torch.jit.trace
+    monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: _WrongWhen(real_trace(*a, **k), wrong))
+    with caplog.at_level(logging.WARNING, logger="ml.tracing"):
+        holder = load_model(sentiment_ref, cache=cache)
+    assert holder.inference_forward is None
+    assert "disagrees" in caplog.text
+
+
+def test_models_traced_at_once_put_the_warning_filters_back(sentiment_ref, nli_ref, qa_ref):
+    """Each trace silences the tracer's warnings with warnings.catch_warnings (which
+    swaps the process's filters); traces at once on several threads must still leave
+    the filters as they were, or every warning would stay silenced."""
+    import threading
+    import warnings
+
+    from ml.prediction import ModelCache
+
+    before = list(warnings.filters)
+    loaded = {}
+
+    def load(name, ref):
+        loaded[name] = load_model(ref, cache=ModelCache())
+
+    threads = [threading.Thread(target=load, args=item)
+               for item in (("sentiment", sentiment_ref), ("nli", nli_ref), ("qa", qa_ref))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(loaded) == ["nli", "qa", "sentiment"]
+    assert all(holder.inference_forward is not None for holder in loaded.values())
+    assert warnings.filters == before
