@@ -116,7 +116,10 @@ def _integrate(model, encoding, device, score_fn, n_steps: int, internal_batch_s
     baseline = torch.where(special, input_ids, torch.full_like(input_ids, pad_id))
 
     def forward(ids, mask, types=None):
-        if before_pass is not None:
+        # Captum also runs this without gradients: the embedding layer's values at the
+        # input and the baseline, and the convergence delta's two scores (batch 1
+        # each). Only the integration's gradient passes give way first.
+        if before_pass is not None and torch.is_grad_enabled():
             before_pass()
         kwargs = {"inputs_embeds": lookup(ids), "attention_mask": mask}
         if types is not None:
@@ -210,8 +213,9 @@ def explain(
     (in [-1, 1]); ``text == inputs[field][start:end]``.
 
     ``internal_batch_size`` splits the integration into passes of that many steps;
-    ``before_pass()`` is called before each of them (and before the prediction's), so
-    a caller can make the explanation give way to other work on the model.
+    ``before_pass()`` is called before each of them and once before the prediction
+    (``ceil(n_steps / internal_batch_size) + 1`` calls), so a caller can make the
+    explanation give way to other work on the model.
     """
     if not isinstance(n_steps, int) or not 1 <= n_steps <= 1000:
         raise InputError("n_steps", "must be an integer between 1 and 1000")
@@ -269,6 +273,8 @@ def explain(
         with loaded.tokenizer_lock:
             windows = encode_qa(tokenizer, spec, [texts])
         best = None
+        if before_pass is not None:  # once for the windows' prediction passes
+            before_pass()
         for w in range(len(windows["input_ids"])):
             ctx = context_range(windows, w)
             if ctx is None:
@@ -279,8 +285,6 @@ def explain(
                 kwargs["token_type_ids"] = torch.tensor(
                     [windows["token_type_ids"][w]], device=device
                 )
-            if before_pass is not None:
-                before_pass()
             with torch.inference_mode():
                 out = inference_pass(loaded, kwargs)
             s, e, score = best_span(

@@ -357,8 +357,31 @@ def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings
         chunked = annotation_tasks.explain_ref(message, inputs, None, 20)
     finally:
         inference.give_way = real
-    assert len(calls) >= 1 + 20 // 5  # the prediction's pass and the four integration passes
+    # Once for the prediction and once before each of the four gradient passes; not
+    # before Captum's forwards without gradients (layer values, convergence delta).
+    assert len(calls) == 1 + 20 // 5
     whole = ml.explain(annotation_tasks._ref(message), inputs, n_steps=20)
     assert [w["text"] for w in chunked["words"]] == [w["text"] for w in whole["words"]]
     for a, b in zip(chunked["words"], whole["words"], strict=True):
         assert a["attribution"] == pytest.approx(b["attribution"], abs=1e-4)
+
+
+def test_a_qa_explanation_gives_way_once_for_its_windows_and_once_per_gradient_pass(live_tasks, settings):
+    """A long passage has several windows: their prediction passes give way once
+    together, not once each (a backlog of 200 ms waits per window otherwise)."""
+    from annotation import tasks as annotation_tasks
+    from tasks.registry import open_round_with_models
+
+    [model] = open_round_with_models(live_tasks["qa"])[1]
+    passage = " ".join(f"Sentence {i} says that the river near town {i} floods in spring." for i in range(80))
+    calls = []
+    real = inference.give_way
+    settings.EXPLANATION_PASS_STEPS = 5
+    try:
+        inference.give_way = lambda: calls.append(1) or real()
+        explained = annotation_tasks.explain_ref(model.message(), {"passage": passage, "question": "Which river?"},
+                                                 None, 10)
+    finally:
+        inference.give_way = real
+    assert explained["passage_window"][0] > 0 or explained["passage_window"][1] < len(passage)  # windows were cut
+    assert len(calls) == 1 + 10 // 5
