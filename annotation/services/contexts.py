@@ -43,13 +43,18 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
         # The 21 least used hold the 20 least used other than the last served one; that
         # one stays only when it is the only context there is. Ranked on the counters
         # alone (no texts decoded), then the chosen context is read whole.
-        ranked = list(candidates.order_by(*order, "pk").values_list("pk", *order)[:21])
-        pool = [row for row in ranked if row[0] != session.last_context_id] or ranked
-        pool = pool[:20]
         context = None
-        if pool:  # among the ties for the least, pick at random so annotators spread out
+        for _ in range(3):  # again if the chosen one was deactivated or deleted meanwhile
+            ranked = list(candidates.order_by(*order, "pk").values_list("pk", *order)[:21])
+            pool = [row for row in ranked if row[0] != session.last_context_id] or ranked
+            pool = pool[:20]
+            if not pool:
+                break
+            # Among the ties for the least, pick at random so annotators spread out.
             pk = random.choice([row for row in pool if row[1:] == pool[0][1:]])[0]
-            context = Context.objects.filter(pk=pk).first()
+            context = candidates.filter(pk=pk).first()
+            if context is not None:
+                break
     if context is None:
         raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
     with transaction.atomic():

@@ -133,6 +133,33 @@ def test_other_sampling_strategies(live_tasks, client_for, annotator, strategy):
     assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
 
 
+@pytest.mark.parametrize("gone", ["deactivated", "deleted"])
+def test_a_context_that_goes_away_while_it_is_chosen_is_not_served(live_tasks, annotator, monkeypatch, gone):
+    """The ranking and the read of the chosen context are two queries: a context
+    deactivated or deleted between them is not served, and another one is."""
+    import random
+
+    from annotation.services import contexts, sessions
+
+    task = live_tasks["hate"]
+    session = sessions.start_session(annotator, task)
+    chosen = []
+    real_choice = random.choice
+
+    def choose_then_remove(rows):
+        row = real_choice(rows)
+        if not chosen:  # the first pick goes away before it is read
+            queryset = Context.objects.filter(pk=row[0])
+            queryset.update(is_active=False) if gone == "deactivated" else queryset.delete()
+        chosen.append(row[0])
+        return row
+
+    monkeypatch.setattr(contexts.random, "choice", choose_then_remove)
+    served = contexts.next_context(task, session)
+    assert len(chosen) == 2 and served.pk == chosen[1] != chosen[0]
+    assert served.is_active
+
+
 def test_the_session_token_authenticates_without_cookies(live_tasks, client_for, annotator, anonymous):
     token = client_for(annotator).post("/api/tasks/nli/sessions/").json()["token"]
     anonymous.credentials(HTTP_X_DYNABENCH_TOKEN=token)
