@@ -209,6 +209,17 @@ TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
 # Seconds one evaluation job may score for (checked after every batch); past it the
 # job fails with a readable error, its partial evaluations kept.
 EVALUATION_TIME_LIMIT = env.int("EVALUATION_TIME_LIMIT", default=3 * 3600)
+
+
+def _at_least(name: str, low, cast):
+    """The setting ``name`` read with ``cast``; a value below ``low`` stops the start
+    with a message that names the setting, rather than failing later in a request."""
+    value = cast(name)
+    if value < low:
+        raise ImproperlyConfigured(f"{name} must be at least {low}; it is {value}.")
+    return value
+
+
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 # Dynamic batching (annotation.batching), in the embedded model thread and in the
@@ -217,8 +228,8 @@ INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 # bench/load.py measured the defaults: a window of 0 batched as much under load (the
 # requests that arrive during a pass) and answered single requests 5-8 ms sooner
 # than 2 ms (a sleeping model thread wakes late: it must win the GIL back).
-INFERENCE_BATCH_WINDOW_MS = env.float("INFERENCE_BATCH_WINDOW_MS", default=0.0)
-INFERENCE_MAX_BATCH = env.int("INFERENCE_MAX_BATCH", default=32)
+INFERENCE_BATCH_WINDOW_MS = _at_least("INFERENCE_BATCH_WINDOW_MS", 0, lambda n: env.float(n, default=0.0))
+INFERENCE_MAX_BATCH = _at_least("INFERENCE_MAX_BATCH", 1, lambda n: env.int(n, default=32))
 # A prediction for a model that is still loading waits this long for it, then gets a
 # 503 "warming up" (code warming_up, Retry-After) instead of a long wait. The open
 # rounds' target models load when the web process or the worker starts.
@@ -229,8 +240,8 @@ EXPLANATION_STEPS = (5, 10, 20, 50)
 # Explanations give way to predictions: an explanation runs its integration in
 # passes of this many steps, and before each pass waits (up to this long) while the
 # process's model thread has predictions queued or running.
-EXPLANATION_PASS_STEPS = env.int("EXPLANATION_PASS_STEPS", default=10)
-EXPLANATION_YIELD_MS = env.float("EXPLANATION_YIELD_MS", default=200.0)
+EXPLANATION_PASS_STEPS = _at_least("EXPLANATION_PASS_STEPS", 1, lambda n: env.int(n, default=10))
+EXPLANATION_YIELD_MS = _at_least("EXPLANATION_YIELD_MS", 0, lambda n: env.float(n, default=200.0))
 
 # --- Cache ------------------------------------------------------------------
 # Throttles and sign-in lockouts count on the default cache, so every web process

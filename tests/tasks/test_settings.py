@@ -125,3 +125,17 @@ def test_makemigrations_needs_no_secret_but_serving_does(tmp_path):
     refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode != 0 and "SECRET_KEY must be set when DEBUG is off" in refused.stderr
+
+
+@pytest.mark.parametrize("name, value", [("INFERENCE_MAX_BATCH", "0"), ("EXPLANATION_PASS_STEPS", "0"),
+                                         ("INFERENCE_BATCH_WINDOW_MS", "-1"), ("EXPLANATION_YIELD_MS", "-5")])
+def test_inference_settings_out_of_range_stop_the_start_with_their_name(tmp_path, name, value):
+    result = run_settings(tmp_path, DEBUG="true", **{name: value})
+    assert result.returncode != 0
+    assert f"{name} must be at least" in result.stderr
+
+
+def test_inference_settings_at_their_bounds_are_accepted(tmp_path):
+    result = run_settings(tmp_path, DEBUG="true", INFERENCE_MAX_BATCH="1", EXPLANATION_PASS_STEPS="1",
+                          INFERENCE_BATCH_WINDOW_MS="0", EXPLANATION_YIELD_MS="0")
+    assert result.returncode == 0, result.stderr
