@@ -42,6 +42,7 @@ import time
 from benchlib import RESULTS, stack
 from benchlib.bare import BareModel
 from benchlib.client import Client, Pool, open_loop, poisson_arrivals
+from benchlib.cpu import CpuMeter, named_cpu_seconds, tree_cpu_seconds
 from benchlib.procs import Processes, free_port, machine_load, run_modes
 from benchlib.results import fixed_header, fixed_row, log, write_json
 from benchlib.stats import summary_ms
@@ -176,6 +177,19 @@ def start_servers(mode: str, args, procs: Processes, env: dict) -> tuple[int, di
     return port, layout, started
 
 
+def cpu_groups(servers: list) -> dict:
+    """Where the closed loop's CPU goes: the web server, the inference workers (service
+    mode), PostgreSQL and Redis (service mode; not started by this run), and this
+    process, the load client."""
+    web, workers = servers[0], servers[1:]
+    groups = {"web": lambda: tree_cpu_seconds(web.pid)}
+    if workers:
+        groups["inference workers"] = lambda: sum(tree_cpu_seconds(w.pid) for w in workers)
+        groups["postgres and redis"] = lambda: named_cpu_seconds(("postgres", "redis-server"))
+    groups["load client"] = time.process_time
+    return groups
+
+
 def scale_phase(args, procs: Processes, env: dict, hyps: list[str]) -> dict:
     """Service mode, the inference tier alone: ``--scale-callers`` callers ask through the
     queue without pause (``djangoside._drive``: no HTTP, no database) while 1, then 2,
@@ -258,8 +272,9 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         "create_example": summary_ms([]),
     }
     if "closed" in phases:
+        meter = CpuMeter(cpu_groups(servers))
         closed, db = stack.counted_closed_loop(
-            port, env, usernames[1:], tokens[1:], args.duration, hyps, args.request_timeout
+            port, env, usernames[1:], tokens[1:], args.duration, hyps, args.request_timeout, meter
         )
         closed["db_new"] = db["examples_new"]
         closed["db_equals_accepted"] = db["equals_accepted"]
@@ -345,6 +360,14 @@ def print_table(results: list[dict]) -> None:
             f"{closed['db_equals_accepted']}; targets: closed {c['closed_ok']}, open {c['open_ok']}, "
             f"explain {c['explain_ok']}"
         )
+        cpu = closed.get("cpu") or {}
+        if cpu.get("ms_per_example"):
+            per = cpu["ms_per_example"]
+            parts = ", ".join(f"{name} {ms}" for name, ms in per.items() if name != "total")
+            print(
+                f"{'':9} closed-loop CPU ms per example: {parts}; total {per['total']} "
+                f"(cores busy {cpu['busy_share']:.0%})"
+            )
         if r.get("scale_out"):
             scale = r["scale_out"]
             parts = [

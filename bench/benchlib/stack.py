@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import ROOT
 from .client import Client
+from .cpu import CpuMeter
 from .procs import (
     BIN,
     Processes,
@@ -224,10 +225,16 @@ def write_one(client: Client, hyps: list[str], i: int) -> tuple[int, dict | None
 
 
 def closed_loop(
-    port: int, tokens: list[str], duration: float, hyps: list[str], timeout: float
+    port: int,
+    tokens: list[str],
+    duration: float,
+    hyps: list[str],
+    timeout: float,
+    meter: CpuMeter | None = None,
 ) -> dict:
     """One thread per session token looping ``GET contexts/next`` -> ``POST examples``
-    without pause for ``duration`` seconds; any answer but 200/201 is an error."""
+    without pause for ``duration`` seconds; any answer but 200/201 is an error. With
+    ``meter``, where the CPU went while they ran (``cpu``)."""
     results = [
         {"create": [], "next": [], "accepted": 0, "statuses": {}, "errors": [], "done": None}
         for _ in tokens
@@ -275,9 +282,13 @@ def closed_loop(
     started = time.perf_counter()
     deadline_box.append(started + duration)
     load_start = os.getloadavg()[0]
+    if meter is not None:
+        meter.start()
     barrier.wait()
     for t in threads:
         t.join(timeout=max(0.0, started + duration + timeout + 10 - time.perf_counter()))
+    accepted = sum(r["accepted"] for r in results)
+    cpu = meter.stop(accepted) if meter is not None else None
     stuck = [t.name for t in threads if t.is_alive()]
     finished = max((r["done"] for r in results if r["done"]), default=time.perf_counter())
     wall = finished - started
@@ -285,7 +296,6 @@ def closed_loop(
     for r in results:
         for key, value in r["statuses"].items():
             statuses[key] = statuses.get(key, 0) + value
-    accepted = sum(r["accepted"] for r in results)
     return {
         "annotators": len(tokens),
         "duration_s": duration,
@@ -301,6 +311,7 @@ def closed_loop(
         "stuck_threads": stuck,
         "loadavg_1min_start": round(load_start, 2),
         "loadavg_1min_end": round(os.getloadavg()[0], 2),
+        "cpu": cpu,
     }
 
 
@@ -312,6 +323,7 @@ def counted_closed_loop(
     duration: float,
     hyps: list[str],
     timeout: float,
+    meter: CpuMeter | None = None,
 ) -> tuple[dict, dict]:
     """The closed loop between two counts of the stored examples of ``usernames``
     (whose sessions ``tokens`` are): (loop, what the database gained against the
@@ -319,7 +331,7 @@ def counted_closed_loop(
     counters)."""
     before = count_examples(env, usernames)
     log(f"closed loop: {len(tokens)} annotators for {duration:.0f} s")
-    loop = closed_loop(port, tokens, duration, hyps, timeout)
+    loop = closed_loop(port, tokens, duration, hyps, timeout, meter)
     after = count_examples(env, usernames)
     new = after["examples_total"] - before["examples_total"]
     db = {

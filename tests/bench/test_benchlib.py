@@ -255,3 +255,61 @@ def test_run_json_reads_the_marked_answer():
     assert procs.run_json(cmd, {}, timeout=30, what="probe") == {"ok": 1}
     with pytest.raises(RuntimeError, match="probe failed"):
         procs.run_json([sys.executable, "-c", "print('no answer')"], {}, timeout=30, what="probe")
+
+
+# --- cpu ---------------------------------------------------------------------------------
+
+BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_cpu_meter_charges_each_group_with_what_its_processes_used():
+    """A child that burns 0.6 s of CPU under a parent that only waits is charged to
+    the parent's tree, also after it exited; an idle process gets about nothing."""
+    import subprocess
+
+    from bench.benchlib import cpu
+
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "time.sleep(0.5)\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {BURN.format(seconds=0.6)!r}])\n"
+        "child.wait(); print('done', flush=True); time.sleep(30)\n"
+    )
+    busy = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)  # both interpreters are up; the child starts later, inside the meter
+        meter = cpu.CpuMeter({"busy": lambda: cpu.tree_cpu_seconds(busy.pid),
+                              "idle": lambda: cpu.tree_cpu_seconds(idle.pid)})
+        meter.start()
+        assert busy.stdout.readline().strip() == "done"  # the child burned, exited, was reaped
+        assert cpu.descendants(busy.pid) == []
+        found = meter.stop(examples=10)
+    finally:
+        busy.kill(), idle.kill()
+        busy.wait(), idle.wait()
+        busy.stdout.close()
+    assert 0.55 <= found["cpu_s"]["busy"] < 1.5  # the child's 0.6 s and its start-up
+    assert found["cpu_s"]["idle"] < 0.05
+    assert found["ms_per_example"]["busy"] == pytest.approx(found["cpu_s"]["busy"] * 100, abs=0.5)
+    total = sum(found["cpu_s"].values())  # the groups and the rest of the machine
+    assert found["ms_per_example"]["total"] == pytest.approx(total * 100, rel=0.05, abs=1)
+    assert found["cores"] >= 1 and 0 < found["busy_share"] <= 1.0
+
+
+def test_cpu_meter_without_examples_gives_no_per_example_figures():
+    from bench.benchlib import cpu
+
+    meter = cpu.CpuMeter({"this process": time.process_time})
+    meter.start()
+    found = meter.stop(examples=0)
+    assert found["ms_per_example"] == {"this process": None, "other": None, "total": None}
+    assert set(found["cpu_s"]) == {"this process", "other"}
+
+
+def test_descendants_of_a_process_without_children_and_of_a_gone_one():
+    from bench.benchlib import cpu
+
+    assert cpu.descendants(2**22 + 12345) == []  # above any pid_max: no such process
+    assert cpu.cpu_seconds(2**22 + 12345) == 0.0
