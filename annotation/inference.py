@@ -106,6 +106,7 @@ class ModelWarmingUp(Exception):
 _lock = threading.Lock()
 _batcher = None
 _explain_executor: ThreadPoolExecutor | None = None
+_explanations_waiting = 0  # submitted to this process's explanation lane, not yet finished
 # ModelRef -> (Future of its load, (when it failed, the artifact's stamp then) or None),
 # while it loads, and for a while after it failed.
 _loading: dict = {}
@@ -123,9 +124,10 @@ def _artifact_stamp(ref):
 def _reset_after_fork() -> None:
     """A forked child has none of the parent's threads: nothing the parent queued will
     ever finish there, so the child starts its model thread and loads afresh."""
-    global _lock, _batcher, _explain_executor
+    global _lock, _batcher, _explain_executor, _explanations_waiting
     _lock = threading.Lock()
     _batcher, _explain_executor = None, None
+    _explanations_waiting = 0
     _loading.clear()
 
 
@@ -163,6 +165,41 @@ def explain_executor() -> ThreadPoolExecutor:
         if _explain_executor is None:
             _explain_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-explain")
         return _explain_executor
+
+
+class ExplanationLane:
+    """The explanation lane as ``_call`` submits to it: at most ``EXPLANATION_QUEUE_MAX``
+    explanations waiting or running in this process. One more is refused at once (503,
+    Retry-After) instead of waiting ``INFERENCE_TIMEOUT`` behind the others and failing
+    then: near saturation the one explanation thread falls behind (bench/load.py)."""
+
+    def submit(self, runner, *args) -> Future:
+        global _explanations_waiting
+        with _lock:
+            if _explanations_waiting >= settings.EXPLANATION_QUEUE_MAX:
+                raise InferenceUnavailable(
+                    f"{_explanations_waiting} explanations are already waiting for the model; nothing was "
+                    "stored. Try again in a few seconds.", retry_after=5)
+            _explanations_waiting += 1
+        try:
+            future = explain_executor().submit(runner, *args)
+        except BaseException:
+            _explanation_done(None)
+            raise
+        future.add_done_callback(_explanation_done)  # finished, failed, or cancelled after a timeout
+        return future
+
+
+def explanations_waiting() -> int:
+    """Explanations waiting or running in this process's lane (embedded mode)."""
+    with _lock:
+        return _explanations_waiting
+
+
+def _explanation_done(_future) -> None:
+    global _explanations_waiting
+    with _lock:
+        _explanations_waiting = max(0, _explanations_waiting - 1)
 
 
 def give_way() -> None:
@@ -354,7 +391,7 @@ def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 1
     from .tasks import explain, explain_ref
 
     return call(explain, explain_ref, model.message(), inputs, target, n_steps, what="explanation",
-                executor=explain_executor())
+                executor=ExplanationLane())
 
 
 # --- model prefetch in embedded mode ----------------------------------------------------------

@@ -385,3 +385,59 @@ def test_a_qa_explanation_gives_way_once_for_its_windows_and_once_per_gradient_p
         inference.give_way = real
     assert explained["passage_window"][0] > 0 or explained["passage_window"][1] < len(passage)  # windows were cut
     assert len(calls) == 1 + 10 // 5
+
+
+@pytest.mark.django_db
+def test_a_full_explanation_lane_refuses_at_once_and_frees_its_places(live_tasks, client_for, annotator, settings):
+    """EXPLANATION_QUEUE_MAX explanations waiting or running: one more gets a 503 with
+    Retry-After at once (not after INFERENCE_TIMEOUT), nothing is stored, and the
+    place frees when the work ahead finishes."""
+    from annotation.models import Example
+
+    client = client_for(annotator)
+    context = client.get("/api/tasks/sentiment/contexts/next/").json()
+    created = client.post("/api/tasks/sentiment/examples/", {
+        "context": context["id"], "inputs": {"statement": "a warm and funny film"},
+        "target": {"label": "positive"}}, format="json").json()
+    settings.EXPLANATION_QUEUE_MAX = 1
+    gate = threading.Event()
+    ahead = inference.ExplanationLane().submit(gate.wait, 30)  # the lane's one place, taken
+    try:
+        started = time.monotonic()
+        refused = client.post(f"/api/examples/{created['id']}/explanation/", {"n_steps": 5}, format="json")
+        assert time.monotonic() - started < 5
+        assert refused.status_code == 503, refused.content
+        assert refused["Retry-After"] == "5"
+        assert "explanations are already waiting" in refused.json()["detail"]
+        assert "explanation" not in Example.objects.get(pk=created["id"]).metadata
+    finally:
+        gate.set()
+    assert ahead.result(timeout=10) is True
+    wait_for_free_places()  # the place frees in the future's done callback, just after its result
+    explained = client.post(f"/api/examples/{created['id']}/explanation/", {"n_steps": 5}, format="json")
+    assert explained.status_code == 200, explained.content
+    assert Example.objects.get(pk=created["id"]).metadata["explanation"]["n_steps"] == 5
+
+
+def test_an_explanation_that_times_out_gives_its_place_back(settings):
+    """A request that stops waiting cancels its explanation if it has not started: the
+    place is free again (the lane would otherwise fill up with abandoned work)."""
+    settings.EXPLANATION_QUEUE_MAX = 2
+    gate = threading.Event()
+    lane = inference.ExplanationLane()
+    running = lane.submit(gate.wait, 30)
+    queued = lane.submit(gate.wait, 30)
+    with pytest.raises(inference.InferenceUnavailable):
+        lane.submit(gate.wait, 30)
+    assert queued.cancel()  # what _wait does when the request times out
+    third = lane.submit(lambda: "ran")  # its place was given back
+    gate.set()
+    assert running.result(timeout=10) is True and third.result(timeout=10) == "ran"
+    wait_for_free_places()
+
+
+def wait_for_free_places(timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while inference.explanations_waiting() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inference.explanations_waiting() == 0
