@@ -31,7 +31,8 @@ prediction for a model that is not loaded yet waits up to
 Either way the web process sends model references (``tasks.registry.TargetModel``),
 so nobody queries the database to answer. Whatever goes wrong becomes a domain
 error the API answers with a clear status: no answer in time or the queue down
-(``InferenceUnavailable``, 503 with Retry-After), the model failing
+(``InferenceUnavailable``, 503 with Retry-After), no worker consuming the queue
+at all (``NoWorker``, 503 at once: the workers' heartbeats, ``core.consumers``), the model failing
 (``InferenceFailed``, 503 with the reason), input the model refuses
 (``InvalidInput``, 400). Nothing here imports torch: the model cache loads on
 first use (after any fork).
@@ -57,6 +58,18 @@ log = logging.getLogger(__name__)
 
 class InferenceUnavailable(Unavailable):
     """No model answer in time (no worker, overloaded), or the job queue is down."""
+
+
+class NoWorker(Unavailable):
+    """Service mode: no live worker consumes the queue a call would go to, so nothing
+    could answer it; said at once instead of after ``INFERENCE_TIMEOUT``."""
+
+    code = "no_worker"
+
+    def __init__(self, queue: str):
+        super().__init__(f"No worker is consuming the '{queue}' queue, so no model can answer; nothing was "
+                         f"stored. An operator must start one (make worker-inference).", retry_after=30)
+        self.queue = queue
 
 
 class InferenceFailed(Unavailable):
@@ -321,17 +334,28 @@ def _wait(future: Future, what: str):
 # --- service mode: through the queue, the answer on a reply list ---------------------------
 
 
-def _call(task, runner, *args, what: str = "model answer", executor=None):
+def require_consumer(queue: str) -> None:
+    """Raise ``NoWorker`` when no live worker consumes ``queue`` (``core.consumers``).
+    Without a Redis to read the workers' heartbeats from, nothing is checked."""
+    from core import consumers
+
+    url = settings.INFERENCE_REPLY_URL
+    if url and not consumers.has_live_consumer(url, queue):
+        raise NoWorker(queue)
+
+
+def _call(task, runner, *args, what: str = "model answer", executor=None, queue: str = "inference"):
     if embedded():
         if executor is None:
             return _embedded(runner, *args)
         return _wait(executor.submit(runner, *args), what)
+    require_consumer(queue)
     if not settings.INFERENCE_REPLY_URL:
-        return _call_through_result_backend(task, *args, what=what)
+        return _call_through_result_backend(task, *args, what=what, queue=queue)
     from core import replies
 
     key = replies.new_key(task.name)
-    sent = task.apply_async(args=args, kwargs={"reply_to": key}, queue="inference", ignore_result=True)
+    sent = task.apply_async(args=args, kwargs={"reply_to": key}, queue=queue, ignore_result=True)
     payload = replies.wait(settings.INFERENCE_REPLY_URL, key, settings.INFERENCE_TIMEOUT)
     if payload is None:
         sent.revoke()
@@ -341,10 +365,10 @@ def _call(task, runner, *args, what: str = "model answer", executor=None):
     return payload["result"]
 
 
-def _call_through_result_backend(task, *args, what: str):
+def _call_through_result_backend(task, *args, what: str, queue: str):
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    result = task.apply_async(args=args, queue="inference")
+    result = task.apply_async(args=args, queue=queue)
     try:
         return result.get(timeout=settings.INFERENCE_TIMEOUT, disable_sync_subtasks=False)
     except CeleryTimeout as exc:
@@ -367,11 +391,11 @@ def _embedded(runner, *args):
         raise failure(type(exc).__name__, str(exc)) from exc
 
 
-def call(task, runner, *args, what: str = "model answer", executor=None):
+def call(task, runner, *args, what: str = "model answer", executor=None, queue: str = "inference"):
     """Run ``runner(*args)`` here (embedded: on ``executor``, or in this thread for a
-    runner that goes through the model thread itself), or ``task`` on its queue."""
+    runner that goes through the model thread itself), or ``task`` on ``queue``."""
     try:
-        return _call(task, runner, *args, what=what, executor=executor)
+        return _call(task, runner, *args, what=what, executor=executor, queue=queue)
     except queue_errors() as exc:
         log.warning("inference queue unavailable: %s: %s", type(exc).__name__, exc)
         raise InferenceUnavailable("The model queue is unreachable right now; nothing was stored. "
@@ -391,7 +415,7 @@ def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 1
     from .tasks import explain, explain_ref
 
     return call(explain, explain_ref, model.message(), inputs, target, n_steps, what="explanation",
-                executor=ExplanationLane())
+                executor=ExplanationLane(), queue="explain")
 
 
 # --- model prefetch in embedded mode ----------------------------------------------------------

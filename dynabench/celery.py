@@ -8,14 +8,14 @@ housekeeping tasks such as the health check. With no broker configured
 
 Models load in ``worker_process_init``, in each pool child after the fork:
 a process that ran a torch forward pass and then forks gets children that
-hang (see DESIGN.md), so the parent never touches torch.
+hang (README: "Torch and fork"), so the parent never touches torch.
 """
 
 import logging
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dynabench.settings")
 
@@ -62,6 +62,35 @@ def load_models_in_solo_worker(sender=None, **_kwargs):
     name = _pool_name(getattr(sender, "controller", None) or sender)
     if "solo" in name or "thread" in name:
         load_models_in_child()
+
+
+_heartbeat = None
+
+
+@worker_ready.connect
+def start_heartbeat(sender=None, **_kwargs):
+    """Once the worker consumes, stamp its queues in Redis every few seconds
+    (``core.consumers``): the web answers "no worker" at once for a queue nobody
+    consumes, instead of timing out. Needs a Redis (``INFERENCE_REPLY_URL``)."""
+    global _heartbeat
+    from django.conf import settings
+
+    from core.consumers import Heartbeat
+
+    url = settings.INFERENCE_REPLY_URL
+    if not url or sender is None or _heartbeat is not None:
+        return
+    queues = sorted(sender.app.amqp.queues.consume_from)
+    _heartbeat = Heartbeat(url, queues, sender.hostname).start()
+    log.info("heartbeat: %s consumes %s", sender.hostname, ", ".join(queues))
+
+
+@worker_shutdown.connect
+def stop_heartbeat(**_kwargs):
+    global _heartbeat
+    if _heartbeat is not None:
+        _heartbeat.stop()
+        _heartbeat = None
 
 
 @worker_process_init.connect

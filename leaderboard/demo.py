@@ -48,7 +48,7 @@ from .static_data import (
 DEMO_ADMIN_USERNAME = "admin"
 REAL_MODEL_NAME = "round0-real"
 # At most this many rows of each split. 4,000 training rows for one epoch take about
-# 2 minutes on 2 idle CPU cores (32-40 examples/s, DESIGN.md); on cores shared with
+# 2 minutes on 2 idle CPU cores (32-40 examples/s); on cores shared with
 # other work we measured 12 NLI pairs/s (bench/baselines.py) and, under a heavy
 # neighbour, 3.5/s: then it is 6 to 20 minutes a task.
 REAL_DATA_LIMIT = 4000

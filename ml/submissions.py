@@ -42,7 +42,7 @@ The temporary folder is removed whatever happens; on a refusal ``dest_dir`` is n
 created.  Nothing is ever unpickled and no code from the upload is run.
 
 Loading and the forward pass import torch: call :func:`unpack_submission` from a
-worker (a Celery task), not in a web process before it forks (see DESIGN.md).
+worker (a Celery task), not in a web process before it forks (README: "Torch and fork").
 :func:`parameter_count` reads only the safetensors header and needs no torch.
 """
 

@@ -148,7 +148,7 @@ def count_examples(env: dict, usernames: list[str]) -> dict:
 def gunicorn_command(
     port: int, workers: int, threads: int, graceful_timeout: int | None = None
 ) -> list[str]:
-    """gthread workers, never --preload (see the fork pitfall in DESIGN.md)."""
+    """gthread workers, never --preload (see README: "Torch and fork")."""
     graceful = f" --graceful-timeout {graceful_timeout}" if graceful_timeout else ""
     options = (
         f"dynabench.wsgi --bind 127.0.0.1:{port} --workers {workers} --worker-class gthread "

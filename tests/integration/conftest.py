@@ -75,6 +75,7 @@ def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk)
     with the threads pool `make worker` uses (predictions batched on its model thread)."""
     from django.db import connection
 
+    from core import consumers
     from dynabench.celery import app
 
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
@@ -96,11 +97,14 @@ def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk)
     app.conf.task_always_eager = False
     deadline = time.monotonic() + 90
     try:
+        # Ready when it answers a ping and its heartbeat stamps the queues (core.consumers):
+        # the web sends nothing to a queue without one.
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"the Celery worker exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
             replies = app.control.ping(timeout=1.0)
-            if any(name.split("@")[0] in host for reply in replies for host in reply):
+            if any(name.split("@")[0] in host for reply in replies for host in reply) and all(
+                    consumers.live_count(services.INFERENCE_REPLY_URL, q) for q in ("inference", "explain")):
                 break
             if time.monotonic() > deadline:
                 pytest.fail(f"the Celery worker did not answer in 90 s:\n{log_path.read_text()[-3000:]}")

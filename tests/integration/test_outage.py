@@ -33,14 +33,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(check, timeout: float, what: str, log=None):
+def tail(log) -> str:
+    return f"\n--- {log.name} ---\n{log.read_text()[-3000:]}" if log and log.exists() else ""
+
+
+def wait_for(check, timeout: float, what: str, log=None, alive=(), detail=lambda: ""):
+    """Poll ``check`` until it holds; fail at once, with its log, if one of the
+    ``alive`` processes ((process, log) pairs) has exited meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        for proc, proc_log in alive:
+            if proc.poll() is not None:
+                pytest.fail(f"{proc_log.stem} exited ({proc.returncode}) while waiting for {what}{tail(proc_log)}")
         if check():
             return
         time.sleep(0.2)
-    detail = f"\n{log.read_text()[-3000:]}" if log and log.exists() else ""
-    pytest.fail(f"{what} did not happen in {timeout:.0f} s{detail}")
+    pytest.fail(f"{what} did not happen in {timeout:.0f} s{detail()}{tail(log)}")
 
 
 class PrivateRedis:
@@ -126,13 +134,19 @@ def test_a_redis_restart_under_load_answers_503_and_the_loop_resumes(services, l
 
             first_token = next(iter(tokens.values()))
 
+            last_answer = {}
+
             def first_example_accepted() -> bool:
                 try:
-                    return write(0, first_token)[0] == 201
+                    status, _headers, body = write(0, first_token)
                 except OSError:  # the server is not listening yet
                     return False
+                last_answer.update(status=status, body=body[:500])
+                return status == 201
 
-            wait_for(first_example_accepted, 120, "a first accepted example", worker_log)
+            alive = list(zip(processes, (worker_log, web_log), strict=True))
+            wait_for(first_example_accepted, 120, "a first accepted example", worker_log, alive,
+                     detail=lambda: f"\nthe last answer: {last_answer}")
 
             results = []  # (time, annotator, status, headers)
             stop = threading.Event()
@@ -155,7 +169,7 @@ def test_a_redis_restart_under_load_answers_503_and_the_loop_resumes(services, l
             up_at = time.monotonic()
             # The loop resumes by itself: examples are accepted again after the restart.
             wait_for(lambda: any(t > up_at and s == 201 for t, _n, s, _h in list(results)), 60,
-                     "an example accepted after the restart", worker_log)
+                     "an example accepted after the restart", worker_log, alive)
             time.sleep(2)
             stop.set()
             for t in threads:
