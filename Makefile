@@ -27,8 +27,10 @@ install: $(VENV)/.installed
 migrate: install
 	$(PY) manage.py migrate --noinput
 
+# Tasks, rounds and seed data at once; the seed models' training and evaluation are
+# queued as jobs that the server runs in the background (the task pages show progress).
 demo: migrate
-	$(PY) manage.py bootstrap_demo
+	$(PY) manage.py bootstrap_demo --background
 
 serve:
 	$(PY) manage.py runserver $(HOST):$(PORT)

@@ -15,6 +15,7 @@ from csp.constants import SELF
 from csp.decorators import csp_replace
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
@@ -26,7 +27,7 @@ from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
 from .serializers import ValidationItemSerializer
-from .services import sessions, stats, validation
+from .services import examples, sessions, stats, validation
 from .tokens import InvalidToken, make_token, session_from_token
 
 
@@ -45,6 +46,14 @@ def frameable_by_mturk(**directives):
     return decorator
 
 
+
+
+def home(request):
+    """The public tasks, each with its open round's counts (collected, fooled, verified)."""
+    open_rounds = stats.with_counts(Round.objects.filter(status=Round.Status.OPEN).order_by("number"))
+    tasks = (Task.objects.public().prefetch_related(Prefetch("rounds", queryset=open_rounds, to_attr="open_rounds"))
+             .order_by("name"))
+    return render(request, "tasks/home.html", {"tasks": tasks})
 
 
 def task_page_context(request, slug) -> dict:
@@ -116,6 +125,8 @@ def work_page_context(request, task, session, work) -> dict:
     context = _page_context(request, task, session)
     if work == "create":
         context["closed"] = context["round"] is None
+        if not context["closed"] and not context["round"].target_models.exists():
+            context["waiting_for_target"] = examples.waiting_for_target(task)
     else:
         example = validation.validation_queue(task, session.user).first()
         context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None

@@ -57,7 +57,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("", tasks_views.home, name="home"),
+    path("", annotation_views.home, name="home"),
     path("healthz", tasks_views.healthz, name="healthz"),
     path("tasks/<slug:slug>/", leaderboard_views.task_detail, name="task-detail"),
     path("tasks/<slug:slug>/create/", annotation_views.create_page, name="annotate"),

@@ -17,4 +17,25 @@ def _warm_up() -> None:
         warm_up_in_background()
 
 
+def _resume_jobs() -> None:
+    """Embedded mode: run the jobs that wait (``make run`` queues the demo models'
+    training before it serves), on this process's background job thread."""
+    import logging
+
+    from django.db import DatabaseError
+
+    from tasks.jobs import resume_queued_jobs
+
+    if os.environ.get("DYNABENCH_RESUME_JOBS", "1") == "0":
+        return
+    try:
+        sent = resume_queued_jobs()
+    except DatabaseError as exc:  # not migrated yet: nothing can be queued
+        logging.getLogger(__name__).warning("queued jobs not resumed: %s", exc)
+        return
+    if sent:
+        logging.getLogger(__name__).info("resumed queued jobs %s on the background job thread", sent)
+
+
 _warm_up()
+_resume_jobs()

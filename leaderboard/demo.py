@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +29,15 @@ from django.db import transaction
 
 from core.errors import DomainError
 from tasks import services
-from tasks.models import ModelVersion, Task
+from tasks.models import Job, ModelVersion, Task
+from tasks.services import SEED_DIR
 
 from . import cycle
 from . import services as model_services
 from .replay.data import default_data_dir
-from .services import ensure_demo_models
+from .services import DEMO_MODEL_NAME
 from .static_data import (
+    Source,
     StaticDataError,
     dev_score,
     import_static_data,
@@ -104,18 +106,78 @@ def real_data_for(slug: str, data_dir: Path | None) -> tuple[RealData | None, st
     return None, "no real data set for this task"
 
 
+def demo_training_job(task: Task) -> Job | None:
+    """The seed model's training job of ``task`` that is queued or running, if any."""
+    return (Job.objects.filter(task=task, kind=Job.Kind.TRAIN_MODEL, status__in=Job.ACTIVE,
+                               params__name=DEMO_MODEL_NAME).order_by("-pk").first())
+
+
+def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | None = None,
+                       background: bool = False, **train_options) -> list[str]:
+    """A round-0 model trained on the shipped seed set (imported into round 0) for
+    each task that has none, made the target of the open round once its evaluation
+    succeeds. Each is a training job, then an evaluation job; a seed model left
+    without a finished evaluation (an older demo) is evaluated.
+
+    ``background``: queue the jobs and return (``make run`` serves at once; the web
+    process runs them, ``tasks.jobs.resume_queued_jobs``). Otherwise wait for them.
+    Returns the models trained now (none with ``background``)."""
+    say = progress or (lambda message: None)
+    trained = []
+    for slug in slugs:
+        task = Task.objects.get(slug=slug)
+        echo = thinned(lambda line, slug=slug: say(f"{slug}: {line}"))
+        model = ModelVersion.objects.filter(task=task, name=DEMO_MODEL_NAME).first()
+        try:
+            if model is None:
+                job = demo_training_job(task) or _start_demo_training(task, say, train_options)
+                if job is None or background:
+                    continue
+                model = model_services.wait_for_trained_model(job, echo)
+                trained.append(str(model))
+            elif not model_services.has_finished_evaluation(model):
+                job = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status__in=Job.ACTIVE,
+                                          params__model_version=model.pk).first()
+                       or model_services.start_evaluation(model, target_if_none=True))
+                say(f"{slug}: {model} has no finished evaluation: evaluation job #{job.pk}")
+                if background:
+                    continue
+                model_services.wait_for_success(job, "evaluate", echo)
+        except model_services.JobDidNotSucceed as exc:
+            say(f"{slug}: {exc}")
+            continue
+        if not background:
+            model_services.target_if_none(model)
+    return trained
+
+
+def _start_demo_training(task: Task, say: Callable[[str], None], train_options: dict) -> Job | None:
+    counts = model_services.static_training_counts(task)
+    if not counts["train"]:
+        say(f"{task.slug}: round 0 has no training examples; no seed model")
+        return None
+    options = {**model_services.DEMO_TRAINING, **model_services.DEMO_TRAINING_BY_TASK.get(task.slug, {}),
+               **train_options}
+    job = model_services.start_static_training(task, name=DEMO_MODEL_NAME, evaluate=True, target_if_none=True,
+                                               **options)
+    say(f"{task.slug}: training job #{job.pk} queued: {DEMO_MODEL_NAME} on round 0's {counts['train']} train "
+        f"and {counts['dev']} dev examples, then its evaluation on {counts['test']} test examples")
+    return job
+
+
 @dataclass
 class DemoReport:
     tasks_created: list[str] = field(default_factory=list)
     rounds_created: list[str] = field(default_factory=list)
     contexts_created: dict[str, int] = field(default_factory=dict)
     models_trained: list[str] = field(default_factory=list)
+    examples_imported: dict[str, int] = field(default_factory=dict)  # seed examples into round 0, by task
     admin_password: str | None = None  # set only when the admin was created now
 
     @property
     def created_anything(self) -> bool:
         return bool(self.tasks_created or self.rounds_created or any(self.contexts_created.values())
-                    or self.models_trained or self.admin_password)
+                    or any(self.examples_imported.values()) or self.models_trained or self.admin_password)
 
 
 def ensure_admin(report: DemoReport) -> None:
@@ -193,10 +255,28 @@ def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progr
     return trained, fallback
 
 
+def import_seed_examples(task: Task) -> int:
+    """The shipped seed examples of ``task`` (``tasks/seed/examples``) into round 0, each
+    in its own split: train and dev for the round-0 model to learn from, test for
+    every evaluation to score on. Known rows are skipped. Returns the rows created."""
+    path = SEED_DIR / "examples" / f"{task.slug}.jsonl"
+    if not path.is_file():
+        return 0
+    config = task.parsed_config
+    data = read_static_data("seed", [Source(path)],
+                            labels=config.label_names if config.task_type != "extractive_qa" else None)
+    if data.errors:
+        where, error = data.errors[0]
+        raise StaticDataError(f"{where} line {error.line}: {error.message}")
+    return import_static_data(task, data).created
+
+
 def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                    train_options: dict | None = None, real_data: bool = False, real_data_limit: int | None = None,
-                   data_dir: Path | None = None) -> DemoReport:
+                   data_dir: Path | None = None, seed_examples: bool = True, background: bool = False) -> DemoReport:
     """``real_data``: see the module docstring; ``data_dir`` defaults to DYNABENCH_DATA_DIR.
+    ``seed_examples``: import the shipped seed examples into round 0 (``import_seed_examples``).
+    ``background``: queue the seed models' jobs and return (see ``ensure_demo_models``).
     ``train_options`` apply to every model trained (tests make them tiny)."""
     report = DemoReport()
     with transaction.atomic():
@@ -210,11 +290,14 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                 report.rounds_created.append(f"{slug} round 1")
             created_contexts, _ = services.add_contexts(task, services.read_seed_contexts(slug))
             report.contexts_created[slug] = created_contexts
+            if seed_examples:
+                report.examples_imported[slug] = import_seed_examples(task)
     if with_models:
         seed_slugs = list(slugs or services.DEFAULT_TASK_SLUGS)
         if real_data:
             report.models_trained, seed_slugs = ensure_real_models(
                 seed_slugs, data_dir=Path(data_dir) if data_dir else default_data_dir(), limit=real_data_limit,
                 progress=progress or (lambda message: None), train_options=train_options or {})
-        report.models_trained += ensure_demo_models(seed_slugs, progress=progress, **(train_options or {}))
+        report.models_trained += ensure_demo_models(seed_slugs, progress=progress, background=background,
+                                                    **(train_options or {}))
     return report

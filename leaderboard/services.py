@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from annotation.models import Example
 from annotation.services.examples import signature_ok
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict, DomainError, InvalidInput
 from tasks.jobs import JobReporter, cancel_job, create_job, enqueue, run_job, wait_for_job
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
 from tasks.registry import artifact_dir_for, ref_for, register_model
@@ -395,12 +395,14 @@ def _check_options(options: dict) -> dict:
 def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, selection: str = "verified",
                    mode: str = "full", parent: ModelVersion | None = None, include_static: bool = True,
                    static_limit: int | None = None, dev_fraction: float = 0.1, evaluate: bool = True,
-                   user=None, **options) -> Job:
+                   target_if_none: bool = False, user=None, **options) -> Job:
     """Queue a training job on the ``training`` queue.
 
     It learns from ``select_training_rows`` (round 0 plus the chosen rounds' verified
-    examples), registers the model, then queues its evaluation (``evaluate``). One
-    training job per task at a time: a second is refused (409).
+    examples), registers the model, then queues its evaluation (``evaluate``). With
+    ``target_if_none`` the model becomes the target of the open round once its
+    evaluation succeeds, if that round has no target yet (the demo's first models).
+    One training job per task at a time: a second is refused (409).
     """
     from .tasks import train_model
 
@@ -432,7 +434,8 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
                        f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}).")
     params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
               "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
-              "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options}
+              "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options,
+              "target_if_none": bool(target_if_none)}
     with transaction.atomic():
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
         enqueue(job, train_model, queue="training")
@@ -462,7 +465,7 @@ def default_static_model_name(source: str = "static") -> str:
 
 
 def start_static_training(task: Task, *, name: str, mode: str = "full", static_limit: int | None = None,
-                          evaluate: bool = True, user=None, **options) -> Job:
+                          evaluate: bool = True, target_if_none: bool = False, user=None, **options) -> Job:
     """Queue a job that trains a model on round 0, the static data, only: its train
     examples (``static_limit``: a fixed sample of them), with its dev examples to pick
     the best epoch. The model is registered as trained on round 0 and, with
@@ -471,7 +474,7 @@ def start_static_training(task: Task, *, name: str, mode: str = "full", static_l
         raise Conflict(f"Task {task.slug} has no static training data: round 0 has no usable train examples. "
                        "Import a data set into round 0 first (manage.py train_model, or import_dataset --round 0).")
     return start_training(task, name=name, rounds=[], include_static=True, mode=mode, static_limit=static_limit,
-                          evaluate=evaluate, user=user, **options)
+                          evaluate=evaluate, target_if_none=target_if_none, user=user, **options)
 
 
 def run_training_job(job_id: int) -> Job:
@@ -496,7 +499,8 @@ def run_training_job(job_id: int) -> Job:
                                                                                        model.metrics.get("dev_f1")))
             if params.get("evaluate"):
                 # In the same transaction: a registered model always has its evaluation job.
-                result["evaluation_job"] = start_evaluation(model, user=job.created_by).pk
+                result["evaluation_job"] = start_evaluation(
+                    model, user=job.created_by, target_if_none=params.get("target_if_none", False)).pk
             reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
 
         train_and_register(
@@ -544,13 +548,16 @@ def wait_for_trained_model(job: Job, say: Callable[[str], None], timeout: float 
 
 
 def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None, split: str = "test",
-                     user=None) -> Job:
-    """Queue the evaluation of ``model`` on every round's test split (round 0 included)."""
+                     target_if_none: bool = False, user=None) -> Job:
+    """Queue the evaluation of ``model`` on every round's test split (round 0 included).
+    ``target_if_none``: see ``start_training``."""
     from .tasks import evaluate_model as evaluate_task
 
     if model.status != ModelVersion.Status.READY:
         raise Conflict(f"{model} is {model.status}; only ready models are evaluated.")
     params = {"model_version": model.pk, "rounds": list(rounds) if rounds is not None else None, "split": split}
+    if target_if_none:
+        params["target_if_none"] = True
     with transaction.atomic():
         job = create_job(Job.Kind.EVALUATE_MODEL, params=params, task=model.task, user=user)
         enqueue(job, evaluate_task, queue="training")
@@ -563,50 +570,41 @@ def run_evaluation_job(job_id: int) -> Job:
         rounds = model.task.rounds.order_by("number")
         if job.params.get("rounds"):
             rounds = rounds.filter(number__in=job.params["rounds"])
-        evaluations = evaluate_model(model, rounds, split=job.params.get("split", "test"),
-                                     reporter=reporter, job=job)
+        split = job.params.get("split", "test")
+        evaluations = evaluate_model(model, rounds, split=split, reporter=reporter, job=job)
+        if not evaluations:
+            numbers = ", ".join(str(r.number) for r in rounds) or "none"
+            raise ValidationError(
+                f"No usable {split} examples in round(s) {numbers} of task {model.task.slug}: nothing to score "
+                f"{model} on. Import a test set into round 0 (manage.py import_dataset --round 0 --split test, "
+                "or bootstrap_demo for the shipped seed set), or let a round's examples be verified first.")
         result = {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
         from .board import forget
 
         with transaction.atomic():
             reporter.complete(result)  # an update(): no signal, so the board is dropped here
             transaction.on_commit(lambda: forget(model.task_id))
+        if job.params.get("target_if_none"):
+            target_if_none(model)
         return result
 
     return run_job(job_id, work)
 
 
-# --- demo --------------------------------------------------------------------
+def target_if_none(model: ModelVersion) -> bool:
+    """Make ``model`` the target of its task's open round if that round has none yet
+    (nobody can write in it before). True if it did. A refusal is logged, not raised:
+    the evaluation it follows has succeeded all the same."""
+    from .cycle import make_target
 
+    rnd = model.task.open_round()
+    if rnd is None or rnd.target_models.exists():
+        return False
+    try:
+        make_target(model.task, model)
+    except DomainError as exc:
+        log.warning("%s could not become the target of %s round %s: %s", model, model.task.slug, rnd.number,
+                    exc.message)
+        return False
+    return True
 
-def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | None = None,
-                       **train_options) -> list[str]:
-    """Train a round-0 model on the shipped seed set for each task that has none,
-    and make it the target of the task's open round. Returns what was trained."""
-    trained = []
-    for slug in slugs:
-        task = Task.objects.get(slug=slug)
-        model = ModelVersion.objects.filter(task=task, name=DEMO_MODEL_NAME).first()
-        if model is None:
-            rows = read_seed_rows(slug, task.parsed_config)
-            if not rows["train"]:
-                continue
-            if progress:
-                progress(f"training the {slug} round-0 model on {len(rows['train'])} seed examples "
-                         "(first run only)")
-            last = [-10]
-
-            def report(percent, message, slug=slug, last=last):
-                if progress and percent - last[0] >= 25:
-                    last[0] = percent
-                    progress(f"{slug}: {int(percent)}% {message}")
-
-            options = {**DEMO_TRAINING, **DEMO_TRAINING_BY_TASK.get(slug, {}), **train_options}
-            model = train_and_register(task, rows, name=DEMO_MODEL_NAME, progress=report,
-                                       training_data=data_summary(rows, source="shipped seed set"),
-                                       **options)
-            trained.append(str(model))
-        rnd = task.open_round()
-        if rnd is not None and not rnd.target_models.exists():
-            rnd.target_models.add(model)
-    return trained

@@ -179,11 +179,12 @@ def token_client():
 
 @pytest.fixture
 def demo_tasks(db):
-    """The four demo tasks with round 1 open and the seed contexts (no models)."""
+    """The four demo tasks with round 1 open and the seed contexts (no models, and no
+    seed examples in round 0: tests add the examples they count)."""
     from leaderboard.demo import bootstrap_demo
     from tasks.models import Task
 
-    bootstrap_demo(with_models=False)
+    bootstrap_demo(with_models=False, seed_examples=False)
     return {t.slug: t for t in Task.objects.all()}
 
 

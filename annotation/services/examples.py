@@ -22,7 +22,8 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from tasks.config import EXTRACTIVE_QA
-from tasks.models import Context, ModelVersion, Round, Task
+from tasks.jobs import outlook
+from tasks.models import Context, Job, ModelVersion, Round, Task
 from tasks.registry import open_round_with_models, target_model
 from tasks.roles import is_researcher
 
@@ -33,6 +34,22 @@ from . import sessions
 MAX_REASON_LENGTH = 500
 MAX_DATABASE_ID = 2**63 - 1
 SIGNATURE_SALT = "dynabench.example.signature"
+
+
+def target_job(task: Task) -> Job | None:
+    """The training or evaluation job under way for ``task`` (the oldest), if any."""
+    return (Job.objects.filter(task=task, kind__in=(Job.Kind.TRAIN_MODEL, Job.Kind.EVALUATE_MODEL),
+                               status__in=Job.ACTIVE).order_by("pk").first())
+
+
+def waiting_for_target(task: Task) -> str:
+    """Why an open round without a target cannot take examples yet, and when it will."""
+    job = target_job(task)
+    if job is not None:
+        return (f"Its model is being prepared: {outlook(job).describe()}. Writing opens once the model is "
+                "trained and evaluated.")
+    return ("No model is being trained for it: a researcher must train one and make it the target "
+            "(the task page's \"Train the next target model\").")
 
 
 def model_inputs(task: Task, context_fields: dict | None, inputs: dict) -> dict:
@@ -109,7 +126,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     if problem:
         raise Forbidden(problem)
     if not models:
-        raise Unavailable(f"{rnd} has no target model yet.", retry_after=60)
+        raise Unavailable(f"{rnd} has no target model yet. {waiting_for_target(task)}", retry_after=60)
 
     started = time.perf_counter()
     [result] = predict_with(models, [model_inputs(task, context.fields, inputs)])

@@ -68,3 +68,36 @@ def test_signup_then_annotate(live_tasks, client):
     evil = client.post("/accounts/signup/", {"username": "x2", "password1": "a-long-enough-pass-123",
                                              "password2": "a-long-enough-pass-123", "next": "https://evil.example"})
     assert evil["Location"] == "/"
+
+
+def test_a_round_without_its_target_says_what_is_under_way_and_when(demo_tasks, annotator, client_for, client):
+    """The demo's models train in the background: until round 1 has its target, the
+    create page and the API say which job prepares it, how far it is and what is ahead."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tasks.jobs import create_job
+    from tasks.models import Job
+
+    task = demo_tasks["sentiment"]
+    body = {"context": task.contexts.first().pk, "inputs": {"statement": "Fine."}, "target": {"label": "positive"}}
+    client.force_login(annotator)
+    page = client.get("/tasks/sentiment/create/").content.decode()
+    assert "Round 1 has no target model yet." in page
+    assert "No model is being trained for it: a researcher must train one" in page
+    assert 'id="example-form"' not in page
+
+    ahead = create_job(Job.Kind.TRAIN_MODEL, task=demo_tasks["hate"], params={"name": "x"})
+    job = create_job(Job.Kind.TRAIN_MODEL, task=task, params={"name": "round0-seed"})
+    Job.objects.filter(pk__in=[ahead.pk, job.pk]).update(queue="training")
+    page = " ".join(client.get("/tasks/sentiment/create/").content.decode().split())
+    assert f"training job #{job.pk} is queued; it starts after 1 job ahead of it" in page.lower()
+    assert '<meta http-equiv="refresh" content="20">' in page
+
+    Job.objects.filter(pk=job.pk).update(status="running", progress=25,
+                                         started_at=timezone.now() - timedelta(minutes=1))
+    response = client_for(annotator).post("/api/tasks/sentiment/examples/", body, format="json")
+    assert response.status_code == 503
+    assert f"job #{job.pk} is 25% done, about 3 minutes left" in response.json()["detail"]
+    assert not Example.objects.filter(task=task).exists()

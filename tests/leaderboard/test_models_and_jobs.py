@@ -110,11 +110,27 @@ def test_register_refuses_a_tampered_artifact(demo_tasks):
         register_model(demo_tasks["sentiment"], ml.verify_artifact(model.artifact_dir), name="x")
 
 
-def test_bootstrap_demo_leaves_four_working_target_models(db):
+@pytest.mark.django_db(transaction=True)
+def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client):
+    """A fresh demo: the seed splits in round 0, a seed model per task trained on its
+    train split, evaluated on its test split, round 1's target and ranked on the board."""
     from leaderboard.demo import bootstrap_demo
+    from leaderboard.services import read_seed_rows
 
     report = bootstrap_demo(train_options=TINY)
     assert len(report.models_trained) == 4
+    for slug in ("nli", "qa", "sentiment", "hate"):
+        seed = read_seed_rows(slug)
+        static = Round.objects.get(task__slug=slug, number=0)
+        for split in ("train", "dev", "test"):
+            assert Example.objects.filter(round=static, split=split).count() == len(seed[split]) > 0, (slug, split)
+        assert report.examples_imported[slug] == sum(len(rows) for rows in seed.values())
+        model = ModelVersion.objects.get(task__slug=slug, name="round0-seed")
+        assert services.has_finished_evaluation(model)
+        assert Evaluation.objects.get(model_version=model, round=static).num_examples == len(seed["test"])
+        board = client.get(f"/api/tasks/{slug}/leaderboard/").json()
+        names = sorted(row["model"]["name"] for row in board["rows"])
+        assert names == ["majority-class baseline", "round0-seed"] if slug != "qa" else ["round0-seed"], board
     inputs = {
         "nli": {"premise": "A man plays a guitar on stage.", "hypothesis": "Someone makes music."},
         "qa": {"passage": "The bridge opened in 1932 after six years of work.", "question": "When did the bridge open?"},
@@ -132,9 +148,59 @@ def test_bootstrap_demo_leaves_four_working_target_models(db):
             assert result["label"] in labels
             assert set(result["probabilities"]) == set(labels)
             assert sum(result["probabilities"].values()) == pytest.approx(1, abs=1e-4)
-    # A second run trains nothing.
-    assert bootstrap_demo(train_options=TINY).models_trained == []
+    # A second run trains and imports nothing.
+    again = bootstrap_demo(train_options=TINY)
+    assert again.models_trained == [] and not again.created_anything
     assert ModelVersion.objects.count() == 4
+    assert Example.objects.filter(round__number=0).count() == sum(report.examples_imported.values())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(settings):
+    """`make run`: the command returns at once with the jobs queued; the web process
+    resumes them (tasks.jobs.resume_queued_jobs), and each model becomes round 1's target."""
+    from leaderboard.demo import bootstrap_demo
+    from tasks.jobs import resume_queued_jobs
+
+    settings.JOBS_RUN_INLINE = False  # the command's process runs nothing: it only queues
+    from dynabench.celery import app
+
+    app.conf.task_always_eager = False  # as if no process ran them yet (nothing is sent on commit)
+    try:
+        report = bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
+    finally:
+        app.conf.task_always_eager = True
+    assert report.models_trained == []
+    queued = Job.objects.filter(kind=Job.Kind.TRAIN_MODEL, status=Job.Status.QUEUED)
+    assert sorted(queued.values_list("task__slug", flat=True)) == ["hate", "sentiment"]
+    assert not Round.objects.get(task__slug="sentiment", number=1).target_models.exists()
+    # Running it again queues nothing twice.
+    app.conf.task_always_eager = False
+    try:
+        bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
+    finally:
+        app.conf.task_always_eager = True
+    assert queued.count() == 2
+
+    settings.JOBS_RUN_INLINE = True  # the web process's job thread, here in the test's thread
+    assert len(resume_queued_jobs()) == 2
+    for slug in ("sentiment", "hate"):
+        model = ModelVersion.objects.get(task__slug=slug, name="round0-seed")
+        assert [m.pk for m in Round.objects.get(task__slug=slug, number=1).target_models.all()] == [model.pk]
+        assert Job.objects.get(kind=Job.Kind.EVALUATE_MODEL, params__model_version=model.pk).status == "succeeded"
+    assert not Job.objects.filter(status__in=Job.ACTIVE).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_artifacts):
+    task = demo_tasks["sentiment"]
+    model = register_model(task, tiny_artifacts["sentiment"], name="nothing-to-score")
+    job = services.start_evaluation(model)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    assert "No usable test examples in round(s) 1 of task sentiment" in job.error
+    assert "import_dataset --round 0 --split test" in job.error
+    assert not services.has_finished_evaluation(model)
 
 
 def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_tasks, annotator):

@@ -19,9 +19,12 @@ def test_bootstrap_demo_twice_creates_nothing_twice(capsys, monkeypatch):
     call_command("bootstrap_demo", "--no-models")
     first_out = capsys.readouterr().out
     first = counts()
-    assert first[:2] == (4, 4) and first[3] == 1
+    assert first[:2] == (4, 8) and first[3] == 1  # round 0 (the seed examples) and round 1 of each task
     assert first[2] >= 4 * 20, "the shipped seed contexts are loaded"
     assert "password:" in first_out
+    seed_examples = Example.objects.filter(round__number=0, source="import")
+    assert seed_examples.count() == 700
+    assert "imported 180 seed examples of nli into round 0 (train, dev and test)" in first_out
     for task in Task.objects.all():
         assert task.open_round().number == 1
         assert task.contexts.count() >= 20
@@ -29,6 +32,7 @@ def test_bootstrap_demo_twice_creates_nothing_twice(capsys, monkeypatch):
     call_command("bootstrap_demo", "--no-models")
     second_out = capsys.readouterr().out
     assert counts() == first
+    assert seed_examples.count() == 700
     assert "password" not in second_out and "nothing to do" in second_out
 
 
@@ -52,6 +56,22 @@ def test_home_page_lists_the_active_tasks(demo_tasks, client, django_assert_max_
                        ("sentiment", "Sentiment Analysis")]:
         assert f'href="/tasks/{slug}/"' in page and name in page
     assert "Hate Speech Detection" not in page
+
+
+def test_home_page_counts_the_open_rounds_examples(demo_tasks, client, settings):
+    """Every variable the home page reads exists: a missing one renders as the marker below
+    (it rendered as nothing, and the page said "round 1 open · examples, fooled the model")."""
+    import copy
+
+    templates = copy.deepcopy(settings.TEMPLATES)
+    templates[0]["OPTIONS"]["string_if_invalid"] = "MISSING[%s]"
+    settings.TEMPLATES = templates  # the setting_changed signal resets the template engines
+    task = demo_tasks["hate"]
+    add_examples(task, task.open_round(), collected=3, fooled=2, verified_fooled=1)
+    page = client.get("/").content.decode()
+    assert "MISSING[" not in page
+    assert "3 examples written, 2 fooled the model, 1 of them verified" in " ".join(page.split())
+    assert "0 examples written, 0 fooled the model" in " ".join(page.split())  # the other tasks
 
 
 def add_examples(task, rnd, *, collected, fooled, verified_fooled, annotator=None):

@@ -5,7 +5,8 @@ from leaderboard.demo import DEMO_ADMIN_USERNAME, REAL_DATA_LIMIT, REAL_MODEL_NA
 
 class Command(BaseCommand):
     help = ("Create the four demo tasks (NLI, QA, sentiment, hate speech) with round 1 open, "
-            "the shipped seed contexts, round-0 target models and a superuser. Safe to rerun. "
+            "the shipped seed contexts, the seed examples in round 0 (train, dev, test), round-0 target models "
+            "(trained, evaluated, then made round 1's target) and a superuser. Safe to rerun. "
             f"--real-data: NLI, sentiment and hate speech get a target ({REAL_MODEL_NAME}) trained on real data "
             "in DYNABENCH_DATA_DIR (MNLI+SNLI dev, SST-2, Davidson) imported into round 0, instead of the seed "
             "model; it becomes round 1's target, or, if an earlier run left the seed model as round 1's target, "
@@ -17,6 +18,10 @@ class Command(BaseCommand):
         parser.add_argument("--real-data", action="store_true",
                             help="Train the round-0 targets on the real data sets where they are present "
                                  "(one epoch each: a few minutes per task on 2 CPU cores).")
+        parser.add_argument("--background", action="store_true",
+                            help="Queue the seed models' training and evaluation as jobs and return at once: "
+                                 "the web process (embedded mode) or a worker runs them, and each model becomes "
+                                 "its round's target when its evaluation succeeds. `make run` uses this.")
         parser.add_argument("--limit", type=int, metavar="N",
                             help=f"With --real-data: at most N rows of each split per task (default "
                                  f"{REAL_DATA_LIMIT}).")
@@ -32,8 +37,11 @@ class Command(BaseCommand):
         def progress(message):
             self.stdout.write(f"  {message}")
 
+        if options["background"] and (options["no_models"] or options["real_data"]):
+            raise CommandError("--background queues the seed models: it cannot go with --no-models or --real-data.")
         report = bootstrap_demo(with_models=not options["no_models"], progress=progress,
-                                real_data=options["real_data"], real_data_limit=options["limit"])
+                                real_data=options["real_data"], real_data_limit=options["limit"],
+                                background=options["background"])
         for slug in report.tasks_created:
             self.stdout.write(f"created task {slug}")
         for name in report.rounds_created:
@@ -41,6 +49,9 @@ class Command(BaseCommand):
         for slug, n in report.contexts_created.items():
             if n:
                 self.stdout.write(f"added {n} seed contexts to {slug}")
+        for slug, n in report.examples_imported.items():
+            if n:
+                self.stdout.write(f"imported {n} seed examples of {slug} into round 0 (train, dev and test)")
         for name in report.models_trained:
             self.stdout.write(f"trained and registered {name}")
         if report.admin_password:
