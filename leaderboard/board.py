@@ -257,6 +257,31 @@ def _baseline(task: Task, numbers: list[int]) -> dict | None:
     return {"label": label, "datasets": datasets, "replicates": replicates}
 
 
+def target_scores(task: Task, models) -> list[dict]:
+    """Each of ``models`` on the static test set (round 0), beside the majority-class
+    baseline there: what a task page says about how good its target is. A model not
+    scored there yet has ``value`` None."""
+    from tasks.models import STATIC_ROUND
+
+    if not models:
+        return []
+    metric = primary_metric(task)
+    found = {e.model_version_id: e for e in Evaluation.objects.filter(
+        model_version__in=models, round__task=task, round__number=STATIC_ROUND, split="test")}
+    baseline = (_baseline(task, [STATIC_ROUND]) or {}).get("datasets", {}).get(dataset_name(STATIC_ROUND))
+    out = []
+    for model in models:
+        evaluation = found.get(model.pk)
+        value = evaluation.metrics.get(metric) if evaluation else None
+        interval = evaluation.intervals.get(metric) if evaluation else None
+        out.append({"model": model, "metric": metric, "value": value, "interval": interval,
+                    "num_examples": evaluation.num_examples if evaluation else 0,
+                    "baseline": baseline["performance"] if baseline else None,
+                    "above_baseline": (bool(interval and baseline and interval[0] > baseline["performance"])
+                                       if value is not None else None)})
+    return out
+
+
 def parse_dataset_weights(text: str | None) -> dict[int, float]:
     """``"0:1,1:2.5"`` -> ``{0: 1.0, 1: 2.5}``: a weight from 0 to 5 per round number
     (0 is the static test set); datasets not named weigh 1. Spaces around parts are

@@ -279,6 +279,11 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
     ``background``: queue the seed models' jobs and return (see ``ensure_demo_models``).
     ``train_options`` apply to every model trained (tests make them tiny)."""
     report = DemoReport()
+    data_dir = Path(data_dir) if data_dir else default_data_dir()
+    # A task that gets real data keeps its round 0 for it: the seed set would mix into
+    # what its real model learns from and is scored on.
+    real = {slug for slug in slugs or services.DEFAULT_TASK_SLUGS
+            if real_data and with_models and real_data_for(slug, data_dir)[0] is not None}
     with transaction.atomic():
         ensure_admin(report)
         for slug in slugs or services.DEFAULT_TASK_SLUGS:
@@ -290,14 +295,17 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                 report.rounds_created.append(f"{slug} round 1")
             created_contexts, _ = services.add_contexts(task, services.read_seed_contexts(slug))
             report.contexts_created[slug] = created_contexts
-            if seed_examples:
+            if seed_examples and slug not in real:
                 report.examples_imported[slug] = import_seed_examples(task)
     if with_models:
         seed_slugs = list(slugs or services.DEFAULT_TASK_SLUGS)
         if real_data:
             report.models_trained, seed_slugs = ensure_real_models(
-                seed_slugs, data_dir=Path(data_dir) if data_dir else default_data_dir(), limit=real_data_limit,
+                seed_slugs, data_dir=data_dir, limit=real_data_limit,
                 progress=progress or (lambda message: None), train_options=train_options or {})
+            for slug in set(seed_slugs) & real:  # its real data was unusable: the seed model learns the seed set
+                if seed_examples:
+                    report.examples_imported[slug] = import_seed_examples(Task.objects.get(slug=slug))
         report.models_trained += ensure_demo_models(seed_slugs, progress=progress, background=background,
                                                     **(train_options or {}))
     return report

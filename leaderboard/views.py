@@ -23,7 +23,7 @@ from tasks import jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
-from . import cycle, services
+from . import board, cycle, services
 
 
 def research_context(task) -> dict:
@@ -48,6 +48,8 @@ def task_detail(request, slug):
     target, Train / Evaluate / Promote, per-annotator stats and recent jobs."""
     context = task_page_context(request, slug)
     task = context["task"]
+    open_round = context["open_round"]  # its target models are prefetched
+    context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
     context["is_researcher"] = is_researcher(request.user, task)
     if context["is_researcher"]:
         context.update(research_context(task))

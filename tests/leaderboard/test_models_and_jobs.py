@@ -129,6 +129,12 @@ def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client)
         assert services.has_finished_evaluation(model)
         assert Evaluation.objects.get(model_version=model, round=static).num_examples == len(seed["test"])
         board = client.get(f"/api/tasks/{slug}/leaderboard/").json()
+        page = " ".join(client.get(f"/tasks/{slug}/").content.decode().split())
+        metric = "f1" if slug == "qa" else "accuracy"
+        assert f"<strong>round0-seed</strong>: {metric} " in page
+        assert f"on the static test set ({len(seed['test'])} examples; 95% interval " in page
+        if slug != "qa":
+            assert "for always answering the most common label" in page
         names = sorted(row["model"]["name"] for row in board["rows"])
         assert names == ["majority-class baseline", "round0-seed"] if slug != "qa" else ["round0-seed"], board
     inputs = {

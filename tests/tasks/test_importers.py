@@ -202,7 +202,7 @@ def test_seed_files_read_cleanly(slug):
     elif slug == "nli":
         ids = [r.context["external_id"] for r in rows]
         assert sum(i.startswith("nli-") for i in ids) == 120  # premises shipped as seed contexts
-        assert sum(i.startswith("ctx-") for i in ids) == 60
+        assert sum(i.startswith("ctx-") for i in ids) == len(rows) - 120  # premises of their own
         assert all(set(r.inputs) == {"hypothesis"} for r in rows)
     else:
         assert all(r.context is None and set(r.inputs) == {"statement"} for r in rows)
