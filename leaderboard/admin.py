@@ -28,7 +28,8 @@ class TrainNextForm(forms.Form):
     from_parent = forms.BooleanField(required=False, label="Start from the current target's weights")
     rounds = forms.CharField(required=False, help_text="Round numbers, comma-separated; empty: every round.")
     epochs = forms.IntegerField(min_value=1, max_value=50, initial=3)
-    name = forms.CharField(required=False, max_length=100, help_text="Empty: r<next>-<selection>-<time>.")
+    name = forms.CharField(required=False, max_length=100,
+                           help_text="Empty: r, the next round's number, then the selection (r2-verified).")
 
     def clean_rounds(self):
         text = self.cleaned_data["rounds"].strip()
@@ -76,7 +77,7 @@ def _start_next(request):
 def train_next_model(modeladmin, request, queryset):
     return start_job_with_form(modeladmin, request, queryset, form_class=TrainNextForm, start=_start_next(request),
                                template="admin/leaderboard/train_next.html", title="Train the next target model",
-                               done="queued.", tasks=queryset)
+                               done="queued.", tasks=[(task, services.usable_training_counts(task)) for task in queryset])
 
 
 class TrainStaticForm(forms.Form):
@@ -87,14 +88,14 @@ class TrainStaticForm(forms.Form):
         min_value=1, required=False, label="Training examples",
         help_text="At most this many of round 0's train examples (a fixed sample); empty: all of them.")
     max_steps = forms.IntegerField(min_value=1, required=False, help_text="Stop after this many steps; empty: no cap.")
-    name = forms.CharField(required=False, max_length=100, help_text="Empty: round0-static-<time>.")
+    name = forms.CharField(required=False, max_length=100, help_text="Empty: round0-static (then -2, -3...).")
 
 
 @admin.action(description="Train a round-0 model on the static data (a job on the training queue)")
 def train_static_model(modeladmin, request, queryset):
     def start(task, values):
         return services.start_static_training(
-            task, name=values["name"] or services.default_static_model_name(), mode=values["mode"],
+            task, name=values["name"] or services.default_static_model_name(task), mode=values["mode"],
             static_limit=values["static_limit"], epochs=values["epochs"], batch_size=values["batch_size"],
             max_steps=values["max_steps"], user=request.user)
 
@@ -122,18 +123,21 @@ def evaluate_models(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset, _evaluate(request), "Evaluation queued")
 
 
-def _promote(size):
+def _promote(size, allow_below_baseline=False):
     def action(modeladmin, request, queryset):
         if queryset.count() != 1:
             modeladmin.message_user(request, "Promote one model at a time.", messages.ERROR)
             return
         run_service_action(modeladmin, request, queryset,
-                           lambda model: cycle.promote(model.task, model, ensemble_size=size, user=request.user),
+                           lambda model: cycle.promote(model.task, model, ensemble_size=size, user=request.user,
+                                                       allow_below_baseline=allow_below_baseline),
                            "Promoted; the next round is open")
 
-    action.__name__ = f"promote_{size}"
+    action.__name__ = f"promote_{size}" + ("_below_baseline" if allow_below_baseline else "")
     description = ("Promote: open the next round with this model as its target" if size == 1 else
                    f"Promote as an ensemble with the last {size - 1} target(s): open the next round")
+    if allow_below_baseline:
+        description += ", even if it scores below the majority-class answer"
     return admin.action(description=description)(action)
 
 
@@ -142,7 +146,7 @@ admin.site.unregister(ModelVersion)
 
 @admin.register(ModelVersion)
 class ModelVersionAdmin(BaseModelVersionAdmin):
-    actions = [evaluate_models, _promote(1), _promote(2), _promote(3)]
+    actions = [evaluate_models, _promote(1), _promote(2), _promote(3), _promote(1, allow_below_baseline=True)]
     readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "evaluations_vs_target"]
 
     @admin.display(description="evaluation beside the current target")

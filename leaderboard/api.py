@@ -130,7 +130,9 @@ class ModelEvaluate(APIView):
 @extend_schema(tags=["models"])
 class Promote(APIView):
     """Open the next round with the model (or an ensemble with the last rounds' targets)
-    as its target; the open round closes. Refused (409) without a finished evaluation."""
+    as its target; the open round closes. Refused (409) without a finished evaluation, or
+    when the model scores below the majority-class answer on the static test set (unless
+    ``allow_below_baseline``)."""
 
     permission_classes = [permissions.IsAuthenticated]
     error_statuses = (409,)
@@ -143,7 +145,8 @@ class Promote(APIView):
         model = ModelVersion.objects.filter(task=task, pk=data.validated_data["model"]).first()
         if model is None:
             raise InvalidInput.field("model", f"Task {slug} has no model #{data.validated_data['model']}.")
-        rnd = cycle.promote(task, model, ensemble_size=data.validated_data["ensemble_size"], user=request.user)
+        rnd = cycle.promote(task, model, ensemble_size=data.validated_data["ensemble_size"],
+                            allow_below_baseline=data.validated_data["allow_below_baseline"], user=request.user)
         return _round_response(request, rnd, status.HTTP_201_CREATED)
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Max
-from django.utils import timezone
 
 from annotation.inference import preload
 from core.errors import Conflict, InvalidInput
@@ -40,10 +39,11 @@ def current_targets(task: Task) -> list[ModelVersion]:
 
 
 def default_model_name(task: Task, selection: str) -> str:
+    """``r<next round>-<selection>``, with ``-2``, ``-3``... when taken. Two researchers
+    pressing Train at once get the same name; the second is then refused as a second
+    training job of the task, not as a name clash."""
     last = task.rounds.order_by("-number").values_list("number", flat=True).first() or 0
-    # Microseconds: two researchers pressing Train in the same second get two names
-    # (the second job is then refused as a second training job, not as a name clash).
-    return f"r{last + 1}-{selection}-{timezone.now():%Y%m%d-%H%M%S-%f}"
+    return services.unique_model_name(task, f"r{last + 1}-{selection}")
 
 
 def train_next(task: Task, *, from_parent: bool = False, name: str | None = None, selection: str = "verified",
@@ -138,17 +138,36 @@ def check_promotable(task: Task, models: list[ModelVersion]) -> None:
             raise Conflict(f"{member}'s artifact does not check: {exc}") from None
 
 
-def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, user=None) -> Round:
+def check_above_baseline(task: Task, model: ModelVersion) -> None:
+    """Conflict when ``model`` scores below the majority-class answer on the static test
+    set: a target worse than a constant answer makes every example "fool" it."""
+    from .board import target_scores
+
+    [score] = target_scores(task, [model])
+    if score["value"] is not None and score["baseline"] is not None and score["value"] < score["baseline"]:
+        raise Conflict(
+            f"{model} scores {score['value']:.1%} {score['metric']} on the static test set, below the "
+            f"{score['baseline']:.1%} of always answering the most common label: as a target, nearly any example "
+            "would fool it. Train a better model, or promote it anyway with the override "
+            "(allow_below_baseline).")
+
+
+def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_below_baseline: bool = False,
+            user=None) -> Round:
     """Open the next round with ``model`` (or it and the last rounds' targets, an
     ensemble of ``ensemble_size``) as its target; the open round closes.
 
     The next round is the newest draft round after the open one, if a researcher
-    prepared it (contexts uploaded, say), else a new round r+1.
+    prepared it (contexts uploaded, say), else a new round r+1. A model below the
+    majority-class answer on the static test set is refused unless
+    ``allow_below_baseline`` (``check_above_baseline``).
     """
     if not isinstance(ensemble_size, int) or isinstance(ensemble_size, bool) or not 1 <= ensemble_size <= MAX_ENSEMBLE:
         raise InvalidInput.field("ensemble_size", f"Must be a whole number from 1 to {MAX_ENSEMBLE}.")
     members = ensemble_members(task, model, ensemble_size)
     check_promotable(task, members)
+    if not allow_below_baseline:
+        check_above_baseline(task, model)
     preload([target_model(m) for m in members])  # loaded before it becomes the target: no cold start
     mode = Round.EnsembleMode.SINGLE if len(members) == 1 else Round.EnsembleMode.MEAN
     with transaction.atomic():

@@ -40,6 +40,10 @@ class PromoteSerializer(serializers.Serializer):
     ensemble_size = StrictIntegerField(required=False, default=1, min_value=1, max_value=MAX_ENSEMBLE,
                                        help_text="1: the model alone; k: it and the last k-1 rounds' targets, "
                                                  "averaged.")
+    allow_below_baseline = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Promote even if the model scores below the majority-class answer on the static test set "
+                  "(refused with 409 otherwise).")
 
 
 class EvaluationSerializer(serializers.ModelSerializer):

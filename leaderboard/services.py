@@ -19,7 +19,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
-from django.utils import timezone
 
 from annotation.models import Example
 from annotation.services.examples import signature_ok
@@ -431,7 +430,9 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
         available += usable_examples(task, split="train", rounds=[STATIC_ROUND]).count()
     if not available:
         raise Conflict(f"Task {task.slug} has no usable training examples in the chosen rounds "
-                       f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}).")
+                       f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}). "
+                       "Import a data set into round 0 (manage.py import_dataset --round 0, or bootstrap_demo for "
+                       "the shipped seed set), or let the open round's examples be written and verified first.")
     params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
               "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
               "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options,
@@ -460,8 +461,27 @@ def static_training_counts(task: Task) -> dict[str, int]:
     return counts
 
 
-def default_static_model_name(source: str = "static") -> str:
-    return f"round0-{source}-{timezone.now():%Y%m%d-%H%M}"
+def unique_model_name(task: Task, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... : the first that ``task`` has no model of."""
+    taken = set(ModelVersion.objects.filter(task=task, name__startswith=base).values_list("name", flat=True))
+    if base not in taken:
+        return base
+    return next(f"{base}-{n}" for n in range(2, len(taken) + 3) if f"{base}-{n}" not in taken)
+
+
+def default_static_model_name(task: Task, source: str = "static") -> str:
+    return unique_model_name(task, f"round0-{source}")
+
+
+def usable_training_counts(task: Task) -> dict:
+    """What each "train next" choice would learn from: round 0's train and dev examples,
+    and the collection rounds' usable (verified, unflagged, unretracted) train and dev
+    examples, all of them and those that fooled the model."""
+    numbers = collection_rounds(task, None)
+    static = static_training_counts(task)
+    collected = usable_examples(task, split=None, rounds=numbers).exclude(split="test")
+    return {"static": static["train"] + static["dev"], "verified": collected.count(),
+            "fooling": collected.filter(fooled=True).count()}
 
 
 def start_static_training(task: Task, *, name: str, mode: str = "full", static_limit: int | None = None,

@@ -39,6 +39,7 @@ def research_context(task) -> dict:
         "annotator_stats": stats.round_stats(latest, identify=True) if latest else None,
         "jobs": list(Job.objects.filter(task=task).order_by("-created_at", "-pk")[:10]),
         "selections": services.SELECTIONS, "modes": services.MODES, "max_ensemble": cycle.MAX_ENSEMBLE,
+        "usable": services.usable_training_counts(task),
     }
 
 
@@ -88,7 +89,9 @@ def task_action(request, slug):
             return redirect(job.get_absolute_url())
         elif action == "promote":
             size = _int(request.POST.get("ensemble_size")) or 1
-            rnd = cycle.promote(task, model, ensemble_size=size, user=request.user)
+            rnd = cycle.promote(task, model, ensemble_size=size,
+                                allow_below_baseline=request.POST.get("allow_below_baseline") == "on",
+                                user=request.user)
             messages.success(request, f"Round {rnd.number} is open with {', '.join(m.name for m in rnd.target_models.all())} "
                                       "as its target.")
         else:
@@ -123,10 +126,12 @@ def job_page(request, pk):
             messages.error(request, str(exc))
         return redirect(job.get_absolute_url())
     model = None
-    if job.result.get("model_version"):
-        model = ModelVersion.objects.filter(pk=job.result["model_version"]).first()
-    return render(request, "leaderboard/job.html", {"job": job, "researcher": researcher, "model": model,
-                                                     "Status": Job.Status, "Round": Round})
+    model_id = job.result.get("model_version") or job.params.get("model_version")
+    if model_id:
+        model = ModelVersion.objects.filter(pk=model_id).first()
+    return render(request, "leaderboard/job.html", {
+        "job": job, "researcher": researcher, "model": model, "model_name": job.params.get("name", ""),
+        "Status": Job.Status, "Round": Round})
 
 
 METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory", "Memory (MB)"),

@@ -126,41 +126,26 @@ def requeue(job: Job) -> None:
     transaction.on_commit(lambda: _send(job, _celery_task(job.celery_task_name)))
 
 
-@dataclass
-class Outlook:
-    """Where an active job stands, in words a page can show."""
-
-    job: Job
-    jobs_ahead: int  # queued or running jobs on the same queue sent before it
-    eta_seconds: float | None  # None until it has run long enough to tell
-
-    def describe(self) -> str:
-        kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation"}.get(
-            self.job.kind, self.job.get_kind_display().lower())
-        what = f"{kind} job #{self.job.pk}"
-        if self.job.status == Job.Status.QUEUED:
-            ahead = f"after {self.jobs_ahead} job{'s' if self.jobs_ahead != 1 else ''} ahead of it" \
-                if self.jobs_ahead else "next"
-            return f"{what} is queued; it starts {ahead}"
-        when = (f", about {_minutes(self.eta_seconds)} left" if self.eta_seconds is not None else "")
-        return f"{what} is {self.job.progress}% done{when}"
+def describe_progress(job: Job) -> str:
+    """Where an active job stands, in words a page can show: its place in the queue and
+    when it should start (``Job.estimated_start``), or how far it is and the time left."""
+    kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation"}.get(
+        job.kind, job.get_kind_display().lower())
+    what = f"{kind} job #{job.pk}"
+    if job.status == Job.Status.QUEUED:
+        position = job.queue_position()
+        text = f"{what} is queued, {'next' if position == 1 else f'number {position}'} in line"
+        start = job.estimated_start()
+        if start is not None:
+            text += f", to start in about {_minutes((start - timezone.now()).total_seconds())}"
+        return text
+    left = job.seconds_left
+    return f"{what} is {job.progress}% done" + (f", about {_minutes(left)} left" if left is not None else "")
 
 
 def _minutes(seconds: float) -> str:
     minutes = max(1, round(seconds / 60))
     return f"{minutes} minute{'s' if minutes != 1 else ''}"
-
-
-def outlook(job: Job, now=None) -> Outlook:
-    """How far ``job`` is, how many jobs are ahead of it, and (running, at 2% or more)
-    when it should end, from its pace so far."""
-    now = now or timezone.now()
-    ahead = Job.objects.filter(status__in=Job.ACTIVE, queue=job.queue, pk__lt=job.pk).count()
-    eta = None
-    if job.status == Job.Status.RUNNING and job.started_at and job.progress >= 2:
-        elapsed = (now - job.started_at).total_seconds()
-        eta = elapsed * (100 - job.progress) / job.progress
-    return Outlook(job, ahead, eta)
 
 
 def resume_queued_jobs() -> list[int]:

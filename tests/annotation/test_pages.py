@@ -92,7 +92,7 @@ def test_a_round_without_its_target_says_what_is_under_way_and_when(demo_tasks, 
     job = create_job(Job.Kind.TRAIN_MODEL, task=task, params={"name": "round0-seed"})
     Job.objects.filter(pk__in=[ahead.pk, job.pk]).update(queue="training")
     page = " ".join(client.get("/tasks/sentiment/create/").content.decode().split())
-    assert f"training job #{job.pk} is queued; it starts after 1 job ahead of it" in page.lower()
+    assert f"training job #{job.pk} is queued, number 2 in line" in page.lower()
     assert '<meta http-equiv="refresh" content="20">' in page
 
     Job.objects.filter(pk=job.pk).update(status="running", progress=25,

@@ -219,14 +219,18 @@ def test_train_next_from_the_page_runs_a_job(sentiment, client, researcher, djan
     assert job.task == sentiment and job.created_by == researcher
     assert job.params["mode"] == "head" and job.params["selection"] == "verified" and job.params["parent"] is None
     model = ModelVersion.objects.get(pk=job.result["model_version"])
-    assert model.name.startswith("r2-verified-") and model.created_by == researcher
+    assert model.name == "r2-verified" and model.created_by == researcher
     # Its evaluation was queued (and ran) once it was registered.
     assert Job.objects.get(kind=Job.Kind.EVALUATE_MODEL).params["model_version"] == model.pk
 
     page = client.get(job.get_absolute_url())
     content = page.content.decode()
     assert f"Training job #{job.pk} queued." in messages_on(page)
-    assert 'class="status-succeeded"' in content and f"<dd>{model.name}</dd>" in content
+    assert 'class="status-succeeded"' in content and f'">{model.name}</a></dd>' in content
+    assert f"<h1>Train a model #{job.pk}: {model.name}</h1>" in content  # the kind and the model, named
+    evaluation = Job.objects.get(kind=Job.Kind.EVALUATE_MODEL)
+    assert f"<h1>Evaluate a model #{evaluation.pk}: {model.name}</h1>" in client.get(
+        evaluation.get_absolute_url()).content.decode()
     assert 'http-equiv="refresh"' not in content and 'value="rerun"' in content and 'value="cancel"' not in content
     # The task page lists the job and the new candidate.
     task_page = client.get(page_url(sentiment)).content.decode()

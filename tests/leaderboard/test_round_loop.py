@@ -415,3 +415,35 @@ def test_train_next_from_a_parent_needs_a_target_everywhere(sentiment, researche
     page = owner.post("/tasks/sentiment/loop/", {"action": "train", "from_parent": "on"}, follow=True)
     assert b"no target model to start from" in page.content
     assert not Job.objects.exists()
+
+
+def test_a_model_below_the_majority_answer_is_promoted_only_with_the_override(
+        sentiment, model_a, model_b, researcher, client_for, jobs):
+    """A target worse than always answering the commonest label makes nearly every example
+    "fool" it: the service refuses it (API 409, page message) unless told otherwise."""
+    one = sentiment.open_round()
+    one.target_models.add(model_a)
+    static = task_services.ensure_static_round(sentiment)
+    for i in range(9):
+        add(sentiment, static, f"Lovely thing number {i}.", "positive")
+    add(sentiment, static, "Awful.", "negative")
+    add(sentiment, static, "A test sentence.", "positive", split="test")
+    evaluated(model_b, jobs)
+    # Whatever the tiny model scored, the stored score below is what the board reads.
+    Evaluation.objects.filter(model_version=model_b, round=static).update(
+        metrics={"accuracy": 0.0, "model_error_rate": 1.0}, intervals={"accuracy": [0.0, 0.0]})
+
+    api = client_for(researcher)
+    refused = api.post("/api/tasks/sentiment/promote/", {"model": model_b.pk}, format="json")
+    assert refused.status_code == 409
+    assert "scores 0.0% accuracy on the static test set, below the 100.0% of always answering" in refused.json()["detail"]
+    assert sentiment.open_round() == one
+    page = client_for(researcher).post("/tasks/sentiment/loop/", {"action": "promote", "model": model_b.pk},
+                                       follow=True)
+    assert "below the 100.0% of always answering the most common label" in page.content.decode()
+    assert sentiment.open_round() == one
+
+    accepted = api.post("/api/tasks/sentiment/promote/", {"model": model_b.pk, "allow_below_baseline": True},
+                        format="json")
+    assert accepted.status_code == 201, accepted.content
+    assert [m.pk for m in sentiment.open_round().target_models.all()] == [model_b.pk]

@@ -86,7 +86,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if limit is not None and limit < 1:
             raise CommandError("--limit must be 1 or more.")
-        name = name or services.default_static_model_name(format_name)
+        name = name or services.default_static_model_name(task_obj, format_name)
         if ModelVersion.objects.filter(task=task_obj, name=name).exists():
             raise CommandError(f"Task {task} already has a model named {name!r}; choose another --name.")
         options = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "max_steps": max_steps, "seed": seed}
