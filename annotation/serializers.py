@@ -160,10 +160,14 @@ class ValidationItemSerializer(serializers.ModelSerializer):
     target = serializers.SerializerMethodField()
     prediction = serializers.SerializerMethodField()
     fooled = serializers.SerializerMethodField()
+    votes_so_far = serializers.SerializerMethodField(
+        help_text="Decisions given on it so far (how many, not which way); the task's "
+                  "num_matching_validations matching ones decide it.")
 
     class Meta:
         model = Example
-        fields = ["id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction", "fooled"]
+        fields = ["id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction", "fooled",
+                  "votes_so_far"]
         read_only_fields = fields
 
     def to_representation(self, obj):
@@ -194,6 +198,9 @@ class ValidationItemSerializer(serializers.ModelSerializer):
 
     def get_fooled(self, obj) -> bool | None:
         return obj.fooled if self._shown(obj) else None
+
+    def get_votes_so_far(self, obj) -> int:
+        return obj.validations_correct + obj.validations_incorrect + obj.validations_flagged
 
 
 class ExampleStateSerializer(serializers.ModelSerializer):

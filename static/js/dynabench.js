@@ -196,6 +196,17 @@
         var checked = form.querySelector("input[name=label]:checked");
         target = { label: checked ? checked.value : null };
       }
+      /* Every missing part at once, in plain words, before anything is sent. */
+      var problems = {};
+      inputFields.forEach(function (f) {
+        if (!inputs[f.name].trim()) {
+          var noun = (f.label || f.name).toLowerCase();
+          problems["inputs." + f.name] = "Write " + (/^[aeiou]/.test(noun) ? "an " : "a ") + noun + ".";
+        }
+      });
+      if (isQA && !target.text.trim()) problems["target"] = "Give the answer: select it in the passage or type it.";
+      if (!isQA && !target.label) problems["target.label"] = "Pick the label your example truly has.";
+      if (Object.keys(problems).length) { showErrors({ errors: problems }); return; }
       var button = $("submit-example");
       button.disabled = true;
       button.textContent = "The model is thinking…";
@@ -232,6 +243,9 @@
       verdict.className = "verdict " + (data.fooled ? "fooled" : "not-fooled");
       var answer = $("result-answer");
       answer.textContent = "";
+      inputFields.forEach(function (f) {  /* what was written, repeated */
+        answer.appendChild(el("p", "written", (f.label || f.name) + ": " + lastInputs[f.name]));
+      });
       var yours = isQA ? target.text : target.label;
       answer.appendChild(el("p", null, "Your answer: " + yours));
       answer.appendChild(el("p", "model-answer", "Model (" + data.model + "): " + data.prediction));
@@ -312,11 +326,15 @@
       $("reason").value = "";
       var body = $("item-body");
       if (!item) {
+        $("item-standing").textContent = "";
         body.textContent = "";
         body.appendChild(el("p", null, "Nothing to validate in this task right now. Thank you!"));
         return;
       }
       body.textContent = "";
+      var votes = item.votes_so_far || 0;
+      $("item-standing").textContent = votes + (votes === 1 ? " vote" : " votes") + " so far; " +
+        root.dataset.votesNeeded + " matching votes decide it.";
       Object.keys(item.context || {}).forEach(function (name) { renderField(body, name, name, item.context[name]); });
       Object.keys(item.inputs).forEach(function (name) { renderField(body, name, name, item.inputs[name], "written"); });
       if (item.blind) {

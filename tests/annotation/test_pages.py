@@ -101,3 +101,19 @@ def test_a_round_without_its_target_says_what_is_under_way_and_when(demo_tasks, 
     assert response.status_code == 503
     assert f"job #{job.pk} is 25% done, about 3 minutes left" in response.json()["detail"]
     assert not Example.objects.filter(task=task).exists()
+
+
+def test_the_validate_page_has_its_own_instructions_and_says_where_the_item_stands(
+        live_tasks, annotator, second_annotator, client):
+    task = live_tasks["nli"]
+    example = Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(),
+                                     annotator=annotator, inputs={"hypothesis": "Someone is outside."},
+                                     target={"label": "neutral"}, fooled=True, validations_correct=1,
+                                     prediction={"label": "entailment", "probabilities": {}})
+    client.force_login(second_annotator)
+    page = " ".join(client.get("/tasks/nli/validate/").content.decode().split())
+    assert "How to validate" in page and "Give your own answer first" in page
+    assert task.instructions not in page  # the writer's instructions are for the create page
+    assert "3 matching votes decide an example" in page
+    assert "1 vote so far; 3 matching votes decide it." in page
+    assert '"votes_so_far": 1' in page and f'"id": {example.pk}' in page

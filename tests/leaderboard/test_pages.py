@@ -370,7 +370,7 @@ def test_names_logs_and_errors_are_escaped(sentiment, tiny_artifact, client, res
     escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
     content = client.get(job.get_absolute_url()).content.decode()
     assert SCRIPT not in content
-    assert content.count(escaped) == 3  # the log, the error, the model's name
+    assert content.count(escaped) == 4  # the log, the error, the model's name in the heading and beside "Model"
     content = client.get(page_url(sentiment)).content.decode()
     assert SCRIPT not in content and f"m{escaped} <small>(candidate)</small>" in content
     assert f'aria-label="Ensemble size for m{escaped}"' in content
