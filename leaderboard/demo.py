@@ -29,6 +29,7 @@ from django.db import transaction
 
 from core.errors import DomainError
 from tasks import services
+from tasks.jobs import held_for_the_server
 from tasks.models import Job, ModelVersion, Task
 from tasks.services import SEED_DIR
 
@@ -122,6 +123,13 @@ def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | N
     ``background``: queue the jobs and return (``make run`` serves at once; the web
     process runs them, ``tasks.jobs.resume_queued_jobs``). Otherwise wait for them.
     Returns the models trained now (none with ``background``)."""
+    if background:
+        with held_for_the_server():
+            return _ensure_demo_models(slugs, progress, background=True, **train_options)
+    return _ensure_demo_models(slugs, progress, background=False, **train_options)
+
+
+def _ensure_demo_models(slugs, progress, *, background: bool, **train_options) -> list[str]:
     say = progress or (lambda message: None)
     trained = []
     for slug in slugs:

@@ -28,6 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -97,8 +98,28 @@ def _run_in_background(celery_task, job_id: int) -> None:
     _runner().submit(run)
 
 
+_held = threading.local()
+
+
+@contextmanager
+def held_for_the_server():
+    """Embedded mode: jobs queued inside the block are left queued, not run by this
+    process. For a command that queues jobs and exits (``bootstrap_demo --background``):
+    a job started on its background thread would die with it. The web process runs
+    them when it starts (``resume_queued_jobs``). Service mode sends them as usual."""
+    before = getattr(_held, "on", False)
+    _held.on = True
+    try:
+        yield
+    finally:
+        _held.on = before
+
+
 def _send(job: Job, celery_task) -> None:
     if celery_task.app.conf.task_always_eager:  # embedded mode
+        if getattr(_held, "on", False):
+            log.info("job %s left queued for the server to run", job.pk)
+            return
         if getattr(settings, "JOBS_RUN_INLINE", False):
             celery_task.apply(args=[job.pk], throw=False)
         else:

@@ -37,8 +37,13 @@ def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annota
     page.click("button[type=submit]")
     page.wait_for_url(f"{base}/tasks/sentiment/create/")
 
-    # 2. Write an example (keyboard only for the label).
+    # 2. Sending nothing names every missing part at once, in plain words; nothing is stored.
     page.wait_for_selector("#context-fields .field .text")
+    page.click("#submit-example")
+    assert page.locator("[id='error-inputs.statement']").inner_text() == "Write a statement."
+    assert page.locator("[id='error-target.label']").inner_text() == "Pick the label your example truly has."
+    assert not Example.objects.filter(annotator=annotator).exists()
+    # Write an example (keyboard only for the label).
     page.fill("#input-statement", "Not exactly terrible, I suppose 🙃")
     page.locator("input[name=label][value=positive]").focus()
     page.keyboard.press("Space")
@@ -49,6 +54,7 @@ def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annota
     verdict = page.locator("#result-verdict").inner_text()
     assert verdict in ("You fooled the model!", "The model got it right. Try again?")
     assert page.locator(".probabilities li").count() == 2
+    assert "Statement: Not exactly terrible, I suppose 🙃" in page.locator("#result-answer").inner_text()
     assert page.locator("#count-written").inner_text() == "1"
     page.click("#explain")
     page.wait_for_selector("#explanation:not([hidden]) .heat")

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -168,24 +169,16 @@ def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(se
     from leaderboard.demo import bootstrap_demo
     from tasks.jobs import resume_queued_jobs
 
-    settings.JOBS_RUN_INLINE = False  # the command's process runs nothing: it only queues
-    from dynabench.celery import app
-
-    app.conf.task_always_eager = False  # as if no process ran them yet (nothing is sent on commit)
-    try:
-        report = bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
-    finally:
-        app.conf.task_always_eager = True
+    settings.JOBS_RUN_INLINE = False  # as under `make run`: jobs would go to this process's background thread
+    report = bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
     assert report.models_trained == []
     queued = Job.objects.filter(kind=Job.Kind.TRAIN_MODEL, status=Job.Status.QUEUED)
     assert sorted(queued.values_list("task__slug", flat=True)) == ["hate", "sentiment"]
+    time.sleep(1)  # had the command's process started them, they would be running (and die with it)
+    assert queued.count() == 2 and not Job.objects.exclude(status=Job.Status.QUEUED).exists()
     assert not Round.objects.get(task__slug="sentiment", number=1).target_models.exists()
     # Running it again queues nothing twice.
-    app.conf.task_always_eager = False
-    try:
-        bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
-    finally:
-        app.conf.task_always_eager = True
+    bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
     assert queued.count() == 2
 
     settings.JOBS_RUN_INLINE = True  # the web process's job thread, here in the test's thread
