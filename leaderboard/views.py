@@ -148,6 +148,16 @@ def _cell(metric: dict | None, digits: int) -> dict:
     return {"value": f"{metric['value']:.{digits}f}", "interval": interval}
 
 
+def _count(n) -> str:
+    """A parameter count as people read it: 22.7 M, 850 k, 1.2 B."""
+    if n is None:
+        return "—"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return str(n)
+
+
 def leaderboard_page(request, slug):
     """A task's public leaderboard: sortable columns, weight sliders (a GET form, so a
     reweighted board is a link), intervals, ties, and the CSV/JSON exports."""
@@ -172,7 +182,13 @@ def leaderboard_page(request, slug):
         dataset_weights = parse_dataset_weights_param(dataset_text)
         result = board_json(task, weights, request.user, dataset_weights)
     except DomainError as exc:
-        return render(request, "leaderboard/leaderboard.html", {"task": task, "error": str(exc)}, status=400)
+        # The form stays, with what was sent and the message beside it.
+        from .dynascore import DEFAULT_WEIGHTS
+
+        sent = [{"name": name, "value": request.GET.get(name, DEFAULT_WEIGHTS[name])} for name in METRICS]
+        return render(request, "leaderboard/leaderboard.html", {
+            "task": task, "error": exc.message if hasattr(exc, "message") else str(exc), "weights": sent,
+            "rows": [], "query": ""}, status=400)
     column = request.GET.get("sort", "rank")
     if column not in SORTABLE and column not in result["datasets"]:
         column = "rank"
@@ -189,6 +205,7 @@ def leaderboard_page(request, slug):
                *[(name, label) for name, label in METRIC_LABELS if name in shown],
                ("parameters", "Parameters"), ("created", "Date")]
     for row in rows:
+        row["parameters_text"] = _count(row["model"].get("parameters"))
         row["cells"] = [_cell(row["metrics"].get("performance"), 3),
                         *[_cell(row["datasets"][name], 3) for name in result["datasets"]],
                         *[_cell(row["metrics"].get(name), 3) for name in shown]]
@@ -199,7 +216,9 @@ def leaderboard_page(request, slug):
                 "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]
     return render(request, "leaderboard/leaderboard.html", {
         "task": task, "rows": rows, "datasets": result["datasets"], "headers": headers, "sort": column,
-        "weights": [{"name": name, "value": weights[name]} for name in METRICS], "weights_text": weights_text,
+        # A metric no ranked model has (shown as "—") offers no weight.
+        "weights": [{"name": name, "value": weights[name]} for name in METRICS if name == "performance" or name in shown],
+        "weights_text": weights_text,
         "dataset_sliders": [{"field": f"dataset-{numbers[name]}", "name": name, "value": weight}
                             for name, weight in result["dataset_weights"].items()],
         "query": query,

@@ -139,6 +139,10 @@ def enqueue(job: Job, celery_task, queue: str | None = None) -> None:
 def _celery_task(name: str):
     from celery import current_app
 
+    if name not in current_app.tasks:
+        # A process that has imported no task module yet (a web process at start):
+        # the apps' task modules are found as a worker finds them.
+        current_app.loader.import_default_modules()
     return current_app.tasks[name]
 
 

@@ -408,6 +408,42 @@
     show(item);
   }
 
+  /* ----------------------------------------------------------- leaderboard */
+  /* The sliders rerank live: each move shows its value at once, and a moment later
+     the board for the new weights replaces this one (the same page, fetched), and
+     the address becomes that board's link. The form still works without script. */
+  function leaderboardPage(form) {
+    var timer = null, asked = 0;
+    function refresh() {
+      var query = new URLSearchParams(new FormData(form)).toString();
+      var mine = ++asked;
+      fetch(window.location.pathname + "?" + query, { headers: { Accept: "text/html" } })
+        .then(function (r) { return r.text(); })
+        .then(function (text) {
+          if (mine !== asked) return;  /* a later move's board is on its way */
+          var doc = new DOMParser().parseFromString(text, "text/html");
+          var fresh = doc.getElementById("board");
+          var old = $("weights-error");
+          if (old) old.remove();
+          if (fresh) {
+            $("board").replaceWith(document.importNode(fresh, true));
+            window.history.replaceState(null, "", "?" + query);
+          } else {
+            var error = doc.getElementById("weights-error");
+            if (error) form.insertBefore(document.importNode(error, true), form.firstChild);
+          }
+        });
+    }
+    form.addEventListener("input", function (event) {
+      var input = event.target;
+      if (input.type === "range" && input.nextElementSibling) input.nextElementSibling.textContent = input.value;
+      clearTimeout(timer);
+      timer = setTimeout(refresh, 250);
+    });
+  }
+
+  var weightsForm = $("weights-form");
+  if (weightsForm && weightsForm.dataset.live && $("board")) leaderboardPage(weightsForm);
   var create = $("annotate");
   if (create && create.dataset.page === "create" && $("example-form")) createPage(create);
   var validate = $("validate");

@@ -140,3 +140,28 @@ def test_inference_settings_at_their_bounds_are_accepted(tmp_path):
     result = run_settings(tmp_path, DEBUG="true", INFERENCE_MAX_BATCH="1", EXPLANATION_PASS_STEPS="1",
                           INFERENCE_BATCH_WINDOW_MS="0", EXPLANATION_YIELD_MS="0")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_fresh_web_process_runs_the_jobs_left_queued(tmp_path):
+    """`make run`: bootstrap_demo --background leaves jobs queued and exits; the web
+    process, importing dynabench.wsgi before any task module, finds their tasks and runs
+    them (here inline, JOBS_RUN_INLINE). Its Celery app had not imported leaderboard.tasks
+    or tasks.tasks yet: the job's task was not registered (NotRegistered stopped the start)."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), DEBUG="true",
+               DYNABENCH_WARM_UP="0")
+    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr
+    queue = ("import django; django.setup(); from tasks.models import Job; "
+             "print(Job.objects.create(kind='health_check', celery_task_name='tasks.health_check_job', "
+             "queue='default').pk)")
+    job_id = int(subprocess.run([sys.executable, "-c", queue], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=120, check=True).stdout.strip().splitlines()[-1])
+    start = ("import sys; import dynabench.wsgi; from tasks.models import Job; "
+             "assert 'leaderboard.tasks' in sys.modules; "
+             f"job = Job.objects.get(pk={job_id}); print(job.status, job.result.get('ok'))")
+    result = subprocess.run([sys.executable, "-c", start], cwd=ROOT, env={**env, "JOBS_RUN_INLINE": "true"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == ["succeeded", "True"]
