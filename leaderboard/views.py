@@ -216,8 +216,9 @@ def leaderboard_page(request, slug):
                 "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]
     return render(request, "leaderboard/leaderboard.html", {
         "task": task, "rows": rows, "datasets": result["datasets"], "headers": headers, "sort": column,
-        # A metric no ranked model has (shown as "—") offers no weight.
-        "weights": [{"name": name, "value": weights[name]} for name in METRICS if name == "performance" or name in shown],
+        # A metric no ranked model has (shown as "—") offers no weight: it weighs nothing.
+        "weights": [{"name": name, "value": weights[name]} for name in METRICS
+                    if name == "performance" or any(name in row["metrics"] for row in rows if row.get("rank"))],
         "weights_text": weights_text,
         "dataset_sliders": [{"field": f"dataset-{numbers[name]}", "name": name, "value": weight}
                             for name, weight in result["dataset_weights"].items()],

@@ -3,6 +3,7 @@ weights, ties, the majority baseline, exports, the page, and a constant query co
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -106,7 +107,32 @@ def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):
     sliders = client.get("/tasks/sentiment/leaderboard/?performance=5&calibration=2&sort=dynascore")
     assert sliders.status_code == 200 and 'name="calibration" min="0" max="5" step="0.5" value="2.0"' in \
         sliders.content.decode()
-    assert client.get("/tasks/sentiment/leaderboard/?performance=7").status_code == 400
+    # A bad weight keeps the form, with what was sent and the message beside it.
+    bad = client.get("/tasks/sentiment/leaderboard/?performance=7&calibration=2")
+    html = " ".join(bad.content.decode().split())
+    assert bad.status_code == 400
+    assert 'id="weights-error"' in html and "performance" in html.split('id="weights-error"')[1][:300]
+    assert 'name="performance" min="0" max="5" step="0.5" value="7"' in html
+    assert 'name="calibration" min="0" max="5" step="0.5" value="2"' in html
+    # Parameter counts read as people read them; the exact count is on hover.
+    page = " ".join(client.get("/tasks/sentiment/leaderboard/").content.decode().split())
+    assert re.search(r'<td title="\d{7,}">\d+\.\d M</td>', page), "a parameter count is shown raw"
+
+
+def test_the_page_offers_no_weight_for_a_metric_no_model_has_and_shortens_long_names(boarded, client):
+    task, models = boarded
+    Evaluation.objects.filter(model_version__in=models).update(metrics={"accuracy": 0.5, "model_error_rate": 0.5})
+    long_name = "a-model-name-far-too-long-for-a-table-cell-on-a-phone"
+    type(models[1]).objects.filter(pk=models[1].pk).update(name=long_name)
+    from leaderboard.board import forget
+
+    forget(task.pk)
+    html = " ".join(client.get("/tasks/sentiment/leaderboard/").content.decode().split())
+    assert 'name="performance"' in html
+    for absent in ("throughput", "memory", "robustness", "fairness", "calibration"):
+        assert f'name="{absent}"' not in html, absent
+    assert f'<td title="{long_name}">' in html and ">a-model-name-far-too-long-for-a…</a>" in html
+    assert '<div class="table-scroll">' in html
 
 
 def test_the_query_count_does_not_grow_with_the_models(boarded, client, other_sentiment_artifact,
