@@ -8,6 +8,7 @@ edits money rows by hand: every change goes through a crowd service.
 """
 
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -42,6 +43,10 @@ def _report_mturk(modeladmin, request, label: str, run):
     modeladmin.message_user(request, f"{label}: {report}", level)
 
 
+def _seconds(hours: Decimal) -> int:
+    return int(round(hours * 3600))
+
+
 class PublishForm(forms.Form):
     task = forms.ModelChoiceField(queryset=Task.objects.none())
     mode = forms.ChoiceField(choices=Batch.Mode.choices)
@@ -54,9 +59,15 @@ class PublishForm(forms.Form):
                                 help_text="USD per approved assignment.")
     bonus_per_example = forms.DecimalField(min_value=Decimal("0"), decimal_places=2, initial=Decimal("0.25"),
                                            help_text="USD per verified model-fooling example (writing only).")
-    assignment_duration_seconds = forms.IntegerField(min_value=30, initial=3600)
-    lifetime_seconds = forms.IntegerField(min_value=30, initial=3 * 24 * 3600)
-    auto_approval_delay_seconds = forms.IntegerField(min_value=0, max_value=30 * 24 * 3600, initial=3 * 24 * 3600)
+    assignment_duration_hours = forms.DecimalField(
+        min_value=Decimal("0.01"), max_value=Decimal("168"), decimal_places=2, initial=Decimal("1"),
+        label="Time per assignment (hours)", help_text="How long a worker has once they accept (0.5 = 30 minutes).")
+    lifetime_hours = forms.DecimalField(min_value=Decimal("0.01"), max_value=Decimal("8760"), decimal_places=2,
+                                        initial=Decimal("72"), label="Batch open for (hours)",
+                                        help_text="After this, nobody new can accept its HITs.")
+    auto_approval_delay_hours = forms.DecimalField(
+        min_value=Decimal("0"), max_value=Decimal("720"), decimal_places=2, initial=Decimal("72"),
+        label="Auto-approval after (hours)", help_text="Submitted work not reviewed by then is approved and paid.")
     locales = forms.CharField(required=False, initial="US", help_text="Country codes, comma-separated; empty: any.")
     min_approval_rate = forms.IntegerField(required=False, min_value=0, max_value=100, initial=95)
     min_approved_count = forms.IntegerField(required=False, min_value=0, initial=100)
@@ -77,8 +88,9 @@ class PublishForm(forms.Form):
             task=data["task"], mode=data["mode"], hits=data["hits"], assignments_per_hit=data["assignments_per_hit"],
             reward=data["reward"], bonus_per_example=data["bonus_per_example"], round_number=data["round_number"],
             examples_per_assignment=data["examples_per_assignment"], title=data["title"],
-            description=data["description"], assignment_duration_seconds=data["assignment_duration_seconds"],
-            lifetime_seconds=data["lifetime_seconds"], auto_approval_delay_seconds=data["auto_approval_delay_seconds"],
+            description=data["description"], assignment_duration_seconds=_seconds(data["assignment_duration_hours"]),
+            lifetime_seconds=_seconds(data["lifetime_hours"]),
+            auto_approval_delay_seconds=_seconds(data["auto_approval_delay_hours"]),
             locales=tuple(c.strip().upper() for c in data["locales"].split(",") if c.strip()),
             min_approval_rate=data["min_approval_rate"], min_approved_count=data["min_approved_count"],
             quality_block_threshold=data["quality_block_threshold"])
@@ -214,9 +226,20 @@ class BatchAdmin(TaskScopedAdmin):
                 self.message_user(request, f"Published batch {batch.pk}: {batch.hits} HITs on the "
                                            f"{'sandbox' if batch.sandbox else 'LIVE site'}.", messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:crowd_batch_change", args=[batch.pk]))
+        base_url = settings.PUBLIC_BASE_URL
         return TemplateResponse(request, "admin/crowd/publish.html", {
             **self.admin_site.each_context(request), "title": "Publish a batch of HITs", "form": form,
-            "opts": self.model._meta, "sandbox": settings.MTURK_SANDBOX})
+            "opts": self.model._meta, "sandbox": settings.MTURK_SANDBOX,
+            # What publishing needs, said before the first click (publish() refuses without them).
+            "needs": [
+                {"ok": mturk.credentials_found(), "what": "AWS credentials",
+                 "how": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the server's environment (or an AWS "
+                        "profile) for the requester account"},
+                {"ok": urlsplit(base_url).scheme == "https", "what": "an HTTPS PUBLIC_BASE_URL",
+                 "how": f"MTurk shows only HTTPS pages in its frame; PUBLIC_BASE_URL is {base_url or 'unset'!r}"},
+            ],
+            "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
+                     "many": costs.MANY_ASSIGNMENTS}})
 
     def changelist_view(self, request, extra_context=None):
         response = super().changelist_view(request, extra_context)

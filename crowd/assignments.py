@@ -49,6 +49,14 @@ class Refused(Exception):
         self.retry_after = retry_after
 
 
+class NotDoneYet(Refused):
+    """Submit before the work is done: the worker stays on the work page, told what is left."""
+
+    def __init__(self, message: str, assignment):
+        super().__init__(message, status=409)
+        self.assignment = assignment
+
+
 @dataclass
 class Arrival:
     hit: Hit
@@ -178,7 +186,8 @@ def finish(session: AnnotationSession) -> Assignment:
         done = work_done(assignment)
         if done < required:
             what = "examples" if assignment.hit.batch.mode == Batch.Mode.CREATE else "validations"
-            raise Refused(f"This HIT asks for {required} {what}; you have done {done} so far.", status=409)
+            raise NotDoneYet(f"This HIT asks for {required} {what}; you have done {done} so far. "
+                             f"Do {required - done} more, then submit.", assignment)
         assignment.status = Assignment.Status.FINISHED
         assignment.finished_at = timezone.now()
         assignment.save(update_fields=["status", "finished_at"])

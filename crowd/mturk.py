@@ -74,6 +74,12 @@ def endpoint_url(sandbox: bool | None = None) -> str:
     return SANDBOX_ENDPOINT if sandbox else LIVE_ENDPOINT
 
 
+def credentials_found() -> bool:
+    """Whether boto3 finds AWS credentials here (environment, profile, role), as a
+    client would; nothing is sent anywhere."""
+    return boto3.session.Session().get_credentials() is not None
+
+
 def client(sandbox: bool | None = None):
     """The boto3 MTurk client for the configured endpoint (sandbox by default).
 

@@ -19,7 +19,7 @@ from annotation.views import frameable_by_mturk, work_page_context
 from core.ratelimit import client_ip
 
 from . import mturk
-from .assignments import PREVIEW, Refused, arrive, completion_token, finish, work_done
+from .assignments import PREVIEW, NotDoneYet, Refused, arrive, completion_token, finish, work_done
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
@@ -27,7 +27,7 @@ TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.
 
 
 def _refused(request, exc: Refused):
-    response = render(request, "crowd/refused.html", {"message": exc.message}, status=exc.status)
+    response = render(request, "crowd/refused.html", {"message": exc.message, "in_frame": True}, status=exc.status)
     if exc.retry_after:
         response["Retry-After"] = str(exc.retry_after)
     return response
@@ -59,13 +59,18 @@ def hit_page(request):
     if arrival.assignment is None:
         return render(request, "crowd/preview.html", {
             "batch": batch, "task": batch.task, "config": batch.task.parsed_config, "sample": _sample(batch.task),
-            "preview": params.get("assignmentId") == PREVIEW})
-    assignment = arrival.assignment
-    session = assignment.session
+            "preview": params.get("assignmentId") == PREVIEW, "in_frame": True})
+    return _work_page(request, arrival.assignment)
+
+
+def _work_page(request, assignment, error: str = "", status: int = 200):
+    """The assignment's work page (write or validate), with the HIT bar; ``error``: why
+    a Submit was refused, shown in the bar (the work stays where it was)."""
+    batch, session = assignment.hit.batch, assignment.session
     context = work_page_context(request, batch.task, session, batch.mode)
     context.update({"assignment": assignment, "batch": batch, "done": work_done(assignment),
-                    "token": make_token(session)})
-    return render(request, TEMPLATES[batch.mode], context)
+                    "token": make_token(session), "in_frame": True, "submit_error": error})
+    return render(request, TEMPLATES[batch.mode], context, status=status)
 
 
 @csrf_exempt  # no cookie is involved: the signed token in the form is the credential
@@ -81,8 +86,10 @@ def hit_submit(request):
         return _refused(request, Refused(exc.message))
     try:
         assignment = finish(session)
+    except NotDoneYet as exc:  # back to the work, with what is left to do
+        return _work_page(request, exc.assignment, error=exc.message, status=exc.status)
     except Refused as exc:
         return _refused(request, exc)
     return render(request, "crowd/submit.html", {
         "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",
-        "completion_token": completion_token(assignment)})
+        "completion_token": completion_token(assignment), "in_frame": True})

@@ -227,6 +227,7 @@
             if (!r.ok) { showErrors(r.data); return; }
             example = r.data;
             lastInputs = inputs;
+            bumpHitDone(1);
             showResult(r.data, target);
           });
       }
@@ -283,7 +284,7 @@
     $("retract").addEventListener("click", function () {
       api(root, "POST", "examples/" + example.id + "/retract/").then(function (r) {
         $("result-status").textContent = r.ok ? "Retracted: it will not count or be validated." : errorText(r.data);
-        if (r.ok) $("retract").disabled = true;
+        if (r.ok) { $("retract").disabled = true; bumpHitDone(-1); }
       });
     });
 
@@ -397,6 +398,7 @@
         api(root, "POST", "examples/" + item.id + "/validations/", body, newIdempotencyKey()).then(function (r) {
           if (!r.ok) { $("validate-status").textContent = errorText(r.data); return; }
           $("count-validated").textContent = String(r.data.session.validations_done);
+          bumpHitDone(1);
           api(root, "GET", "tasks/" + slug + "/validations/next/").then(function (n) {
             show(n.status === 200 ? n.data : null);
             $("validate-status").textContent = "Thanks, recorded.";
@@ -439,6 +441,25 @@
       if (input.type === "range" && input.nextElementSibling) input.nextElementSibling.textContent = input.value;
       clearTimeout(timer);
       timer = setTimeout(refresh, 250);
+    });
+  }
+
+  /* ------------------------------------------------------------- the HIT bar */
+  /* "Done: n of N" follows the work (a retracted example stops counting), and Submit
+     before the work is done stays on the page with what is left (the server checks too). */
+  function bumpHitDone(by) {
+    var done = $("hit-done");
+    if (done) done.textContent = String(Math.max(0, parseInt(done.textContent, 10) + by));
+  }
+  var hitForm = $("hit-submit-form");
+  if (hitForm) {
+    hitForm.addEventListener("submit", function (event) {
+      var done = parseInt($("hit-done").textContent, 10), required = parseInt(hitForm.dataset.required, 10);
+      if (done < required) {
+        event.preventDefault();
+        $("hit-submit-error").textContent = "This HIT asks for " + required + " " + hitForm.dataset.what +
+          "; you have done " + done + " so far. Do " + (required - done) + " more, then submit.";
+      }
     });
   }
 

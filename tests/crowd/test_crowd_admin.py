@@ -14,8 +14,8 @@ from tests.crowd.test_crowd_flow import WORKER, do_one_assignment, make_batch
 pytestmark = pytest.mark.django_db
 
 PUBLISH = {"mode": "create", "hits": "2", "assignments_per_hit": "1", "examples_per_assignment": "2",
-           "reward": "0.50", "bonus_per_example": "0.25", "assignment_duration_seconds": "3600",
-           "lifetime_seconds": "86400", "auto_approval_delay_seconds": "86400", "locales": "US",
+           "reward": "0.50", "bonus_per_example": "0.25", "assignment_duration_hours": "1",
+           "lifetime_hours": "24", "auto_approval_delay_hours": "24", "locales": "US",
            "min_approval_rate": "95", "min_approved_count": "100", "confirm": "on"}
 
 
@@ -33,13 +33,36 @@ def test_a_researcher_publishes_a_sandbox_batch_from_the_admin(live_tasks, crowd
     assert client.get(reverse("admin:crowd_batch_add")).url == reverse("admin:crowd_batch_publish")
     page = client.get(reverse("admin:crowd_batch_publish"))
     assert page.status_code == 200 and "MTurk sandbox" in page.content.decode()
+    html = page.content.decode()
+    # What it needs, before the first click (the fixture sets an HTTPS base URL; the fake needs no keys,
+    # and the test environment may have none), and the most it may cost, before the confirmation box.
+    assert "✔ an HTTPS PUBLIC_BASE_URL" in html
+    assert "AWS credentials" in html
+    assert html.index('id="max-total"') < html.index('name="confirm"')
+    assert "Time per assignment (hours)" in html
     response = client.post(reverse("admin:crowd_batch_publish"),
                            {**PUBLISH, "task": live_tasks["sentiment"].pk})
     batch = Batch.objects.get()
     assert response.status_code == 302 and response.url == reverse("admin:crowd_batch_change", args=[batch.pk])
     assert batch.created_by == researcher and batch.status == Batch.Status.PUBLISHED and len(crowd.hits) == 2
+    assert (batch.assignment_duration_seconds, batch.lifetime_seconds, batch.auto_approval_delay_seconds) == (
+        3600, 86400, 86400)  # entered in hours
     detail = client.get(response.url).content.decode()
     assert "of at most $2.40" in detail and "Working: 0" in detail
+
+
+def test_the_publish_form_names_what_is_missing(live_tasks, crowd, client, researcher, settings, monkeypatch):
+    settings.PUBLIC_BASE_URL = "http://127.0.0.1:8000"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client.force_login(researcher)
+    html = client.get(reverse("admin:crowd_batch_publish")).content.decode()
+    assert "✘ Missing: AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in html
+    assert "✘ Missing: an HTTPS PUBLIC_BASE_URL: MTurk shows only HTTPS pages in its frame; PUBLIC_BASE_URL is " \
+           "&#x27;http://127.0.0.1:8000&#x27;" in html
 
 
 def test_a_refused_publish_says_why_in_the_form(live_tasks, crowd, client, researcher):

@@ -167,6 +167,8 @@ def test_the_preview_shows_instructions_and_writes_nothing(live_tasks, crowd, cl
     assert response.status_code == 200
     body = response.content.decode()
     assert "Write <strong>2</strong> examples" in body and "data-token" not in body
+    assert "You have 1 hour once you accept." in body  # a duration people read
+    assert "Sign in" not in body and "Sign up" not in body  # inside MTurk's frame nobody signs in
     assert AnnotationSession.objects.count() == sessions_before
     assert not WorkerIdentity.objects.exists() and not Assignment.objects.exists()
 
@@ -306,8 +308,17 @@ def test_submit_before_the_work_is_done_is_refused(live_tasks, crowd, client):
     token = token_of(arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)))
     write_pair(api(token), "sentiment", "Only two.")
     response = client.post(reverse("mturk-hit-submit"), {"token": token})
-    assert response.status_code == 409 and "asks for 3 examples; you have done 2" in response.content.decode()
+    body = " ".join(response.content.decode().split())
+    assert response.status_code == 409 and "asks for 3 examples; you have done 2 so far. Do 1 more" in body
     assert Assignment.objects.get().status == Assignment.Status.WORKING
+    # The worker stays on the work: the write form, its token and the HIT bar, counting what is done.
+    assert 'id="example-form"' in body and f'data-token="{token}"' in body
+    assert '<strong id="hit-done">2</strong> of 3' in body
+    assert "Sign in" not in body and "Sign up" not in body
+    # A retracted example stops counting, on the page as on the server.
+    api(token).post(f"/api/examples/{Example.objects.first().pk}/retract/")
+    page = " ".join(arrive(client, hit.hit_id, Assignment.objects.get().assignment_id).content.decode().split())
+    assert '<strong id="hit-done">1</strong> of 3' in page
 
 
 def test_the_assignment_token_works_only_for_its_task_and_its_kind_of_work(live_tasks, crowd, client):
