@@ -35,3 +35,23 @@ def test_a_visitor_reweights_and_sorts_the_leaderboard(live_server, boarded, bro
     # The weights survive the sorting (they are in the links).
     assert "performance%3A5" in page.url or "performance:5" in page.url
     assert errors == []
+
+
+def test_the_sliders_rerank_live_without_a_click(live_server, boarded, browser_page):  # noqa: F811
+    page, errors = browser_page
+    page.goto(f"{live_server.url}/tasks/sentiment/leaderboard/")
+    for name in ("throughput", "memory", "robustness", "calibration"):
+        if page.locator(f"input[type=range][name={name}]").count():
+            page.locator(f"input[type=range][name={name}]").fill("0")
+    page.locator("input[type=range][name=performance]").fill("5")
+    # The slider's number follows at once; the board and the address follow without a click.
+    assert page.locator("input[type=range][name=performance] + output").inner_text() == "5"
+    page.wait_for_function("() => window.location.search.includes('performance=5')")
+    page.wait_for_function("""() => {
+        const rows = [...document.querySelectorAll('#leaderboard tbody tr:not(.baseline)')];
+        return rows.length > 0 && rows.every(r => {
+            const score = parseFloat(r.children[2].innerText), perf = parseFloat(r.children[3].innerText);
+            return Math.abs(score - perf) < 1e-3;
+        });
+    }""")
+    assert errors == []
