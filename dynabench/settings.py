@@ -200,6 +200,10 @@ CELERY_BEAT_SCHEDULE = {
 # 1% of its steps, so the default leaves a wide margin on these CPUs.
 JOB_STALE_SECONDS = env.int("JOB_STALE_SECONDS", default=600)
 JOB_MAX_ATTEMPTS = env.int("JOB_MAX_ATTEMPTS", default=2)
+# Embedded mode has no sweeper: when a web process starts, a job still "running" that
+# has not reported for this long ran in a process that stopped (Ctrl-C during `make
+# run`); it is queued again and run here.
+EMBEDDED_JOB_STALE_SECONDS = env.int("EMBEDDED_JOB_STALE_SECONDS", default=60)
 # Embedded mode runs jobs on a background thread of the web process; inline (in the
 # caller) is for tests and one-shot commands.
 JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)

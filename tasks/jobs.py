@@ -174,20 +174,28 @@ def _minutes(seconds: float) -> str:
 
 
 def resume_queued_jobs() -> list[int]:
-    """Embedded mode: send every queued job to this process's background runner.
+    """Embedded mode: send every queued job to this process's background runner, and
+    the running ones whose process stopped.
 
     ``bootstrap_demo --background`` (``make run``) queues the demo models' training
     from a command that exits at once; a web process restarted while jobs waited left
     them queued too. The claim makes a job that two processes send run once.
-    Returns the ids sent (oldest first)."""
+    Returns the ids sent."""
     from celery import current_app
 
     if not current_app.conf.task_always_eager:
         return []  # service mode: the broker holds them
-    jobs = list(Job.objects.filter(status=Job.Status.QUEUED).exclude(celery_task_name="").order_by("pk"))
+    # A job "running" in a process that was stopped (Ctrl-C during `make run`, a restart)
+    # would stay so: nothing sweeps in embedded mode. One silent for
+    # EMBEDDED_JOB_STALE_SECONDS is taken as lost and queued again (sent on commit).
+    swept = sweep_stale_jobs(stale=timedelta(seconds=settings.EMBEDDED_JOB_STALE_SECONDS))
+    if swept.requeued:
+        log.warning("jobs %s were running in a process that stopped; queued again", swept.requeued)
+    jobs = list(Job.objects.filter(status=Job.Status.QUEUED).exclude(celery_task_name="")
+                .exclude(pk__in=swept.requeued).order_by("pk"))
     for job in jobs:
         _send(job, _celery_task(job.celery_task_name))
-    return [job.pk for job in jobs]
+    return sorted([*swept.requeued, *(job.pk for job in jobs)])
 
 
 # --- running --------------------------------------------------------------------------
@@ -364,12 +372,12 @@ def stale_after() -> timedelta:
     return timedelta(seconds=settings.JOB_STALE_SECONDS)
 
 
-def sweep_stale_jobs(now=None) -> SweepReport:
-    """Running jobs whose worker stopped beating (killed, lost) for ``JOB_STALE_SECONDS``:
-    re-queued once (``JOB_MAX_ATTEMPTS``), then failed. Cancelled jobs whose worker died
-    before it noticed are closed."""
+def sweep_stale_jobs(now=None, stale: timedelta | None = None) -> SweepReport:
+    """Running jobs whose worker stopped beating (killed, lost) for ``stale`` (default
+    ``JOB_STALE_SECONDS``): re-queued once (``JOB_MAX_ATTEMPTS``), then failed.
+    Cancelled jobs whose worker died before it noticed are closed."""
     now = now or timezone.now()
-    cutoff = now - stale_after()
+    cutoff = now - (stale if stale is not None else stale_after())
     report = SweepReport()
     stale = Job.objects.filter(status__in=[Job.Status.RUNNING, Job.Status.CANCELLED], finished_at__isnull=True,
                                heartbeat_at__lt=cutoff)

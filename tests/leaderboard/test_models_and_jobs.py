@@ -191,6 +191,34 @@ def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(se
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_job_left_running_by_a_stopped_server_runs_again_when_the_next_one_starts(demo_tasks, settings):
+    """Ctrl-C during `make run`'s first minutes: the training job stays "running" in the
+    database. The next web process finds it silent, queues it again and runs it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from leaderboard.demo import bootstrap_demo
+    from tasks.jobs import claim, resume_queued_jobs
+
+    bootstrap_demo(slugs=["sentiment"], train_options=TINY, background=True)
+    job = Job.objects.get(kind=Job.Kind.TRAIN_MODEL)
+    assert claim(job.pk) == 1  # the stopped process had started it ...
+    Job.objects.filter(pk=job.pk).update(progress=7, heartbeat_at=timezone.now() - timedelta(minutes=5))
+    fresh = Job.objects.create(kind=Job.Kind.HEALTH_CHECK, status=Job.Status.RUNNING, celery_task_name="x",
+                               heartbeat_at=timezone.now())  # ... and another process beats: left alone
+    settings.JOBS_RUN_INLINE = True
+    assert resume_queued_jobs() == [job.pk]
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED and job.attempts == 2, job.log
+    assert "queued again" in job.log
+    fresh.refresh_from_db()
+    assert fresh.status == Job.Status.RUNNING
+    model = ModelVersion.objects.get(task__slug="sentiment", name="round0-seed")
+    assert list(Round.objects.get(task__slug="sentiment", number=1).target_models.all()) == [model]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_artifacts):
     task = demo_tasks["sentiment"]
     model = register_model(task, tiny_artifacts["sentiment"], name="nothing-to-score")
