@@ -118,7 +118,7 @@ def held_for_the_server():
 def _send(job: Job, celery_task) -> None:
     if celery_task.app.conf.task_always_eager:  # embedded mode
         if getattr(_held, "on", False):
-            log.info("job %s left queued for the server to run", job.pk)
+            log.debug("job %s left queued for the server to run", job.pk)
             return
         if getattr(settings, "JOBS_RUN_INLINE", False):
             celery_task.apply(args=[job.pk], throw=False)

@@ -125,3 +125,12 @@ def test_task_page_draws_the_error_rate_chart_server_side(demo_tasks, client):
     assert "round 2: error 20.0%, verified error 10.0%" in page
     # The verified bar of round 1 is a quarter of the plot height (172 px).
     assert 'height="43.0" fill="#0b5cad"' in page
+
+
+def test_bootstrap_demo_in_the_background_says_what_waits(capsys, settings):
+    settings.JOBS_RUN_INLINE = False
+    call_command("bootstrap_demo", "--background")
+    out = capsys.readouterr().out
+    assert "nli: training job #" in out and "on round 0's 276 train and 27 dev examples" in out
+    assert "4 job(s) wait for the server: it runs them one after another once it starts." in out
+    assert not ModelVersion.objects.exists()
