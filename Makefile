@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 DEBUG ?= true
 export DEBUG
 
-.PHONY: run test install migrate demo serve worker worker-inference worker-training beat lint bench clean
+.PHONY: run test install migrate demo crowd-demo serve worker worker-inference worker-training beat lint bench clean
 
 # The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
 $(VENV)/.installed: requirements.txt
@@ -38,6 +38,11 @@ serve:
 run: demo
 	@echo "Serving on http://$(HOST):$(PORT)  (admin: http://$(HOST):$(PORT)/admin/)"
 	$(PY) manage.py runserver $(HOST):$(PORT)
+
+# The MTurk HIT flow against the project's own fake MTurk (no AWS account): prints a
+# worker's links and serves the platform on PORT with MTurk pointed at the fake.
+crowd-demo: demo
+	$(PY) manage.py crowd_demo --port $(PORT)
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,9 @@
-"""A fake Amazon Mechanical Turk requester service, for tests.
+"""A fake Amazon Mechanical Turk requester service, for tests and local trials.
+
+The tests run the crowd against it, and ``manage.py crowd_demo`` (``make
+crowd-demo``) lets a researcher try the HIT flow without an AWS account. Nothing in
+the platform's own code paths imports it: it is reached only through
+``MTURK_ENDPOINT_URL``, as the real service is.
 
 moto has no MTurk, so this is our own. It serves the real wire protocol (AWS
 JSON 1.1: ``POST /`` with ``X-Amz-Target: MTurkRequesterServiceV20170117.<Op>``)

@@ -1,0 +1,119 @@
+"""Try the MTurk HIT flow locally, against the project's own fake MTurk: no AWS account.
+
+``make crowd-demo`` (``manage.py crowd_demo``): starts the fake MTurk in this
+process, publishes a small batch on it for a task whose open round has a target
+model, accepts one assignment as a made-up worker, prints the pages that worker
+sees, and serves the platform (as ``runserver``) with MTurk pointed at the fake.
+The worker's browser ends a HIT by posting to MTurk's own site, which the demo
+cannot receive; this command plays that part: once the worker submits here, it
+submits the assignment on the fake MTurk and syncs the batch (the assignment is
+verified and approved), and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from decimal import Decimal
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.urls import reverse
+
+from crowd import sync
+from crowd.assignments import completion_token
+from crowd.fake_mturk import FakeMTurk
+from crowd.models import Assignment, Batch
+from crowd.publishing import BatchRequest, publish
+from tasks.models import Task
+
+SUBMIT_TO = "https://workersandbox.mturk.com"
+WORKER = "A1DEMOWORKER0001"
+
+
+def play_mturk(fake: FakeMTurk, batch: Batch, assignment_id: str, say, stop: threading.Event,
+               poll: float = 1.0) -> bool:
+    """Wait until the worker submits ``assignment_id`` here, then submit it on the fake
+    MTurk (what the worker's browser would have posted there) and sync the batch.
+    True once done; False if ``stop`` was set first."""
+    while not stop.wait(poll):
+        assignment = Assignment.objects.filter(assignment_id=assignment_id).first()
+        if assignment is None or assignment.status != Assignment.Status.FINISHED:
+            continue
+        fake.submit(assignment_id, {"completionToken": completion_token(assignment)})
+        report = sync.sync_batch(batch)
+        say(f"MTurk (the fake) received the HIT; sync: {report}. See it under Crowd > Batches in the admin; "
+            "once other people validate its examples, 'Pay due bonuses' pays the fooling ones.")
+        return True
+    return False
+
+
+class Command(BaseCommand):
+    help = ("Try the MTurk HIT flow without an AWS account: a fake MTurk, a published batch, one "
+            "accepted assignment, and the platform served with MTurk pointed at the fake.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--task", default="sentiment", help="The task's slug (default: sentiment).")
+        parser.add_argument("--port", type=int, default=8000, help="The port to serve on (default: 8000).")
+        parser.add_argument("--examples", type=int, default=2, help="Examples the HIT asks for (default: 2).")
+        parser.add_argument("--no-serve", action="store_true",
+                            help="Set up and print the links, then stop (the fake MTurk stops with it).")
+
+    def handle(self, *args, **options):
+        task = Task.objects.filter(slug=options["task"]).first()
+        if task is None:
+            raise CommandError(f"No task {options['task']!r}: run `make run` (bootstrap_demo) first.")
+        rnd = task.open_round()
+        if rnd is None:
+            raise CommandError(f"Task {task.slug} has no open round: open one (admin, Rounds) first.")
+        if not rnd.target_models.exists():
+            self.stdout.write(f"Round {rnd.number} of {task.slug} has no target model yet: the server below runs its "
+                              "training job, and the HIT's page says when the model is ready.\n")
+        if not 1 <= options["examples"] <= 20:
+            raise CommandError("--examples must be from 1 to 20.")
+        # Only the fake is talked to, with placeholder keys: no AWS credential or config of
+        # this machine is read or used.
+        os.environ.update(AWS_ACCESS_KEY_ID="demo", AWS_SECRET_ACCESS_KEY="demo", AWS_CONFIG_FILE=os.devnull,
+                          AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            os.environ.pop(name, None)
+        fake = FakeMTurk().start()
+        settings.MTURK_ENDPOINT_URL = fake.endpoint_url
+        settings.MTURK_SANDBOX = True
+        # MTurk frames only HTTPS pages: the HIT names this address, but the demo's worker
+        # opens the local page directly (printed below).
+        settings.PUBLIC_BASE_URL = "https://dynabench.invalid"
+        stop = threading.Event()
+        try:
+            batch = publish(BatchRequest(task=task, mode=Batch.Mode.CREATE, hits=1, assignments_per_hit=1,
+                                         reward=Decimal("0.50"), bonus_per_example=Decimal("0.25"),
+                                         examples_per_assignment=options["examples"],
+                                         title=f"Fool the {task.name} model (demo)"))
+            hit = batch.hit_rows.get()
+            assignment_id = fake.accept(hit.hit_id, WORKER)
+            base = f"http://127.0.0.1:{options['port']}{reverse('mturk-hit')}"
+            preview = urlencode({"assignmentId": "ASSIGNMENT_ID_NOT_AVAILABLE", "hitId": hit.hit_id})
+            work = urlencode({"assignmentId": assignment_id, "hitId": hit.hit_id, "workerId": WORKER,
+                              "turkSubmitTo": SUBMIT_TO})
+            self.stdout.write(
+                f"A fake MTurk runs at {fake.endpoint_url}; batch {batch.pk} is published on it "
+                f"(1 HIT asking for {options['examples']} examples; $0.50 reward, $0.25 per verified fooling "
+                f"example).\n\n"
+                f"  The HIT as a worker previews it:  {base}?{preview}\n"
+                f"  The worker's accepted assignment: {base}?{work}\n\n"
+                f"Write the examples there, then press 'Submit the HIT'. The browser's last step posts to MTurk's "
+                f"own site, which this demo cannot receive: this command plays MTurk's part and says when.\n")
+            if options["no_serve"]:
+                return
+            watcher = threading.Thread(target=play_mturk, args=(fake, batch, assignment_id,
+                                                                lambda m: self.stdout.write(m), stop),
+                                       name="crowd-demo-mturk", daemon=True)
+            watcher.start()
+            call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
+        finally:
+            stop.set()
+            time.sleep(0.05)
+            fake.stop()

@@ -1,0 +1,83 @@
+"""`make crowd-demo`: the HIT flow against the fake MTurk, with no AWS account."""
+
+import io
+import re
+import threading
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from crowd.models import Assignment, Batch
+from tests.crowd.test_crowd_flow import api, submit_here, token_of, write_pair
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def aws_untouched(monkeypatch, settings):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                 "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    before = settings.MTURK_ENDPOINT_URL, settings.PUBLIC_BASE_URL, settings.MTURK_SANDBOX
+    yield
+    settings.MTURK_ENDPOINT_URL, settings.PUBLIC_BASE_URL, settings.MTURK_SANDBOX = before
+
+
+def test_the_demo_publishes_on_the_fake_and_a_worker_completes_the_hit(live_tasks, client, aws_untouched):
+    from crowd.fake_mturk import FakeMTurk
+    from crowd.management.commands import crowd_demo
+
+    out = io.StringIO()
+    started = []
+    real_start = FakeMTurk.start
+
+    def keep(self):  # the command stops its fake on the way out; keep a handle to check it
+        started.append(self)
+        return real_start(self)
+
+    FakeMTurk.start = keep
+    try:
+        call_command("crowd_demo", "--no-serve", "--port", "8123", stdout=out)
+    finally:
+        FakeMTurk.start = real_start
+    text = out.getvalue()
+    batch = Batch.objects.get()
+    assert batch.sandbox and batch.examples_per_assignment == 2 and batch.task.slug == "sentiment"
+    [work] = re.findall(r"The worker's accepted assignment: (\S+)", text)
+    assert work.startswith("http://127.0.0.1:8123/mturk/hit/?")
+    assert re.search(r"The HIT as a worker previews it: +http://127\.0\.0\.1:8123/mturk/hit/\?"
+                     r"assignmentId=ASSIGNMENT_ID_NOT_AVAILABLE&hitId=\w+", text)
+    [fake] = started
+    assert fake.violations == []
+
+    # The worker's page, writing and Submit, as the printed link gives them; then the
+    # command's part: MTurk (a fake restarted here, with the same state) receives the HIT.
+    fake.start()
+    from django.conf import settings
+
+    settings.MTURK_ENDPOINT_URL = fake.endpoint_url
+    try:
+        query = parse_qs(urlsplit(work).query)
+        page = client.get("/mturk/hit/", {k: v[0] for k, v in query.items()})
+        token = token_of(page)
+        write_pair(api(token), "sentiment", "Fine, if you like that sort of thing.")
+        submit_here(client, token)
+        said = []
+        done = crowd_demo.play_mturk(fake, batch, query["assignmentId"][0], said.append, threading.Event(),
+                                     poll=0.01)
+    finally:
+        fake.stop()
+    assert done
+    assignment = Assignment.objects.get()
+    assert assignment.status == Assignment.Status.APPROVED, assignment.status
+    assert said and "MTurk (the fake) received the HIT" in said[0]
+
+
+def test_the_demo_says_when_the_target_is_not_ready_and_refuses_an_unknown_task(demo_tasks, aws_untouched):
+    out = io.StringIO()
+    call_command("crowd_demo", "--no-serve", stdout=out)
+    assert "Round 1 of sentiment has no target model yet: the server below runs its training job" in out.getvalue()
+    with pytest.raises(CommandError, match="No task 'nope'"):
+        call_command("crowd_demo", "--no-serve", "--task", "nope", stdout=io.StringIO())

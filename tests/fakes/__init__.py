@@ -1,1 +1,0 @@
-"""Fakes of external services, reachable by the real client libraries."""
