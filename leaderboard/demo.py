@@ -230,7 +230,11 @@ def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int,
                  + (f"{value:.3f}" if isinstance(value, int | float) else "-"))
         trained = True
     if not model.target_of_rounds.exists():
-        rnd, promoted = cycle.make_target(task, model)
+        try:
+            rnd, promoted = cycle.make_target(task, model)
+        except DomainError as exc:  # e.g. below the majority-class answer: the earlier target stays
+            progress(f"{slug}: {REAL_MODEL_NAME} cannot be a target: {exc.message}")
+            return model, trained
         progress(f"{slug}: {REAL_MODEL_NAME} is the target of round {rnd.number}"
                  + (" (promoted: the earlier target's round closed)" if promoted else ""))
     return model, trained

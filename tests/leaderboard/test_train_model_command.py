@@ -339,10 +339,17 @@ def test_bootstrap_demo_real_data(monkeypatch):
         first = Round.objects.get(task__slug=slug, number=1)
         assert first.status == Round.Status.OPEN
         assert [m.name for m in first.target_models.all()] == [demo.REAL_MODEL_NAME]
-    assert Round.objects.get(task=nli, number=1).status == Round.Status.CLOSED
-    second = Round.objects.get(task=nli, number=2)
-    assert second.status == Round.Status.OPEN and [m.name for m in second.target_models.all()] == [
-        demo.REAL_MODEL_NAME]
+    # Promotion refuses a model below the majority-class answer; a tiny model (two steps) may
+    # land on either side of it, so both outcomes are checked for what they must show.
+    second = Round.objects.filter(task=nli, number=2).first()
+    if second is None:
+        assert "nli: round0-real cannot be a target:" in output and "below the" in output, output
+        assert Round.objects.get(task=nli, number=1).status == Round.Status.OPEN
+        assert list(nli.open_round().target_models.all()) == [seed_target]
+    else:
+        assert Round.objects.get(task=nli, number=1).status == Round.Status.CLOSED
+        assert second.status == Round.Status.OPEN and [m.name for m in second.target_models.all()] == [
+            demo.REAL_MODEL_NAME]
     # Davidson's training rows are balanced.
     hate_train = Example.objects.filter(task__slug="hate", round__number=0, split="train",
                                         external_uid__startswith="davidson-")
