@@ -5,6 +5,7 @@ prediction waiting ``INFERENCE_TIMEOUT`` for an answer that could not come.
 """
 
 import time
+import uuid
 
 import pytest
 
@@ -20,29 +21,29 @@ def other_db(url: str, db: int) -> str:
 
 def test_a_heartbeat_stamps_its_queues_until_it_stops(services):
     url = other_db(services.INFERENCE_REPLY_URL, 11)
-    consumers.replies.client(url).delete(consumers.key("q-a"), consumers.key("q-b"))
-    assert consumers.live_count(url, "q-a") == 0
-    beat = consumers.Heartbeat(url, ["q-a", "q-b"], "hb-test@host", every=0.2).start()
+    a, b, c = (f"q-{name}-{uuid.uuid4().hex[:8]}" for name in "abc")  # this run's own (runs may share Redis)
+    assert consumers.live_count(url, a) == 0
+    beat = consumers.Heartbeat(url, [a, b], "hb-test@host", every=0.2).start()
     try:
         deadline = time.monotonic() + 5
-        while not consumers.live_count(url, "q-b") and time.monotonic() < deadline:
+        while not consumers.live_count(url, b) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert consumers.live_count(url, "q-a") == consumers.live_count(url, "q-b") == 1
-        assert consumers.live_count(url, "q-c") == 0
+        assert consumers.live_count(url, a) == consumers.live_count(url, b) == 1
+        assert consumers.live_count(url, c) == 0
     finally:
         beat.stop()
-    assert consumers.live_count(url, "q-a") == consumers.live_count(url, "q-b") == 0  # withdrawn at once
+    assert consumers.live_count(url, a) == consumers.live_count(url, b) == 0  # withdrawn at once
 
 
 def test_a_stamp_older_than_the_ttl_is_not_a_live_worker(services):
     url = other_db(services.INFERENCE_REPLY_URL, 11)
     redis = consumers.replies.client(url)
+    queue = f"q-old-{uuid.uuid4().hex[:8]}"
     now = int(redis.time()[0])
-    redis.delete(consumers.key("q-old"))
-    redis.zadd(consumers.key("q-old"), {"gone@host": now - consumers.BEAT_TTL - 5})
-    assert consumers.live_count(url, "q-old") == 0
-    redis.zadd(consumers.key("q-old"), {"here@host": now})
-    assert consumers.live_count(url, "q-old") == 1
+    redis.zadd(consumers.key(queue), {"gone@host": now - consumers.BEAT_TTL - 5})
+    assert consumers.live_count(url, queue) == 0
+    redis.zadd(consumers.key(queue), {"here@host": now})
+    assert consumers.live_count(url, queue) == 1
 
 
 def test_the_session_worker_beats_for_every_queue_it_consumes(celery_worker_process, services):
@@ -56,8 +57,7 @@ def test_with_no_worker_on_the_queue_the_api_answers_503_no_worker_at_once(
     """The broker is up but nobody consumes: a clear 503 at once, not a 30 s timeout."""
     from annotation.models import Example
 
-    settings.INFERENCE_REPLY_URL = other_db(services.INFERENCE_REPLY_URL, 11)
-    consumers.replies.client(settings.INFERENCE_REPLY_URL).delete(consumers.key("inference"))
+    settings.INFERENCE_REPLY_URL = other_db(services.INFERENCE_REPLY_URL, 12)  # no worker ever stamps here
     consumers.forget_known()
     task = live_tasks["sentiment"]
     started = time.monotonic()
