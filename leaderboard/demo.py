@@ -1,5 +1,12 @@
 """The demo a new user gets from ``make run``: idempotent, safe to rerun.
 
+The four tasks with round 1 open, the shipped seed contexts, the shipped seed
+examples in round 0 (each in its split: train and dev to learn from, test for
+every evaluation), and per task a seed model: a training job on round 0, then an
+evaluation job, then round 1's target once the evaluation succeeds. With
+``background`` (``make run``) the jobs are only queued: the web process runs them
+when it starts, so the site answers at once and the pages show their progress.
+
 ``bootstrap_demo(real_data=True)`` (``manage.py bootstrap_demo --real-data``)
 gives NLI, sentiment and hate speech a round-0 target trained on real data from
 ``DYNABENCH_DATA_DIR`` instead of the shipped seed set (``REAL_DATA``): MNLI+SNLI
