@@ -73,6 +73,7 @@ def create_job(kind: str, *, params: dict | None = None, task=None, user=None, r
 
 # --- sending -----------------------------------------------------------------------
 
+RUNNER_NAME = "dynabench-jobs"
 _embedded_runner: ThreadPoolExecutor | None = None
 _runner_lock = threading.Lock()
 
@@ -81,7 +82,7 @@ def _runner() -> ThreadPoolExecutor:
     global _embedded_runner
     with _runner_lock:
         if _embedded_runner is None:
-            _embedded_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynabench-jobs")
+            _embedded_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=RUNNER_NAME)
         return _embedded_runner
 
 
@@ -120,7 +121,10 @@ def _send(job: Job, celery_task) -> None:
         if getattr(_held, "on", False):
             log.debug("job %s left queued for the server to run", job.pk)
             return
-        if getattr(settings, "JOBS_RUN_INLINE", False):
+        if getattr(settings, "JOBS_RUN_INLINE", False) or threading.current_thread().name.startswith(RUNNER_NAME):
+            # Inline; or queued by a job on the background thread (a training job's
+            # evaluation): run next, before the jobs queued behind it, so a model's
+            # evaluation follows its training at once rather than after every other training.
             celery_task.apply(args=[job.pk], throw=False)
         else:
             _run_in_background(celery_task, job.pk)

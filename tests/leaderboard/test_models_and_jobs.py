@@ -190,6 +190,27 @@ def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(se
     assert not Job.objects.filter(status__in=Job.ACTIVE).exists()
 
 
+@pytest.mark.background_jobs
+@pytest.mark.django_db(transaction=True)
+def test_on_the_background_thread_a_models_evaluation_follows_its_training_at_once(demo_tasks):
+    """`make run` queues four trainings; each model's evaluation (queued by its training job)
+    runs next, not after the other trainings, so the first target is ready in one training's time."""
+    from leaderboard.demo import bootstrap_demo
+    from tasks.jobs import resume_queued_jobs
+
+    bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
+    assert len(resume_queued_jobs()) == 2  # on this process's background job thread
+    deadline = time.monotonic() + 300
+    while Job.objects.filter(status__in=Job.ACTIVE).exists() or Job.objects.count() < 4:
+        assert time.monotonic() < deadline, list(Job.objects.values_list("kind", "status"))
+        time.sleep(0.2)
+    order = [(job.kind, job.task.slug) for job in Job.objects.order_by("started_at")]
+    assert order == [("train_model", "sentiment"), ("evaluate_model", "sentiment"),
+                     ("train_model", "hate"), ("evaluate_model", "hate")], order
+    assert not Job.objects.exclude(status=Job.Status.SUCCEEDED).exists()
+    assert Round.objects.get(task__slug="sentiment", number=1).target_models.count() == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_job_left_running_by_a_stopped_server_runs_again_when_the_next_one_starts(demo_tasks, settings):
     """Ctrl-C during `make run`'s first minutes: the training job stays "running" in the
