@@ -136,6 +136,9 @@ def job_page(request, pk):
 
 METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory", "Memory (MB)"),
                  ("robustness", "Robustness"), ("fairness", "Fairness")]
+# Decimals shown: scores between 0 and 1 keep three; examples per second and megabytes
+# are read as whole and tenths (no "90.474 examples/s").
+DIGITS = {"throughput": 0, "memory": 1}
 
 
 def _cell(metric: dict | None, digits: int) -> dict:
@@ -208,7 +211,7 @@ def leaderboard_page(request, slug):
         row["parameters_text"] = _count(row["model"].get("parameters"))
         row["cells"] = [_cell(row["metrics"].get("performance"), 3),
                         *[_cell(row["datasets"][name], 3) for name in result["datasets"]],
-                        *[_cell(row["metrics"].get(name), 3) for name in shown]]
+                        *[_cell(row["metrics"].get(name), DIGITS.get(name, 3)) for name in shown]]
         row["dynascore_cell"] = _cell({"value": row["dynascore"], "ci_low": row.get("dynascore_ci_low"),
                                        "ci_high": row.get("dynascore_ci_high")}, 4)
     headers = [{"key": key, "label": label, "active": key == column,

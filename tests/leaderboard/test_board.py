@@ -117,6 +117,7 @@ def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):
     # Parameter counts read as people read them; the exact count is on hover.
     page = " ".join(client.get("/tasks/sentiment/leaderboard/").content.decode().split())
     assert re.search(r'<td title="\d{7,}">\d+\.\d M</td>', page), "a parameter count is shown raw"
+    assert not re.findall(r"<td>\d{2,}\.\d{3}", page), "examples/s or megabytes shown to the thousandth"
 
 
 def test_the_page_offers_no_weight_for_a_metric_no_model_has_and_shortens_long_names(boarded, client):
