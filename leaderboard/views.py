@@ -190,7 +190,7 @@ def leaderboard_page(request, slug):
 
         sent = [{"name": name, "value": request.GET.get(name, DEFAULT_WEIGHTS[name])} for name in METRICS]
         return render(request, "leaderboard/leaderboard.html", {
-            "task": task, "error": exc.message if hasattr(exc, "message") else str(exc), "weights": sent,
+            "task": task, "error": str(exc), "weights": sent,
             "rows": [], "query": ""}, status=400)
     column = request.GET.get("sort", "rank")
     if column not in SORTABLE and column not in result["datasets"]:

@@ -111,7 +111,8 @@ def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):
     bad = client.get("/tasks/sentiment/leaderboard/?performance=7&calibration=2")
     html = " ".join(bad.content.decode().split())
     assert bad.status_code == 400
-    assert 'id="weights-error"' in html and "performance" in html.split('id="weights-error"')[1][:300]
+    error = re.search(r'id="weights-error">([^<]*)<', html).group(1)
+    assert "performance" in error and "7" in error, error  # what is wrong, not just "Invalid input."
     assert 'name="performance" min="0" max="5" step="0.5" value="7"' in html
     assert 'name="calibration" min="0" max="5" step="0.5" value="2"' in html
     # Parameter counts read as people read them; the exact count is on hover.
