@@ -93,12 +93,6 @@ def has_live_consumer(url: str, queue: str) -> bool:
     return False
 
 
-def forget_known() -> None:
-    """Drop the remembered answers (tests; a forked child starts afresh anyway)."""
-    with _known_lock:
-        _known_live.clear()
-
-
 class Heartbeat:
     """A daemon thread that beats for one worker until ``stop()``. A beat that fails
     (Redis restarting) is logged once and retried at the next tick: the worker goes on."""

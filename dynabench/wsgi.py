@@ -26,8 +26,6 @@ def _resume_jobs() -> None:
 
     from tasks.jobs import resume_queued_jobs
 
-    if os.environ.get("DYNABENCH_RESUME_JOBS", "1") == "0":
-        return
     try:
         sent = resume_queued_jobs()
     except DatabaseError as exc:  # not migrated yet: nothing can be queued

@@ -173,8 +173,9 @@ def describe_progress(job: Job) -> str:
 
 
 def _minutes(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    from .templatetags.dynabench_format import hours_minutes
+
+    return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"
 
 
 def resume_queued_jobs() -> list[int]:

@@ -58,7 +58,6 @@ def test_with_no_worker_on_the_queue_the_api_answers_503_no_worker_at_once(
     from annotation.models import Example
 
     settings.INFERENCE_REPLY_URL = other_db(services.INFERENCE_REPLY_URL, 12)  # no worker ever stamps here
-    consumers.forget_known()
     task = live_tasks["sentiment"]
     started = time.monotonic()
     response = client_for(annotator).post(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from decimal import Decimal
 from urllib.parse import urlencode
 
@@ -115,5 +114,4 @@ class Command(BaseCommand):
             call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
         finally:
             stop.set()
-            time.sleep(0.05)
             fake.stop()
