@@ -257,6 +257,21 @@ def _baseline(task: Task, numbers: list[int]) -> dict | None:
     return {"label": label, "datasets": datasets, "replicates": replicates}
 
 
+def _static_baseline(task: Task) -> dict | None:
+    """The majority-class answer on the static test set, cached like the boards (the
+    public task page asks for it on every view; it reads every training label)."""
+    from tasks.models import STATIC_ROUND
+
+    seconds = settings.LEADERBOARD_CACHE_SECONDS
+    key = f"dynabench:static-baseline:{task.pk}:{_version(task)}" if seconds else None
+    if key and (found := cache.get(key)) is not None:
+        return found or None  # {} stands for "none" in the cache
+    baseline = (_baseline(task, [STATIC_ROUND]) or {}).get("datasets", {}).get(dataset_name(STATIC_ROUND))
+    if key:
+        cache.set(key, {"performance": baseline["performance"]} if baseline else {}, seconds)
+    return baseline
+
+
 def target_scores(task: Task, models) -> list[dict]:
     """Each of ``models`` on the static test set (round 0), beside the majority-class
     baseline there: what a task page says about how good its target is. A model not
@@ -268,7 +283,7 @@ def target_scores(task: Task, models) -> list[dict]:
     metric = primary_metric(task)
     found = {e.model_version_id: e for e in Evaluation.objects.filter(
         model_version__in=models, round__task=task, round__number=STATIC_ROUND, split="test")}
-    baseline = (_baseline(task, [STATIC_ROUND]) or {}).get("datasets", {}).get(dataset_name(STATIC_ROUND))
+    baseline = _static_baseline(task)
     out = []
     for model in models:
         evaluation = found.get(model.pk)
@@ -518,6 +533,16 @@ def _audience(task: Task, user) -> str:
     return "public"
 
 
+def _version(task: Task) -> str:
+    """The task's board version: a new one after every ``forget``."""
+    version = cache.get(_version_key(task.pk))
+    if version is None:
+        version = uuid.uuid4().hex
+        cache.add(_version_key(task.pk), version, None)
+        version = cache.get(_version_key(task.pk), version)
+    return version
+
+
 def board_json(task: Task, weights: dict | None = None, user=None, dataset_weights: dict | None = None) -> dict:
     """``as_json(board(...))``, cached for ``LEADERBOARD_CACHE_SECONDS`` per task state,
     weights and audience. A finished evaluation, a model's change and an evaluation's
@@ -526,13 +551,8 @@ def board_json(task: Task, weights: dict | None = None, user=None, dataset_weigh
     seconds = settings.LEADERBOARD_CACHE_SECONDS
     if not seconds:
         return as_json(board(task, weights, user, dataset_weights))
-    version = cache.get(_version_key(task.pk))
-    if version is None:
-        version = uuid.uuid4().hex
-        cache.add(_version_key(task.pk), version, None)
-        version = cache.get(_version_key(task.pk), version)
     chosen = weights if weights is not None else dynascore.DEFAULT_WEIGHTS
-    parts = [task.pk, task.created_at.timestamp(), version, _audience(task, user),
+    parts = [task.pk, task.created_at.timestamp(), _version(task), _audience(task, user),
              sorted((name, float(w)) for name, w in chosen.items()),
              sorted((int(n), float(w)) for n, w in (dataset_weights or {}).items())]  # repr: exact floats
     key = "dynabench:board:" + hashlib.sha256(repr(parts).encode()).hexdigest()

@@ -246,3 +246,24 @@ def test_the_cached_board_follows_visibility_changes_and_never_leaks_private_mod
     assert "sentiment-other" not in client.get(url + "?format=csv").content.decode()
     Evaluation.objects.filter(model_version=models[0]).delete()  # an evaluation gone: the model leaves the board
     assert "sentiment-tiny" not in names(client_for(researcher))
+
+
+def test_the_task_page_reads_the_static_baseline_once_per_board_version(boarded, client):
+    """The public task page shows today's target beside the majority-class answer; that
+    answer reads every training label, so it is cached with the boards and dropped with them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as first:
+        page = client.get("/tasks/sentiment/").content.decode()
+    assert "for always answering the most common label" in page
+    with CaptureQueriesContext(connection) as second:
+        again = client.get("/tasks/sentiment/").content.decode()
+    assert again == page
+    assert len(second.captured_queries) == len(first.captured_queries) - 2  # the labels of train and test
+    from leaderboard.board import forget
+
+    forget(boarded[0].pk)
+    with CaptureQueriesContext(connection) as third:
+        client.get("/tasks/sentiment/")
+    assert len(third.captured_queries) == len(first.captured_queries)
