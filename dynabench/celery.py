@@ -32,6 +32,9 @@ def _pool_name(worker) -> str:
     return str(pool if isinstance(pool, str) else getattr(pool, "__module__", ""))
 
 
+_main_pid = None  # the worker's own process, as opposed to a prefork pool child
+
+
 def torch_threads_per_process(cpus: int, processes: int) -> int:
     """Intra-op threads for each of ``processes`` pool processes sharing ``cpus``."""
     return max(1, cpus // max(1, processes))
@@ -44,6 +47,8 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
     inherit the environment. torch's default is every core in every child: with two
     children on two cores, four OpenMP threads spin against each other and a model
     pass under load slows several-fold (measured 8.3 against 31.7 examples/s)."""
+    global _main_pid
+    _main_pid = os.getpid()
     if os.environ.get("DYNABENCH_TORCH_THREADS", "").strip():
         return
     # prefork children each run passes at once; solo runs one, and the threads pool
@@ -96,10 +101,33 @@ def stop_heartbeat(**_kwargs):
 @worker_process_init.connect
 def load_models_in_child(**_kwargs):
     """Load the open rounds' target models on the model thread, without blocking the
-    worker: a prediction that comes first waits for the load (or gets "warming up")."""
+    worker: a prediction that comes first waits for the load (or gets "warming up").
+
+    Celery's Django fix-up answers this signal (after this receiver) by ``os.close``-ing
+    the descriptor of every open database connection, as a forked child must for the
+    connections it inherited, and then closing the connection, which closes the same
+    descriptor number a second time. A file that another thread (a model loading)
+    opened in between gets that number and is closed under it: the worker died at
+    start-up, importing its own modules ("Bad file descriptor", "No module named ...").
+    So this receiver closes the connection it opened to read the open rounds before the
+    fix-up runs, leaving it nothing to close. The worker's parent holds no connection
+    when it forks: the fix-up closed them at ``worker_init``, and the parent reads
+    nothing since.
+
+    Celery 5.7's solo pool sends this signal too, in the worker's own process; there
+    ``worker_ready`` warms the models up (``load_models_in_solo_worker``), so nothing
+    starts here.
+    """
+    from django.db import connections
+
+    if os.getpid() == _main_pid:
+        connections.close_all()
+        return
     from annotation.inference import warm_up_in_background
 
-    for future in warm_up_in_background():
+    futures = warm_up_in_background()
+    connections.close_all()
+    for future in futures:
         future.add_done_callback(lambda done: log.info(
             "worker process %s: a target model %s", os.getpid(),
             "loaded" if done.exception() is None else f"failed to load: {done.exception()}"))
