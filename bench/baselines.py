@@ -9,7 +9,7 @@ Everything goes through the project's Django-free code: ``annotation.importers.r
 reads and maps the files (same label mapping as the importer), ``ml.train`` fine-tunes
 all-MiniLM-L6-v2 (best epoch on the dev split is kept), ``ml.predict`` scores the
 held-out sets, ``ml.metrics`` computes the numbers.  Data come from
-``$DYNABENCH_DATA_DIR`` (default ``../shared/data`` next to the repository, as in
+``$DYNABENCH_DATA_DIR`` (default ``var/data``, which ``manage.py fetch_data`` fills, as in
 dynabench/settings.py); nothing from it is copied into the repository.  Model artifacts
 go to ``var/bench/baselines/<task>/`` (replaced on every run; ``--quick`` uses
 ``var/bench/baselines/quick/``).  Results: a table on stdout,

@@ -16,8 +16,8 @@ Each measure is interleaved with bare passes and its ratio is taken against thos
 so the ratios survive other processes loading the machine; the absolute numbers do
 not (the JSON records the load average).  ``--threads N`` sets torch's intra-op
 threads (DYNABENCH_TORCH_THREADS); on a busy 2-core machine 1 thread is far faster.
-Sentences come from $DYNABENCH_DATA_DIR/sst2 (default ../shared/data next to the
-repository); a small built-in list is used where that is absent.  Nothing from the
+Sentences come from $DYNABENCH_DATA_DIR/sst2 (default var/data, which ``manage.py fetch_data``
+fills); a small built-in list is used where that is absent.  Nothing from the
 data folder is copied into the repository.
 """
 

@@ -386,10 +386,8 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # --- Dynabench ------------------------------------------------------------
-_default_data_dir = BASE_DIR.parent / "shared" / "data"
-DYNABENCH_DATA_DIR = env(
-    "DYNABENCH_DATA_DIR", default=str(_default_data_dir) if _default_data_dir.is_dir() else ""
-)
+# The public data sets (``manage.py fetch_data`` fills it): imports, real-data targets, replays, benches.
+DYNABENCH_DATA_DIR = env("DYNABENCH_DATA_DIR", default=str(VAR_DIR / "data"))
 DYNABENCH_MODELS_DIR = Path(env("DYNABENCH_MODELS_DIR", default=str(VAR_DIR / "models")))
 DYNABENCH_BACKBONE = env("DYNABENCH_BACKBONE", default="all-MiniLM-L6-v2")
 # Bounds on a file of contexts uploaded to a round (admin and API; 413 above them).

@@ -1,5 +1,5 @@
-"""Data the benchmarks read: the shared data folder (never copied into the
-repository), seeded subsets, and readers."""
+"""Data the benchmarks read: the data folder (``manage.py fetch_data`` fills it; nothing
+from it is copied into the repository), seeded subsets, and readers."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ SST2_LABELS = ["negative", "positive"]  # SST-2's label 0 and 1
 
 
 def data_dir() -> Path:
-    """``$DYNABENCH_DATA_DIR``, else ``../shared/data`` next to the repository (as in
-    dynabench/settings.py)."""
-    return Path(os.environ.get("DYNABENCH_DATA_DIR") or ROOT.parent / "shared" / "data")
+    """``$DYNABENCH_DATA_DIR``, else ``var/data`` (as in dynabench/settings.py: the folder
+    ``manage.py fetch_data`` fills)."""
+    return Path(os.environ.get("DYNABENCH_DATA_DIR") or ROOT / "var" / "data")
 
 
 class Missing(Exception):

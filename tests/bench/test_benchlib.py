@@ -202,7 +202,7 @@ def test_data_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("DYNABENCH_DATA_DIR", str(tmp_path))
     assert data.data_dir() == tmp_path
     monkeypatch.setenv("DYNABENCH_DATA_DIR", "")
-    assert data.data_dir() == ROOT.parent / "shared" / "data"
+    assert data.data_dir() == ROOT / "var" / "data"
 
 
 # --- process control -----------------------------------------------------------------------

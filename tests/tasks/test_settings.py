@@ -37,6 +37,7 @@ def test_debug_is_off_unless_asked_for(tmp_path):
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout)
     assert values["debug"] is False and values["hosts"] == []
+    assert values["data_dir"] == str(tmp_path / "var" / "data")  # the folder fetch_data fills
     assert not (tmp_path / "var" / "secret_key").exists()  # no local key without DEBUG
 
 
