@@ -35,7 +35,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 MANIFESTS = ".fetched"  # under the data folder, <name>.json per data set: what was fetched, from where, which pins
 RETRIES = 3  # a dropped connection is retried this many times (pooch waits 1 s, 2 s, 3 s between)
@@ -57,12 +57,13 @@ class Download:
 
     @property
     def mirror_path(self) -> str:
+        """Where a mirror keeps it: ``<host>/<path>``, the path decoded (``%20`` is a space)."""
         parts = urlsplit(self.url)
-        return f"{parts.netloc}{parts.path}"
+        return f"{parts.netloc}{unquote(parts.path)}"
 
     @property
     def filename(self) -> str:
-        return Path(urlsplit(self.url).path).name.replace("%20", "_")
+        return Path(unquote(urlsplit(self.url).path)).name.replace(" ", "_")
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ def _download(download: Download, folder: Path, source: str | None, say: Callabl
                              "the file was refused")
         shutil.copyfile(local, target)
         return target
-    url = f"{source.rstrip('/')}/{download.mirror_path}" if source else download.url
+    url = f"{source.rstrip('/')}/{quote(download.mirror_path)}" if source else download.url
     fetcher = pooch.create(path=folder, base_url="", registry={download.filename: f"sha256:{download.sha256}"},
                            urls={download.filename: url}, retry_if_failed=retries)
     progress = Progress(say, download.filename, total=download.size)
