@@ -29,8 +29,10 @@ migrate: install
 
 # Tasks, rounds and seed data at once; the seed models' training and evaluation are
 # queued as jobs that the server runs in the background (the task pages show progress).
+# Where DYNABENCH_DATA_DIR (default var/data: `manage.py fetch_data`) has the real data
+# sets, jobs after them train real-data targets and promote each that beats its seed one.
 demo: migrate
-	$(PY) manage.py bootstrap_demo --background
+	$(PY) manage.py bootstrap_demo --background --real-data
 
 serve:
 	$(PY) manage.py runserver $(HOST):$(PORT)

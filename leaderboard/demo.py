@@ -274,6 +274,64 @@ def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progr
     return trained, fallback
 
 
+def real_training_job(task: Task) -> Job | None:
+    """The real-data model's training job of ``task`` that is queued or running, if any."""
+    return (Job.objects.filter(task=task, kind=Job.Kind.TRAIN_MODEL, status__in=Job.ACTIVE,
+                               params__name=REAL_MODEL_NAME).order_by("-pk").first())
+
+
+def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progress: Callable[[str], None],
+                      train_options: dict) -> list[Job]:
+    """``make run``'s real-data targets, as jobs that run after the seed models' (the web
+    process runs them in turn): each imports its task's real data into round 0 beside
+    the seed set, trains ``round0-real`` there, evaluates it, and makes it the target
+    if it beats the seed target on round 0's test set, both scored on the same
+    examples (``services.compare_with_target``). Tasks without their files, and tasks
+    that have the model or its job already, are skipped with a note."""
+    queued = []
+    for slug in slugs:
+        task = Task.objects.get(slug=slug)
+        data, reason = real_data_for(slug, data_dir)
+        if data is None:
+            progress(f"{slug}: no real data ({reason}); the seed target stays"
+                     + ("" if slug == "qa" else ". manage.py fetch_data gets the data sets"))
+            continue
+        model = ModelVersion.objects.filter(task=task, name=REAL_MODEL_NAME).first()
+        if model is not None:
+            where = ", ".join(f"round {r.number}" for r in model.target_of_rounds.all())
+            progress(f"{slug}: {REAL_MODEL_NAME} exists" + (f" (the target of {where})" if where else
+                                                           " (it did not beat the seed target)"))
+            continue
+        what = (f"imports {data.description} into round 0, trains {REAL_MODEL_NAME} there, and makes it the "
+                "target if it beats the seed target")
+        job = real_training_job(task)
+        if job is not None:
+            progress(f"{slug}: job #{job.pk} {what}")
+            queued.append(job)
+            continue
+        spec = {"name": REAL_MODEL_NAME, "evaluate": True, "promote_if_better": True,
+                "import_data": {"format": data.format_name,
+                                "sources": [str(data_dir / source) for source in data.sources],
+                                "dev_fraction": data.dev_fraction, "test_fraction": data.test_fraction,
+                                "limit": limit or REAL_DATA_LIMIT, "balance": data.balance,
+                                "description": data.description},
+                **REAL_DATA_TRAINING, **train_options}
+        # One training job per task at a time: behind the seed model's, it follows that one.
+        before = Job.objects.filter(task=task, kind=Job.Kind.TRAIN_MODEL, status=Job.Status.QUEUED).first()
+        if before is not None:
+            Job.objects.filter(pk=before.pk).update(params={**before.params, "then_train": spec})
+            progress(f"{slug}: after job #{before.pk}, a training job {what}")
+            continue
+        try:
+            job = model_services.start_static_training(task, **spec)
+        except DomainError as exc:  # e.g. a researcher's training job is running
+            progress(f"{slug}: no real-data target for now: {exc.message}")
+            continue
+        progress(f"{slug}: job #{job.pk} {what}")
+        queued.append(job)
+    return queued
+
+
 def import_seed_examples(task: Task) -> int:
     """The shipped seed examples of ``task`` (``tasks/seed/examples``) into round 0, each
     in its own split: train and dev for the round-0 model to learn from, test for
@@ -295,14 +353,16 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                    data_dir: Path | None = None, seed_examples: bool = True, background: bool = False) -> DemoReport:
     """``real_data``: see the module docstring; ``data_dir`` defaults to DYNABENCH_DATA_DIR.
     ``seed_examples``: import the shipped seed examples into round 0 (``import_seed_examples``).
-    ``background``: queue the seed models' jobs and return (see ``ensure_demo_models``).
+    ``background``: queue the seed models' jobs and return (see ``ensure_demo_models``); with
+    ``real_data`` too, queue the real-data targets' jobs after them (``queue_real_models``).
     ``train_options`` apply to every model trained (tests make them tiny)."""
     report = DemoReport()
     data_dir = Path(data_dir) if data_dir else default_data_dir()
     # A task that gets real data keeps its round 0 for it: the seed set would mix into
-    # what its real model learns from and is scored on.
+    # what its real model learns from and is scored on. In the background (``make run``)
+    # the seed model comes first, so the seed set stays and the real data joins it.
     real = {slug for slug in slugs or services.DEFAULT_TASK_SLUGS
-            if real_data and with_models and real_data_for(slug, data_dir)[0] is not None}
+            if real_data and with_models and not background and real_data_for(slug, data_dir)[0] is not None}
     with transaction.atomic():
         ensure_admin(report)
         for slug in slugs or services.DEFAULT_TASK_SLUGS:
@@ -316,7 +376,14 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
             report.contexts_created[slug] = created_contexts
             if seed_examples and slug not in real:
                 report.examples_imported[slug] = import_seed_examples(task)
-    if with_models:
+    if with_models and background:
+        report.models_trained += ensure_demo_models(slugs or services.DEFAULT_TASK_SLUGS, progress=progress,
+                                                    background=True, **(train_options or {}))
+        if real_data:
+            with held_for_the_server():
+                queue_real_models(slugs or services.DEFAULT_TASK_SLUGS, data_dir=data_dir, limit=real_data_limit,
+                                  progress=progress or (lambda message: None), train_options=train_options or {})
+    elif with_models:
         seed_slugs = list(slugs or services.DEFAULT_TASK_SLUGS)
         if real_data:
             report.models_trained, seed_slugs = ensure_real_models(

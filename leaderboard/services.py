@@ -394,13 +394,18 @@ def _check_options(options: dict) -> dict:
 def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, selection: str = "verified",
                    mode: str = "full", parent: ModelVersion | None = None, include_static: bool = True,
                    static_limit: int | None = None, dev_fraction: float = 0.1, evaluate: bool = True,
-                   target_if_none: bool = False, user=None, **options) -> Job:
+                   target_if_none: bool = False, import_data: dict | None = None, promote_if_better: bool = False,
+                   user=None, **options) -> Job:
     """Queue a training job on the ``training`` queue.
 
     It learns from ``select_training_rows`` (round 0 plus the chosen rounds' verified
     examples), registers the model, then queues its evaluation (``evaluate``). With
     ``target_if_none`` the model becomes the target of the open round once its
     evaluation succeeds, if that round has no target yet (the demo's first models).
+    ``import_data`` (``static_data.import_for_training``): files the job first imports
+    into round 0, so the import runs in its turn, after the jobs queued before it.
+    ``promote_if_better``: its evaluation then makes it the target if it beats the open
+    round's target on round 0's test set (``compare_with_target``).
     One training job per task at a time: a second is refused (409).
     """
     from .tasks import train_model
@@ -428,7 +433,7 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     available = usable_examples(task, split="train", rounds=numbers, fooling_only=selection == "fooling").count()
     if include_static:
         available += usable_examples(task, split="train", rounds=[STATIC_ROUND]).count()
-    if not available:
+    if not available and not (import_data and include_static):
         raise Conflict(f"Task {task.slug} has no usable training examples in the chosen rounds "
                        f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}). "
                        "Import a data set into round 0 (manage.py import_dataset --round 0, or bootstrap_demo for "
@@ -436,11 +441,22 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
               "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
               "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options,
-              "target_if_none": bool(target_if_none)}
+              "target_if_none": bool(target_if_none), "import": import_data or None,
+              "promote_if_better": bool(promote_if_better)}
     with transaction.atomic():
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
         enqueue(job, train_model, queue="training")
     return job
+
+
+def start_follow_up_training(task: Task, spec: dict, user=None) -> Job | None:
+    """The training job that a finished one names to follow it (``then_train``: the
+    keyword arguments of ``start_static_training``); a refusal is logged, not raised."""
+    try:
+        return start_static_training(task, user=user, **spec)
+    except DomainError as exc:
+        log.warning("%s: the training job to follow could not start: %s", task.slug, exc.message)
+        return None
 
 
 def check_training_options(*, mode: str = "full", **options) -> dict:
@@ -485,21 +501,27 @@ def usable_training_counts(task: Task) -> dict:
 
 
 def start_static_training(task: Task, *, name: str, mode: str = "full", static_limit: int | None = None,
-                          evaluate: bool = True, target_if_none: bool = False, user=None, **options) -> Job:
+                          evaluate: bool = True, target_if_none: bool = False, import_data: dict | None = None,
+                          promote_if_better: bool = False, user=None, **options) -> Job:
     """Queue a job that trains a model on round 0, the static data, only: its train
     examples (``static_limit``: a fixed sample of them), with its dev examples to pick
     the best epoch. The model is registered as trained on round 0 and, with
     ``evaluate``, then evaluated on every round's test split."""
-    if not static_training_counts(task)["train"]:
+    if not import_data and not static_training_counts(task)["train"]:
         raise Conflict(f"Task {task.slug} has no static training data: round 0 has no usable train examples. "
                        "Import a data set into round 0 first (manage.py train_model, or import_dataset --round 0).")
     return start_training(task, name=name, rounds=[], include_static=True, mode=mode, static_limit=static_limit,
-                          evaluate=evaluate, target_if_none=target_if_none, user=user, **options)
+                          evaluate=evaluate, target_if_none=target_if_none, import_data=import_data,
+                          promote_if_better=promote_if_better, user=user, **options)
 
 
 def run_training_job(job_id: int) -> Job:
     def work(job: Job, reporter: JobReporter) -> dict:
         task, params = job.task, job.params
+        if params.get("import"):
+            from .static_data import import_for_training
+
+            import_for_training(task, params["import"], reporter)
         rows, summary = select_training_rows(
             task, rounds=params.get("rounds"), selection=params.get("selection", "verified"),
             dev_fraction=params.get("dev_fraction", 0.1), seed=params.get("options", {}).get("seed", 0),
@@ -520,7 +542,8 @@ def run_training_job(job_id: int) -> Job:
             if params.get("evaluate"):
                 # In the same transaction: a registered model always has its evaluation job.
                 result["evaluation_job"] = start_evaluation(
-                    model, user=job.created_by, target_if_none=params.get("target_if_none", False)).pk
+                    model, user=job.created_by, target_if_none=params.get("target_if_none", False),
+                    promote_if_better=params.get("promote_if_better", False)).pk
             reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
 
         train_and_register(
@@ -528,6 +551,8 @@ def run_training_job(job_id: int) -> Job:
             training_data=summary, progress=reporter.progress, on_registered=registered,
             freeze_encoder=params.get("mode") == "head", **params.get("options", {}),
         )
+        if params.get("then_train"):  # this job has completed: the task may have its next training job
+            start_follow_up_training(task, params["then_train"], user=job.created_by)
         return result
 
     return run_job(job_id, work)
@@ -568,9 +593,9 @@ def wait_for_trained_model(job: Job, say: Callable[[str], None], timeout: float 
 
 
 def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None, split: str = "test",
-                     target_if_none: bool = False, user=None) -> Job:
+                     target_if_none: bool = False, promote_if_better: bool = False, user=None) -> Job:
     """Queue the evaluation of ``model`` on every round's test split (round 0 included).
-    ``target_if_none``: see ``start_training``."""
+    ``target_if_none``, ``promote_if_better``: see ``start_training``."""
     from .tasks import evaluate_model as evaluate_task
 
     if model.status != ModelVersion.Status.READY:
@@ -578,6 +603,8 @@ def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None
     params = {"model_version": model.pk, "rounds": list(rounds) if rounds is not None else None, "split": split}
     if target_if_none:
         params["target_if_none"] = True
+    if promote_if_better:
+        params["promote_if_better"] = True
     with transaction.atomic():
         job = create_job(Job.Kind.EVALUATE_MODEL, params=params, task=model.task, user=user)
         enqueue(job, evaluate_task, queue="training")
@@ -599,16 +626,88 @@ def run_evaluation_job(job_id: int) -> Job:
                 f"{model} on. Import a test set into round 0 (manage.py import_dataset --round 0 --split test, "
                 "or bootstrap_demo for the shipped seed set), or let a round's examples be verified first.")
         result = {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
+        if job.params.get("promote_if_better"):
+            result["promotion"] = compare_with_target(model, reporter, job)
         from .board import forget
 
         with transaction.atomic():
             reporter.complete(result)  # an update(): no signal, so the board is dropped here
             transaction.on_commit(lambda: forget(model.task_id))
-        if job.params.get("target_if_none"):
+        if result.get("promotion", {}).get("promote"):
+            make_target_or_log(model)  # after complete(): promotion needs this evaluation finished
+        elif job.params.get("target_if_none"):
             target_if_none(model)
         return result
 
     return run_job(job_id, work)
+
+
+def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) -> dict:
+    """Whether ``model`` should replace the open round's target: it scores higher on
+    round 0's test set. The target is scored again first, on that set as it is now (an
+    import may have grown it since its own evaluation), so both numbers count the same
+    examples. Returns {"promote": bool, "reason": str}, and logs the reason."""
+    task = model.task
+    rnd = task.open_round()
+    targets = list(rnd.target_models.all()) if rnd is not None else []
+    static = task.rounds.filter(number=STATIC_ROUND).first()
+    metric = primary_metric(task)
+
+    def decided(promote: bool, reason: str) -> dict:
+        reporter.progress(100, reason)
+        return {"promote": promote, "reason": reason}
+
+    if rnd is None:
+        return decided(False, "no open round: nothing to promote into")
+    if model in targets:
+        return decided(False, f"{model.name} is the target already")
+    mine = Evaluation.objects.filter(model_version=model, round=static, split="test").first() if static else None
+    if mine is None or mine.metrics.get(metric) is None:
+        return decided(False, f"{model.name} has no {metric} on round 0's test split: the target stays")
+    if not targets:
+        return decided(True, f"round {rnd.number} has no target yet: {model.name} becomes it")
+    reporter.progress(100, f"scoring the target ({', '.join(t.name for t in targets)}) on round 0's "
+                           f"{mine.num_examples} test examples too")
+    theirs = []
+    for target in targets:
+        [evaluation] = evaluate_model(target, [static], job=job) or [None]
+        theirs.append((target, evaluation.metrics.get(metric) if evaluation else None))
+    best = max((value for _t, value in theirs if value is not None), default=None)
+    score = mine.metrics[metric]
+    summary = (f"{model.name} {score:.1%} against the target's {best:.1%} {metric} on round 0's "
+               f"{mine.num_examples} test examples" if best is not None else "")
+    if best is None or score > best:
+        return decided(True, f"{summary}: {model.name} becomes the target" if summary
+                       else f"the target has no {metric} on round 0: {model.name} becomes the target")
+    return decided(False, f"{summary}: the target stays")
+
+
+def challenger(task: Task) -> dict:
+    """For the public task page: a model on its way to replace the target if it scores
+    higher (its job, queued or running), and the last such decision. Either may be None.
+    One query: the page's budget is small."""
+    from django.db.models import Q
+
+    rows = list(Job.objects.filter(task=task).filter(
+        Q(status__in=Job.ACTIVE) & (Q(params__promote_if_better=True) | Q(params__has_key="then_train"))
+        | Q(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED, result__has_key="promotion"))
+        .order_by("-pk")[:20])
+    pending = [job for job in rows if job.status in Job.ACTIVE]
+    decided = next((job for job in rows if job.status == Job.Status.SUCCEEDED), None)
+    return {"job": pending[-1] if pending else None, "last": decided.result["promotion"]["reason"] if decided else None}
+
+
+def make_target_or_log(model: ModelVersion) -> None:
+    """``cycle.make_target``, a refusal logged (the evaluation it follows has succeeded)."""
+    from .cycle import make_target
+
+    try:
+        rnd, promoted = make_target(model.task, model)
+    except DomainError as exc:
+        log.warning("%s could not become a target of %s: %s", model, model.task.slug, exc.message)
+        return
+    log.info("%s is the target of %s round %s%s", model, model.task.slug, rnd.number,
+             " (promoted: the round before closed)" if promoted else "")
 
 
 def target_if_none(model: ModelVersion) -> bool:

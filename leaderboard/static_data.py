@@ -240,6 +240,38 @@ def import_static_data(task: Task, data: StaticData) -> StaticImport:
     return result
 
 
+def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
+    """The import a training job runs first (``services.start_training(import_data=...)``).
+
+    ``spec``: ``format``, ``sources`` (``PATH[:SPLIT]``, absolute), ``dev_fraction``,
+    ``test_fraction``, ``limit`` (rows of each split), ``balance`` and ``description``.
+    Known rows are skipped, so a rerun of the job imports nothing twice. No usable row
+    fails the job with the reason."""
+    from django.core.exceptions import ValidationError
+
+    config = task.parsed_config
+    try:
+        data = read_static_data(
+            spec["format"], [parse_source(source) for source in spec["sources"]],
+            labels=config.label_names if config.task_type != "extractive_qa" else None,
+            dev_fraction=spec.get("dev_fraction", 0.1), test_fraction=spec.get("test_fraction", 0.1),
+            limit=spec.get("limit"), balance=spec.get("balance", False))
+    except StaticDataError as exc:
+        raise ValidationError(f"The data to import cannot be used: {exc}") from None
+    if not data.total:
+        raise ValidationError(f"No usable rows to import in {', '.join(spec['sources'])}.")
+    imported = import_static_data(task, data)
+    counts = services.static_training_counts(task)
+    reporter.progress(0, f"round 0 <- {spec.get('description') or spec['format']}: {imported.created} rows imported "
+                         f"({imported.skipped_duplicates} there already); round 0 now holds "
+                         + ", ".join(f"{n} {split}" for split, n in counts.items()))
+    errors = data.errors + imported.errors
+    if errors:
+        path, error = errors[0]
+        reporter.progress(0, f"{len(errors)} row(s) skipped, e.g. {path.name} line {error.line}: {error.message}")
+    return imported
+
+
 # --- training ----------------------------------------------------------------------
 
 

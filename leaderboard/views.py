@@ -51,6 +51,7 @@ def task_detail(request, slug):
     task = context["task"]
     open_round = context["open_round"]  # its target models are prefetched
     context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
+    context["challenger"] = services.challenger(task)
     context["is_researcher"] = is_researcher(request.user, task)
     if context["is_researcher"]:
         context.update(research_context(task))

@@ -11,14 +11,17 @@ class Command(BaseCommand):
             f"--real-data: NLI, sentiment and hate speech get a target ({REAL_MODEL_NAME}) trained on real data "
             "in DYNABENCH_DATA_DIR (MNLI+SNLI dev, SST-2, Davidson) imported into round 0, instead of the seed "
             "model; it becomes round 1's target, or, if an earlier run left the seed model as round 1's target, "
-            "the target of round 2, opened by promotion. QA, and tasks whose data is absent, keep the seed model.")
+            "the target of round 2, opened by promotion. QA, and tasks whose data is absent, keep the seed model. "
+            "--background --real-data (make run): the seed models first, then jobs that add the real data to round 0, "
+            "train on it and promote each real-data model that beats its seed target.")
 
     def add_arguments(self, parser):
         parser.add_argument("--no-models", action="store_true",
                             help="Skip training the round-0 demo models.")
         parser.add_argument("--real-data", action="store_true",
                             help="Train the round-0 targets on the real data sets where they are present "
-                                 "(one epoch each: a few minutes per task on 2 CPU cores).")
+                                 "(one epoch each: a few minutes per task on 2 CPU cores). manage.py fetch_data "
+                                 "downloads them.")
         parser.add_argument("--background", action="store_true",
                             help="Queue the seed models' training and evaluation as jobs and return at once: "
                                  "the web process (embedded mode) or a worker runs them, and each model becomes "
@@ -38,8 +41,8 @@ class Command(BaseCommand):
         def progress(message):
             self.stdout.write(f"  {message}")
 
-        if options["background"] and (options["no_models"] or options["real_data"]):
-            raise CommandError("--background queues the seed models: it cannot go with --no-models or --real-data.")
+        if options["background"] and options["no_models"]:
+            raise CommandError("--background queues the models' jobs: it cannot go with --no-models.")
         report = bootstrap_demo(with_models=not options["no_models"], progress=progress,
                                 real_data=options["real_data"], real_data_limit=options["limit"],
                                 background=options["background"])
