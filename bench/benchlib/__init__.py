@@ -9,7 +9,7 @@ this package the library they are written with.
 - ``stats``: percentiles, millisecond summaries, cosine, timing a call;
 - ``results``: progress lines on stderr, JSON written atomically, tables (fixed
   width, Markdown), the command line and library versions a result records;
-- ``data``: the shared data folder, seeded sampling, the SST-2 reader;
+- ``data``: the data folder (``manage.py fetch_data``), seeded sampling, the SST-2 reader;
 - ``stack``: the served annotation stack that ``annotation.py`` and ``load.py``
   drive (modes, setup, gunicorn and Celery, sessions, the closed loop of annotators);
 - ``djangoside``: the only code here that imports Django (a scratch database in

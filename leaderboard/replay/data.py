@@ -1,7 +1,7 @@
 """What a replay of real adversarial rounds feeds the platform, read from the data directory.
 
-``build_plan(task, data_dir)`` reads the public data sets (see
-``../shared/data/README.md``) with the readers in ``annotation.importers`` and
+``build_plan(task, data_dir)`` reads the public data sets (``manage.py fetch_data``
+puts them in the data directory) with the readers in ``annotation.importers`` and
 lays them out as rounds:
 
 - ``nli``: round 0 is static, MNLI dev-matched + SNLI dev (``nli/{mnli,snli}/dev.jsonl``),

@@ -37,7 +37,8 @@ class Command(BaseCommand):
         data_dir = o["data_dir"] or default_data_dir()
         if not data_dir or not Path(data_dir).is_dir():
             raise CommandError("No data directory: pass --data-dir or set DYNABENCH_DATA_DIR "
-                               "(the shared data sets: anli, nli, davidson, dynahate, hatemoji, hatecheck).")
+                               "(the public data sets: anli, nli, davidson, dynahate, hatemoji, hatecheck; "
+                               "manage.py fetch_data --accept-licence anli gets them).")
         if o["limit"] is not None and o["limit"] < 1:
             raise CommandError("--limit must be 1 or more.")
         out = Path(o["out"])
