@@ -268,14 +268,16 @@ def _static_baseline(task: Task) -> dict | None:
         return found or None  # {} stands for "none" in the cache
     baseline = (_baseline(task, [STATIC_ROUND]) or {}).get("datasets", {}).get(dataset_name(STATIC_ROUND))
     if key:
-        cache.set(key, {"performance": baseline["performance"]} if baseline else {}, seconds)
+        cache.set(key, {"performance": baseline["performance"], "n": baseline["n"]} if baseline else {}, seconds)
     return baseline
 
 
 def target_scores(task: Task, models) -> list[dict]:
     """Each of ``models`` on the static test set (round 0), beside the majority-class
     baseline there: what a task page says about how good its target is. A model not
-    scored there yet has ``value`` None."""
+    scored there yet has ``value`` None. A score from when the static test set was
+    smaller (an import since) is not set beside the baseline on today's set: ``grown_to``
+    says how many examples the set has now, and ``baseline`` is None."""
     from tasks.models import STATIC_ROUND
 
     if not models:
@@ -289,10 +291,12 @@ def target_scores(task: Task, models) -> list[dict]:
         evaluation = found.get(model.pk)
         value = evaluation.metrics.get(metric) if evaluation else None
         interval = evaluation.intervals.get(metric) if evaluation else None
+        grown = bool(evaluation and baseline and baseline.get("n") not in (None, evaluation.num_examples))
+        line = baseline["performance"] if baseline and not grown else None
         out.append({"model": model, "metric": metric, "value": value, "interval": interval,
                     "num_examples": evaluation.num_examples if evaluation else 0,
-                    "baseline": baseline["performance"] if baseline else None,
-                    "above_baseline": (bool(interval and baseline and interval[0] > baseline["performance"])
+                    "grown_to": baseline["n"] if grown else None, "baseline": line,
+                    "above_baseline": (bool(interval and line is not None and interval[0] > line)
                                        if value is not None else None)})
     return out
 

@@ -144,6 +144,10 @@ def check_above_baseline(task: Task, model: ModelVersion) -> None:
     from .board import target_scores
 
     [score] = target_scores(task, [model])
+    if score["grown_to"]:
+        raise Conflict(
+            f"{model} was scored on {score['num_examples']} static test examples; the set has {score['grown_to']} "
+            "now, so its score cannot be set beside the majority-class answer there. Evaluate it again first.")
     if score["value"] is not None and score["baseline"] is not None and score["value"] < score["baseline"]:
         raise Conflict(
             f"{model} scores {score['value']:.1%} {score['metric']} on the static test set, below the "

@@ -300,7 +300,9 @@ def _download(download: Download, folder: Path, source: str | None, say: Callabl
         raise FetchError(f"{url}: sha256 {_got_hash(str(exc))} does not match the pinned {download.sha256}; "
                          f"the download was refused and deleted (tried {retries + 1} times)") from None
     except requests.exceptions.RequestException as exc:
-        raise FetchError(f"{url}: the download failed after {retries + 1} attempts: {exc}") from None
+        attempts = f"{retries + 1} attempt{'s' if retries else ''}"
+        raise FetchError(f"{url}: the download failed after {attempts}: {exc}. Without a network, --from reads a "
+                         "mirror (a folder or URL laid out like the upstream).") from None
     return target
 
 

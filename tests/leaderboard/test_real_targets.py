@@ -135,3 +135,36 @@ def test_the_task_page_says_a_real_data_model_is_on_its_way_and_then_what_was_de
     assert f"Last comparison: {escape(reason)}." in page
     target = Round.objects.filter(task__slug="sentiment", status=Round.Status.OPEN).get().target_models.get()
     assert f"<strong>{target.name}</strong>" in page  # which target is live, with its score
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_score_from_a_smaller_static_test_set_is_not_set_beside_todays_majority_line(tmp_path, client):
+    """Between a real-data import and the target's next evaluation, the target's score
+    counts fewer examples than the majority line would: the page says so instead of
+    comparing them, and promotion waits for a new evaluation."""
+    from core.errors import Conflict
+    from leaderboard import board, cycle, services
+    from leaderboard.static_data import Source, import_static_data, read_static_data
+
+    demo.bootstrap_demo(slugs=["sentiment"], train_options=TINY)
+    task = Task.objects.get(slug="sentiment")
+    seed = task.open_round().target_models.get()
+    [before] = board.target_scores(task, [seed])
+    assert before["grown_to"] is None and before["baseline"] is not None
+
+    write_sst2(tmp_path)
+    data = read_static_data("sst2", [Source(tmp_path / "sst2/test-labeled.tsv", "test")],
+                            labels=task.parsed_config.label_names)
+    assert import_static_data(task, data).created == 24
+    board.forget(task.pk)
+    [after] = board.target_scores(task, [seed])
+    assert after["grown_to"] == before["num_examples"] + 24 and after["baseline"] is None
+    page = client.get("/tasks/sentiment/").content.decode()
+    assert f"the static test set has grown to {after['grown_to']} examples since" in page
+    with pytest.raises(Conflict, match="Evaluate it again first"):
+        cycle.check_above_baseline(task, seed)
+
+    services.wait_for_success(services.start_evaluation(seed), "evaluate", lambda line: None)
+    [again] = board.target_scores(task, [seed])
+    assert again["grown_to"] is None and again["num_examples"] == after["grown_to"]
+    assert again["baseline"] is not None
