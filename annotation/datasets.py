@@ -45,6 +45,7 @@ from itertools import islice
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.csvrows import spreadsheet_safe
 from core.errors import InvalidInput
 from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Round, Task
@@ -515,7 +516,9 @@ def export_examples(
     JSONL: one export record per line (``annotation.exporting``), the same
     keys on every line. CSV: one column per record key, nested values (context,
     inputs, target, predictions, validation, metadata) as JSON text, booleans
-    as true/false, null as an empty cell.
+    as true/false, null as an empty cell; text that a spreadsheet would run as a
+    formula starts with an apostrophe (``core.csvrows.spreadsheet_safe``). JSONL is
+    the exact form.
     """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"Unknown export format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}.")
@@ -529,7 +532,7 @@ def export_examples(
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(RECORD_KEYS)
     for record in iter_records(examples, chunk_size=chunk_size):
-        writer.writerow([_csv_cell(record[key]) for key in RECORD_KEYS])
+        writer.writerow([spreadsheet_safe(_csv_cell(record[key])) for key in RECORD_KEYS])
         n += 1
     return n
 

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from annotation.api import _round_response, researched_task
 from annotation.serializers import RoundSerializer
+from core.csvrows import spreadsheet_safe
 from core.errors import Forbidden, InvalidInput, NotFound
 from tasks.api import job_response
 from tasks.models import ModelVersion, Task
@@ -254,7 +255,7 @@ class Leaderboard(APIView):
                                     parse_dataset_weights_param(request.query_params.get("dataset_weights")))
         if request.accepted_renderer.format == "csv":
             out = io.StringIO()
-            csv.writer(out).writerows(board.csv_rows(document))
+            csv.writer(out).writerows([spreadsheet_safe(cell) for cell in row] for row in board.csv_rows(document))
             return Response(out.getvalue(), headers={
                 "Content-Disposition": f'attachment; filename="{task.slug}-leaderboard.csv"'})
         return Response(document)

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from leaderboard import services
+from leaderboard import board, services
 from leaderboard.board import unpack
 from leaderboard.models import Evaluation
-from tasks.models import Round
+from tasks.models import ModelVersion, Round
 from tasks.registry import register_model
 from tests.leaderboard.test_models_and_jobs import SENTENCES, add_examples
 
@@ -93,6 +93,15 @@ def test_the_csv_export_matches_the_json(boarded, client):
     assert lines[0][:5] == ["rank", "model", "owner", "parameters", "dynascore"]
     assert [line[1] for line in lines[1:]] == [row["model"]["name"] for row in body["rows"]]
     assert float(lines[1][4]) == pytest.approx(body["rows"][0]["dynascore"])
+
+
+def test_the_csv_export_keeps_a_formula_in_a_model_name_as_text(boarded, client):
+    task, models = boarded
+    ModelVersion.objects.filter(pk=models[1].pk).update(name="=cmd|' /C calc'!A0")
+    board.forget(task.pk)
+    lines = list(csv.reader(io.StringIO(client.get("/api/tasks/sentiment/leaderboard/?format=csv").content.decode())))
+    assert "'=cmd|' /C calc'!A0" in [line[1] for line in lines[1:]]
+    assert not any(cell.startswith("=") for line in lines for cell in line)
 
 
 def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):

@@ -206,6 +206,22 @@ def test_csv_export(demo_tasks, annotator, second_annotator, tmp_path):
     assert lines_of(empty) == [",".join(RECORD_KEYS)]
 
 
+def test_csv_export_keeps_formulas_as_text(demo_tasks, tmp_path):
+    """An imported row's id is whatever its file said: in the CSV it must not run as a formula."""
+    task = demo_tasks["sentiment"]
+    formula = '=HYPERLINK("http://evil.example","click")'
+    Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(), source="import",
+                           external_uid=formula, inputs={"statement": "fine"}, target={"label": "positive"})
+    path = tmp_path / "sentiment.csv"
+    export(path, "--task", "sentiment", "--format", "csv")
+    with open(path, encoding="utf-8", newline="") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert row["external_uid"] == "'" + formula
+    jsonl = tmp_path / "sentiment.jsonl"
+    export(jsonl, "--task", "sentiment")
+    assert json.loads(jsonl.read_text())["external_uid"] == formula  # the exact form keeps it
+
+
 def test_exported_annotator_pseudonym_survives_without_a_user(demo_tasks, annotator):
     nli = demo_tasks["nli"]
     example = Example.objects.create(task=nli, round=nli.rounds.get(number=1), annotator=annotator,
