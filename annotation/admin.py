@@ -111,9 +111,12 @@ class AnnotationSessionAdmin(TaskScopedAdmin):
     list_filter = [TASK_FILTER, ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user", "task"]
     search_fields = ["user__username", "mturk_assignment_id"]
-    readonly_fields = ["key", "user", "task", "last_context", "examples_written", "examples_fooled",
-                       "validations_done", "mturk_assignment_id", "revoked_at", "created_at", "last_seen_at"]
     actions = [revoke_sessions]
+
+    def get_readonly_fields(self, request, obj=None):
+        """Every field: a session's mode, expiry, provisional state and counters are the
+        platform's record of what was allowed and done; ending one is the action's job."""
+        return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request):
         return False

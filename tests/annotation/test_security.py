@@ -216,3 +216,25 @@ def test_an_explanation_keeps_what_was_written_to_the_metadata_meanwhile(live_ta
     explain_example(stale, annotator, n_steps=5)
     metadata = Example.objects.get(pk=example.pk).metadata
     assert "explanation" in metadata and "unflagged" in metadata
+
+
+def test_a_session_row_cannot_be_edited_in_the_admin(demo_tasks, annotator, superuser, client):
+    """Provisional state, mode and expiry are the platform's record of what a token may do:
+    not even a superuser changes them by hand (ending a session is the admin action)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.models import AnnotationSession
+
+    session = AnnotationSession.objects.create(user=annotator, task=demo_tasks["sentiment"], provisional=True,
+                                               mode="create", expires_at=timezone.now() + timedelta(hours=1))
+    client.force_login(superuser)
+    url = f"/admin/annotation/annotationsession/{session.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200 and 'name="provisional"' not in page.content.decode()
+    client.post(url, {"provisional": "", "mode": "any", "expires_at_0": "2099-01-01", "expires_at_1": "00:00:00",
+                      "examples_written": "99", "_save": "Save"})
+    session.refresh_from_db()
+    assert session.provisional is True and session.mode == "create" and session.examples_written == 0
+    assert session.expires_at < timezone.now() + timedelta(hours=2)
