@@ -362,8 +362,11 @@ STORAGES = {
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
-if not DEBUG:
+# X-Forwarded-Proto says "https" only where a proxy in front sets it (and drops the
+# client's own): trusted only when that is configured, else any client could claim it.
+if env.bool("PROXY_SETS_FORWARDED_PROTO", default=REST_FRAMEWORK["NUM_PROXIES"] > 0):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)

@@ -18,10 +18,11 @@ PROBE = (
     "'sandbox': settings.MTURK_SANDBOX, 'mturk': __import__('crowd.mturk', fromlist=['mturk']).endpoint_url(), "
     "'data_dir': settings.DYNABENCH_DATA_DIR, 'hosts': settings.ALLOWED_HOSTS, "
     "'cache': settings.CACHES['default']['BACKEND'], "
-    "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES']}))"
+    "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES'], 'proxy_ssl': settings.SECURE_PROXY_SSL_HEADER}))"
 )
 SERVICE_VARS = ["DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CACHE_URL", "SECRET_KEY", "DEBUG",
-                "ALLOWED_HOSTS", "MTURK_SANDBOX", "MTURK_ENDPOINT_URL", "DYNABENCH_DATA_DIR"]
+                "ALLOWED_HOSTS", "MTURK_SANDBOX", "MTURK_ENDPOINT_URL", "DYNABENCH_DATA_DIR", "NUM_PROXIES",
+                "PROXY_SETS_FORWARDED_PROTO"]
 
 
 def run_settings(tmp_path, **env_vars):
@@ -166,3 +167,16 @@ def test_a_fresh_web_process_runs_the_jobs_left_queued(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-2:] == ["succeeded", "True"]
+
+
+@pytest.mark.parametrize(("env_vars", "trusted"), [
+    ({}, False),  # nothing in front: a client's X-Forwarded-Proto: https is not believed
+    ({"NUM_PROXIES": "1"}, True),  # a trusted proxy sets it
+    ({"NUM_PROXIES": "1", "PROXY_SETS_FORWARDED_PROTO": "false"}, False),
+    ({"PROXY_SETS_FORWARDED_PROTO": "true"}, True),
+])
+def test_x_forwarded_proto_is_trusted_only_behind_a_proxy_that_sets_it(tmp_path, env_vars, trusted):
+    result = run_settings(tmp_path, SECRET_KEY="k" * 50, **env_vars)
+    assert result.returncode == 0, result.stderr
+    proxy_ssl = json.loads(result.stdout)["proxy_ssl"]
+    assert (proxy_ssl == ["HTTP_X_FORWARDED_PROTO", "https"]) is trusted and (proxy_ssl is None) is not trusted
