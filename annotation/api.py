@@ -182,7 +182,7 @@ class NextValidation(AnnotationView):
                               204: OpenApiResponse(description="Nothing to validate in this task right now.")})
     def get(self, request, slug):
         task = task_for(request, slug)
-        example = validation.validation_queue(task, request.user).first()
+        example = validation.next_for(task, request.user)
         if example is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(ValidationItemSerializer(example, context={"user": request.user}).data)

@@ -129,6 +129,23 @@ class Validation(models.Model):
         return f"{self.validator} says {said} on example {self.example_id}"
 
 
+class ValidationClaim(models.Model):
+    """The validation queue served ``example`` to ``validator``: only then may they answer
+    it and decide it, until ``expires_at``. Validators are assigned, not self-chosen: ten
+    accounts cannot pick one writer's examples by id."""
+
+    example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="claims")
+    validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="validation_claims")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["example", "validator"], name="one_claim_per_validator")]
+
+    def __str__(self):
+        return f"example {self.example_id} served to {self.validator} until {self.expires_at:%Y-%m-%d %H:%M}"
+
+
 class AnnotationSession(models.Model):
     """One sitting of an annotator on a task: counters, the last context served,
     and the key that a signed per-session token carries (for pages in an MTurk

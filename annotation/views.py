@@ -128,7 +128,7 @@ def work_page_context(request, task, session, work) -> dict:
         if not context["closed"] and not context["round"].target_models.exists():
             context["waiting_for_target"] = examples.waiting_for_target(task)
     else:
-        example = validation.validation_queue(task, session.user).first()
+        example = validation.next_for(task, session.user)
         context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
     return context
 

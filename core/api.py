@@ -64,7 +64,7 @@ def as_api_exception(exc: BaseException) -> BaseException:
     if isinstance(exc, errors.Forbidden):
         return exceptions.PermissionDenied(exc.message)
     if isinstance(exc, errors.Conflict):
-        return ConflictError(exc.message)
+        return ConflictError(exc.message, code=exc.code)
     if isinstance(exc, errors.Unavailable):
         return ServiceUnavailable(exc.message, retry_after=exc.retry_after, code=exc.code)
     if isinstance(exc, errors.TooMany):

@@ -226,6 +226,8 @@ def _at_least(name: str, low, cast):
 
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
+# How long an example the validation queue served stays the validator's to answer.
+VALIDATION_CLAIM_SECONDS = env.int("VALIDATION_CLAIM_SECONDS", default=30 * 60)
 # Dynamic batching (annotation.batching), in the embedded model thread and in the
 # inference worker: predictions waiting while a pass runs, or arriving within this
 # window after the first, share the next forward pass, up to this many examples.

@@ -184,6 +184,7 @@ def client_for():
     def make(user):
         client = APIClient()
         client.force_login(user)
+        client.user = user  # for helpers that act as the queue serving this user
         return client
 
     return make

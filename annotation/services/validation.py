@@ -8,6 +8,12 @@ answer nor the model's prediction nor whether it fooled the model. The example's
 author and the task's researchers may always see the writer's answer, and a
 researcher's decision is final at once.
 
+Validators are assigned, not self-chosen: a blind answer or a decision is accepted
+only on an example the validation queue served to that validator (``next_for``, a
+``ValidationClaim`` that expires after ``VALIDATION_CLAIM_SECONDS``); any other id
+gets 409 ``not_assigned``. The task's researchers are the exception: they may decide
+any example.
+
 An example is verified, rejected or flagged when ``num_matching_validations``
 user decisions agree; the counters move under the example's row lock. Decisions
 made in a provisional session (an MTurk assignment not yet verified against
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, JSONField, OuterRef, Subquery
 from django.utils import timezone
@@ -28,7 +36,7 @@ from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from ..models import AnnotationSession, Example, Validation
+from ..models import AnnotationSession, Example, Validation, ValidationClaim
 from . import sessions
 from .examples import MAX_REASON_LENGTH
 
@@ -64,6 +72,41 @@ def validation_queue(task: Task, user):
         .order_by(F("started").desc(), F("fooled").desc(nulls_last=True), "n_validations", "created_at", "pk")
         .select_related("context", "round", "task")
     )
+
+
+class NotAssigned(Conflict):
+    """A blind answer or a decision on an example the queue did not serve to the caller."""
+
+    code = "not_assigned"
+
+
+def assign(example: Example, user) -> ValidationClaim:
+    """Serve ``example`` to ``user``: theirs to answer and decide until the claim expires
+    (a claim served again is renewed)."""
+    expires = timezone.now() + timedelta(seconds=settings.VALIDATION_CLAIM_SECONDS)
+    [claim] = ValidationClaim.objects.bulk_create(  # one upsert: the queue answers on every "next"
+        [ValidationClaim(example=example, validator=user, expires_at=expires)],
+        update_conflicts=True, unique_fields=["example", "validator"], update_fields=["expires_at"])
+    return claim
+
+
+def next_for(task: Task, user) -> Example | None:
+    """The queue's next example for ``user`` (``validation_queue``), assigned to them."""
+    example = validation_queue(task, user).first()
+    if example is not None:
+        assign(example, user)
+    return example
+
+
+def _check_assigned(example: Example, user, *, answered: bool) -> None:
+    """NotAssigned unless the queue served ``example`` to ``user`` and the claim is live.
+    ``answered``: they gave their blind answer under a claim already, which stands."""
+    if answered or is_researcher(user, example.task):
+        return
+    if not ValidationClaim.objects.filter(example=example, validator=user, expires_at__gt=timezone.now()).exists():
+        raise NotAssigned(
+            "This example was not served to you by the validation queue, or your claim on it expired: "
+            f"GET /api/tasks/{example.task.slug}/validations/next/ for the next one that is yours to validate.")
 
 
 def may_see_target(example: Example, user, *, blind_answer_given: bool) -> bool:
@@ -106,6 +149,7 @@ def give_blind_answer(example_id: int, user, answer) -> Validation:
     if existing is not None:
         raise Conflict("You already answered this example; your first answer stands."
                        if existing.blind_answer is not None else "You have already validated this example.")
+    _check_assigned(example, user, answered=False)
     try:
         with transaction.atomic():
             return Validation.objects.create(
@@ -168,6 +212,7 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
             raise Conflict("You have already validated this example.")
         if not owner and example.validation_status != Example.ValidationStatus.PENDING:
             raise Conflict("This example has been decided already.")
+        _check_assigned(example, user, answered=existing is not None)
         if not may_see_target(example, user, blind_answer_given=existing is not None):
             raise Conflict("Give your own answer first (blind validation): "
                            f"POST /api/examples/{example.pk}/blind-answer/, then decide.")

@@ -72,8 +72,11 @@ def test_a_failed_write_records_nothing_so_a_retry_can_succeed(live_tasks, clien
 
 def answered_blind(task, author, validator_client):
     """An example by ``author`` that the validator has answered blind: ready for a decision."""
+    from annotation.services.validation import assign
+
     example = Example.objects.create(task=task, round=task.open_round(), annotator=author,
                                      inputs={"statement": "x"}, target={"label": "positive"}, fooled=True)
+    assign(example, validator_client.user)  # the validation queue served it to them
     validator_client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
                           format="json")
     return example

@@ -27,8 +27,18 @@ def users(n, prefix="validator"):
     return [User.objects.create_user(f"{prefix}{i}", password="pw-pw-pw-123") for i in range(n)]
 
 
+def served(client, example):
+    """The validation queue serves ``example`` to the client's user (its own service), as
+    GET .../validations/next/ does for the queue's head: only then may they validate it."""
+    from annotation.services.validation import assign
+
+    assign(example, client.user)
+
+
 def validate(client, example, label, *, answer="positive"):
-    """A validator's two steps: their own answer (blind), then the decision."""
+    """A validator's two steps, on an example served to them: their own answer (blind),
+    then the decision."""
+    served(client, example)
     blind = client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": answer}}, format="json")
     assert blind.status_code == 201, blind.content
     return client.post(f"/api/examples/{example.pk}/validations/", {"label": label}, format="json")
@@ -50,7 +60,7 @@ def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, cli
     client.get("/api/tasks/sentiment/validations/next/")  # warm the sign-in session
     order = []
     for _ in range(3):
-        with django_assert_num_queries(5):  # sign-in session, user, task, the queue's head, ownership check
+        with django_assert_num_queries(6):  # sign-in session, user, task, the queue's head, its claim, ownership
             item = client.get("/api/tasks/sentiment/validations/next/").json()
         order.append(item["id"])
         # Blind: neither the writer's answer, nor the model's, nor whether it fooled the model.
@@ -67,6 +77,7 @@ def test_blind_answers_are_stored_before_the_writers_answer_is_shown(demo_tasks,
                                                                     client_for):
     example = make_example(demo_tasks["sentiment"], annotator, fooled=True, label="negative")
     client = client_for(second_annotator)
+    assert client.get("/api/tasks/sentiment/validations/next/").json()["id"] == example.pk  # served to them
     # Without a blind answer: no reveal, no decision.
     response = client.get(f"/api/examples/{example.pk}/reveal/")
     assert response.status_code == 403 and "your own answer first" in response.json()["detail"]
@@ -133,6 +144,7 @@ def test_qa_blind_answers_agree_by_the_tasks_metric(live_tasks, annotator, secon
                                      target={"text": answer, "start": passage.index(answer)}, fooled=True,
                                      prediction={"answer": words[0], "start": 0, "end": len(words[0])})
     client = client_for(second_annotator)
+    assert client.get("/api/tasks/qa/validations/next/").json()["id"] == example.pk
     response = client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"text": "not in the passage"}},
                            format="json")
     assert response.status_code == 400 and "answer.text" in response.json()["errors"]
@@ -165,6 +177,7 @@ def test_a_retracted_example_cannot_be_validated(demo_tasks, annotator, second_a
     task = demo_tasks["sentiment"]
     answered = make_example(task, annotator, fooled=True)
     client = client_for(second_annotator)
+    served(client, answered)
     assert client.post(f"/api/examples/{answered.pk}/blind-answer/", {"answer": {"label": "positive"}},
                        format="json").status_code == 201
     retract_example(answered, annotator)
@@ -206,6 +219,7 @@ def test_three_incorrect_reject_and_flags_flag(demo_tasks, annotator, client_for
     for validator in users(3):
         client = client_for(validator)
         assert validate(client, rejected, "incorrect").status_code == 201
+        served(client, flagged)
         blind = client.post(f"/api/examples/{flagged.pk}/blind-answer/", {"answer": {"label": "positive"}},
                             format="json")
         assert blind.status_code == 201
@@ -239,13 +253,14 @@ def test_owner_validation_decides_at_once_and_can_override(demo_tasks, annotator
 def test_concurrent_validators_never_over_count(demo_tasks, annotator):
     if connection.vendor != "postgresql":
         pytest.skip("row-lock concurrency is tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI)")
-    from annotation.services.validation import give_blind_answer, validate_example
+    from annotation.services.validation import assign, give_blind_answer, validate_example
     from core.errors import Conflict
 
     task = demo_tasks["sentiment"]
     example = make_example(task, annotator, fooled=True)
     validators = users(8, "racer")
     for user in validators:
+        assign(example, user)
         give_blind_answer(example.pk, user, {"label": "positive"})
     barrier = threading.Barrier(len(validators))
     errors = []
@@ -310,3 +325,61 @@ def test_round_stats_on_a_constructed_scenario(demo_tasks, annotator, second_ann
     assert all(row["annotator"].startswith("a-") for row in stats["annotators"])
     assert round_stats(task.open_round()) == stats
     assert anonymous.get("/api/tasks/sentiment/rounds/9/stats/").status_code == 404
+
+
+def test_sock_puppets_cannot_pick_a_writers_examples_by_id(demo_tasks, annotator, client_for, settings):
+    """One person, three fresh accounts and a script: they post on the ids they want to
+    verify, without asking the queue. Every post is refused (409 not_assigned) and
+    nothing is stored; only what the queue served them may be answered, until the claim expires."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.models import ValidationClaim
+
+    task = demo_tasks["sentiment"]
+    others = [make_example(task, annotator, fooled=True, text=f"other {i}") for i in range(3)]
+    target = make_example(task, annotator, fooled=True, label="positive", text="mislabelled on purpose")
+    puppets = [client_for(user) for user in users(3, "puppet")]
+    for puppet in puppets:
+        for path, body in ((f"/api/examples/{target.pk}/blind-answer/", {"answer": {"label": "positive"}}),
+                           (f"/api/examples/{target.pk}/validations/", {"label": "correct"})):
+            response = puppet.post(path, body, format="json")
+            assert response.status_code == 409, response.content
+            assert response.json()["code"] == "not_assigned" and "validations/next/" in response.json()["detail"]
+    assert not Validation.objects.filter(example=target).exists()
+    target.refresh_from_db()
+    assert (target.validations_correct, target.validation_status) == (0, "pending")
+
+    # Served one example, a puppet still cannot answer another one by id.
+    puppet = puppets[0]
+    item = puppet.get("/api/tasks/sentiment/validations/next/").json()
+    assert item["id"] == others[0].pk  # the queue's head, not the one they wanted
+    assert puppet.post(f"/api/examples/{target.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                       format="json").status_code == 409
+    # What was served is theirs to answer ...
+    assert puppet.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "positive"}},
+                       format="json").status_code == 201
+    # ... until the claim expires.
+    second = puppets[1]
+    item = second.get("/api/tasks/sentiment/validations/next/").json()
+    ValidationClaim.objects.filter(validator=second.user).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = second.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "positive"}},
+                           format="json")
+    assert response.status_code == 409 and response.json()["code"] == "not_assigned"
+    assert second.get("/api/tasks/sentiment/validations/next/").json()["id"] == item["id"]  # served again
+    assert second.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "positive"}},
+                       format="json").status_code == 201
+    assert settings.VALIDATION_CLAIM_SECONDS > 0
+
+
+def test_the_validate_page_serves_its_item_to_the_signed_in_validator(demo_tasks, annotator, second_annotator,
+                                                                     client_for):
+    from annotation.models import ValidationClaim
+
+    example = make_example(demo_tasks["sentiment"], annotator, fooled=True)
+    client = client_for(second_annotator)
+    assert client.get("/tasks/sentiment/validate/").status_code == 200
+    assert ValidationClaim.objects.filter(example=example, validator=second_annotator).exists()
+    assert client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                       format="json").status_code == 201

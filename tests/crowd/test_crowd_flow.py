@@ -565,6 +565,7 @@ def test_made_up_validators_decide_nothing_and_earn_no_one_a_bonus(live_tasks, c
     for n in range(3):
         page = arrive(client, hit_id, f"3SYBILSYBILSYBILSYBILSYBIL{n:04d}", worker_id=f"AFAKESYBIL{n:04d}")
         sybil = api(token_of(page))
+        assert sybil.get("/api/tasks/sentiment/validations/next/").json()["id"] == fooling.pk  # the queue's head
         assert sybil.post(f"/api/examples/{fooling.pk}/blind-answer/", {"answer": fooling.target},
                           format="json").status_code == 201
         assert sybil.post(f"/api/examples/{fooling.pk}/validations/", {"label": "correct"},
