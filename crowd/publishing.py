@@ -71,11 +71,15 @@ def check_request(req: BatchRequest) -> Round:
         value = getattr(req, name)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise InvalidInput.field(name, f"Must be a whole number from {low} to {high}.")
-    if not isinstance(req.reward, Decimal) or req.reward < Decimal("0.01") or req.reward != costs.cents(req.reward):
-        raise InvalidInput.field("reward", "Must be an amount in USD of at least 0.01, in whole cents.")
-    if (not isinstance(req.bonus_per_example, Decimal) or req.bonus_per_example < 0
+    top_reward, top_bonus = Decimal(settings.CROWD_MAX_REWARD), Decimal(settings.CROWD_MAX_BONUS_PER_EXAMPLE)
+    if (not isinstance(req.reward, Decimal) or not Decimal("0.01") <= req.reward <= top_reward
+            or req.reward != costs.cents(req.reward)):
+        raise InvalidInput.field("reward", f"Must be an amount in USD from 0.01 to {top_reward} (CROWD_MAX_REWARD), "
+                                           "in whole cents.")
+    if (not isinstance(req.bonus_per_example, Decimal) or not 0 <= req.bonus_per_example <= top_bonus
             or req.bonus_per_example != costs.cents(req.bonus_per_example)):
-        raise InvalidInput.field("bonus", "Must be an amount in USD of at least 0.00, in whole cents.")
+        raise InvalidInput.field("bonus", f"Must be an amount in USD from 0.00 to {top_bonus} "
+                                          "(CROWD_MAX_BONUS_PER_EXAMPLE), in whole cents.")
     if req.mode == Batch.Mode.VALIDATE and req.bonus_per_example > 0:
         raise InvalidInput.field("bonus", "Bonuses are paid for model-fooling examples, so only writing batches "
                                           "have them.")

@@ -8,6 +8,7 @@ import os
 import secrets
 import sys
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 
 import environ
@@ -417,6 +418,9 @@ MTURK_REGION = env("MTURK_REGION", default="us-east-1")
 MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
 # New assignments one address may open on the HIT page per window (a worker opens
 # one per HIT; made-up ids from one machine are capped).
+# Bounds on what one batch may offer, in USD: a typo (50.00 for 0.50) cannot reach MTurk.
+CROWD_MAX_REWARD = Decimal(env.str("CROWD_MAX_REWARD", default="5.00"))  # per assignment
+CROWD_MAX_BONUS_PER_EXAMPLE = Decimal(env.str("CROWD_MAX_BONUS_PER_EXAMPLE", default="2.00"))
 MTURK_ARRIVALS_PER_ADDRESS = env.int("MTURK_ARRIVALS_PER_ADDRESS", default=30)
 MTURK_ARRIVAL_WINDOW = env.int("MTURK_ARRIVAL_WINDOW", default=3600)
 

@@ -674,6 +674,21 @@ def test_publishing_refuses_a_hidden_task_bad_locales_and_a_short_auto_approval(
     assert not Batch.objects.exists()
 
 
+def test_reward_and_bonus_are_bounded_by_settings(live_tasks, crowd, settings):
+    """$99,999.99 fitted the columns: a typo or a hostile researcher could offer it."""
+    from core.errors import InvalidInput
+
+    task = live_tasks["sentiment"]
+    settings.CROWD_MAX_REWARD, settings.CROWD_MAX_BONUS_PER_EXAMPLE = Decimal("1.00"), Decimal("0.50")
+    with pytest.raises(InvalidInput) as too_much:
+        make_batch(task, reward=Decimal("1.01"))
+    assert "from 0.01 to 1.00 (CROWD_MAX_REWARD)" in str(too_much.value)
+    with pytest.raises(InvalidInput, match="bonus"):
+        make_batch(task, bonus_per_example=Decimal("0.51"))
+    assert not Batch.objects.exists() and crowd.hits == {}  # refused before any MTurk call
+    assert make_batch(task, reward=Decimal("1.00"), bonus_per_example=Decimal("0.50")).pk
+
+
 def test_one_address_opens_a_bounded_number_of_new_assignments(live_tasks, crowd, client, settings):
     settings.MTURK_ARRIVALS_PER_ADDRESS = 2
     batch = make_batch(live_tasks["sentiment"])
