@@ -28,6 +28,21 @@ from rest_framework.throttling import BaseThrottle
 log = logging.getLogger(__name__)
 
 
+def page_wait(request) -> int | None:
+    """The API's default throttles (``anon``/``user`` rates, the same counters) applied
+    to an HTML page that computes as much as an API call (the leaderboard): the seconds
+    to wait, or None when the request may go on."""
+    import math
+
+    from rest_framework.settings import api_settings
+
+    for throttle_class in api_settings.DEFAULT_THROTTLE_CLASSES:
+        throttle = throttle_class()
+        if not throttle.allow_request(request, None):
+            return max(1, math.ceil(throttle.wait() or 1))
+    return None
+
+
 def client_ip(request) -> str:
     """The client's address as the API throttles see it (DRF's ``get_ident`` with ``NUM_PROXIES``)."""
     return BaseThrottle().get_ident(request) or "unknown"

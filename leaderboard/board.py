@@ -319,7 +319,7 @@ def parse_dataset_weights(text: str | None) -> dict[int, float]:
         if not dynascore.NUMBER.fullmatch(raw) or not 0 <= float(raw) <= 5:
             raise ValueError(f"dataset_weights: the weight of round {number} must be a number from 0 to 5, "
                              f"got {raw!r}.")
-        found[number] = float(raw)
+        found[number] = round(float(raw), 1)  # as parse_weights: one decimal
     return found
 
 

@@ -172,6 +172,8 @@ def parse_weights(text: str | None) -> dict[str, float]:
     name, a value that is not a plain decimal number (no ``nan``, ``inf`` or
     exponents), a value outside 0-5, and all weights 0.  ``None`` or an empty /
     blank string gives the defaults.  Spaces around names and values are ignored.
+    Values are rounded to one decimal (the page's sliders move in halves): 1.00001
+    and 1 are the same board, so variants cannot each cost a board's computation.
     """
     if text is None or not text.strip():
         return dict(DEFAULT_WEIGHTS)
@@ -192,7 +194,7 @@ def parse_weights(text: str | None) -> dict[str, float]:
             raise ValueError(f"weights: {name} is given more than once")
         if not NUMBER.fullmatch(raw):
             raise ValueError(f"weights: the weight of {name} must be a number, got {raw!r}")
-        seen[name] = _check_weight(name, float(raw))
+        seen[name] = _check_weight(name, round(float(raw), 1))
     return _check_weights(seen)
 
 

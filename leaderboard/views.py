@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseForbidden
+from django.http import Http404, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from annotation.services import stats
 from annotation.views import task_page_context
 from core.errors import DomainError
+from core.ratelimit import page_wait
 from tasks import jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
@@ -169,6 +170,10 @@ def leaderboard_page(request, slug):
     from .board import SORTABLE, board_json, dataset_number, sort_rows
     from .dynascore import METRICS, format_weights
 
+    wait = page_wait(request)
+    if wait:
+        return HttpResponse(f"Too many requests: try again in {wait} s.", status=429,
+                            headers={"Retry-After": str(wait)}, content_type="text/plain; charset=utf-8")
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
     if task is None:
         raise Http404(f"No task {slug!r}.")

@@ -276,3 +276,33 @@ def test_the_task_page_reads_the_static_baseline_once_per_board_version(boarded,
     with CaptureQueriesContext(connection) as third:
         client.get("/tasks/sentiment/")
     assert len(third.captured_queries) == len(first.captured_queries)
+
+
+def test_weight_variants_share_one_cached_board_and_the_page_is_throttled(boarded, client, monkeypatch):
+    """Cache-busting: 1.00001, 1.00002 ... are each a new key and a board computed afresh.
+    Rounded to one decimal before the cache, they are the same board; and the HTML page
+    counts against the same throttle as the API."""
+    from rest_framework.settings import api_settings
+    from rest_framework.throttling import AnonRateThrottle
+
+    task, _models = boarded
+    computed = []
+    real_board = board.board
+
+    def counting_board(*args, **kwargs):
+        computed.append(1)
+        return real_board(*args, **kwargs)
+
+    monkeypatch.setattr(board, "board", counting_board)
+    for variant in ("1", "1.00001", "1.04", "0.96"):
+        response = client.get(f"/api/tasks/sentiment/leaderboard/?weights=throughput:{variant}")
+        assert response.status_code == 200 and response.json()["weights"]["throughput"] == 1.0
+    assert len(computed) == 1
+    assert client.get("/api/tasks/sentiment/leaderboard/?weights=performance:0.01,throughput:0,memory:0,"
+                      "robustness:0,fairness:0,calibration:0").status_code == 400  # all 0 once rounded
+
+    monkeypatch.setattr(AnonRateThrottle, "THROTTLE_RATES", {**api_settings.DEFAULT_THROTTLE_RATES, "anon": "3/min"})
+    statuses = [client.get("/tasks/sentiment/leaderboard/").status_code for _ in range(4)]
+    assert statuses[-1] == 429 and statuses.count(429) >= 1
+    refused = client.get("/tasks/sentiment/leaderboard/")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
