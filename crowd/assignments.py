@@ -103,6 +103,12 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
     if mturk.SUBMIT_HOSTS[submit_to] != batch.sandbox:
         raise Refused("This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
                       + ", but the link came from the other one.", status=400)
+    task = batch.task
+    if not task.is_public:
+        raise Refused("This task is closed to the public now (a researcher hid or deactivated it); "
+                      "please return the HIT.", status=410)
+    if batch.mode == Batch.Mode.CREATE and task.open_round() is None:
+        raise Refused("This task has no open round to write for now; please return the HIT.", status=410)
     existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
         assignment_id=assignment_id, worker__worker_id=worker_id).first()
     if existing is not None:  # a return to work already taken, which goes on after an early expiry

@@ -701,6 +701,27 @@ def test_one_address_opens_a_bounded_number_of_new_assignments(live_tasks, crowd
     assert Assignment.objects.count() == 2
 
 
+@pytest.mark.parametrize("closing", ["hidden", "inactive", "no open round"])
+def test_a_hidden_or_closed_task_refuses_hit_arrivals(live_tasks, crowd, client, closing):
+    task = live_tasks["sentiment"]
+    hit = make_batch(task).hit_rows.first()
+    assert arrive(client, hit.hit_id, "3OPENOPENOPENOPENOPENOPENOPEN1").status_code == 200
+    if closing == "hidden":
+        task.is_hidden = True
+    elif closing == "inactive":
+        task.is_active = False
+    else:
+        from tasks.services import close_round
+
+        close_round(task.open_round())
+    task.save()
+    for assignment_id in ("3OPENOPENOPENOPENOPENOPENOPEN2", "3OPENOPENOPENOPENOPENOPENOPEN1"):  # new, and a return
+        refused = arrive(client, hit.hit_id, assignment_id)
+        assert refused.status_code == 410, refused.content
+        assert "please return the HIT" in refused.content.decode()
+    assert Assignment.objects.count() == 1
+
+
 def test_ids_with_a_trailing_newline_are_refused(live_tasks, crowd, client):
     batch = make_batch(live_tasks["sentiment"])
     hit = batch.hit_rows.first()
