@@ -64,14 +64,19 @@ class Arrival:
     assignment: Assignment | None  # None: a preview
 
 
-def completion_token(assignment: Assignment) -> str:
+def completion_token(assignment: Assignment, secret: str | None = None) -> str:
     """What the HIT page posts to MTurk on submit; the sync checks it against MTurk's record."""
     value = f"{assignment.assignment_id}|{assignment.worker.worker_id}|{assignment.hit.hit_id}"
-    return salted_hmac(COMPLETION_SALT, value, algorithm="sha256").hexdigest()
+    return salted_hmac(COMPLETION_SALT, value, secret=secret, algorithm="sha256").hexdigest()
 
 
 def completion_ok(assignment: Assignment, token: str) -> bool:
-    return bool(token) and constant_time_compare(token, completion_token(assignment))
+    """The token matches, signed with SECRET_KEY or one of SECRET_KEY_FALLBACKS: a key
+    rotated between a worker's submit and the sync rejects no one."""
+    if not token:
+        return False
+    keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    return any(constant_time_compare(token, completion_token(assignment, key)) for key in keys)
 
 
 def find_hit(hit_id: str) -> Hit:

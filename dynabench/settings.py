@@ -62,6 +62,9 @@ _code_only_command = Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] != 
 SECRET_KEY = env("SECRET_KEY", default="")
 if not SECRET_KEY and not DEBUG and _code_only_command:
     SECRET_KEY = secrets.token_urlsafe(64)
+# Earlier keys, newest first, while what they signed is still in flight (completion
+# tokens, example signatures, page tokens): rotate SECRET_KEY and list the old one here.
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(

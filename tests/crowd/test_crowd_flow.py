@@ -235,6 +235,34 @@ def test_a_worker_writes_submits_is_verified_approved_and_paid_once_for_verified
     assert ledger.status == BonusPayment.Status.PAID and ledger.example_count == 1
 
 
+def test_a_key_rotation_between_submit_and_sync_rejects_no_one_and_settles_nothing_at_zero(
+        live_tasks, crowd, client, researcher, settings):
+    """Sign (the completion token, the examples' signatures), rotate SECRET_KEY with the
+    old key in SECRET_KEY_FALLBACKS, then sync and pay: approved, and paid in full."""
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    old = settings.SECRET_KEY
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "a-new-key-" + "x" * 50, [old]
+
+    assert sync.sync().approved == 1
+    assignment.refresh_from_db()
+    assert assignment.status == Assignment.Status.APPROVED
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    report = bonuses.pay_bonuses()
+    assert report.paid == 1 and report.amount == Decimal("0.25"), report
+    assert BonusPayment.objects.get().amount == Decimal("0.25")
+
+    # Without the fallback the same token would not check: the rotation is what it covers.
+    settings.SECRET_KEY_FALLBACKS = []
+    from crowd.assignments import completion_ok, completion_token
+
+    token = completion_token(assignment, old)
+    assert not completion_ok(assignment, token)
+    settings.SECRET_KEY_FALLBACKS = [old]
+    assert completion_ok(assignment, token)
+
+
 def test_rejected_and_unvalidated_examples_earn_no_bonus(live_tasks, crowd, client, researcher, settings):
     batch = make_batch(live_tasks["sentiment"])
     assignment = do_one_assignment(client, crowd, batch)
