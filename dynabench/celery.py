@@ -66,7 +66,7 @@ def load_models_in_solo_worker(sender=None, **_kwargs):
     ``worker_process_init``: warm the cache once the worker is ready."""
     name = _pool_name(getattr(sender, "controller", None) or sender)
     if "solo" in name or "thread" in name:
-        load_models_in_child()
+        warm_up_models()
 
 
 _heartbeat = None
@@ -118,11 +118,19 @@ def load_models_in_child(**_kwargs):
     ``worker_ready`` warms the models up (``load_models_in_solo_worker``), so nothing
     starts here.
     """
-    from django.db import connections
-
     if os.getpid() == _main_pid:
+        from django.db import connections
+
         connections.close_all()
         return
+    warm_up_models()
+
+
+def warm_up_models() -> None:
+    """Start loading the open rounds' target models on the model thread; the database
+    connection that read which ones is closed before this returns."""
+    from django.db import connections
+
     from annotation.inference import warm_up_in_background
 
     futures = warm_up_in_background()

@@ -8,6 +8,7 @@ ensembles; then the warming-up answer and the explanation lane.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -262,7 +263,8 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
 
 
 @pytest.mark.django_db
-def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_parent_does_not(live_tasks):
+def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_parent_does_not(live_tasks,
+                                                                                            monkeypatch):
     """worker_ready in a prefork parent must not touch torch (its children load theirs
     in worker_process_init, after the fork); solo and threads workers load there."""
     import ml
@@ -270,6 +272,7 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
     from tasks.registry import open_rounds_target_models
 
     refs = [m.ref() for m in open_rounds_target_models()]
+    monkeypatch.setattr(worker_signals, "_main_pid", os.getpid())  # as worker_init recorded it in the worker
 
     class Controller:
         def __init__(self, pool):
