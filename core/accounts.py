@@ -46,8 +46,26 @@ class ThrottledLoginView(LoginView):
         return super().form_invalid(form)
 
     def form_valid(self, form):
-        ratelimit.login_succeeded(form.get_user().get_username())
+        ratelimit.login_succeeded(self.request, form.get_user().get_username())
         return super().form_valid(form)
+
+
+def admin_login(request, extra_context=None):
+    """The admin's sign-in, under the same lockout as the site's and the API's."""
+    from django.contrib import admin
+
+    username = request.POST.get("username") if request.method == "POST" else None
+    if username is not None:
+        wait = ratelimit.login_retry_after(request, username)
+        if wait:
+            return too_many(request, wait, "failed sign-ins")
+    response = admin.site.login(request, extra_context)
+    if username is not None:
+        if response.status_code == 200:  # the form again: the credentials did not sign in
+            ratelimit.login_failed(request, username)
+        elif request.user.is_authenticated:
+            ratelimit.login_succeeded(request, username)
+    return response
 
 
 class CredentialsSerializer(AuthTokenSerializer):
@@ -78,7 +96,7 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
                 raise  # a field is missing or malformed: 400
             ratelimit.login_failed(request, username)
             raise exceptions.AuthenticationFailed("Unable to sign in with the username and password given.") from None
-        ratelimit.login_succeeded(username)
+        ratelimit.login_succeeded(request, username)
         return response
 
 

@@ -94,7 +94,9 @@ class Limiter:
 
 
 def login_by_account() -> Limiter:
-    return Limiter("login-account", settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURE_WINDOW)
+    """Failures per account *and* address: a stranger who knows a username locks it out
+    only for their own address, never for its owner elsewhere."""
+    return Limiter("login-account-address", settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURE_WINDOW)
 
 
 def login_by_address() -> Limiter:
@@ -112,18 +114,23 @@ def normalise_username(username) -> str:
     return unicodedata.normalize("NFKC", str(username or "")[:150]).strip().casefold()
 
 
+def _account_at(request, username) -> str:
+    return f"{normalise_username(username)}\x00{client_ip(request)}"
+
+
 def login_retry_after(request, username) -> int | None:
-    """Seconds until this account, from this address, may try to sign in again."""
-    waits = [login_by_account().retry_after(normalise_username(username)),
+    """Seconds until this account, from this address, may try to sign in again (the
+    account's failures from this address, and this address's failures on any account)."""
+    waits = [login_by_account().retry_after(_account_at(request, username)),
              login_by_address().retry_after(client_ip(request))]
     waits = [w for w in waits if w]
     return max(waits) if waits else None
 
 
 def login_failed(request, username) -> None:
-    login_by_account().hit(normalise_username(username))
+    login_by_account().hit(_account_at(request, username))
     login_by_address().hit(client_ip(request))
 
 
-def login_succeeded(username) -> None:
-    login_by_account().reset(normalise_username(username))
+def login_succeeded(request, username) -> None:
+    login_by_account().reset(_account_at(request, username))

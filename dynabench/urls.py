@@ -73,6 +73,7 @@ urlpatterns = [
     path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", accounts.signup, name="signup"),
+    path("admin/login/", accounts.admin_login),  # before admin.site.urls: the same lockout as the site's
     path("admin/", admin.site.urls),
 ]
 

@@ -67,6 +67,30 @@ def test_a_success_clears_the_accounts_count(annotator, client, settings):
     assert client.post("/accounts/login/", {"username": "annotator", "password": PASSWORD}).status_code == 302
 
 
+@pytest.mark.parametrize("door", ["/accounts/login/", "/api/auth/token/", "/admin/login/"])
+def test_a_stranger_cannot_lock_an_account_out_from_elsewhere(researcher, client, settings, door):
+    """Failures from one address lock the account there only: its owner, at another
+    address, still signs in, on every door (the site, the API and the admin)."""
+    settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURES_PER_ADDRESS = 3, 100
+    stranger = {"REMOTE_ADDR": "198.51.100.7"}
+    for _ in range(3):
+        client.post(door, {"username": "researcher", "password": "wrong"}, **stranger)
+    locked = client.post(door, {"username": "researcher", "password": PASSWORD}, **stranger)
+    assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
+    owner = client.post(door, {"username": "researcher", "password": PASSWORD}, REMOTE_ADDR="203.0.113.20")
+    assert owner.status_code in (200, 302) and owner.status_code != 429
+    if door != "/api/auth/token/":
+        assert owner.status_code == 302  # signed in
+
+
+def test_the_admin_sign_in_counts_failures_per_address_too(annotator, client, settings):
+    settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURES_PER_ADDRESS = 100, 3
+    for i in range(3):
+        assert client.post("/admin/login/", {"username": f"guess{i}", "password": "x"}).status_code == 200
+    refused = client.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    assert refused.status_code == 429 and "too many failed sign-ins" in refused.content.decode()
+
+
 def test_sign_ups_are_limited_per_address(client, settings):
     settings.SIGNUPS_PER_ADDRESS = 2
     for i in range(2):
