@@ -3,7 +3,9 @@
 There is one source for the platform's headline number, the verified model error
 rate (verified model-fooling examples / examples collected): these counts. No
 counter is kept beside them to drift. Collected means written on the platform
-(``source="annotation"``) and not retracted; imported data is not collected.
+(``source="annotation"``) and not retracted; imported data is not collected, and
+neither is what an MTurk assignment wrote before MTurk confirmed it (a provisional
+session: a worker id typed into a URL moves no public number).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ def rate(num: int, den: int) -> float | None:
 def with_counts(rounds: QuerySet) -> QuerySet:
     """``rounds`` annotated with ``n_collected``, ``n_fooled``, ``n_verified``,
     ``n_verified_fooled`` and ``n_validations`` (decisions on collected examples): one query."""
-    collected = Q(examples__source=Example.Source.ANNOTATION, examples__retracted=False)
+    collected = (Q(examples__source=Example.Source.ANNOTATION, examples__retracted=False)
+                 & ~Q(examples__session__provisional=True))
     decided = (Validation.objects.filter(example__round=OuterRef("pk"), example__source=Example.Source.ANNOTATION,
-                                         example__retracted=False).exclude(label="")
+                                         example__retracted=False)
+               .exclude(example__session__provisional=True).exclude(label="")
                .order_by().values("example__round").annotate(n=Count("pk")).values("n"))
     return rounds.annotate(
         n_collected=Count("examples", filter=collected),
@@ -58,7 +62,8 @@ def round_stats(rnd: Round, *, identify: bool = False) -> dict:
     agreed with the writers' answers. ``identify`` (researchers' pages only) adds
     each annotator's username next to the pseudonym."""
     counted = with_counts(Round.objects.filter(pk=rnd.pk)).get()
-    base = Example.objects.filter(round=rnd, retracted=False, source=Example.Source.ANNOTATION)
+    base = (Example.objects.filter(round=rnd, retracted=False, source=Example.Source.ANNOTATION)
+            .exclude(session__provisional=True))
     verified_fooled = Q(fooled=True, validation_status=VERIFIED)
     per_annotator = list(
         base.values("annotator_id")

@@ -55,13 +55,15 @@ COUNTER = {
 def validation_queue(task: Task, user):
     """Examples ``user`` may validate: those they answered blind and have not decided
     yet first, then model-fooling ones, then those with the fewest validations.
-    Never their own, never retracted, flagged or decided ones, never twice. Each
+    Never their own, never retracted, flagged or decided ones, never twice, never one
+    from an MTurk assignment that MTurk has not confirmed yet. Each
     carries ``my_blind_answer`` (their stored blind answer, or None)."""
     mine = Validation.objects.filter(example=OuterRef("pk"), validator=user)
     return (
         Example.objects.filter(task=task, retracted=False, flagged=False,
                                validation_status=Example.ValidationStatus.PENDING,
                                source=Example.Source.ANNOTATION)
+        .exclude(session__provisional=True)  # written in an MTurk assignment MTurk has not confirmed yet
         .exclude(annotator=user)
         .exclude(Exists(mine.exclude(label="")))
         .annotate(

@@ -580,6 +580,28 @@ def test_a_crash_after_mturk_paid_is_reconciled_and_a_held_row_is_left_to_its_ho
     assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
 
 
+def test_unconfirmed_hit_work_stays_out_of_the_queue_and_the_public_numbers(live_tasks, crowd, client,
+                                                                              client_for, second_annotator):
+    """A worker id typed into a URL writes examples in a provisional session: until MTurk
+    confirms the assignment they are neither served to validators nor counted in public."""
+    from annotation.services.stats import round_stats
+
+    task = live_tasks["sentiment"]
+    assignment = do_one_assignment(client, crowd, make_batch(task))
+    assert assignment.session.provisional
+    validator = client_for(second_annotator)
+    assert validator.get("/api/tasks/sentiment/validations/next/").status_code == 204
+    public = client.get(f"/api/tasks/sentiment/rounds/{task.open_round().number}/stats/").json()
+    assert public["collected"] == 0 and public["fooled"] == 0
+    assert round_stats(task.open_round())["annotators"] == []
+
+    assert sync.sync().approved == 1  # MTurk confirms: the work counts from now on
+    public = client.get(f"/api/tasks/sentiment/rounds/{task.open_round().number}/stats/").json()
+    assert public["collected"] == 2 and public["fooled"] == 1
+    item = validator.get("/api/tasks/sentiment/validations/next/").json()
+    assert Example.objects.get(pk=item["id"]).session_id == assignment.session_id
+
+
 def test_made_up_validators_decide_nothing_and_earn_no_one_a_bonus(live_tasks, crowd, client, settings):
     """Made-up worker ids on a validate HIT (its id is public in the preview) 'verify' a
     mislabelled example: their decisions are stored but never count, so it stays
