@@ -21,6 +21,11 @@ How it is paid (the ledger first):
 3. When a call fails or its answer is lost, the row stays pending; before any
    retry, ``ListBonusPayments`` is asked whether MTurk paid it after all (the
    bonus's reason names the ledger row). Only if it did not is it sent again.
+   An answer that looks like "already processed" is no proof either: the row is
+   marked paid only if ``ListBonusPayments`` lists the payment.
+   A run holds a row for ``lease()``, longer than its two calls with every retry
+   can take; each of its writes checks that the row is still its own (the attempt
+   it claimed), so a run that outlived its lease changes nothing.
 4. Throttling, MTurk faults and too little money leave the row failed with a
    readable error and a later retry time (backoff), never a loop.
 """
@@ -44,8 +49,15 @@ from .models import Assignment, Batch, BonusPayment
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF = timedelta(hours=1)
-# How long one run holds a ledger row while it talks to MTurk (boto3's retries included).
-LEASE = timedelta(minutes=5)
+# MTurk keeps a UniqueRequestToken for 24 hours: a token it calls a duplicate but has
+# not paid can be sent again only after that.
+TOKEN_LIFETIME = timedelta(hours=24)
+
+
+def lease() -> timedelta:
+    """How long one run holds a ledger row: its ListBonusPayments and its SendBonus,
+    each with every retry boto3 may make, and a margin."""
+    return timedelta(seconds=2 * mturk.longest_call_seconds() + 60)
 
 
 @dataclass
@@ -128,7 +140,7 @@ def send(payment: BonusPayment) -> bool:
         # Until MTurk answers, a crash leaves the row pending, to be reconciled
         # (attempts > 1) once the lease is over; a concurrent run skips it meanwhile.
         payment.status = BonusPayment.Status.PENDING
-        payment.next_attempt_at = now + LEASE
+        payment.next_attempt_at = now + lease()
         payment.save(update_fields=["attempts", "status", "next_attempt_at"])
     try:
         if payment.attempts > 1 and _already_paid(payment):
@@ -139,20 +151,32 @@ def send(payment: BonusPayment) -> bool:
                          sandbox=payment.assignment.hit.batch.sandbox)
         return _paid(payment)
     except mturk.MTurkError as exc:
-        if exc.kind == "duplicate":  # MTurk took this token before: the first call paid
-            return _paid(payment, "MTurk had processed this token already")
+        if exc.kind == "duplicate":  # proof only if MTurk lists the payment
+            if _already_paid(payment):
+                return _paid(payment, "MTurk had processed this token already, and lists the payment")
+            _mine(payment).update(
+                status=BonusPayment.Status.FAILED, next_attempt_at=timezone.now() + TOKEN_LIFETIME,
+                last_error=("MTurk answered that this token was processed already, but lists no such payment: "
+                            f"not paid. The token can be sent again once MTurk forgets it. ({exc})")[:2000])
+            logger.error("Bonus %s: MTurk says duplicate but lists no payment", payment.pk)
+            raise
         wait = min(MAX_BACKOFF, timedelta(minutes=2 ** min(payment.attempts, 10)))
         status = BonusPayment.Status.PENDING if exc.kind == "connection" else BonusPayment.Status.FAILED
-        BonusPayment.objects.filter(pk=payment.pk).update(
-            status=status, last_error=str(exc)[:2000], next_attempt_at=timezone.now() + wait)
+        _mine(payment).update(status=status, last_error=str(exc)[:2000], next_attempt_at=timezone.now() + wait)
         logger.warning("Bonus %s not paid (attempt %s): %s", payment.pk, payment.attempts, exc)
         raise
 
 
+def _mine(payment: BonusPayment):
+    """The ledger row while this run still holds it: its attempt is the one this run
+    claimed. A run that outlived its lease (another run claimed the row since) writes nothing."""
+    return BonusPayment.objects.filter(pk=payment.pk, attempts=payment.attempts)
+
+
 def _paid(payment: BonusPayment, note: str = "") -> bool:
-    BonusPayment.objects.filter(pk=payment.pk).update(status=BonusPayment.Status.PAID, paid_at=timezone.now(),
-                                                      last_error=note)
-    return True
+    """Mark the row paid; False when this run no longer holds it (the run that does
+    finds the payment on MTurk with ListBonusPayments)."""
+    return bool(_mine(payment).update(status=BonusPayment.Status.PAID, paid_at=timezone.now(), last_error=note))
 
 
 def pay_bonuses(batch_id: int | None = None) -> BonusReport:

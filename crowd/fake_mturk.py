@@ -34,7 +34,9 @@ What it emulates:
   AutoApprovalTime are approved whenever a request (or ``auto_approve_due``) runs.
 - Faults: ``inject(operation, fault, times)`` with ``drop_after_commit`` (apply,
   then close the connection without answering), ``server_error`` (500
-  ServiceFault) or ``throttle`` (400 ThrottlingException, "Rate exceeded").
+  ServiceFault), ``throttle`` (400 ThrottlingException, "Rate exceeded") or
+  ``duplicate`` (400 DuplicateRequest, "already been processed", without applying
+  anything: an answer that proves nothing about what MTurk did).
 
 What it does not: authentication (signatures are ignored), HIT layouts, review
 policies, qualification requests and tests, system qualifications (locale,
@@ -77,7 +79,7 @@ QUESTION_NAMESPACES = {
     "QuestionForm": {"http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2005-10-01/QuestionForm.xsd",
                      "http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2017-11-06/QuestionForm.xsd"},
 }
-FAULTS = ("drop_after_commit", "server_error", "throttle")
+FAULTS = ("drop_after_commit", "server_error", "throttle", "duplicate")
 DEFAULT_AUTO_APPROVAL_DELAY = 30 * 24 * 3600  # MTurk's default and maximum: 30 days
 TOKEN_LIFETIME = 24 * 3600
 CENT = Decimal("0.01")
@@ -433,6 +435,9 @@ class FakeMTurk:
             fault = queue.pop(0) if queue else None
             if fault == "throttle":
                 return 400, {"__type": "ThrottlingException", "Message": "Rate exceeded"}
+            if fault == "duplicate":
+                return 400, RequestError(f"The idempotency token \"{params.get('UniqueRequestToken')}\" has already "
+                                         "been processed.", "AWS.MechanicalTurk.DuplicateRequest").body
             if fault == "server_error":
                 return 500, RequestError("Internal server error. Try again.", "AWS.MechanicalTurk.ServiceFault",
                                          "ServiceFault", 500).body

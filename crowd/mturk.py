@@ -90,11 +90,22 @@ def client(sandbox: bool | None = None):
     return _client(endpoint_url(sandbox), settings.MTURK_REGION, settings.MTURK_MAX_ATTEMPTS)
 
 
+CONNECT_TIMEOUT, READ_TIMEOUT = 10, 30  # seconds, per attempt
+RETRY_BACKOFF_CAP = 20  # seconds: botocore's standard mode waits at most this long between attempts
+
+
+def longest_call_seconds() -> int:
+    """The longest one call can take with its retries: every attempt times out in full,
+    with the longest wait between them. A lease on a ledger row must outlive it."""
+    attempts = settings.MTURK_MAX_ATTEMPTS
+    return attempts * (CONNECT_TIMEOUT + READ_TIMEOUT) + (attempts - 1) * RETRY_BACKOFF_CAP
+
+
 @functools.lru_cache(maxsize=4)
 def _client(endpoint: str, region: str, attempts: int):
     return boto3.client("mturk", region_name=region, endpoint_url=endpoint,
                         config=Config(retries={"mode": "standard", "total_max_attempts": attempts},
-                                      connect_timeout=10, read_timeout=30))
+                                      connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT))
 
 
 def _error(operation: str, exc: Exception) -> MTurkError:

@@ -2,10 +2,12 @@
 submit, sync, validate, bonus; and the attacks and failures around them."""
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
+from django.db.models import F
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -444,6 +446,57 @@ def test_an_unanswered_bonus_is_reconciled_before_any_retry(live_tasks, crowd, c
     ledger.refresh_from_db()
     assert ledger.status == BonusPayment.Status.PAID
     assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1 and crowd.count("ListBonusPayments") == 1
+
+
+def paid_example_ready(live_tasks, crowd, client, researcher):
+    """An approved assignment with one verified fooling example, its ledger row settled."""
+    assignment = do_one_assignment(client, crowd, make_batch(live_tasks["sentiment"]))
+    sync.sync()
+    for example in Example.objects.filter(session=assignment.session):
+        validation.validate_example(example.pk, researcher, label="correct")
+    return bonuses.settle(Assignment.objects.get(pk=assignment.pk))
+
+
+def test_already_processed_is_no_proof_of_payment(live_tasks, crowd, client, researcher):
+    """MTurk answers "already been processed" but lists no payment: the row is not paid."""
+    from django.utils import timezone
+
+    ledger = paid_example_ready(live_tasks, crowd, client, researcher)
+    crowd.inject("SendBonus", "duplicate")
+    report = bonuses.pay_bonuses()
+    assert report.paid == 0 and len(report.errors) == 1
+    ledger.refresh_from_db()
+    assert ledger.status == BonusPayment.Status.FAILED and ledger.paid_at is None
+    assert "lists no such payment: not paid" in ledger.last_error
+    assert ledger.next_attempt_at > timezone.now() + bonuses.TOKEN_LIFETIME - timedelta(minutes=1)
+    assert crowd.bonuses == [] and crowd.count("ListBonusPayments") == 1
+
+
+def test_a_run_that_lost_its_lease_mid_call_marks_nothing(live_tasks, crowd, client, researcher, monkeypatch):
+    """The call outlives the lease: another run claims the row meanwhile. The late run's
+    "paid" is not written; the run that holds the row finds the payment on MTurk."""
+    ledger = paid_example_ready(live_tasks, crowd, client, researcher)
+    real_send = mturk.send_bonus
+
+    def slow_send(**kwargs):  # the lease runs out while MTurk answers: another run claims the row
+        BonusPayment.objects.filter(pk=ledger.pk).update(attempts=F("attempts") + 1)
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(bonuses.mturk, "send_bonus", slow_send)
+    assert bonuses.send(ledger) is False
+    ledger.refresh_from_db()
+    assert ledger.status == BonusPayment.Status.PENDING and ledger.paid_at is None  # not this run's to write
+    monkeypatch.setattr(bonuses.mturk, "send_bonus", real_send)
+    BonusPayment.objects.filter(pk=ledger.pk).update(next_attempt_at=ledger.created_at)  # the holder's turn
+    assert bonuses.pay_bonuses().paid == 1
+    assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1  # reconciled, never sent twice
+
+
+def test_the_lease_outlives_both_calls_with_every_retry(settings):
+    for attempts in (1, 4, 10):
+        settings.MTURK_MAX_ATTEMPTS = attempts
+        assert bonuses.lease() > 2 * timedelta(seconds=mturk.longest_call_seconds())
+    assert mturk.longest_call_seconds() >= 10 * (mturk.CONNECT_TIMEOUT + mturk.READ_TIMEOUT)
 
 
 def test_too_little_money_for_a_bonus_fails_clearly_and_pays_after_a_top_up(live_tasks, crowd, client, researcher):
