@@ -26,6 +26,7 @@ assignments and applies these rules, which the README documents:
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -129,15 +130,18 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: S
 
 def sync_batch(batch: Batch) -> SyncReport:
     """Sync one batch; a second sync of the same batch at the same time skips it."""
-    lock = f"dynabench:crowd:sync:{batch.pk}"
-    if not cache.add(lock, timezone.now().isoformat(), timeout=SYNC_LOCK_SECONDS):
+    lock, mine = f"dynabench:crowd:sync:{batch.pk}", uuid.uuid4().hex
+    if not cache.add(lock, mine, timeout=SYNC_LOCK_SECONDS):
         report = SyncReport()
         report.errors.append(f"batch {batch.pk}: another sync is running; skipped")
         return report
     try:
         return _sync_batch(batch)
     finally:
-        cache.delete(lock)
+        # Only the lock this run holds: one that outlived SYNC_LOCK_SECONDS may find
+        # another run's lock there, which is not its to release.
+        if cache.get(lock) == mine:
+            cache.delete(lock)
 
 
 def _sync_batch(batch: Batch) -> SyncReport:

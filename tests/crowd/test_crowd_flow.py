@@ -492,6 +492,26 @@ def test_a_run_that_lost_its_lease_mid_call_marks_nothing(live_tasks, crowd, cli
     assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1  # reconciled, never sent twice
 
 
+def test_a_sync_that_outlived_its_lock_leaves_the_next_runs_lock_alone(live_tasks, crowd, monkeypatch):
+    from django.core.cache import cache
+
+    batch = make_batch(live_tasks["sentiment"])
+    lock = f"dynabench:crowd:sync:{batch.pk}"
+    real_list = mturk.list_assignments
+
+    def slow_list(*args, **kwargs):  # MTurk answers after the lock expired and another sync took it
+        cache.set(lock, "another-run", timeout=60)
+        return real_list(*args, **kwargs)
+
+    monkeypatch.setattr(sync.mturk, "list_assignments", slow_list)
+    sync.sync_batch(batch)
+    assert cache.get(lock) == "another-run"  # still held by the run that holds it
+    monkeypatch.setattr(sync.mturk, "list_assignments", real_list)
+    assert "another sync is running" in " ".join(sync.sync_batch(batch).errors)
+    cache.delete(lock)
+    assert not sync.sync_batch(batch).errors and cache.get(lock) is None  # a run releases its own
+
+
 def test_the_lease_outlives_both_calls_with_every_retry(settings):
     for attempts in (1, 4, 10):
         settings.MTURK_MAX_ATTEMPTS = attempts
