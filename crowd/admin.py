@@ -287,14 +287,31 @@ class AssignmentAdmin(TaskScopedAdmin):
         return False
 
 
+class ZeroSettlementFilter(admin.SimpleListFilter):
+    """Settlements at $0, each with its note saying why (examples rejected, undecided...)."""
+
+    title = "amount"
+    parameter_name = "amount"
+
+    def lookups(self, request, model_admin):
+        return [("zero", "Settled at $0"), ("paid", "More than $0")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "zero":
+            return queryset.filter(amount=0)
+        if self.value() == "paid":
+            return queryset.filter(amount__gt=0)
+        return queryset
+
+
 @admin.register(BonusPayment)
 class BonusPaymentAdmin(TaskScopedAdmin):
     """The ledger, read-only: the totals above the list follow its filters."""
 
     task_path = "assignment__hit__batch__task"
     list_display = ["id", "worker", "batch", "amount", "example_count", "status", "attempts", "paid_at",
-                    "last_error"]
-    list_filter = ["status", ("assignment__hit__batch", admin.RelatedOnlyFieldListFilter)]
+                    "note", "last_error"]
+    list_filter = ["status", ZeroSettlementFilter, ("assignment__hit__batch", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["assignment__worker", "assignment__hit"]
     search_fields = ["assignment__worker__worker_id", "assignment__assignment_id", "unique_request_token"]
     readonly_fields = [f.name for f in BonusPayment._meta.fields]

@@ -27,7 +27,11 @@ How it is paid (the ledger first):
    can take; each of its writes checks that the row is still its own (the attempt
    it claimed), so a run that outlived its lease changes nothing.
 4. Throttling, MTurk faults and too little money leave the row failed with a
-   readable error and a later retry time (backoff), never a loop.
+   readable error and a later retry time (backoff), never a loop. A row MTurk
+   refuses with a request error ``BONUS_MAX_ATTEMPTS`` times ends as ``gave_up``,
+   with the reason, and the site's admins get an e-mail: a person must look.
+5. Every settlement keeps a note of how its amount was reached: a $0 row says
+   which examples did not count and why.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
+from django.core.mail import mail_admins
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -95,10 +101,21 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
         (assignment.submitted_at or assignment.finished_at or now) + timedelta(seconds=batch.auto_approval_delay_seconds))
     if pending and now < cutoff:
         return None
-    paid = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged
-            and signature_ok(e)]
+    verified = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged]
+    paid = [e for e in verified if signature_ok(e)]
     # At most the examples the HIT asked for (the earliest), as the batch's budget counted.
-    paid = sorted(paid, key=lambda e: (e.created_at, e.pk))[:batch.examples_per_assignment]
+    capped = sorted(paid, key=lambda e: (e.created_at, e.pk))
+    paid = capped[:batch.examples_per_assignment]
+    not_counted = {
+        "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED for e in examples),
+        "flagged": sum(e.flagged or e.validation_status == Example.ValidationStatus.FLAGGED for e in examples),
+        "undecided at the deadline": sum(e.validation_status == Example.ValidationStatus.PENDING and not e.flagged
+                                         for e in examples),
+        "with a signature that no longer checks": len(verified) - len(capped),
+        "over the examples the HIT asked for": len(capped) - len(paid),
+    }
+    note = (f"{len(paid)} of {len(examples)} model-fooling example{'s' if len(examples) != 1 else ''} counted"
+            + "".join(f"; {n} {why}" for why, n in not_counted.items() if n))
     reason = BonusPayment.Reason.VERIFIED_FOOLING
     amount = batch.bonus_per_example * len(paid)
     token = ledger_token(assignment, reason)
@@ -108,7 +125,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
         with transaction.atomic():
             return BonusPayment.objects.create(
                 assignment=assignment, reason=reason, amount=amount, example_count=len(paid),
-                example_ids=[e.pk for e in paid], message=message[:1024], unique_request_token=token,
+                example_ids=[e.pk for e in paid], message=message[:1024], unique_request_token=token, note=note[:500],
                 # Nothing owed: settled without a call to MTurk.
                 status=BonusPayment.Status.PAID if amount == 0 else BonusPayment.Status.PENDING,
                 paid_at=now if amount == 0 else None)
@@ -160,11 +177,27 @@ def send(payment: BonusPayment) -> bool:
                             f"not paid. The token can be sent again once MTurk forgets it. ({exc})")[:2000])
             logger.error("Bonus %s: MTurk says duplicate but lists no payment", payment.pk)
             raise
+        if exc.kind == "request" and payment.attempts >= settings.BONUS_MAX_ATTEMPTS:
+            _give_up(payment, exc)
+            raise
         wait = min(MAX_BACKOFF, timedelta(minutes=2 ** min(payment.attempts, 10)))
         status = BonusPayment.Status.PENDING if exc.kind == "connection" else BonusPayment.Status.FAILED
         _mine(payment).update(status=status, last_error=str(exc)[:2000], next_attempt_at=timezone.now() + wait)
         logger.warning("Bonus %s not paid (attempt %s): %s", payment.pk, payment.attempts, exc)
         raise
+
+
+def _give_up(payment: BonusPayment, exc: Exception) -> None:
+    """MTurk refused the row ``BONUS_MAX_ATTEMPTS`` times: it ends, and a person is told."""
+    reason = f"MTurk refused this bonus {payment.attempts} times; no more tries. Last answer: {exc}"
+    if not _mine(payment).update(status=BonusPayment.Status.GAVE_UP, last_error=reason[:2000]):
+        return
+    worker = payment.assignment.worker.worker_id
+    logger.error("Bonus %s ($%s to %s) given up: %s", payment.pk, payment.amount, worker, exc)
+    mail_admins(f"A bonus could not be paid: ${payment.amount} to {worker}",
+                f"Bonus ledger row {payment.pk} (assignment {payment.assignment.assignment_id}) {reason}\n\n"
+                "It is marked gave_up in the admin (Crowd > Bonus payments). Check the assignment on MTurk, then "
+                "pay it by hand or mark it as settled.", fail_silently=True)
 
 
 def _mine(payment: BonusPayment):

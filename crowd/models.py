@@ -193,6 +193,7 @@ class BonusPayment(models.Model):
         PENDING = "pending", "Pending (to send or to reconcile)"
         PAID = "paid", "Paid"
         FAILED = "failed", "Failed (will be retried)"
+        GAVE_UP = "gave_up", "Failed for good (a person must look)"
 
     class Reason(models.TextChoices):
         VERIFIED_FOOLING = "verified-fooling", "Verified model-fooling examples"
@@ -208,6 +209,9 @@ class BonusPayment(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     last_error = models.TextField(blank=True)
+    note = models.CharField(max_length=500, blank=True,
+                            help_text="How the amount was reached: the examples that counted, and why the others "
+                                      "did not (a $0 settlement says why).")
     created_at = models.DateTimeField(default=timezone.now)
     paid_at = models.DateTimeField(null=True, blank=True)
 

@@ -421,6 +421,8 @@ MTURK_REGION = env("MTURK_REGION", default="us-east-1")
 MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
 # New assignments one address may open on the HIT page per window (a worker opens
 # one per HIT; made-up ids from one machine are capped).
+# Tries before a bonus that MTurk keeps refusing with a request error ends as gave_up.
+BONUS_MAX_ATTEMPTS = env.int("BONUS_MAX_ATTEMPTS", default=8)
 # Bounds on what one batch may offer, in USD: a typo (50.00 for 0.50) cannot reach MTurk.
 CROWD_MAX_REWARD = Decimal(env.str("CROWD_MAX_REWARD", default="5.00"))  # per assignment
 CROWD_MAX_BONUS_PER_EXAMPLE = Decimal(env.str("CROWD_MAX_BONUS_PER_EXAMPLE", default="2.00"))

@@ -275,6 +275,7 @@ def test_rejected_and_unvalidated_examples_earn_no_bonus(live_tasks, crowd, clie
     ledger = BonusPayment.objects.get()
     assert ledger.amount == 0 and ledger.status == BonusPayment.Status.PAID and report.paid == 0
     assert crowd.bonuses == []
+    assert ledger.note == "0 of 1 model-fooling example counted; 1 rejected"  # a $0 settlement says why
 
 
 def test_a_forged_worker_id_earns_nothing(live_tasks, crowd, client, researcher):
@@ -510,6 +511,24 @@ def test_a_sync_that_outlived_its_lock_leaves_the_next_runs_lock_alone(live_task
     assert "another sync is running" in " ".join(sync.sync_batch(batch).errors)
     cache.delete(lock)
     assert not sync.sync_batch(batch).errors and cache.get(lock) is None  # a run releases its own
+
+
+def test_a_bonus_mturk_keeps_refusing_ends_for_good_and_tells_the_admins(live_tasks, crowd, client, researcher,
+                                                                          settings, mailoutbox):
+    settings.BONUS_MAX_ATTEMPTS, settings.ADMINS = 3, [("Ops", "ops@example.org")]
+    ledger = paid_example_ready(live_tasks, crowd, client, researcher)
+    crowd.assignments[ledger.assignment.assignment_id].status = "Submitted"  # MTurk refuses: not approved there
+    for attempt in range(1, 4):
+        report = bonuses.pay_bonuses()
+        assert report.paid == 0 and len(report.errors) == 1
+        ledger.refresh_from_db()
+        assert ledger.attempts == attempt
+        BonusPayment.objects.filter(pk=ledger.pk).update(next_attempt_at=ledger.created_at)  # due again at once
+    ledger.refresh_from_db()
+    assert ledger.status == BonusPayment.Status.GAVE_UP and "refused this bonus 3 times" in ledger.last_error
+    assert len(mailoutbox) == 1 and ledger.assignment.worker.worker_id in mailoutbox[0].subject
+    assert bonuses.pay_bonuses().errors == [] and crowd.count("SendBonus") == 3  # no fourth try, ever
+    assert crowd.bonuses == []
 
 
 def test_the_lease_outlives_both_calls_with_every_retry(settings):
