@@ -86,6 +86,14 @@ class Limiter:
             log.warning("rate-limit cache unavailable; %s not counted", self.scope, exc_info=True)
             return 0
 
+    def take(self, identity: str) -> int | None:
+        """Count one event for ``identity`` and say whether it was allowed: None if it was
+        within the limit, else the seconds to wait. One atomic count, not a check and
+        then a count: twenty requests at once make at most ``limit`` allowed."""
+        if self.hit(identity) <= self.limit:
+            return None
+        return self.retry_after(identity) or 1
+
     def reset(self, identity: str) -> None:
         try:
             cache.delete_many(list(self._keys(identity)))

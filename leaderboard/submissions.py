@@ -68,11 +68,10 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> tupl
         raise TooLarge(f"The archive is {upload.size:,} bytes; the limit is {settings.SUBMISSION_MAX_BYTES:,}.")
     key = f"{user.pk}:{task.pk}"
     if not is_researcher(user, task):
-        wait = limiter().retry_after(key)
+        wait = limiter().take(key)  # counted and checked at once: parallel uploads cannot slip past
         if wait:
             raise TooMany(f"At most {settings.SUBMISSIONS_PER_DAY} submissions per task per day; "
                           f"try again in {wait} s.", retry_after=wait)
-        limiter().hit(key)
     folder = models_root() / task.slug / "submissions"
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / uuid.uuid4().hex

@@ -138,3 +138,27 @@ def test_the_anonymous_throttle_ignores_a_forged_x_forwarded_for(demo_tasks, set
     finally:
         AnonRateThrottle.THROTTLE_RATES = original
     assert codes == [200, 200, 200, 429]
+
+
+def test_a_limit_taken_by_twenty_requests_at_once_allows_exactly_its_count():
+    """The daily upload limit: checked and counted in one step, so parallel requests from
+    one account cannot all pass the check before any of them counts."""
+    import threading
+
+    from core.ratelimit import Limiter
+
+    limiter = Limiter("test-parallel", 3, 3600)
+    barrier, allowed = threading.Barrier(20), []
+
+    def one():
+        barrier.wait()
+        if limiter.take("someone") is None:
+            allowed.append(1)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(allowed) == 3
+    assert limiter.take("someone") > 0 and limiter.take("someone-else") is None
