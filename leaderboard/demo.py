@@ -21,6 +21,12 @@ fine-tuning on SQuAD runs at about 2 questions/s on 2 CPU cores; train one with
 ``manage.py train_model --task qa --format squad .../squad/dev-v1.1.json --limit 500
 --epochs 1 --target`` (split by article). A task whose files are absent keeps
 the seed model too, with a note.
+
+``bootstrap_demo(real_data=True, background=True)`` (``make run``) keeps the seed
+models first, so the site works within minutes, and queues the real-data models
+after them (``queue_real_models``): each imports its data into round 0 beside the
+seed set and replaces the seed target only if it scores higher on the same test
+examples.
 """
 
 from __future__ import annotations
