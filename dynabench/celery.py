@@ -118,23 +118,18 @@ def load_models_in_child(**_kwargs):
     ``worker_ready`` warms the models up (``load_models_in_solo_worker``), so nothing
     starts here.
     """
-    if os.getpid() == _main_pid:
-        from django.db import connections
+    from django.db import connections
 
-        connections.close_all()
-        return
-    warm_up_models()
+    if os.getpid() != _main_pid:
+        warm_up_models()
+    connections.close_all()  # before the fix-up's receiver, which runs after this one
 
 
 def warm_up_models() -> None:
-    """Start loading the open rounds' target models on the model thread; the database
-    connection that read which ones is closed before this returns."""
-    from django.db import connections
-
+    """Start loading the open rounds' target models on the model thread."""
     from annotation.inference import warm_up_in_background
 
     futures = warm_up_in_background()
-    connections.close_all()
     for future in futures:
         future.add_done_callback(lambda done: log.info(
             "worker process %s: a target model %s", os.getpid(),
