@@ -120,10 +120,11 @@ def real_data_for(slug: str, data_dir: Path | None) -> tuple[RealData | None, st
     return None, "no real data set for this task"
 
 
-def demo_training_job(task: Task) -> Job | None:
-    """The seed model's training job of ``task`` that is queued or running, if any."""
+def active_training_job(task: Task, name: str = DEMO_MODEL_NAME) -> Job | None:
+    """The training job of ``task``'s model ``name`` (the seed model by default) that is
+    queued or running, if any."""
     return (Job.objects.filter(task=task, kind=Job.Kind.TRAIN_MODEL, status__in=Job.ACTIVE,
-                               params__name=DEMO_MODEL_NAME).order_by("-pk").first())
+                               params__name=name).order_by("-pk").first())
 
 
 def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | None = None,
@@ -151,7 +152,7 @@ def _ensure_demo_models(slugs, progress, *, background: bool, **train_options) -
         model = ModelVersion.objects.filter(task=task, name=DEMO_MODEL_NAME).first()
         try:
             if model is None:
-                job = demo_training_job(task) or _start_demo_training(task, say, train_options)
+                job = active_training_job(task) or _start_demo_training(task, say, train_options)
                 if job is None or background:
                     continue
                 model = model_services.wait_for_trained_model(job, echo)
@@ -280,21 +281,14 @@ def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progr
     return trained, fallback
 
 
-def real_training_job(task: Task) -> Job | None:
-    """The real-data model's training job of ``task`` that is queued or running, if any."""
-    return (Job.objects.filter(task=task, kind=Job.Kind.TRAIN_MODEL, status__in=Job.ACTIVE,
-                               params__name=REAL_MODEL_NAME).order_by("-pk").first())
-
-
 def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progress: Callable[[str], None],
-                      train_options: dict) -> list[Job]:
+                      train_options: dict) -> None:
     """``make run``'s real-data targets, as jobs that run after the seed models' (the web
     process runs them in turn): each imports its task's real data into round 0 beside
     the seed set, trains ``round0-real`` there, evaluates it, and makes it the target
     if it beats the seed target on round 0's test set, both scored on the same
     examples (``services.compare_with_target``). Tasks without their files, and tasks
     that have the model or its job already, are skipped with a note."""
-    queued = []
     for slug in slugs:
         task = Task.objects.get(slug=slug)
         data, reason = real_data_for(slug, data_dir)
@@ -310,10 +304,9 @@ def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progre
             continue
         what = (f"imports {data.description} into round 0, trains {REAL_MODEL_NAME} there, and makes it the "
                 "target if it beats the seed target")
-        job = real_training_job(task)
+        job = active_training_job(task, REAL_MODEL_NAME)
         if job is not None:
             progress(f"{slug}: job #{job.pk} {what}")
-            queued.append(job)
             continue
         spec = {"name": REAL_MODEL_NAME, "evaluate": True, "promote_if_better": True,
                 "import_data": {"format": data.format_name,
@@ -334,8 +327,6 @@ def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progre
             progress(f"{slug}: no real-data target for now: {exc.message}")
             continue
         progress(f"{slug}: job #{job.pk} {what}")
-        queued.append(job)
-    return queued
 
 
 def import_seed_examples(task: Task) -> int:
