@@ -107,7 +107,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     capped = sorted(paid, key=lambda e: (e.created_at, e.pk))
     paid = capped[:batch.examples_per_assignment]
     not_counted = {
-        "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED for e in examples),
+        "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED and not e.flagged for e in examples),
         "flagged": sum(e.flagged or e.validation_status == Example.ValidationStatus.FLAGGED for e in examples),
         "undecided at the deadline": sum(e.validation_status == Example.ValidationStatus.PENDING and not e.flagged
                                          for e in examples),

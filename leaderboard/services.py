@@ -668,17 +668,16 @@ def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) ->
         return decided(True, f"round {rnd.number} has no target yet: {model.name} becomes it")
     reporter.progress(100, f"scoring the target ({', '.join(t.name for t in targets)}) on round 0's "
                            f"{mine.num_examples} test examples too")
-    theirs = []
-    for target in targets:
-        [evaluation] = evaluate_model(target, [static], job=job) or [None]
-        theirs.append((target, evaluation.metrics.get(metric) if evaluation else None))
-    best = max((value for _t, value in theirs if value is not None), default=None)
-    score = mine.metrics[metric]
+    theirs = [evaluation.metrics.get(metric) for target in targets
+              for evaluation in evaluate_model(target, [static], job=job)]
+    theirs = [value for value in theirs if value is not None]
+    if not theirs:
+        return decided(True, f"the target has no {metric} on round 0: {model.name} becomes the target")
+    score, best = mine.metrics[metric], max(theirs)
     summary = (f"{model.name} {score:.1%} against the target's {best:.1%} {metric} on round 0's "
-               f"{mine.num_examples} test examples" if best is not None else "")
-    if best is None or score > best:
-        return decided(True, f"{summary}: {model.name} becomes the target" if summary
-                       else f"the target has no {metric} on round 0: {model.name} becomes the target")
+               f"{mine.num_examples} test examples")
+    if score > best:
+        return decided(True, f"{summary}: {model.name} becomes the target")
     return decided(False, f"{summary}: the target stays")
 
 
