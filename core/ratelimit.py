@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
+from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 log = logging.getLogger(__name__)
@@ -32,10 +34,6 @@ def page_wait(request) -> int | None:
     """The API's default throttles (``anon``/``user`` rates, the same counters) applied
     to an HTML page that computes as much as an API call (the leaderboard): the seconds
     to wait, or None when the request may go on."""
-    import math
-
-    from rest_framework.settings import api_settings
-
     for throttle_class in api_settings.DEFAULT_THROTTLE_CLASSES:
         throttle = throttle_class()
         if not throttle.allow_request(request, None):

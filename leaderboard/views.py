@@ -11,13 +11,14 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, HttpResponseForbidden
+from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from annotation.services import stats
 from annotation.views import task_page_context
+from core.accounts import too_many
 from core.errors import DomainError
 from core.ratelimit import page_wait
 from tasks import jobs
@@ -172,8 +173,7 @@ def leaderboard_page(request, slug):
 
     wait = page_wait(request)
     if wait:
-        return HttpResponse(f"Too many requests: try again in {wait} s.", status=429,
-                            headers={"Retry-After": str(wait)}, content_type="text/plain; charset=utf-8")
+        return too_many(request, wait, "requests from here")
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
     if task is None:
         raise Http404(f"No task {slug!r}.")
