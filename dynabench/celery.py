@@ -41,14 +41,19 @@ def torch_threads_per_process(cpus: int, processes: int) -> int:
 
 
 @worker_init.connect
+def remember_the_worker_process(**_kwargs):
+    """The worker's own process id, to tell it from its prefork pool children later."""
+    global _main_pid
+    _main_pid = os.getpid()
+
+
+@worker_init.connect
 def split_cores_between_pool_processes(sender=None, **_kwargs):
     """Give each pool process (or pool thread) its share of the cores, unless DYNABENCH_TORCH_THREADS
     says otherwise. Runs in the parent before the children fork, and the children
     inherit the environment. torch's default is every core in every child: with two
     children on two cores, four OpenMP threads spin against each other and a model
     pass under load slows several-fold (measured 8.3 against 31.7 examples/s)."""
-    global _main_pid
-    _main_pid = os.getpid()
     if os.environ.get("DYNABENCH_TORCH_THREADS", "").strip():
         return
     # prefork children each run passes at once; solo runs one, and the threads pool
@@ -129,8 +134,7 @@ def warm_up_models() -> None:
     """Start loading the open rounds' target models on the model thread."""
     from annotation.inference import warm_up_in_background
 
-    futures = warm_up_in_background()
-    for future in futures:
+    for future in warm_up_in_background():
         future.add_done_callback(lambda done: log.info(
             "worker process %s: a target model %s", os.getpid(),
             "loaded" if done.exception() is None else f"failed to load: {done.exception()}"))

@@ -5,7 +5,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import dynabench.celery
 from dynabench.celery import split_cores_between_pool_processes, torch_threads_per_process
 
 
@@ -22,7 +21,6 @@ def test_each_pool_process_gets_its_share(cpus, processes, threads):
 def test_worker_init_sets_the_threads_unless_the_operator_did(monkeypatch, pool, concurrency, expected_processes):
     # The sender stands for Celery's WorkController: only the two attributes read here.
     sender = SimpleNamespace(pool_cls=pool, concurrency=concurrency)
-    monkeypatch.setattr(dynabench.celery, "_main_pid", None)  # the handler records this process as the worker's
     monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "")  # recorded first: teardown restores the original
     monkeypatch.delenv("DYNABENCH_TORCH_THREADS")
     split_cores_between_pool_processes(sender=sender)
