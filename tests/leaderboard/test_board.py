@@ -282,22 +282,21 @@ def test_weight_variants_share_one_cached_board_and_the_page_is_throttled(boarde
     """Cache-busting: 1.00001, 1.00002 ... are each a new key and a board computed afresh.
     Rounded to one decimal before the cache, they are the same board; and the HTML page
     counts against the same throttle as the API."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
     from rest_framework.settings import api_settings
     from rest_framework.throttling import AnonRateThrottle
 
-    task, _models = boarded
-    computed = []
-    real_board = board.board
-
-    def counting_board(*args, **kwargs):
-        computed.append(1)
-        return real_board(*args, **kwargs)
-
-    monkeypatch.setattr(board, "board", counting_board)
-    for variant in ("1", "1.00001", "1.04", "0.96"):
-        response = client.get(f"/api/tasks/sentiment/leaderboard/?weights=throughput:{variant}")
+    def queries(variant):
+        with CaptureQueriesContext(connection) as seen:
+            response = client.get(f"/api/tasks/sentiment/leaderboard/?weights=throughput:{variant}")
         assert response.status_code == 200 and response.json()["weights"]["throughput"] == 1.0
-    assert len(computed) == 1
+        return len(seen)
+
+    computed, cached = queries("1"), queries("1")
+    assert cached < computed  # the board of "1" is computed once, then read from the cache
+    for variant in ("1.00001", "1.04", "0.96"):  # the same board: no computation
+        assert queries(variant) == cached, variant
     assert client.get("/api/tasks/sentiment/leaderboard/?weights=performance:0.01,throughput:0,memory:0,"
                       "robustness:0,fairness:0,calibration:0").status_code == 400  # all 0 once rounded
 
