@@ -644,7 +644,8 @@ def run_evaluation_job(job_id: int) -> Job:
 
 def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) -> dict:
     """Whether ``model`` should replace the open round's target: it scores higher on
-    round 0's test set. The target is scored again first, on that set as it is now (an
+    round 0's test set, and not below always answering the most common label there
+    (promotion would refuse that). The target is scored again first, on that set as it is now (an
     import may have grown it since its own evaluation), so both numbers count the same
     examples. Returns {"promote": bool, "reason": str}, and logs the reason."""
     task = model.task
@@ -674,8 +675,15 @@ def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) ->
     if not theirs:
         return decided(True, f"the target has no {metric} on round 0: {model.name} becomes the target")
     score, best = mine.metrics[metric], max(theirs)
+    from .board import forget, target_scores
+
+    forget(task.pk)  # the majority line on the test set as it is now (an import may have grown it)
+    majority = target_scores(task, [model])[0]["baseline"]
     summary = (f"{model.name} {score:.1%} against the target's {best:.1%} {metric} on round 0's "
-               f"{mine.num_examples} test examples")
+               f"{mine.num_examples} test examples"
+               + (f" (always answering the most common label: {majority:.1%})" if majority is not None else ""))
+    if majority is not None and score < majority:  # promotion would refuse it (cycle.check_above_baseline)
+        return decided(False, f"{summary}: below the majority line, the target stays")
     if score > best:
         return decided(True, f"{summary}: {model.name} becomes the target")
     return decided(False, f"{summary}: the target stays")

@@ -74,10 +74,15 @@ def test_real_data_targets_follow_the_seed_ones_and_replace_them_only_when_bette
     assert mine.num_examples == theirs.num_examples == static.examples.filter(split="test").count()
     evaluation = Job.objects.get(kind=Job.Kind.EVALUATE_MODEL, params__model_version=real.pk)
     decision = evaluation.result["promotion"]
-    better = mine.metrics["accuracy"] > theirs.metrics["accuracy"]
+    from leaderboard.board import forget, target_scores
+
+    forget(task.pk)
+    majority = target_scores(task, [real])[0]["baseline"]  # the majority line on the same examples
+    better = mine.metrics["accuracy"] > theirs.metrics["accuracy"] and mine.metrics["accuracy"] >= majority
     assert decision["promote"] is better, decision
     assert f"{mine.metrics['accuracy']:.1%} against the target's {theirs.metrics['accuracy']:.1%}" in \
         decision["reason"]
+    assert f"always answering the most common label: {majority:.1%}" in decision["reason"]
     first = Round.objects.get(task=task, number=1)
     if better:  # round 1 had the seed target: a promotion opens round 2 with the real one
         assert first.status == Round.Status.CLOSED
@@ -87,11 +92,13 @@ def test_real_data_targets_follow_the_seed_ones_and_replace_them_only_when_bette
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("score", "promoted"), [(1.0, True), (0.0, False)])
+@pytest.mark.parametrize(("score", "promoted"), [(1.0, True), (0.0, False), ("under the majority line", False)])
 def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, live_tasks, score, promoted):
     """The rule itself: the candidate's stored round-0 score against the target's, which
-    is scored again on the same examples. A candidate at 100% wins; one at 0% does not."""
+    is scored again on the same examples, and against always answering the most common
+    label. A candidate at 100% wins; one at 0%, or just under the majority line, does not."""
     from leaderboard import services
+    from leaderboard.board import target_scores
     from tasks.jobs import JobReporter, create_job
 
     task = live_tasks["sentiment"]
@@ -101,6 +108,9 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
                                             sha256=target.sha256, status=ModelVersion.Status.READY)
     static = Round.objects.get(task=task, number=0)
     n = static.examples.filter(split="test").count()
+    majority = target_scores(task, [target])[0]["baseline"]
+    if score == "under the majority line":
+        score = majority - 0.001
     Evaluation.objects.create(model_version=candidate, round=static, split="test", num_examples=n,
                               metrics={"accuracy": score}, model_error_rate=1 - score)
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": candidate.pk}, task=task)
@@ -109,6 +119,7 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
     decision = services.compare_with_target(candidate, reporter, job)
 
     assert decision["promote"] is promoted, decision
+    assert ("below the majority line" in decision["reason"]) is (score < majority)
     rescored = Evaluation.objects.get(model_version=target, round=static, split="test")
     assert rescored.num_examples == n and rescored.job_id == job.pk
     job.refresh_from_db()
