@@ -4,10 +4,12 @@ caller's visibility and, for a session token, the token's own task."""
 from __future__ import annotations
 
 from core.errors import Forbidden, NotFound
+from core.ratelimit import client_ip
 from tasks.models import Task
 from tasks.roles import is_researcher
 
 from .models import AnnotationSession, Example
+from .services.trust import record_address
 
 
 def token_session(request) -> AnnotationSession | None:
@@ -42,3 +44,8 @@ def example_for(request, pk: int) -> Example:
     if example is None:
         raise NotFound("No such example.")
     return example
+
+
+def seen(request) -> None:
+    """Record the caller's address (``services.trust``): writes and validations do."""
+    record_address(request.user, client_ip(request))

@@ -20,7 +20,8 @@ from .services import examples as example_services
 class ValidationInline(admin.TabularInline):
     model = Validation
     extra = 0
-    fields = ["validator", "blind_answer", "blind_agrees", "label", "mode", "reason", "created_at", "decided_at"]
+    fields = ["validator", "blind_answer", "blind_agrees", "label", "mode", "counted", "not_counted_because", "reason",
+              "created_at", "decided_at"]
     readonly_fields = fields
     can_delete = False
 
@@ -83,8 +84,10 @@ class ExampleAdmin(TaskScopedAdmin):
 @admin.register(Validation)
 class ValidationAdmin(TaskScopedAdmin):
     task_path = "example__task"
-    list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "created_at"]
-    list_filter = ["label", "mode", "blind_agrees", ("example__task", admin.RelatedOnlyFieldListFilter)]
+    list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "counted",
+                    "not_counted_because", "created_at"]
+    list_filter = ["label", "mode", "blind_agrees", "counted", "not_counted_because",
+                   ("example__task", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["example__task", "validator"]
     search_fields = ["validator__username", "reason"]
 

@@ -19,7 +19,7 @@ from tasks.models import ModelVersion, Round
 from tasks.roles import is_researcher
 
 from . import idempotency
-from .access import example_for, task_for, token_session
+from .access import example_for, seen, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
     BlindAnswerCreateSerializer,
@@ -112,6 +112,7 @@ class ExampleCreate(AnnotationView):
         task = task_for(request, slug)
         payload = ExampleCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        seen(request)
         data = request.data  # as sent: the task config checks inputs and target itself
 
         def write(within_transaction):
@@ -182,6 +183,7 @@ class NextValidation(AnnotationView):
                               204: OpenApiResponse(description="Nothing to validate in this task right now.")})
     def get(self, request, slug):
         task = task_for(request, slug)
+        seen(request)
         example = validation.next_for(task, request.user)
         if example is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -202,6 +204,7 @@ class BlindAnswer(AnnotationView):
         example = example_for(request, pk)
         params = BlindAnswerCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
+        seen(request)
         given = validation.give_blind_answer(example.pk, request.user, request.data["answer"])
         return Response(BlindAnswerSerializer(given).data, status=status.HTTP_201_CREATED)
 
@@ -231,6 +234,7 @@ class ExampleValidate(AnnotationView):
         example = example_for(request, pk)
         params = ValidationCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
+        seen(request)
 
         def write(within_transaction):
             return validation.validate_example(

@@ -6,11 +6,24 @@ class AnnotationConfig(AppConfig):
     verbose_name = "Examples and validations"
 
     def ready(self):
-        from django.contrib.auth.signals import user_logged_out
+        from django.contrib.auth.signals import user_logged_in, user_logged_out
 
         from . import schema  # noqa: F401  (registers the OpenAPI auth extension)
 
         user_logged_out.connect(end_sessions_of_this_sign_in, dispatch_uid="annotation.end_sessions_on_logout")
+        user_logged_in.connect(remember_the_address, dispatch_uid="annotation.remember_sign_in_address")
+
+
+def remember_the_address(sender, request, user, **kwargs):
+    """A sign-in (and a sign-up, which signs in) records the account's address
+    (``services.trust``: accounts at one address count as one person)."""
+    if request is None or user is None:
+        return
+    from core.ratelimit import client_ip
+
+    from .services.trust import record_address
+
+    record_address(user, client_ip(request))
 
 
 def end_sessions_of_this_sign_in(sender, request, user, **kwargs):

@@ -112,9 +112,18 @@ class Validation(models.Model):
                                        help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
     session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="validations", help_text="The sitting the decision was made in.")
+    class NotCounted(models.TextChoices):
+        COUNTED = "", "(counted)"
+        PROVISIONAL = "provisional", "Made in an MTurk assignment that MTurk has not confirmed yet"
+        NEW_ACCOUNT = "new_account", "The validator's account was too new"
+        UNTRUSTED = "untrusted", "A paid example, and the validator had not earned trust on the task"
+
     counted = models.BooleanField(
         default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
                                 "provisional session counts only once the session is confirmed.")
+    not_counted_because = models.CharField(
+        max_length=12, choices=NotCounted.choices, blank=True, default="",
+        help_text="Why the decision does not count (stored and shown, but it decides nothing).")
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -144,6 +153,24 @@ class ValidationClaim(models.Model):
 
     def __str__(self):
         return f"example {self.example_id} served to {self.validator} until {self.expires_at:%Y-%m-%d %H:%M}"
+
+
+class AccountAddress(models.Model):
+    """An address an account was seen at (sign-up, sign-in, writing, validating, a HIT
+    arrival), kept only as a keyed hash (``services.trust.address_hash``). Accounts that
+    share one count as one person: none of them may validate the others' examples."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    address_hash = models.CharField(max_length=64, db_index=True)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "address_hash"], name="one_row_per_account_address")]
+        verbose_name_plural = "account addresses"
+
+    def __str__(self):
+        return f"{self.user} at {self.address_hash[:12]}…"
 
 
 class AnnotationSession(models.Model):

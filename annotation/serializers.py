@@ -16,7 +16,8 @@ from core.fields import (
 )
 from tasks.models import Round
 
-from .models import Example
+from .models import Example, Validation
+from .services import trust
 from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
@@ -217,7 +218,16 @@ class ValidatedSerializer(serializers.Serializer):
     example = ExampleStateSerializer()
     label = serializers.CharField(source="validation.label")
     mode = serializers.CharField(source="validation.mode")
+    counted = serializers.BooleanField(
+        source="validation.counted", help_text="Whether the decision counts towards the example's outcome.")
+    not_counted_because = serializers.ChoiceField(
+        source="validation.not_counted_because", choices=Validation.NotCounted.choices,
+        help_text="Why it does not count (empty when it does).")
+    note = serializers.SerializerMethodField(help_text="What the validator reads about a decision that does not count.")
     session = SessionSerializer()
+
+    def get_note(self, obj) -> str:
+        return trust.explain(obj.validation)
 
 
 class RoundStatsFieldsMixin(serializers.Serializer):

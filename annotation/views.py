@@ -22,12 +22,14 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.clickjacking import xframe_options_exempt
 
+from core.ratelimit import client_ip
 from tasks.charts import error_rate_chart
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
 from .serializers import ValidationItemSerializer
 from .services import examples, sessions, stats, validation
+from .services.trust import record_address
 from .tokens import InvalidToken, make_token, session_from_token
 
 
@@ -123,6 +125,7 @@ def _page_context(request, task, session):
 def work_page_context(request, task, session, work) -> dict:
     """What the write ("create") or validate page shows for ``session``."""
     context = _page_context(request, task, session)
+    record_address(session.user, client_ip(request))  # an MTurk worker's too: accounts at one address are one person
     if work == "create":
         context["closed"] = context["round"] is None
         if not context["closed"] and not context["round"].target_models.exists():

@@ -10,7 +10,7 @@
   sign-in; a password change ends all of the user's (see ``annotation``).
 """
 
-from django.contrib.auth import login
+from django.contrib.auth import login, user_logged_in
 from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import LoginView
 from django.shortcuts import redirect, render
@@ -97,7 +97,13 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
             ratelimit.login_failed(request, username)
             raise exceptions.AuthenticationFailed("Unable to sign in with the username and password given.") from None
         ratelimit.login_succeeded(request, username)
+        user = self.credentials.validated_data["user"]
+        user_logged_in.send(sender=user.__class__, request=request, user=user)  # a sign-in, as the page's is
         return response
+
+    def get_serializer(self, *args, **kwargs):
+        self.credentials = super().get_serializer(*args, **kwargs)
+        return self.credentials
 
 
 obtain_auth_token = extend_schema(tags=["auth"])(ThrottledObtainAuthToken).as_view()

@@ -232,6 +232,13 @@ def _at_least(name: str, low, cast):
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 # How long an example the validation queue served stays the validator's to answer.
 VALIDATION_CLAIM_SECONDS = env.int("VALIDATION_CLAIM_SECONDS", default=30 * 60)
+# A site account's validation decisions count only once the account is this old (seconds):
+# sign-ups made in bulk cannot vote at once. MTurk workers of a validation batch and the
+# task's researchers do not wait.
+VALIDATOR_MIN_ACCOUNT_AGE = env.int("VALIDATOR_MIN_ACCOUNT_AGE", default=24 * 3600)
+# The key of the hashes that addresses are kept as (accounts seen at one address count as
+# one person when validating). Changing it forgets which accounts share an address.
+ADDRESS_HASH_KEY = env.str("ADDRESS_HASH_KEY", default="") or SECRET_KEY
 # Dynamic batching (annotation.batching), in the embedded model thread and in the
 # inference worker: predictions waiting while a pass runs, or arriving within this
 # window after the first, share the next forward pass, up to this many examples.

@@ -80,6 +80,14 @@ CONFIG_SCHEMA = {
         "context_sampling": {"enum": SAMPLING_STRATEGIES},
         "max_input_length": {"type": "integer", "minimum": 1, "maximum": 20000},
         "blind_validation": {"type": "boolean"},
+        "validator_trust": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "min_answers": {"type": "integer", "minimum": 1, "maximum": 10000},
+                "min_agreement": {"type": "number", "minimum": 0.5, "maximum": 1},
+            },
+        },
     },
 }
 
@@ -90,6 +98,7 @@ DEFAULTS = {
     "context_sampling": "least_used",
     "max_input_length": 1000,
     "blind_validation": True,
+    "validator_trust": {"min_answers": 20, "min_agreement": 0.8},
 }
 DEFAULT_F1_THRESHOLD = 0.4
 # Contexts (passages, premises) come from researchers and data sets, not from
@@ -110,6 +119,11 @@ class TaskConfig:
     context_sampling: str = "least_used"
     max_input_length: int = 1000
     blind_validation: bool = True
+    # Who may decide an example written in a paid HIT (besides researchers and the MTurk
+    # workers of a validation batch): a site account with at least ``min_answers`` blind
+    # answers on examples that trusted votes decided, agreeing with those decisions at
+    # ``min_agreement`` or more (``annotation.services.trust``).
+    validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
 
     @property
     def label_names(self) -> list[str]:
@@ -277,6 +291,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
         raise ValidationError({"config": [f"{_path(e)}: {e.message}" for e in errors]})
 
     merged = {**DEFAULTS, **config}
+    merged["validator_trust"] = {**DEFAULTS["validator_trust"], **merged["validator_trust"]}
     problems: list[str] = []
     context_names = [f["name"] for f in merged["context_fields"]]
     input_names = [f["name"] for f in merged["input_fields"]]

@@ -5,9 +5,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 
 def _data_dir_for_tests() -> str | None:
@@ -122,7 +124,13 @@ def _close_database_sessions_at_the_end(django_db_setup, django_db_blocker):
         connections.close_all()
 
 
+ESTABLISHED = timedelta(days=30)
+
+
 def _user(django_user_model, username, **extra):
+    """A persona: an account made a month ago, so its validation votes count
+    (``VALIDATOR_MIN_ACCOUNT_AGE``); tests of new accounts make their own."""
+    extra.setdefault("date_joined", timezone.now() - ESTABLISHED)
     return django_user_model.objects.create_user(username=username, password=PASSWORD, **extra)
 
 

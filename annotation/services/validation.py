@@ -15,10 +15,13 @@ gets 409 ``not_assigned``. The task's researchers are the exception: they may de
 any example.
 
 An example is verified, rejected or flagged when ``num_matching_validations``
-user decisions agree; the counters move under the example's row lock. Decisions
-made in a provisional session (an MTurk assignment not yet verified against
-MTurk) are stored but count only once ``confirm_session`` runs: a worker id
-typed into a URL cannot decide anyone's examples.
+counted user decisions agree; the counters move under the example's row lock.
+Which decisions count is ``trust``'s rule: accounts that share an address with the
+writer may not validate at all; a decision made in a provisional session (an
+MTurk assignment not yet verified against MTurk) counts only once
+``confirm_session`` runs, so a worker id typed into a URL decides nothing; a new
+account's decisions, and untrusted ones on an example that can earn money, are
+stored and shown but count for nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from tasks.models import Task
 from tasks.roles import is_researcher
 
 from ..models import AnnotationSession, Example, Validation, ValidationClaim
-from . import sessions
+from . import sessions, trust
 from .examples import MAX_REASON_LENGTH
 
 OWNER_OUTCOME = {
@@ -65,6 +68,7 @@ def validation_queue(task: Task, user):
                                source=Example.Source.ANNOTATION)
         .exclude(session__provisional=True)  # written in an MTurk assignment MTurk has not confirmed yet
         .exclude(annotator=user)
+        .exclude(annotator__in=trust.same_person(user))  # accounts at the writer's address count as the writer
         .exclude(Exists(mine.exclude(label="")))
         .annotate(
             started=Exists(mine.filter(label="")),
@@ -119,7 +123,7 @@ def may_see_target(example: Example, user, *, blind_answer_given: bool) -> bool:
 
 
 def _locked_example(example_id: int) -> Example:
-    example = (Example.objects.select_for_update(of=("self",)).select_related("task", "context")
+    example = (Example.objects.select_for_update(of=("self",)).select_related("task", "context", "session")
                .filter(pk=example_id).first())
     if example is None:
         raise NotFound("No such example.")
@@ -129,6 +133,9 @@ def _locked_example(example_id: int) -> Example:
 def _check_can_validate(example: Example, user) -> None:
     if example.annotator_id == user.pk:
         raise Forbidden("You cannot validate your own example.")
+    if not is_researcher(user, example.task) and trust.counts_as_writer(user, example):
+        raise Forbidden("You cannot validate this example: your account was seen at an address its writer "
+                        "uses, so it counts as the writer's.")
     if example.retracted:
         raise Conflict("The example was retracted by its author.")
     if example.source != Example.Source.ANNOTATION:
@@ -221,18 +228,21 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         mode = Validation.Mode.OWNER if owner else Validation.Mode.USER
         now = timezone.now()
         session = sessions.current_session(user, example.task, session)
-        counted = owner or not session.provisional
+        because = trust.why_not_counted(example, user, session)
+        counted = not because
         if existing is not None:
             existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
-            existing.session, existing.counted = session, counted
-            existing.save(update_fields=["label", "mode", "reason", "decided_at", "session", "counted"])
+            existing.session, existing.counted, existing.not_counted_because = session, counted, because
+            existing.save(update_fields=["label", "mode", "reason", "decided_at", "session", "counted",
+                                         "not_counted_because"])
             validation = existing
         else:
             try:
                 with transaction.atomic():
                     validation = Validation.objects.create(example=example, validator=user, label=label,
                                                            mode=mode, reason=reason, decided_at=now,
-                                                           session=session, counted=counted)
+                                                           session=session, counted=counted,
+                                                           not_counted_because=because)
             except IntegrityError as exc:  # a concurrent duplicate from the same user
                 raise Conflict("You have already validated this example.") from exc
         if counted:
@@ -256,20 +266,25 @@ def _count(example: Example, label: str, *, owner: bool) -> None:
 
 
 def confirm_session(session: AnnotationSession) -> int:
-    """The provisional session's work is confirmed real: its decisions now count,
+    """The provisional session's work is confirmed real: its decisions now count
+    (by the rules of ``trust.why_not_counted``, now that MTurk vouches for the worker)
     on the examples still undecided (a decision that comes too late counts for
     nothing). Returns how many counted; safe to call again."""
     counted = 0
     with transaction.atomic():
         AnnotationSession.objects.filter(pk=session.pk).update(provisional=False)
-        waiting = (Validation.objects.filter(session=session, counted=False).exclude(label="")
-                   .order_by("decided_at", "pk"))
-        for validation in waiting.select_for_update():
+        session.provisional = False
+        waiting = (Validation.objects.filter(session=session, counted=False,
+                                             not_counted_because=Validation.NotCounted.PROVISIONAL)
+                   .exclude(label="").select_related("validator").order_by("decided_at", "pk"))
+        for validation in waiting.select_for_update(of=("self",)):
             example = _locked_example(validation.example_id)
-            if example.validation_status == Example.ValidationStatus.PENDING and not example.retracted:
+            if example.validation_status != Example.ValidationStatus.PENDING or example.retracted:
+                continue
+            validation.not_counted_because = trust.why_not_counted(example, validation.validator, session)
+            validation.counted = not validation.not_counted_because
+            validation.save(update_fields=["counted", "not_counted_because"])
+            if validation.counted:
                 _count(example, validation.label, owner=False)
-                validation.counted = True
-                validation.save(update_fields=["counted"])
                 counted += 1
-    session.provisional = False
     return counted

@@ -401,7 +401,8 @@
           bumpHitDone(1);
           api(root, "GET", "tasks/" + slug + "/validations/next/").then(function (n) {
             show(n.status === 200 ? n.data : null);
-            $("validate-status").textContent = "Thanks, recorded.";
+            // A decision that does not count says why (a new account, or not yet trusted on paid examples).
+            $("validate-status").textContent = r.data.counted ? "Thanks, recorded." : "Thanks, recorded. " + r.data.note;
           });
         });
       });

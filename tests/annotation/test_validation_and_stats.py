@@ -2,10 +2,12 @@
 override, concurrency; statistics counted from the examples."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.utils import timezone
 
 from annotation.models import Example, Validation
 from annotation.services.examples import retract_example
@@ -24,7 +26,8 @@ def make_example(task, annotator, *, fooled, label="positive", text="A statement
 
 def users(n, prefix="validator"):
     User = get_user_model()
-    return [User.objects.create_user(f"{prefix}{i}", password="pw-pw-pw-123") for i in range(n)]
+    joined = timezone.now() - timedelta(days=30)  # established accounts: their votes count
+    return [User.objects.create_user(f"{prefix}{i}", password="pw-pw-pw-123", date_joined=joined) for i in range(n)]
 
 
 def served(client, example):

@@ -1,0 +1,187 @@
+"""Whose votes decide an example: one person, one vote, and only votes the platform
+has reason to trust.
+
+- **An account is not a person.** Every account's addresses (sign-up, sign-in,
+  writing, validating, a HIT arrival) are kept as keyed hashes (``AccountAddress``).
+  Accounts that share one count as the same person: none of them may validate the
+  others' examples, and the queue never serves them. An MTurk worker id is one
+  account (``crowd.workers.identity_for``), so a worker is always their own writer.
+  IPv6 addresses count by their /64 network, which one machine usually holds whole.
+- **Which votes decide an example that can earn money** (one written in an MTurk
+  assignment): the task's researchers (at once), the MTurk workers of a validation
+  batch once MTurk confirmed their assignment, and site accounts that have earned
+  trust on the task (``standing``: the task config's ``validator_trust``). Anyone
+  else's vote is stored and shown with ``not_counted_because = "untrusted"``; it
+  moves no counter, so it neither decides the example nor moves the public
+  verified error rate.
+- **New accounts wait.** A site account's votes count only once the account is
+  ``VALIDATOR_MIN_ACCOUNT_AGE`` seconds old: a time window cannot be bought in bulk.
+
+Trust is earned against decisions the account could not have made itself:
+blind answers on examples that a researcher decided, or on paid examples (which
+only trusted votes decide). A blind answer agrees with a decision when it agreed
+with the writer on a verified example, or disagreed on a rejected one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+
+from tasks.models import Task
+from tasks.roles import is_researcher
+
+from ..models import AccountAddress, AnnotationSession, Example, Validation
+
+NotCounted = Validation.NotCounted
+
+
+def address_hash(address: str) -> str:
+    """A keyed hash of the client address (IPv6 by its /64 network); "" for no address
+    and for a loopback one, which is never a client's own (a try-out on the machine
+    itself, or a proxy that hides its clients: ``NUM_PROXIES``)."""
+    try:
+        ip = ipaddress.ip_address((address or "").strip())
+    except ValueError:
+        return ""
+    if ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback):
+        return ""
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    key = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+    return salted_hmac("dynabench.annotation.account-address", key, secret=settings.ADDRESS_HASH_KEY).hexdigest()
+
+
+def record_address(user, address: str) -> None:
+    """Remember that ``user`` was seen at ``address`` (one upsert)."""
+    hashed = address_hash(address)
+    if not hashed or user is None or not user.pk:
+        return
+    now = timezone.now()
+    AccountAddress.objects.bulk_create(
+        [AccountAddress(user=user, address_hash=hashed, first_seen_at=now, last_seen_at=now)],
+        update_conflicts=True, unique_fields=["user", "address_hash"], update_fields=["last_seen_at"])
+
+
+def same_person(user):
+    """Ids of the accounts that count as ``user``: ``user`` and every account seen at one
+    of their addresses (a subquery)."""
+    theirs = AccountAddress.objects.filter(user=user).values("address_hash")
+    return AccountAddress.objects.filter(address_hash__in=theirs).values("user")
+
+
+def counts_as_writer(validator, example: Example) -> bool:
+    """Whether ``validator`` is the example's writer, or an account that counts as them."""
+    if example.annotator_id is None:
+        return False
+    if example.annotator_id == validator.pk:
+        return True
+    return AccountAddress.objects.filter(user_id=example.annotator_id, address_hash__in=(
+        AccountAddress.objects.filter(user=validator).values("address_hash"))).exists()
+
+
+def is_paid(example: Example) -> bool:
+    """Whether the example was written in an MTurk assignment (it can earn money)."""
+    return bool(example.session_id and example.session.mturk_assignment_id)
+
+
+def is_batch_validator(session: AnnotationSession | None) -> bool:
+    """A confirmed MTurk assignment of a validation batch: MTurk vouches for the worker."""
+    return bool(session is not None and session.mturk_assignment_id and not session.provisional
+                and session.mode == AnnotationSession.Mode.VALIDATE)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A validator's record on a task: blind answers on examples decided by trusted
+    votes, and how many of them agree with the decision."""
+
+    answers: int
+    agreeing: int
+    min_answers: int
+    min_agreement: float
+
+    @property
+    def agreement(self) -> float | None:
+        return self.agreeing / self.answers if self.answers else None
+
+    @property
+    def trusted(self) -> bool:
+        return self.answers >= self.min_answers and self.agreeing >= self.min_agreement * self.answers
+
+    def describe(self) -> str:
+        rate = f"{self.agreement:.0%}" if self.answers else "-"
+        return (f"{self.answers} blind answers on decided examples, {rate} agreeing "
+                f"(trust needs {self.min_answers} at {self.min_agreement:.0%})")
+
+
+def reference_decisions(task: Task):
+    """The task's examples decided by votes the validator could not have bought: a
+    researcher's decision, or a paid example's (decided only by trusted votes)."""
+    by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER).exclude(label="")
+    return (Example.objects.filter(task=task, validation_status__in=[Example.ValidationStatus.VERIFIED,
+                                                                     Example.ValidationStatus.REJECTED])
+            .filter(Q(session__mturk_assignment_id__gt="") | Exists(by_researcher)))
+
+
+def standing(task: Task, user) -> Standing:
+    """``user``'s record on ``task`` against the task's ``validator_trust`` rule (one query)."""
+    rule = task.parsed_config.validator_trust
+    verified, rejected = Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED
+    record = (Validation.objects.filter(validator=user, blind_agrees__isnull=False,
+                                        example__in=reference_decisions(task))
+              .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=(
+                  Q(blind_agrees=True, example__validation_status=verified)
+                  | Q(blind_agrees=False, example__validation_status=rejected)))))
+    return Standing(record["answers"], record["agreeing"], rule["min_answers"], float(rule["min_agreement"]))
+
+
+def account_too_new(user) -> bool:
+    joined = getattr(user, "date_joined", None)
+    age = timedelta(seconds=settings.VALIDATOR_MIN_ACCOUNT_AGE)
+    return joined is None or timezone.now() - joined < age
+
+
+def why_not_counted(example: Example, validator, session: AnnotationSession | None) -> str:
+    """Why ``validator``'s decision on ``example``, made in ``session``, does not count
+    towards its outcome ("" when it counts). The caller has already refused the
+    writer and accounts that count as the writer."""
+    if is_researcher(validator, example.task):
+        return NotCounted.COUNTED
+    if session is not None and session.provisional:
+        return NotCounted.PROVISIONAL
+    if is_batch_validator(session):
+        return NotCounted.COUNTED
+    if account_too_new(validator):
+        return NotCounted.NEW_ACCOUNT
+    if is_paid(example) and not standing(example.task, validator).trusted:
+        return NotCounted.UNTRUSTED
+    return NotCounted.COUNTED
+
+
+EXPLANATIONS = {
+    NotCounted.PROVISIONAL: "Your decision is stored; it counts once MTurk confirms your assignment.",
+    NotCounted.NEW_ACCOUNT: "Your decision is stored, but it does not decide the example: votes count once an "
+                            "account is {age} old.",
+    NotCounted.UNTRUSTED: "Your decision is stored, but it does not decide this example: examples that earn "
+                          "money are decided by validators who have earned trust on the task ({standing}).",
+}
+
+
+def explain(validation: Validation) -> str:
+    """What the validator reads about a decision that does not count ("" when it does)."""
+    reason = validation.not_counted_because
+    if not reason:
+        return ""
+    hours = settings.VALIDATOR_MIN_ACCOUNT_AGE / 3600
+    age = f"{hours:g} hours" if hours >= 1 else f"{settings.VALIDATOR_MIN_ACCOUNT_AGE} seconds"
+    text = EXPLANATIONS[reason]
+    if "{standing}" in text:
+        text = text.format(standing=standing(validation.example.task, validation.validator).describe())
+    return text.format(age=age)
