@@ -2,9 +2,12 @@
 bonuses flow, see what it costs per verified model-fooling example, and manage
 workers (blocks, messages, quality).
 
-Batches, assignments and the ledger are scoped to the researcher's own tasks;
-worker identities span tasks, so only superusers manage them. Nothing here
-edits money rows by hand: every change goes through a crowd service.
+Batches, assignments, the ledger, budgets and task blocks are scoped to the
+researcher's own tasks; worker identities span tasks, so only superusers manage
+them. Budgets are set by superusers only (researchers see theirs), and only a
+superuser other than its creator approves a batch over
+``CROWD_APPROVAL_THRESHOLD``. Nothing here edits money rows by hand: every
+change goes through a crowd service.
 """
 
 from decimal import Decimal
@@ -23,8 +26,8 @@ from core.errors import DomainError
 from tasks.admin import TASK_FILTER, TaskScopedAdmin
 from tasks.models import Task
 
-from . import bonuses, costs, mturk, sync, workers
-from .models import Assignment, Batch, BonusPayment, WorkerIdentity
+from . import bonuses, budgets, costs, mturk, publishing, sync, workers
+from .models import Assignment, Batch, BonusPayment, CrowdBudget, TaskBlock, WorkerIdentity
 from .publishing import BatchRequest, post_hits, publish
 
 
@@ -110,7 +113,7 @@ def pay_batch_bonuses(modeladmin, request, queryset):
 
 @admin.action(description="Expire: stop taking new workers (work already taken goes on)")
 def expire_batches(modeladmin, request, queryset):
-    for batch in queryset.exclude(status=Batch.Status.FINISHED):
+    for batch in queryset.filter(status__in=[Batch.Status.PUBLISHING, Batch.Status.PUBLISHED]):
         _report_mturk(modeladmin, request, f"Batch {batch.pk}",
                       lambda b=batch: "expired" if sync.expire_batch(b) else "not expired")
 
@@ -123,24 +126,49 @@ def publish_remaining(modeladmin, request, queryset):
                       if post_hits(b) else "")
 
 
+def _approve(batch: Batch, user) -> str:
+    posted = publishing.approve(batch, user).hit_rows.filter(hit_id__isnull=False).count()
+    return f"approved; {posted} HITs posted"
+
+
+@admin.action(description="Approve and publish (superusers; not the batch's own creator)")
+def approve_batches(modeladmin, request, queryset):
+    for batch in queryset.filter(status=Batch.Status.AWAITING_APPROVAL):
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: _approve(b, request.user))
+
+
+@admin.action(description="Cancel (a batch awaiting approval: nothing was posted)")
+def cancel_batches(modeladmin, request, queryset):
+    for batch in queryset.filter(status=Batch.Status.AWAITING_APPROVAL):
+        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+                      lambda b=batch: publishing.cancel(b, request.user) and "cancelled")
+
+
 @admin.register(Batch)
 class BatchAdmin(TaskScopedAdmin):
     list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
-                    "approved", "spent", "max_cost_shown", "per_verified_fooling"]
+                    "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling"]
     list_filter = ["status", "mode", "sandbox", TASK_FILTER]
     list_select_related = ["task", "round"]
-    actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining]
-    readonly_fields = [f.name for f in Batch._meta.fields] + ["spending", "assignment_counts", "links"]
+    actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches]
+    readonly_fields = [f.name for f in Batch._meta.fields] + ["spending", "committed_shown", "assignment_counts",
+                                                               "links"]
     fieldsets = [
         (None, {"fields": ["task", "round", "mode", "sandbox", "status", "last_error", "links"]}),
-        ("Money", {"fields": ["spending", "reward", "bonus_per_example", "max_cost"]}),
+        ("Money", {"fields": ["spending", "committed_shown", "reward", "bonus_per_example", "max_cost"]}),
         ("Work", {"fields": ["assignment_counts", "hits", "assignments_per_hit", "examples_per_assignment",
                              "assignment_duration_seconds", "lifetime_seconds", "auto_approval_delay_seconds"]}),
         ("On MTurk", {"fields": ["title", "description", "keywords", "hit_type_id", "locales", "min_approval_rate",
                                  "min_approved_count", "quality_block_threshold", "uid"]}),
-        ("Times", {"fields": ["created_by", "created_at", "published_at", "expires_at", "finished_at",
-                              "last_synced_at"]}),
+        ("Times", {"fields": ["created_by", "created_at", "approved_by", "approved_at", "published_at",
+                              "expires_at", "finished_at", "last_synced_at"]}),
     ]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if not request.user.is_superuser:  # the service refuses them too
+            actions.pop("approve_batches", None)
+        return actions
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(
@@ -165,6 +193,17 @@ class BatchAdmin(TaskScopedAdmin):
     @admin.display(description="spent")
     def spent(self, obj):
         return _money(self._spend(obj).total)
+
+    @staticmethod
+    def _committed(obj) -> Decimal:
+        """The list computes every row's at once (changelist_view); a page, its own."""
+        if not hasattr(obj, "committed"):
+            obj.committed = costs.committed_by_batch(Batch.objects.filter(pk=obj.pk)).get(obj.pk, Decimal("0.00"))
+        return obj.committed
+
+    @admin.display(description="committed (may still cost)")
+    def committed_shown(self, obj):
+        return _money(self._committed(obj))
 
     @admin.display(description="most it may cost")
     def max_cost_shown(self, obj):
@@ -223,8 +262,14 @@ class BatchAdmin(TaskScopedAdmin):
             except mturk.MTurkError as exc:
                 form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
             else:
-                self.message_user(request, f"Published batch {batch.pk}: {batch.hits} HITs on the "
-                                           f"{'sandbox' if batch.sandbox else 'LIVE site'}.", messages.SUCCESS)
+                if batch.status == Batch.Status.AWAITING_APPROVAL:
+                    self.message_user(request, f"Batch {batch.pk} may cost up to ${batch.max_cost:.2f}, over "
+                                               f"CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}): "
+                                               "nothing is posted until a superuser other than you approves it.",
+                                      messages.WARNING)
+                else:
+                    self.message_user(request, f"Published batch {batch.pk}: {batch.hits} HITs on the "
+                                               f"{'sandbox' if batch.sandbox else 'LIVE site'}.", messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:crowd_batch_change", args=[batch.pk]))
         base_url = settings.PUBLIC_BASE_URL
         return TemplateResponse(request, "admin/crowd/publish.html", {
@@ -239,21 +284,26 @@ class BatchAdmin(TaskScopedAdmin):
                  "how": f"MTurk shows only HTTPS pages in its frame; PUBLIC_BASE_URL is {base_url or 'unset'!r}"},
             ],
             "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
-                     "many": costs.MANY_ASSIGNMENTS}})
+                     "many": costs.MANY_ASSIGNMENTS},
+            "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
+            "approval_threshold": settings.CROWD_APPROVAL_THRESHOLD})
 
     def changelist_view(self, request, extra_context=None):
         response = super().changelist_view(request, extra_context)
         if hasattr(response, "context_data") and "cl" in response.context_data:
             changelist = response.context_data["cl"]
             shown = changelist.result_list
-            by_batch = costs.spend_by_batch(Batch.objects.filter(pk__in=[b.pk for b in shown]))
+            listed = Batch.objects.filter(pk__in=[b.pk for b in shown])
+            by_batch, committed = costs.spend_by_batch(listed), costs.committed_by_batch(listed)
             for batch in shown:
                 batch.spend = by_batch.get(batch.pk, costs.Spend())
+                batch.committed = committed.get(batch.pk, Decimal("0.00"))
             batches = changelist.queryset
             per_task = []
             for task in Task.objects.filter(mturk_batches__in=batches).distinct().order_by("slug"):
                 spend = costs.spend(batches.filter(task=task))
-                per_task.append({"task": task, "spend": spend})
+                per_task.append({"task": task, "spend": spend,
+                                 "budget": budgets.standing(task, settings.MTURK_SANDBOX)})
             response.context_data["per_task"] = per_task
         return response
 
@@ -285,6 +335,100 @@ class AssignmentAdmin(TaskScopedAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class CrowdBudgetForm(forms.ModelForm):
+    class Meta:
+        model = CrowdBudget
+        fields = ["task", "amount", "note"]
+
+
+@admin.register(CrowdBudget)
+class CrowdBudgetAdmin(TaskScopedAdmin):
+    """What each task may spend on MTurk: superusers set it, researchers see their own
+    tasks' (with what is committed and spent), and no one else changes it."""
+
+    form = CrowdBudgetForm
+    list_display = ["task", "amount_shown", "spent", "committed", "left", "set_by", "updated_at", "note"]
+    list_select_related = ["task", "set_by"]
+    readonly_fields = ["standing", "set_by", "updated_at"]
+
+    def get_fields(self, request, obj=None):
+        return ["task", "amount", "note", "standing", "set_by", "updated_at"] if obj else ["task", "amount", "note"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:  # the task of a budget stays its task
+            return ["task", *self.readonly_fields]
+        return self.readonly_fields
+
+    def _standing(self, obj) -> budgets.Standing:
+        if not hasattr(obj, "_standing_now"):
+            obj._standing_now = budgets.standing(obj.task, settings.MTURK_SANDBOX)
+        return obj._standing_now
+
+    @admin.display(description="budget", ordering="amount")
+    def amount_shown(self, obj):
+        return _money(obj.amount)
+
+    @admin.display(description="spent")
+    def spent(self, obj):
+        return _money(self._standing(obj).spent)
+
+    @admin.display(description="committed")
+    def committed(self, obj):
+        return _money(self._standing(obj).committed)
+
+    @admin.display(description="left")
+    def left(self, obj):
+        return _money(self._standing(obj).left)
+
+    @admin.display(description="where it stands (the MTurk site in use)")
+    def standing(self, obj):
+        return str(self._standing(obj))
+
+    def save_model(self, request, obj, form, change):
+        # Through the service: it checks the superuser again and writes under the publish lock.
+        saved = budgets.set_budget(form.cleaned_data.get("task") or obj.task, form.cleaned_data["amount"],
+                                   request.user, form.cleaned_data.get("note", ""))
+        obj.pk = saved.pk
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+@admin.action(description="Lift the block on this task")
+def lift_task_blocks(modeladmin, request, queryset):
+    for block in queryset.select_related("task", "worker"):
+        _report_mturk(modeladmin, request, block.worker.worker_id,
+                      lambda b=block: workers.task_unblock(b, request.user) or "unblocked")
+
+
+@admin.register(TaskBlock)
+class TaskBlockAdmin(TaskScopedAdmin):
+    """Workers kept out of one task by its batches' quality thresholds; the task's
+    researchers may lift a block (blocks on every task are the identities' soft blocks)."""
+
+    list_display = ["worker", "task", "sandbox", "batch", "reason", "blocked_at"]
+    list_filter = ["sandbox", TASK_FILTER]
+    list_select_related = ["worker", "task"]
+    search_fields = ["worker__worker_id"]
+    readonly_fields = [f.name for f in TaskBlock._meta.fields]
+    actions = [lift_task_blocks]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # lift it with the action: MTurk's qualification goes too
 
 
 class ZeroSettlementFilter(admin.SimpleListFilter):

@@ -7,7 +7,8 @@ assignment row, and the sync pays only once MTurk itself lists that
 (assignment, worker, HIT) as submitted with our completion token.
 
 - A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
-- Unknown HITs, ended batches, blocked workers and foreign ``turkSubmitTo``
+- Unknown HITs, ended batches, blocked workers (on every task, or on the HIT's
+  task) and foreign ``turkSubmitTo``
   hosts are refused; an address may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
   new assignments per ``MTURK_ARRIVAL_WINDOW``.
 - The session is *provisional*: its validations count only once MTurk confirms
@@ -126,14 +127,14 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
         raise Refused(f"Too many new assignments from this address; try again in {wait} s.", status=429,
                       retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
-    _check_admitted(identity)
+    _check_admitted(identity, task)
     if address:
         limiter.hit(address)
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 
-def _check_admitted(identity: WorkerIdentity) -> None:
-    if identity.hard_blocked_at or identity.soft_blocked_at:
+def _check_admitted(identity: WorkerIdentity, task) -> None:
+    if identity.hard_blocked_at or identity.soft_blocked_at or workers.is_blocked_on(identity, task):
         raise Refused("You are not admitted to these HITs any more; please return the HIT.")
     if not identity.user.is_active:
         raise Refused("This worker's account is disabled.")
@@ -142,7 +143,7 @@ def _check_admitted(identity: WorkerIdentity) -> None:
 def _resume(existing: Assignment, hit: Hit) -> Assignment:
     if existing.hit_id != hit.pk:
         raise Refused("This assignment id belongs to another HIT.", status=400)
-    _check_admitted(existing.worker)
+    _check_admitted(existing.worker, hit.batch.task)
     if existing.status != Assignment.Status.WORKING:
         raise Refused(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
                       else "This assignment ended (it was returned or ran out of time).", status=409)

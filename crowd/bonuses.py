@@ -142,14 +142,16 @@ def _already_paid(payment: BonusPayment) -> bool:
 
 
 def send(payment: BonusPayment) -> bool:
-    """Pay one due ledger row; True once MTurk has it paid, False when it is not due
-    (another run holds it). An ``MTurkError`` leaves it to a later run. Call it
-    outside any transaction: its lease must be committed before MTurk is called."""
+    """Pay one due ledger row; True when this run got it paid, False when it is not
+    this run's to pay (paid already, or another run holds it, or its retry is not
+    due): a run's report counts only its own payments. An ``MTurkError`` leaves it to
+    a later run. Call it outside any transaction: its lease must be committed before
+    MTurk is called."""
     with transaction.atomic():
         payment = BonusPayment.objects.select_for_update().select_related(
             "assignment__worker", "assignment__hit__batch").get(pk=payment.pk)
         if payment.status == BonusPayment.Status.PAID:
-            return True
+            return False  # another run paid it since this run listed it as due
         now = timezone.now()
         if payment.next_attempt_at > now:
             return False  # another run holds it (or its retry is not due)

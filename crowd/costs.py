@@ -1,6 +1,6 @@
-"""What crowd work costs: MTurk's fees, a batch's most it could cost, and what was
-spent, per batch, task and worker, down to the cost of one verified
-model-fooling example (what researchers budget by).
+"""What crowd work costs: MTurk's fees, a batch's most it could cost, what it may
+still cost (committed), and what was spent, per batch, task and worker, down to
+the cost of one verified model-fooling example (what researchers budget by).
 
 MTurk's fees (requester pricing): 20% of each reward and bonus, 40% of the
 reward on HITs with 10 or more assignments, and at least $0.01 per assignment
@@ -96,6 +96,71 @@ def spend_by_batch(batches) -> dict[int, Spend]:
     for row in fooling:
         result[row["session__mturk_assignment__hit__batch"]].verified_fooling += row["n"]
     return dict(result)
+
+
+# Batches that may still cost money: a cancelled one never will.
+MAY_COST = [Batch.Status.AWAITING_APPROVAL, Batch.Status.PUBLISHING, Batch.Status.PUBLISHED,
+            Batch.Status.FINISHED]
+# Batches whose HITs take (or will take) workers: every slot not yet decided may still be paid.
+TAKING_WORK = [Batch.Status.AWAITING_APPROVAL, Batch.Status.PUBLISHING, Batch.Status.PUBLISHED]
+OPEN_WORK = [Assignment.Status.WORKING, Assignment.Status.FINISHED, Assignment.Status.SUBMITTED]
+
+
+def _most_bonus(batch: Batch) -> Decimal:
+    """The most one approved assignment's bonus may come to, with its fee."""
+    if batch.mode != Batch.Mode.CREATE or batch.bonus_per_example <= 0:
+        return Decimal("0.00")
+    bonus = batch.bonus_per_example * batch.examples_per_assignment
+    return bonus + bonus_fee(bonus)
+
+
+def committed_by_batch(batches) -> dict[int, Decimal]:
+    """The most each of ``batches`` (a queryset) may still cost, by batch id, in three
+    queries: money promised but not yet paid, the part of ``max_cost`` not yet spent
+    nor released.
+
+    - an undecided slot (every assignment not yet approved or rejected, taken or not,
+      while the batch takes workers; after it finished, only work already taken)
+      may still cost its reward, its most bonus and their fees;
+    - an approved assignment not yet settled may still cost its most bonus;
+    - a settled bonus not yet paid (pending, failed, or given up: a person may still
+      pay it by hand) costs its amount and fee.
+    Rejected slots and paid money are released (paid money counts as spent)."""
+    chosen = list(batches.filter(status__in=MAY_COST).only(
+        "id", "status", "mode", "hits", "assignments_per_hit", "reward", "bonus_per_example",
+        "examples_per_assignment"))
+    if not chosen:
+        return {}
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    for batch_id, status, n in (Assignment.objects.filter(hit__batch__in=chosen).values_list("hit__batch", "status")
+                                .annotate(n=Count("id")).order_by()):
+        counts[batch_id][status] = n
+    settled: dict[int, int] = defaultdict(int)
+    unpaid: dict[int, Decimal] = defaultdict(Decimal)
+    for batch_id, status, amount in BonusPayment.objects.filter(assignment__hit__batch__in=chosen).values_list(
+            "assignment__hit__batch", "status", "amount"):
+        settled[batch_id] += 1
+        if status != BonusPayment.Status.PAID and amount > 0:
+            unpaid[batch_id] += amount + bonus_fee(amount)
+    result = {}
+    for batch in chosen:
+        seen = counts[batch.pk]
+        approved = seen.get(Assignment.Status.APPROVED, 0)
+        decided = approved + seen.get(Assignment.Status.REJECTED, 0)
+        if batch.status in TAKING_WORK:
+            slots = max(0, batch.hits * batch.assignments_per_hit - decided)
+        else:
+            slots = sum(seen.get(status, 0) for status in OPEN_WORK)
+        most_bonus = _most_bonus(batch)
+        per_slot = batch.reward + reward_fee(batch.reward, batch.assignments_per_hit) + most_bonus
+        result[batch.pk] = cents(slots * per_slot + max(0, approved - settled[batch.pk]) * most_bonus
+                                 + unpaid[batch.pk])
+    return result
+
+
+def committed(batches) -> Decimal:
+    """The most ``batches`` (a queryset) may still cost, all together."""
+    return sum(committed_by_batch(batches).values(), Decimal("0.00"))
 
 
 def spend(batches) -> Spend:

@@ -4,7 +4,8 @@ take, who those workers are, and the ledger of bonuses paid to them.
 Money moves in three places only, each written down before MTurk is asked:
 approving an assignment (its reward), sending a bonus (a ``BonusPayment`` row,
 unique per assignment and reason), and the fees MTurk adds to both
-(``crowd.costs``).
+(``crowd.costs``). How much may be promised at all is bounded by each task's
+``CrowdBudget`` and the account's balance (``crowd.budgets``).
 """
 
 import uuid
@@ -57,9 +58,11 @@ class Batch(models.Model):
         VALIDATE = "validate", "Validate examples"
 
     class Status(models.TextChoices):
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting a superuser's approval"
         PUBLISHING = "publishing", "Publishing"
         PUBLISHED = "published", "Published"
         FINISHED = "finished", "Finished (expired)"
+        CANCELLED = "cancelled", "Cancelled (never published)"
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False,
                            help_text="Makes the HITs' UniqueRequestTokens, so a retried publish posts nothing twice.")
@@ -97,12 +100,17 @@ class Batch(models.Model):
         help_text="Soft-block a worker whose examples are validated correct less often than this "
                   "(once enough are decided); empty: never.")
     hit_type_id = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PUBLISHING)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PUBLISHING)
     max_cost = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"),
                                    help_text="Rewards, the most bonuses could come to, and MTurk's fees.")
     last_error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The superuser (another person than its creator) who let a batch over CROWD_APPROVAL_THRESHOLD "
+                  "be published.")
+    approved_at = models.DateTimeField(null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="When its HITs stop taking workers.")
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -226,15 +234,79 @@ class BonusPayment(models.Model):
 
 
 class Qualification(models.Model):
-    """A qualification type we own on MTurk (the soft block), created once per endpoint."""
+    """A qualification type we own on MTurk (a block), created once per endpoint: the
+    platform-wide one (no task; superusers give it), and one per task (its
+    researchers' quality thresholds give it)."""
 
     purpose = models.CharField(max_length=32)
     sandbox = models.BooleanField()
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, null=True, blank=True,
+                             related_name="mturk_qualifications", help_text="Empty: every task.")
     qualification_type_id = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["purpose", "sandbox"], name="one_qualification_per_purpose")]
+        constraints = [
+            models.UniqueConstraint(fields=["purpose", "sandbox"], condition=models.Q(task__isnull=True),
+                                    name="one_qualification_per_purpose"),
+            models.UniqueConstraint(fields=["purpose", "sandbox", "task"], condition=models.Q(task__isnull=False),
+                                    name="one_qualification_per_purpose_and_task"),
+        ]
 
     def __str__(self):
-        return f"{self.purpose} ({'sandbox' if self.sandbox else 'live'}): {self.qualification_type_id}"
+        scope = f" for task {self.task_id}" if self.task_id else ""
+        return f"{self.purpose}{scope} ({'sandbox' if self.sandbox else 'live'}): {self.qualification_type_id}"
+
+
+class TaskBlock(models.Model):
+    """A worker kept out of one task's HITs: the task's block qualification on MTurk,
+    given when their quality fell below a batch's threshold, and refused by our HIT
+    page too. Other tasks still admit them; a block on every task is the identity's
+    soft block, which only superusers give."""
+
+    worker = models.ForeignKey(WorkerIdentity, on_delete=models.CASCADE, related_name="task_blocks")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="mturk_worker_blocks")
+    sandbox = models.BooleanField(help_text="The MTurk site whose qualification was given.")
+    batch = models.ForeignKey(Batch, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                              help_text="The batch whose quality threshold blocked the worker.")
+    reason = models.CharField(max_length=500)
+    blocked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-blocked_at"]
+        constraints = [models.UniqueConstraint(fields=["worker", "task"], name="one_block_per_worker_and_task")]
+
+    def __str__(self):
+        return f"{self.worker.worker_id} blocked on task {self.task_id}"
+
+
+class CrowdBudget(models.Model):
+    """What one task may spend on MTurk, in USD, set by superusers only. Every batch
+    of the task, published or awaiting approval, counts against it with the most it
+    may still cost; on each MTurk site (sandbox, live) separately."""
+
+    task = models.OneToOneField("tasks.Task", on_delete=models.CASCADE, related_name="crowd_budget")
+    amount = models.DecimalField(max_digits=12, decimal_places=2, validators=[MinValueValidator(Decimal("0"))],
+                                 help_text="USD: rewards, bonuses and MTurk's fees, spent and committed together.")
+    note = models.CharField(max_length=500, blank=True)
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="+")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["task__slug"]
+        verbose_name = "crowd budget"
+
+    def __str__(self):
+        return f"${self.amount} for task {self.task_id}"
+
+
+class RequesterAccount(models.Model):
+    """The MTurk requester account on one site (sandbox or live). Publishing and
+    approving lock its row, so that the money every open batch has committed is
+    counted, and a new batch added to it, by one at a time."""
+
+    sandbox = models.BooleanField(unique=True)
+
+    def __str__(self):
+        return "sandbox account" if self.sandbox else "live account"

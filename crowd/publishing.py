@@ -1,4 +1,11 @@
-"""Publishing a batch of HITs: check, budget, one HIT type, N HITs.
+"""Publishing a batch of HITs: check, money, (approval), one HIT type, N HITs.
+
+The money comes first (``crowd.budgets``): the task's budget and the account's
+balance must hold the most the new batch may cost on top of what every open
+batch has committed, or nothing is asked of MTurk. A batch over
+``CROWD_APPROVAL_THRESHOLD`` is then written *awaiting approval*: a superuser
+other than its creator approves it (``approve``), the money is checked again,
+and only then is anything posted.
 
 The batch row is written first, with a uid; HIT number k is posted with the
 UniqueRequestToken ``dynabench-<uid>-<k>``, so publishing again after a crash,
@@ -15,14 +22,16 @@ from decimal import Decimal
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.mail import mail_admins
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict, Forbidden, InvalidInput
 from tasks.models import Round, Task
+from tasks.roles import is_researcher
 
-from . import costs, mturk, workers
+from . import budgets, costs, mturk, workers
 from .models import Batch, Hit
 
 MAX_HITS = 1000
@@ -89,11 +98,7 @@ def check_request(req: BatchRequest) -> Round:
         raise InvalidInput.field("quality_block_threshold", "Must be a share from 0 to 1.")
     if req.min_approval_rate is not None and not 0 <= req.min_approval_rate <= 100:
         raise InvalidInput.field("min_approval_rate", "Must be a percentage from 0 to 100.")
-    if urlsplit(settings.PUBLIC_BASE_URL).scheme != "https":
-        raise Conflict(f"PUBLIC_BASE_URL is {settings.PUBLIC_BASE_URL!r}: MTurk shows only HTTPS pages in its "
-                       "frame. Set it to the platform's public https:// address.")
-    if not req.task.is_public:
-        raise Conflict(f"Task {req.task.slug} is not public (inactive or hidden): MTurk workers could not reach it.")
+    check_reachable(req.task)
     rounds = Round.objects.filter(task=req.task)
     rnd = rounds.filter(number=req.round_number).first() if req.round_number is not None \
         else rounds.filter(status=Round.Status.OPEN).first()
@@ -105,6 +110,15 @@ def check_request(req: BatchRequest) -> Round:
     if rnd.number == 0:
         raise Conflict("Round 0 holds static data; it is never collected for.")
     return rnd
+
+
+def check_reachable(task: Task) -> None:
+    """Workers can reach the task's HITs: an https address, a public task."""
+    if urlsplit(settings.PUBLIC_BASE_URL).scheme != "https":
+        raise Conflict(f"PUBLIC_BASE_URL is {settings.PUBLIC_BASE_URL!r}: MTurk shows only HTTPS pages in its "
+                       "frame. Set it to the platform's public https:// address.")
+    if not task.is_public:
+        raise Conflict(f"Task {task.slug} is not public (inactive or hidden): MTurk workers could not reach it.")
 
 
 def qualifications(batch: Batch) -> list[dict]:
@@ -120,8 +134,11 @@ def qualifications(batch: Batch) -> list[dict]:
         found.append({"QualificationTypeId": mturk.APPROVED_COUNT_QUALIFICATION,
                       "Comparator": "GreaterThanOrEqualTo", "IntegerValues": [batch.min_approved_count],
                       "ActionsGuarded": "DiscoverPreviewAndAccept"})
-    found.append({"QualificationTypeId": workers.block_qualification_id(batch.sandbox), "Comparator": "DoesNotExist",
-                  "ActionsGuarded": "DiscoverPreviewAndAccept"})
+    # Our blocks: the platform-wide one (superusers) and the task's own (its quality thresholds).
+    for type_id in (workers.block_qualification_id(batch.sandbox),
+                    workers.block_qualification_id(batch.sandbox, task=batch.task)):
+        found.append({"QualificationTypeId": type_id, "Comparator": "DoesNotExist",
+                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
     return found
 
 
@@ -144,16 +161,19 @@ def default_description(req: BatchRequest) -> str:
 
 
 def publish(req: BatchRequest, *, user=None) -> Batch:
-    """Check the request and the account balance, then post the batch's HIT type and HITs."""
+    """Check the request, the task's budget and the account's balance (both counting
+    what open batches have committed), then post the batch's HIT type and HITs; or,
+    over ``CROWD_APPROVAL_THRESHOLD``, leave the batch awaiting a superuser's approval."""
     rnd = check_request(req)
     most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                           bonus_per_example=req.bonus_per_example,
                           examples_per_assignment=req.examples_per_assignment, mode=req.mode)
-    balance = mturk.account_balance(sandbox=settings.MTURK_SANDBOX)
-    if balance < most:
-        raise Conflict(f"The MTurk account holds ${balance:.2f}, but this batch may cost up to ${most:.2f} "
-                       "(rewards, bonuses and MTurk's fees). Add funds or publish fewer HITs.")
+    sandbox = settings.MTURK_SANDBOX
+    budgets.check_budget(req.task, sandbox, most)  # an early answer, before MTurk is asked anything
+    balance = mturk.account_balance(sandbox=sandbox)
+    waits = budgets.needs_approval(most)
     with transaction.atomic():
+        budgets.check_money(req.task, sandbox, most, balance)  # again, under the lock
         batch = Batch.objects.create(
             task=req.task, round=rnd, mode=req.mode, sandbox=settings.MTURK_SANDBOX,
             title=req.title or default_title(req), description=req.description or default_description(req),
@@ -163,9 +183,71 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
             lifetime_seconds=req.lifetime_seconds, auto_approval_delay_seconds=req.auto_approval_delay_seconds,
             locales=list(req.locales), min_approval_rate=req.min_approval_rate,
             min_approved_count=req.min_approved_count, quality_block_threshold=req.quality_block_threshold,
-            max_cost=most, created_by=user)
+            max_cost=most, created_by=user,
+            status=Batch.Status.AWAITING_APPROVAL if waits else Batch.Status.PUBLISHING)
         Hit.objects.bulk_create([Hit(batch=batch, number=k) for k in range(1, req.hits + 1)])
+    if waits:
+        _ask_for_approval(batch)
+        return batch
     return post_hits(batch)
+
+
+def _ask_for_approval(batch: Batch) -> None:
+    who = batch.created_by.get_username() if batch.created_by else "the command line"
+    mail_admins(f"A crowd batch waits for approval: up to ${batch.max_cost:.2f} for {batch.task.slug}",
+                f"Batch {batch.pk} ({batch.hits} HITs x {batch.assignments_per_hit} assignments on the "
+                f"{'sandbox' if batch.sandbox else 'LIVE site'}), asked for by {who}, may cost up to "
+                f"${batch.max_cost:.2f}, over CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}). "
+                "A superuser other than its creator approves it in the admin (Crowd work > Batches, "
+                "'Approve and publish'), or it can be cancelled there.", fail_silently=True)
+
+
+def may_approve(batch: Batch, user) -> str | None:
+    """Why ``user`` may not approve ``batch``; None if they may."""
+    if not (user and user.is_authenticated and user.is_active and user.is_superuser):
+        return "Only a superuser approves a batch over CROWD_APPROVAL_THRESHOLD."
+    if batch.created_by_id is not None and batch.created_by_id == user.pk:
+        return "A batch over CROWD_APPROVAL_THRESHOLD needs a second person: its creator cannot approve it."
+    return None
+
+
+def approve(batch: Batch, user) -> Batch:
+    """A superuser other than the creator lets a batch awaiting approval be published:
+    the task and the money are checked again (other batches may have committed the
+    money meanwhile), then its HITs are posted."""
+    refusal = may_approve(batch, user)
+    if refusal:
+        raise Forbidden(refusal)
+    if batch.status != Batch.Status.AWAITING_APPROVAL:
+        raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}, not awaiting approval.")
+    check_reachable(batch.task)
+    if batch.mode == Batch.Mode.CREATE and batch.round.status != Round.Status.OPEN:
+        raise Conflict(f"Round {batch.round.number} of {batch.task.slug} is {batch.round.status}: writing "
+                       "batches need the open round.")
+    balance = mturk.account_balance(sandbox=batch.sandbox)
+    with transaction.atomic():
+        budgets.lock_account(batch.sandbox)
+        batch = Batch.objects.select_for_update().select_related("task").get(pk=batch.pk)
+        if batch.status != Batch.Status.AWAITING_APPROVAL:  # another approval or a cancel won
+            raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}, not awaiting approval.")
+        budgets.check_money(batch.task, batch.sandbox, batch.max_cost, balance, excluding=batch)
+        batch.status, batch.approved_by, batch.approved_at = Batch.Status.PUBLISHING, user, timezone.now()
+        batch.save(update_fields=["status", "approved_by", "approved_at"])
+    return post_hits(batch)
+
+
+def cancel(batch: Batch, user) -> Batch:
+    """Withdraw a batch awaiting approval (its creator, the task's researchers or a
+    superuser): nothing was posted, and its money is no longer committed."""
+    if not is_researcher(user, batch.task):
+        raise Forbidden("Only the task's researchers cancel its batches.")
+    if not Batch.objects.filter(pk=batch.pk, status=Batch.Status.AWAITING_APPROVAL).update(
+            status=Batch.Status.CANCELLED, finished_at=timezone.now()):
+        batch.refresh_from_db()
+        raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}: only a batch awaiting "
+                       "approval can be cancelled (expire a published one).")
+    batch.refresh_from_db()
+    return batch
 
 
 def unique_request_token(hit: Hit) -> str:
@@ -174,7 +256,10 @@ def unique_request_token(hit: Hit) -> str:
 
 def post_hits(batch: Batch) -> Batch:
     """Post the batch's HITs that have no id yet (safe to run again). On an MTurk error
-    the batch keeps what was posted and records the error; running it again goes on."""
+    the batch keeps what was posted and records the error; running it again goes on.
+    A batch awaiting approval (or cancelled) posts nothing."""
+    if batch.status not in (Batch.Status.PUBLISHING, Batch.Status.PUBLISHED):
+        raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}: nothing is posted for it.")
     try:
         if not batch.hit_type_id:
             # The batch's own keyword makes its HIT type its own (MTurk gives equal parameters one type).

@@ -19,8 +19,10 @@ assignments and applies these rules, which the README documents:
    decided, is expired on MTurk and marked finished. It is still synced until
    MTurk can hold no submission of it (``Batch.review_until``), so a late or
    direct submission is never left to auto-approval.
-6. With a quality threshold set, a worker whose examples are validated correct
-   less often than it (once enough are decided) gets the soft block.
+6. With a quality threshold set, a worker whose examples of the batch's task are
+   validated correct less often than it (once enough are decided) is blocked on
+   that task only (``workers.task_block``); blocks on every task stay with
+   superusers.
 """
 
 from __future__ import annotations
@@ -58,18 +60,18 @@ class SyncReport:
     approved: int = 0
     rejected: int = 0
     returned: int = 0
-    soft_blocked: int = 0
+    task_blocked: int = 0
     finished_batches: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: SyncReport) -> None:
-        for name in ("seen", "approved", "rejected", "returned", "soft_blocked", "finished_batches"):
+        for name in ("seen", "approved", "rejected", "returned", "task_blocked", "finished_batches"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.extend(other.errors)
 
     def __str__(self):
         text = (f"{self.seen} submissions seen, {self.approved} approved, {self.rejected} rejected, "
-                f"{self.returned} returned or abandoned, {self.soft_blocked} soft-blocked, "
+                f"{self.returned} returned or abandoned, {self.task_blocked} blocked on their task, "
                 f"{self.finished_batches} batches finished")
         return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
 
@@ -171,7 +173,7 @@ def _sync_batch(batch: Batch) -> SyncReport:
                 break  # try again at the next sync
     report.returned += _mark_returned(batch, now)
     if batch.quality_block_threshold is not None:
-        report.soft_blocked += _quality_blocks(batch, report)
+        report.task_blocked += _quality_blocks(batch, report)
     if _finish_if_done(batch, now, report):
         report.finished_batches += 1
     Batch.objects.filter(pk=batch.pk).update(
@@ -198,16 +200,17 @@ def _end(assignment: Assignment, reason: str) -> None:
 
 
 def _quality_blocks(batch: Batch, report: SyncReport) -> int:
-    """Rule 6, over the batch's MTurk-verified workers only."""
+    """Rule 6, over the batch's MTurk-verified workers only, on the batch's task only."""
     count = 0
     candidates = WorkerIdentity.objects.filter(
         pk__in=Assignment.objects.filter(hit__batch=batch, verified_at__isnull=False).values("worker"),
-        soft_blocked_at__isnull=True, hard_blocked_at__isnull=True)
-    for identity in workers.below_threshold(candidates, batch.quality_block_threshold):
+        soft_blocked_at__isnull=True, hard_blocked_at__isnull=True).exclude(task_blocks__task=batch.task_id)
+    for identity in workers.below_threshold(candidates, batch.quality_block_threshold, task=batch.task):
         try:
-            workers.soft_block(identity, f"Examples validated correct less often than "
-                                         f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).",
-                               sandbox=batch.sandbox)
+            workers.task_block(identity, batch.task,
+                               f"Examples of {batch.task.slug} validated correct less often than "
+                               f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).",
+                               sandbox=batch.sandbox, batch=batch)
             count += 1
         except mturk.MTurkError as exc:
             report.errors.append(f"soft block {identity.worker_id}: {exc}")

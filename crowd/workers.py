@@ -7,7 +7,12 @@ and the admin is for staff only).
 
 - Soft block: our own qualification, which every batch's HIT type requires to be
   absent; MTurk then hides our HITs from the worker. The arrival page refuses a
-  soft-blocked worker too (a server rule, not only MTurk's).
+  soft-blocked worker too (a server rule, not only MTurk's). It spans every
+  task, so only superusers give it.
+- Task block: the same, for one task only (``TaskBlock``; a qualification per
+  task that the task's HIT types require absent). A batch's quality threshold
+  gives it, so a researcher's threshold keeps a worker out of their own task's
+  HITs and no other; the task's researchers may lift it.
 - Hard block: ``CreateWorkerBlock``, the requester-wide block on MTurk.
 """
 
@@ -23,9 +28,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotation.models import Example, Validation
+from core.errors import Forbidden
+from tasks.models import Task
+from tasks.roles import is_researcher
 
 from . import mturk
-from .models import Qualification, WorkerIdentity
+from .models import Qualification, TaskBlock, WorkerIdentity
 
 WORKER_ID = re.compile(r"A[A-Z0-9]{5,63}")
 BLOCK_QUALIFICATION = "block"
@@ -55,26 +63,35 @@ def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
         return WorkerIdentity.objects.select_related("user").get(worker_id=worker_id)
 
 
-def block_qualification_id(sandbox: bool) -> str:
-    """Our block qualification on this endpoint, created on MTurk the first time."""
-    known = Qualification.objects.filter(purpose=BLOCK_QUALIFICATION, sandbox=sandbox).first()
+def block_qualification_id(sandbox: bool, task: Task | None = None) -> str:
+    """Our block qualification on this endpoint, for every task or for ``task`` only,
+    created on MTurk the first time."""
+    known = Qualification.objects.filter(purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task).first()
     if known is not None:
         return known.qualification_type_id
-    found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME, sandbox=sandbox)
+    if task is None:
+        name, description = BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to " \
+                                                       "Dynabench HITs."
+    else:
+        name = f"{BLOCK_QUALIFICATION_NAME} ({task.slug})"
+        description = f"Workers with this qualification are not admitted to the Dynabench task {task.slug}."
+    found = mturk.find_qualification_type(name, sandbox=sandbox)
     if found is None:
         try:
-            found = mturk.create_qualification_type(
-                BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to Dynabench HITs.",
-                sandbox=sandbox)
+            found = mturk.create_qualification_type(name, description, sandbox=sandbox)
         except mturk.MTurkError as exc:
-            if exc.kind != "request":
+            if exc.kind not in ("request", "duplicate"):  # MTurk: QualificationTypeAlreadyExists
                 raise
             # made meanwhile by another process
-            found = mturk.find_qualification_type(BLOCK_QUALIFICATION_NAME, sandbox=sandbox)
+            found = mturk.find_qualification_type(name, sandbox=sandbox)
             if found is None:
                 raise
-    qualification, _ = Qualification.objects.get_or_create(
-        purpose=BLOCK_QUALIFICATION, sandbox=sandbox, defaults={"qualification_type_id": found})
+    try:
+        with transaction.atomic():
+            qualification, _ = Qualification.objects.get_or_create(
+                purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task, defaults={"qualification_type_id": found})
+    except IntegrityError:  # recorded meanwhile by another process
+        qualification = Qualification.objects.get(purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task)
     return qualification.qualification_type_id
 
 
@@ -109,6 +126,36 @@ def hard_unblock(identity: WorkerIdentity, *, sandbox: bool | None = None) -> No
     WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=None)
 
 
+def is_blocked_on(identity: WorkerIdentity, task: Task) -> bool:
+    return TaskBlock.objects.filter(worker=identity, task=task).exists()
+
+
+def task_block(identity: WorkerIdentity, task: Task, reason: str, *, sandbox: bool | None = None,
+               batch=None) -> TaskBlock:
+    """Keep the worker out of ``task``'s HITs only: the task's block qualification on
+    MTurk, and a ``TaskBlock`` our HIT page refuses them by."""
+    sandbox = _where(sandbox)
+    mturk.give_qualification(block_qualification_id(sandbox, task), identity.worker_id, sandbox=sandbox)
+    block, _ = TaskBlock.objects.update_or_create(
+        worker=identity, task=task,
+        defaults={"sandbox": sandbox, "batch": batch, "reason": reason[:500], "blocked_at": timezone.now()})
+    return block
+
+
+def task_unblock(block: TaskBlock, user) -> None:
+    """Lift a task block: the task's researchers (or a superuser) only."""
+    if not is_researcher(user, block.task):
+        raise Forbidden("Only the task's researchers lift its blocks.")
+    try:
+        mturk.take_qualification(block_qualification_id(block.sandbox, block.task), block.worker.worker_id,
+                                 f"You are admitted to the Dynabench task {block.task.slug} again.",
+                                 sandbox=block.sandbox)
+    except mturk.MTurkError as exc:
+        if exc.kind != "request":  # a request error: MTurk has no such qualification to take
+            raise
+    block.delete()
+
+
 def notify(identities, subject: str, message: str, *, sandbox: bool | None = None) -> list[dict]:
     return mturk.notify([identity.worker_id for identity in identities], subject, message, sandbox=_where(sandbox))
 
@@ -119,10 +166,11 @@ def _count(queryset):
     return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
 
 
-def with_quality(identities):
-    """``identities`` annotated with the worker's quality: ``decided`` examples of
-    theirs and how many of them were ``verified``; ``judged`` validations of theirs
-    on decided examples and how many ``agreeing`` with the final decision."""
+def with_quality(identities, task: Task | None = None):
+    """``identities`` annotated with the worker's quality (on ``task`` only, if given):
+    ``decided`` examples of theirs and how many of them were ``verified``; ``judged``
+    validations of theirs on decided examples and how many ``agreeing`` with the final
+    decision."""
     # Only work from assignments MTurk confirmed: a worker id typed into a URL must not
     # spoil a real worker's record (nor earn them a block).
     examples = Example.objects.filter(annotator=OuterRef("user"), source=Example.Source.ANNOTATION,
@@ -130,6 +178,8 @@ def with_quality(identities):
     judged = Validation.objects.filter(validator=OuterRef("user"), label__in=["correct", "incorrect"],
                                        example__validation_status__in=["verified", "rejected"],
                                        session__mturk_assignment__verified_at__isnull=False)
+    if task is not None:
+        examples, judged = examples.filter(task=task), judged.filter(example__task=task)
     return identities.annotate(
         decided=_count(examples.filter(validation_status__in=["verified", "rejected"])),
         verified=_count(examples.filter(validation_status="verified")),
@@ -149,8 +199,9 @@ def agreement(identity) -> float | None:
     return identity.agreeing / identity.judged if identity.judged else None
 
 
-def below_threshold(identities, threshold: float) -> list[WorkerIdentity]:
-    """Those of ``identities`` (a queryset) whose verified examples, once enough are
-    decided, are validated correct less often than ``threshold`` (one query)."""
-    return [identity for identity in with_quality(identities)
+def below_threshold(identities, threshold: float, task: Task | None = None) -> list[WorkerIdentity]:
+    """Those of ``identities`` (a queryset) whose verified examples (of ``task``, if
+    given), once enough are decided, are validated correct less often than
+    ``threshold`` (one query)."""
+    return [identity for identity in with_quality(identities, task)
             if identity.decided >= QUALITY_MIN_DECIDED and correct_share(identity) < threshold]

@@ -433,6 +433,12 @@ BONUS_MAX_ATTEMPTS = env.int("BONUS_MAX_ATTEMPTS", default=8)
 # Bounds on what one batch may offer, in USD: a typo (50.00 for 0.50) cannot reach MTurk.
 CROWD_MAX_REWARD = Decimal(env.str("CROWD_MAX_REWARD", default="5.00"))  # per assignment
 CROWD_MAX_BONUS_PER_EXAMPLE = Decimal(env.str("CROWD_MAX_BONUS_PER_EXAMPLE", default="2.00"))
+# The live-site budget, in USD, of a task whose superusers set none (crowd.budgets): 0 refuses
+# every live batch until one is set. In the sandbox (no real money) such a task has no budget.
+CROWD_DEFAULT_TASK_BUDGET = Decimal(env.str("CROWD_DEFAULT_TASK_BUDGET", default="0.00"))
+# A batch that may cost more than this (USD) waits for a superuser's approval, another
+# person's than its creator's, before anything is posted.
+CROWD_APPROVAL_THRESHOLD = Decimal(env.str("CROWD_APPROVAL_THRESHOLD", default="100.00"))
 MTURK_ARRIVALS_PER_ADDRESS = env.int("MTURK_ARRIVALS_PER_ADDRESS", default=30)
 MTURK_ARRIVAL_WINDOW = env.int("MTURK_ARRIVAL_WINDOW", default=3600)
 

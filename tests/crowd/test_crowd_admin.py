@@ -7,8 +7,9 @@ from django.urls import reverse
 
 from annotation.models import Example
 from annotation.services import validation
-from crowd import sync
-from crowd.models import Batch, BonusPayment, WorkerIdentity
+from core.errors import Forbidden
+from crowd import sync, workers
+from crowd.models import Batch, BonusPayment, TaskBlock, WorkerIdentity
 from tests.crowd.test_crowd_flow import WORKER, do_one_assignment, make_batch
 
 pytestmark = pytest.mark.django_db
@@ -132,3 +133,25 @@ def test_superusers_block_and_message_workers_and_see_their_quality(live_tasks, 
     client.post(url, {"action": "notify_workers", "_selected_action": [identity.pk], "apply": "1",
                       "subject": "New HITs", "message": "Round 2 is open."})
     assert len(crowd.notifications) == 1
+
+
+def test_a_task_block_is_its_researchers_to_lift_and_no_one_elses(live_tasks, crowd, client, researcher,
+                                                                   other_researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    identity = workers.identity_for(WORKER, sandbox=True)
+    block = workers.task_block(identity, batch.task, "Examples validated correct less often than 50%.",
+                               sandbox=True, batch=batch)
+    url = reverse("admin:crowd_taskblock_changelist")
+    # Another researcher neither sees nor lifts it ...
+    client.force_login(other_researcher)
+    assert "0 task blocks" in client.get(url).content.decode()
+    client.post(url, {"action": "lift_task_blocks", "_selected_action": [block.pk]})
+    with pytest.raises(Forbidden):
+        workers.task_unblock(block, other_researcher)
+    assert TaskBlock.objects.exists() and crowd.count("DisassociateQualificationFromWorker") == 0
+    # ... the task's researcher does, on MTurk too.
+    client.force_login(researcher)
+    assert WORKER in client.get(url).content.decode()
+    response = client.post(url, {"action": "lift_task_blocks", "_selected_action": [block.pk]}, follow=True)
+    assert "unblocked" in response.content.decode()
+    assert not TaskBlock.objects.exists() and crowd.count("DisassociateQualificationFromWorker") == 1

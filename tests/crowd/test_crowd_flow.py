@@ -13,8 +13,9 @@ from rest_framework.test import APIClient
 
 from annotation.models import AnnotationSession, Example
 from annotation.services import validation
-from crowd import bonuses, costs, mturk, sync
-from crowd.models import Assignment, Batch, BonusPayment, Hit, WorkerIdentity
+from crowd import bonuses, costs, mturk, sync, workers
+from crowd.fake_mturk import WorkerActionError
+from crowd.models import Assignment, Batch, BonusPayment, Hit, TaskBlock, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
 
 pytestmark = pytest.mark.django_db
@@ -112,8 +113,10 @@ def test_publish_posts_one_hit_type_and_n_hits_with_tokens_qualifications_and_an
     quals = {q["QualificationTypeId"]: q for q in hit_type["QualificationRequirements"]}
     assert quals[mturk.LOCALE_QUALIFICATION]["LocaleValues"] == [{"Country": "US"}, {"Country": "GB"}]
     assert quals[mturk.APPROVAL_RATE_QUALIFICATION]["IntegerValues"] == [97]
-    blocks = [q for q in quals.values() if q["Comparator"] == "DoesNotExist"]
-    assert len(blocks) == 1  # our own soft-block qualification
+    blocks = {q["QualificationTypeId"] for q in quals.values() if q["Comparator"] == "DoesNotExist"}
+    # our own blocks: the one on every task (superusers) and the task's own (its quality thresholds)
+    assert blocks == {workers.block_qualification_id(True), workers.block_qualification_id(True, batch.task)}
+    assert len(blocks) == 2
     assert hit_type["Reward"] == "0.50"
     # 3 HITs x 2 assignments x (0.50 + 0.10 fee + 2 x 0.25 bonus + 0.10 fee)
     assert batch.max_cost == Decimal("7.20")
@@ -627,7 +630,11 @@ def test_the_commands_publish_sync_and_pay(live_tasks, crowd, client, researcher
     assert crowd_tasks.pay_bonuses.delay().get().startswith("0 assignments settled, 0 bonuses paid")
 
 
-def test_workers_below_the_batch_quality_threshold_get_the_soft_block(live_tasks, crowd, client, researcher):
+def test_workers_below_the_batch_quality_threshold_are_blocked_on_its_task_only(live_tasks, crowd, client,
+                                                                                researcher):
+    """A researcher's threshold keeps a worker out of their own task's HITs, and no
+    other task's: a block on every task stays with superusers."""
+    other_task = make_batch(live_tasks["nli"])  # another researcher's task, in principle
     batch = make_batch(live_tasks["sentiment"], examples_per_assignment=6, quality_block_threshold=0.5)
     hit = batch.hit_rows.first()
     assignment_id = crowd.accept(hit.hit_id, WORKER)
@@ -639,13 +646,24 @@ def test_workers_below_the_batch_quality_threshold_get_the_soft_block(live_tasks
     completion, _ = submit_here(client, token)
     crowd.submit(assignment_id, {"completionToken": completion})
     report = sync.sync()
-    assert report.soft_blocked == 1
+    assert report.task_blocked == 1
     identity = WorkerIdentity.objects.get(worker_id=WORKER)
-    assert identity.soft_blocked_at is not None
-    assert crowd.count("AssociateQualificationWithWorker") == 1
-    # Our page refuses the worker too, not only MTurk.
+    assert identity.soft_blocked_at is None  # not on every task
+    block = TaskBlock.objects.get(worker=identity)
+    assert block.task == batch.task and block.batch == batch and "50%" in block.reason
+    # Judged on the task's examples only: the worker has none decided on nli.
+    assert workers.below_threshold(WorkerIdentity.objects.all(), 0.5, task=live_tasks["nli"]) == []
+    [given] = [params for op, params in crowd.calls if op == "AssociateQualificationWithWorker"]
+    assert given["QualificationTypeId"] == workers.block_qualification_id(True, batch.task)
+    assert given["QualificationTypeId"] != workers.block_qualification_id(True)
+    # Our page refuses the worker on the task too, not only MTurk ...
     other_hit = batch.hit_rows.exclude(pk=hit.pk).first()
     assert arrive(client, other_hit.hit_id, "3BLOCKEDBLOCKEDBLOCKEDBLOCKED1").status_code == 403
+    # ... and MTurk hides the task's HITs from them, but another task's HITs still admit them.
+    with pytest.raises(WorkerActionError, match="lacks"):
+        crowd.accept(other_hit.hit_id, WORKER)
+    nli_hit = other_task.hit_rows.first()
+    assert arrive(client, nli_hit.hit_id, crowd.accept(nli_hit.hit_id, WORKER)).status_code == 200
 
 
 def test_a_crash_after_mturk_paid_is_reconciled_and_a_held_row_is_left_to_its_holder(live_tasks, crowd, client,
@@ -748,8 +766,8 @@ def test_junk_under_a_real_workers_id_does_not_spoil_their_quality(live_tasks, c
     # ... while the real worker does one real assignment.
     do_one_assignment(client, crowd, batch, text="Real work.")
     report = sync.sync()
-    assert report.soft_blocked == 0 and WorkerIdentity.objects.get(worker_id=WORKER).soft_blocked_at is None
-    assert crowd.count("AssociateQualificationWithWorker") == 0
+    assert report.task_blocked == 0 and WorkerIdentity.objects.get(worker_id=WORKER).soft_blocked_at is None
+    assert not TaskBlock.objects.exists() and crowd.count("AssociateQualificationWithWorker") == 0
 
 
 def test_a_signup_named_like_a_worker_cannot_lock_the_worker_out(live_tasks, crowd, client, django_user_model):

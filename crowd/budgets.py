@@ -1,0 +1,143 @@
+"""Money has limits that a researcher cannot lift alone.
+
+- **A budget per task** (``CrowdBudget``), set by superusers only: what the task's
+  batches may spend and commit together, in USD, on each MTurk site separately. A
+  task with none set may commit ``CROWD_DEFAULT_TASK_BUDGET`` on the live site
+  (default $0: no live batch until a superuser sets one) and is not limited by a
+  budget in the sandbox, where no real money moves.
+- **Money already promised counts.** A batch is *committed* for the most it may
+  still cost (``costs.committed_by_batch``): the task's budget must hold what was
+  spent, what every batch of the task has committed, and the new batch's most;
+  the account's balance must hold what every batch on the site (all tasks) has
+  committed and the new batch's most. Spent money has already left the balance.
+- **One at a time.** The count and the new batch's row are written under a lock on
+  the site's ``RequesterAccount`` row, so two publishes (or approvals) at once
+  cannot both promise the same dollars.
+- **Two people for large batches.** A batch whose most exceeds
+  ``CROWD_APPROVAL_THRESHOLD`` waits for a superuser's approval, another person's
+  than its creator's (``publishing.approve``), and the money is checked again then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import Conflict, Forbidden, InvalidInput
+from tasks.models import Task
+
+from . import costs
+from .models import Batch, CrowdBudget, RequesterAccount
+
+
+def _site(sandbox: bool) -> str:
+    return "sandbox" if sandbox else "live site"
+
+
+@dataclass
+class Standing:
+    """A task's budget on one MTurk site, and where its money stands."""
+
+    task: Task
+    sandbox: bool
+    amount: Decimal | None  # None: no budget limits the task (the sandbox, none set)
+    is_default: bool  # no budget was set: the default applies
+    committed: Decimal
+    spent: Decimal
+
+    @property
+    def left(self) -> Decimal | None:
+        return None if self.amount is None else self.amount - self.spent - self.committed
+
+    def __str__(self):
+        if self.amount is None:
+            return (f"no budget ({_site(self.sandbox)}); ${self.spent:.2f} spent, ${self.committed:.2f} committed")
+        return (f"${self.amount:.2f} budget{' (the default: none set)' if self.is_default else ''} on the "
+                f"{_site(self.sandbox)}: ${self.spent:.2f} spent, ${self.committed:.2f} committed, "
+                f"${self.left:.2f} left")
+
+
+def amount_for(task: Task, sandbox: bool) -> tuple[Decimal | None, bool]:
+    """The task's budget on a site, and whether it is the default (none was set)."""
+    budget = CrowdBudget.objects.filter(task=task).only("amount").first()
+    if budget is not None:
+        return budget.amount, False
+    return (None if sandbox else Decimal(settings.CROWD_DEFAULT_TASK_BUDGET)), True
+
+
+def site_batches(sandbox: bool):
+    return Batch.objects.filter(sandbox=sandbox)
+
+
+def standing(task: Task, sandbox: bool, *, excluding: Batch | None = None) -> Standing:
+    amount, is_default = amount_for(task, sandbox)
+    batches = site_batches(sandbox).filter(task=task)
+    mine = batches.exclude(pk=excluding.pk) if excluding is not None else batches
+    return Standing(task=task, sandbox=sandbox, amount=amount, is_default=is_default,
+                    committed=costs.committed(mine), spent=costs.spend(batches).total)
+
+
+def check_budget(task: Task, sandbox: bool, most: Decimal, *, excluding: Batch | None = None) -> Standing:
+    """Conflict when the task's budget cannot hold ``most`` more; its standing otherwise."""
+    found = standing(task, sandbox, excluding=excluding)
+    if found.amount is not None and most > found.left:
+        if found.is_default:
+            why = (f"Task {task.slug} has no crowd budget, and on the {_site(sandbox)} a task without one may "
+                   f"commit ${found.amount:.2f} (CROWD_DEFAULT_TASK_BUDGET). ")
+        else:
+            why = f"Task {task.slug} has a crowd budget of ${found.amount:.2f} on the {_site(sandbox)}. "
+        raise Conflict(why + f"${found.spent:.2f} is spent and ${found.committed:.2f} is committed to its open "
+                             f"batches, so ${max(found.left, Decimal('0')):.2f} is left; this batch may cost up "
+                             f"to ${most:.2f}. A superuser can raise the budget (Crowd work > Crowd budgets).")
+    return found
+
+
+def check_balance(sandbox: bool, balance: Decimal, most: Decimal, *, excluding: Batch | None = None) -> None:
+    """Conflict when the account's balance cannot hold every open batch's most plus ``most``."""
+    batches = site_batches(sandbox)
+    if excluding is not None:
+        batches = batches.exclude(pk=excluding.pk)
+    promised = costs.committed(batches)
+    if balance < promised + most:
+        raise Conflict(f"The MTurk account holds ${balance:.2f}; ${promised:.2f} of it is committed to open "
+                       f"batches, and this batch may cost up to ${most:.2f} (rewards, bonuses and MTurk's fees). "
+                       "Add funds, wait for open batches to finish, or publish fewer HITs.")
+
+
+def lock_account(sandbox: bool) -> None:
+    """Inside a transaction: hold the site's account row until it ends."""
+    RequesterAccount.objects.get_or_create(sandbox=sandbox)
+    RequesterAccount.objects.select_for_update().get(sandbox=sandbox)
+
+
+def check_money(task: Task, sandbox: bool, most: Decimal, balance: Decimal, *,
+                excluding: Batch | None = None) -> None:
+    """Both checks, under the site's lock; call it inside the transaction that writes
+    the batch (its row is then committed money for the next one to count)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("check_money must run inside the transaction that writes the batch")
+    lock_account(sandbox)
+    check_budget(task, sandbox, most, excluding=excluding)
+    check_balance(sandbox, balance, most, excluding=excluding)
+
+
+def needs_approval(most: Decimal) -> bool:
+    return most > Decimal(settings.CROWD_APPROVAL_THRESHOLD)
+
+
+def set_budget(task: Task, amount: Decimal, user, note: str = "") -> CrowdBudget:
+    """Set the task's budget: superusers only (a researcher cannot lift their own limit)."""
+    if not (user and user.is_authenticated and user.is_active and user.is_superuser):
+        raise Forbidden("Only a superuser sets a task's crowd budget.")
+    if not isinstance(amount, Decimal) or not amount.is_finite() or amount < 0 or amount != costs.cents(amount):
+        raise InvalidInput.field("amount", "Must be an amount in USD of 0.00 or more, in whole cents.")
+    with transaction.atomic():  # after any publish counting under the old amount
+        lock_account(False)
+        lock_account(True)
+        budget, _ = CrowdBudget.objects.update_or_create(
+            task=task, defaults={"amount": amount, "note": note[:500], "set_by": user, "updated_at": timezone.now()})
+    return budget
