@@ -14,14 +14,16 @@ same weighted average of each dataset's resamples: a bootstrap stratified by
 dataset, so the interval describes the number shown.
 
 Ties: all models are scored on the same examples and resampled with the same
-draws, so the difference of two models' averaged resamples is a *paired*
-bootstrap of the difference of their (weighted) performance averages, the very
-quantity the ranking compares; the page marks neighbours whose difference is not
-significant at 95% as tied. Two models pair only when every dataset's examples
-(a digest of their ids, in order) and seed match; otherwise the tie is unknown.
-This is a percentile interval of a difference, not a test corrected for the
-many neighbour pairs on a board: it says "these two are not told apart by this
-test set", not more.
+draws, so replicate ``r`` is the same resample for every model. The board ranks by
+the Dynascore, so ``tied_with_next`` tests the Dynascore: the difference of two
+neighbours' per-replicate Dynascores (``dynascore.rank``, the AMRS recomputed in
+each replicate) is a *paired* bootstrap of the ranked quantity, and neighbours
+whose 95% interval holds 0 are marked tied. ``performance_tied_with_next`` is the
+same test on the (weighted) performance averages alone, a column of its own. Two
+models pair only when every dataset's examples (a digest of their ids, in order)
+and seed match; otherwise either tie is unknown. These are percentile intervals of
+a difference, not tests corrected for the many neighbour pairs on a board: they
+say "these two are not told apart by this test set", not more.
 
 Metrics on the board:
 - performance: the task's metric (accuracy, or SQuAD F1 for QA);
@@ -413,6 +415,7 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
         baseline_row = {
             "model": BASELINE, "name": BASELINE, "created": None, "info": None, "datasets": datasets,
             "label": baseline["label"], "rank": None, "dynascore": None, "tied_with_next": None,
+            "performance_tied_with_next": None,
             "scores": {"performance": _metric(performance, scoring.percentile_interval(values, CONFIDENCE)),
                        "calibration": _metric(_weighted([baseline["datasets"][n]["ece"] for n in names], dw))}}
     if not rows:
@@ -434,7 +437,8 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
     complete = len(replicate_values) == len(rows)
     fixed = ({row["model"]: {**row["metrics"], "performance": replicate_values[row["model"]]} for row in rows}
              if complete else None)
-    ranked = dynascore.rank(rows, weights, is_tie=is_tie, replicate_values=fixed, n_resamples=RESAMPLES, seed=SEED)
+    ranked = dynascore.rank(rows, weights, is_tie=is_tie, replicate_values=fixed, n_resamples=RESAMPLES, seed=SEED,
+                            comparable=lambda a, b: digests[a] == digests[b])
     keys = [row["model"] for row in ranked if row["model"] in replicate_values]
     intervals = dict(zip(keys, scoring.percentile_intervals(np.vstack([replicate_values[k] for k in keys]),
                                                              CONFIDENCE), strict=True)) if keys else {}
@@ -476,6 +480,7 @@ def row_json(row: dict, datasets: list[str], parameters: dict) -> dict:
         "dynascore_ci_low": row.get("dynascore_ci_low"),
         "dynascore_ci_high": row.get("dynascore_ci_high"),
         "tied_with_next": row["tied_with_next"],
+        "performance_tied_with_next": row["performance_tied_with_next"],
         "metrics": row["scores"],
         "datasets": {name: row["datasets"][name] for name in datasets},
     }
@@ -491,7 +496,7 @@ def as_json(result: Board) -> dict:
 def csv_rows(document: dict) -> list[list]:
     """A header and one line per row of ``as_json``'s document, in rank order."""
     header = ["rank", "model", "owner", "parameters", "dynascore", "dynascore_ci_low", "dynascore_ci_high",
-              "tied_with_next"]
+              "tied_with_next", "performance_tied_with_next"]
     metrics = [name for name in ("performance", *STORED) if any(name in row["metrics"] for row in document["rows"])]
     for name in metrics:
         header += [name, f"{name}_ci_low", f"{name}_ci_high"]
@@ -500,7 +505,8 @@ def csv_rows(document: dict) -> list[list]:
     lines = [header]
     for row in document["rows"]:
         line = [row["rank"], row["model"]["name"], row["model"]["owner"] or "", row["model"]["parameters"] or "",
-                row["dynascore"], row["dynascore_ci_low"], row["dynascore_ci_high"], row["tied_with_next"]]
+                row["dynascore"], row["dynascore_ci_low"], row["dynascore_ci_high"], row["tied_with_next"],
+                row["performance_tied_with_next"]]
         for name in metrics:
             value = row["metrics"].get(name) or {}
             line += [value.get("value"), value.get("ci_low"), value.get("ci_high")]

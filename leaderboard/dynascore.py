@@ -75,10 +75,17 @@ Ranking and ties
 places, so that float noise does not decide), then higher performance (same
 rounding), then older model (``created`` ascending; rows without it after those
 with it), then ``name`` (default ``str(model)``), then ``str(model)``.  Every row
-gets ``tied_with_next``: whether the performance difference with the next row is
-*not* significant by a paired bootstrap (:func:`ml.scoring.paired_bootstrap`) on the
-per-example performance vectors the caller supplies; ``None`` when they are not
-supplied for both models, ``False`` on the last row.
+gets two tie marks, each ``False`` on the last row:
+
+* ``tied_with_next``, on the ranked quantity: whether the 95% percentile interval of
+  the per-replicate Dynascore difference with the next row (the same bootstrap
+  replicates, AMRS recomputed in each, :func:`dynascore_replicates`) holds 0.
+  ``None`` without replicate values, or when ``comparable(a, b)`` says the two
+  models' replicates do not pair (scored on different examples).
+* ``performance_tied_with_next``: whether the performance difference with the next
+  row is *not* significant by a paired bootstrap (:func:`ml.scoring.paired_bootstrap`)
+  on the per-example performance vectors the caller supplies, or by the caller's
+  ``is_tie``; ``None`` when neither can tell.
 
 Intervals
 ---------
@@ -521,6 +528,7 @@ def rank(
     per_example_performance: Mapping[Model, Sequence[float]] | None = None,
     is_tie: Callable[[Model, Model], bool | None] | None = None,
     replicate_values: Mapping[Model, Mapping[str, Any]] | None = None,
+    comparable: Callable[[Model, Model], bool] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
@@ -529,10 +537,13 @@ def rank(
 
     * ``rank``: 1, 2, 3, ... (position; every row has its own rank);
     * ``dynascore``;
-    * ``tied_with_next``: ``True`` when the paired bootstrap finds no significant
-      performance difference with the next row, ``False`` when it does (and on the
-      last row), ``None`` when it cannot tell (no per-example vectors for both);
-    * ``tie_test``: the :class:`ml.scoring.PairedResult` behind it, or ``None``;
+    * ``tied_with_next``: ``True`` when the Dynascore difference with the next row
+      is not significant (its per-replicate interval holds 0), ``False`` when it is
+      (and on the last row), ``None`` when it cannot tell (no ``replicate_values``,
+      or ``comparable`` says the two do not pair);
+    * ``performance_tied_with_next``: the same for performance, from the paired
+      bootstrap on ``per_example_performance`` or from ``is_tie``;
+    * ``tie_test``: the :class:`ml.scoring.PairedResult` behind the performance mark, or ``None``;
     * ``dynascore_ci_low`` / ``dynascore_ci_high`` when ``replicate_values`` is given
       (see :func:`dynascore_replicates`).
 
@@ -560,13 +571,9 @@ def rank(
             row, result.scores[row["model"]], result.averaged[row["model"]][PERFORMANCE]
         ),
     )
-    intervals = (
-        dynascore_interval(
-            replicate_values,
-            result.weights,
-            confidence=confidence,
-            dataset_weights=dataset_weights,
-            offsets=offsets,
+    per_replicate = (
+        dynascore_replicates(
+            replicate_values, result.weights, dataset_weights=dataset_weights, offsets=offsets
         )
         if replicate_values is not None
         else None
@@ -578,12 +585,38 @@ def rank(
         tied, test = _tie_with_next(
             ordered, position, per_example_performance, is_tie, n_resamples, confidence, seed
         )
-        entry["tied_with_next"] = tied
+        entry["performance_tied_with_next"] = tied
         entry["tie_test"] = test
-        if intervals is not None:
-            entry["dynascore_ci_low"], entry["dynascore_ci_high"] = intervals[model]
+        entry["tied_with_next"] = _dynascore_tie_with_next(ordered, position, per_replicate, comparable,
+                                                           confidence)
+        if per_replicate is not None:
+            low, high = percentile_intervals(per_replicate[model][np.newaxis, :], confidence)[0]
+            entry["dynascore_ci_low"], entry["dynascore_ci_high"] = low, high
         out.append(entry)
     return out
+
+
+def _dynascore_tie_with_next(
+    ordered: Sequence[Mapping[str, Any]],
+    position: int,
+    per_replicate: Mapping[Model, np.ndarray] | None,
+    comparable: Callable[[Model, Model], bool] | None,
+    confidence: float,
+) -> bool | None:
+    """Whether the row and the next one are not told apart by their Dynascores: the
+    percentile interval of their per-replicate difference holds 0."""
+    if position + 1 >= len(ordered):
+        return False
+    if per_replicate is None:
+        return None
+    a, b = ordered[position]["model"], ordered[position + 1]["model"]
+    if comparable is not None and not comparable(a, b):
+        return None
+    difference = per_replicate[a] - per_replicate[b]
+    if difference.size < 2:
+        return None  # one replicate: no interval
+    low, high = percentile_intervals(difference[np.newaxis, :], confidence)[0]
+    return bool(low <= 0 <= high)
 
 
 def _tie_with_next(

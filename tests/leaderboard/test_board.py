@@ -76,6 +76,13 @@ def test_weights_change_the_score_and_bad_weights_are_400(boarded, client):
     assert only_performance["weights"]["performance"] == 5
     for row in only_performance["rows"][:2]:  # performance alone: the Dynascore is the performance
         assert row["dynascore"] == pytest.approx(row["metrics"]["performance"]["value"])
+    # The tie mark tests the ranked quantity: with performance alone, the Dynascore's
+    # paired test is the performance one; the last ranked row ties with no one.
+    first, last = only_performance["rows"][:2]
+    assert isinstance(first["tied_with_next"], bool)
+    assert first["tied_with_next"] == first["performance_tied_with_next"]
+    assert last["tied_with_next"] is False and last["performance_tied_with_next"] is False
+    assert all(isinstance(row["performance_tied_with_next"], bool) for row in default["rows"][:2])
     assert default["weights"] == {"performance": 4, "throughput": 1, "memory": 1, "robustness": 1, "fairness": 1,
                                   "calibration": 0}
     for bad in ("performance:9", "performance:x", "speed:1", "performance:-1", "performance:nan"):

@@ -299,12 +299,13 @@ def test_rank_keeps_the_row_and_adds_fields():
     assert top["model"] == "C" and top["owner"] == "ana" and top["rank"] == 1
     assert top["dynascore"] == pytest.approx(43 / 60)
     assert [r["tied_with_next"] for r in ranked] == [None, None, False]
+    assert [r["performance_tied_with_next"] for r in ranked] == [None, None, False]
     with pytest.raises(ValueError, match="unique"):
         ds.rank(rows(EXAMPLE) + rows({"A": EXAMPLE["A"]}))
     assert ds.rank([]) == []
 
 
-def test_tied_with_next_comes_from_a_paired_bootstrap():
+def test_performance_tied_with_next_comes_from_a_paired_bootstrap():
     rng = np.random.default_rng(11)
     strong = (rng.random(400) < 0.9).astype(float)
     twin = strong.copy()  # the same accuracy, different mistakes
@@ -322,14 +323,40 @@ def test_tied_with_next_comes_from_a_paired_bootstrap():
         per_example_performance=per_example,
     )
     assert [r["model"] for r in ranked] == ["twin", "strong", "weak"]
-    assert [r["tied_with_next"] for r in ranked] == [True, False, False]
+    assert [r["performance_tied_with_next"] for r in ranked] == [True, False, False]
     assert not ranked[0]["tie_test"].significant and ranked[1]["tie_test"].significant
     # a caller-supplied test (e.g. macro-F1) is used as given
     hook = ds.rank(
         rows(models), {"throughput": 0}, is_tie=lambda a, b: {a, b} == {"strong", "twin"}
     )
     assert [r["model"] for r in hook] == ["strong", "twin", "weak"]  # no dates: by name
-    assert [r["tied_with_next"] for r in hook] == [True, False, False]
+    assert [r["performance_tied_with_next"] for r in hook] == [True, False, False]
+
+
+def test_tied_with_next_tests_the_dynascore_the_board_ranks_by():
+    """Performance tells the two apart, the Dynascore does not: with throughput
+    weighed as much as performance, the faster, weaker model's throughput is worth
+    exactly its performance gap (two models: the AMRS is that rate), in every replicate."""
+    rng = np.random.default_rng(5)
+    draws = rng.integers(0, 1000, size=(200, 1000))
+    accurate = (rng.random(1000) < 0.8).astype(float)
+    fast = (rng.random(1000) < 0.7).astype(float)
+    replicates = {"accurate": {"performance": accurate[draws].mean(axis=1), "throughput": 10.0},
+                  "fast": {"performance": fast[draws].mean(axis=1), "throughput": 1000.0}}
+    points = {k: {"performance": float(v.mean()), "throughput": t}
+              for (k, v), t in zip({"accurate": accurate, "fast": fast}.items(), (10.0, 1000.0), strict=True)}
+    weights = {"performance": 1, "throughput": 1, "memory": 0, "robustness": 0, "fairness": 0}
+    ranked = ds.rank(rows(points), weights, per_example_performance={"accurate": accurate, "fast": fast},
+                     replicate_values=replicates)
+    assert ranked[0]["performance_tied_with_next"] is False  # 80% against 70% on 1,000 examples
+    assert ranked[0]["tied_with_next"] is True
+    assert ranked[0]["dynascore"] == pytest.approx(ranked[1]["dynascore"])
+    # Weighed on performance alone, the Dynascore separates them too.
+    alone = ds.rank(rows(points), {**weights, "throughput": 0}, replicate_values=replicates)
+    assert alone[0]["model"] == "accurate" and alone[0]["tied_with_next"] is False
+    # Replicates that do not pair (another test set) give no answer.
+    unpaired = ds.rank(rows(points), weights, replicate_values=replicates, comparable=lambda a, b: False)
+    assert unpaired[0]["tied_with_next"] is None and unpaired[1]["tied_with_next"] is False
 
 
 # -- intervals ----------------------------------------------------------------------------
