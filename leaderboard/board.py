@@ -28,16 +28,27 @@ say "these two are not told apart by this test set", not more.
 Metrics on the board:
 - performance: the task's metric (accuracy, or SQuAD F1 for QA);
 - calibration: the expected calibration error (classification only);
-- throughput: examples/s of the batched pass (batch 32; one at a time is kept
-  too, as ``throughput_batch1``); memory: the model's float32 parameters, MB;
+- throughput: examples/s at batch 32, the median of ``THROUGHPUT_RUNS`` timed
+  passes (the scoring pass, then passes over up to ``THROUGHPUT_SAMPLE`` examples);
+  one at a time is kept too, as ``throughput_batch1``;
+- memory: measured, MiB: the peak resident memory that loading the model and a
+  batch-32 forward pass add to a fresh interpreter (``ml.memory``; the same
+  runtime overhead for every model). The float32 parameter size is kept apart
+  (``parameters_mb``, and the parameter count column);
 - robustness and fairness: the share of answers unchanged under seeded typos,
-  and under name and gender-word swaps (``ml.scoring``), on each dataset's first
-  100 examples (fairness: those a swap changed).
-Each metric is averaged over the datasets with the dataset weights; its interval
-is the bootstrap one for a single dataset, and for several the normal
-approximation of the weighted mean's (weighted half-widths added in quadrature).
-Timings and sizes have no interval. A metric joins the Dynascore only when every
-ranked model has it.
+  and under name and gender-word swaps (``ml.scoring``), on each dataset's whole
+  test set, or a seeded sample of ``PERTURBED_SAMPLE`` examples of a larger one
+  (fairness: those a swap changed).
+Performance, calibration, robustness and fairness are resampled on the same
+bootstrap draws (``uncertainty``), and throughput by drawing one of its timed
+runs per replicate: the Dynascore's interval resamples all of them together.
+Each metric is averaged over the datasets with the dataset weights, and so are
+its replicates (a bootstrap stratified by dataset); an evaluation stored before
+the other metrics were resampled falls back to the normal approximation of the
+weighted mean (weighted half-widths added in quadrature), and its other metrics
+stay at their values in the Dynascore's replicates. Memory is one measurement,
+without an interval. A metric joins the Dynascore only when every ranked model
+has it.
 
 A majority-class baseline row (classification) predicts the most common label
 of the task's training data for every example, with that label's share as its
@@ -106,37 +117,75 @@ def _digest(example_ids) -> str:
     return hashlib.sha256(json.dumps(list(example_ids)).encode()).hexdigest()[:16]
 
 
+# Metrics whose replicates are stored beside performance's (Evaluation.metric_replicate_values),
+# drawn on the same resampled indices: the Dynascore's interval resamples them together.
+RESAMPLED = ("ece", "robustness", "fairness", "throughput")
+
+
 def uncertainty(task: Task, scores: dict, details: dict, example_ids=None, seed: int = SEED) -> dict:
     """Intervals and paired resamples of one evaluation (its ECE, robustness and
-    fairness go into ``scores`` too), drawn with ``seed`` (``dataset_seed``)."""
-    per_example = details["per_example"]
-    if not per_example:
-        return {"intervals": {}, "replicates": {}, "replicate_values": b""}
+    fairness go into ``scores`` too), drawn with ``seed`` (``dataset_seed``).
+
+    Every metric is resampled on the same bootstrap indices: replicate ``r`` of the
+    ECE, robustness and fairness is computed on the very examples replicate ``r`` of
+    performance drew (robustness and fairness on those of them in their perturbed
+    sample), so the Dynascore's interval resamples all of them together. Throughput
+    was timed several times (``measure``); each replicate takes one of those runs."""
+    per_example = np.asarray(details["per_example"], dtype=float)
+    if not per_example.size:
+        return {"intervals": {}, "replicates": {}, "replicate_values": b"", "metric_replicate_values": b""}
     metric = primary_metric(task)
-    replicates = scoring.bootstrap_replicates(per_example, n_resamples=RESAMPLES, seed=seed)
+    n = per_example.size
+    blocks = list(scoring.resample_indices(n, n_resamples=RESAMPLES, seed=seed))
+    replicates = np.concatenate([per_example[block].mean(axis=1) for block in blocks])
     intervals = {metric: list(scoring.percentile_interval(replicates, CONFIDENCE))}
+    others: dict[str, np.ndarray] = {}
     if "gold" in details:
         macro = scoring.bootstrap_metric(details["gold"], details["pred"], ml_metrics.macro_f1,
                                          n_resamples=RESAMPLES, seed=seed)
         intervals["macro_f1"] = [macro.low, macro.high]
-        correct = [g == p for g, p in zip(details["gold"], details["pred"], strict=True)]
-        ece = scoring.bootstrap_metric(details["confidence"], correct, scoring.expected_calibration_error,
-                                       n_resamples=RESAMPLES, seed=seed)
-        scores["ece"] = ece.value
-        intervals["ece"] = [ece.low, ece.high]
+        confidence = np.asarray(details["confidence"], dtype=float)
+        correct = np.asarray([g == p for g, p in zip(details["gold"], details["pred"], strict=True)], dtype=float)
+        scores["ece"] = scoring.expected_calibration_error(confidence, correct)
+        others["ece"] = np.array([scoring.expected_calibration_error(confidence[row], correct[row])
+                                  for block in blocks for row in block])
     for name in ("robustness", "fairness"):
-        agreement = details.get(f"{name}_agreement")
-        if agreement:
-            found = scoring.bootstrap_ci(agreement, n_resamples=RESAMPLES, seed=seed)
-            scores[name] = found.value
-            intervals[name] = [found.low, found.high]
+        agreement, positions = details.get(f"{name}_agreement"), details.get(f"{name}_positions")
+        if not agreement:
+            continue
+        scores[name] = float(np.mean(agreement))
+        agree = np.zeros(n)
+        inside = np.zeros(n)
+        agree[positions], inside[positions] = agreement, 1.0
+        sums = np.concatenate([agree[block].sum(axis=1) for block in blocks])
+        counts = np.concatenate([inside[block].sum(axis=1) for block in blocks])
+        # A resample that drew none of the perturbed examples says nothing: it keeps the point value.
+        others[name] = np.where(counts > 0, sums / np.maximum(counts, 1), scores[name])
+    runs = details.get("throughput_runs")
+    if runs:
+        others["throughput"] = np.random.default_rng(seed).choice(np.asarray(runs, dtype=float), size=RESAMPLES)
+    for name, values in others.items():
+        intervals[name] = list(scoring.percentile_interval(values, CONFIDENCE))
+    names = [name for name in RESAMPLED if name in others]
     return {"intervals": {k: [round(v, 6) for v in pair] for k, pair in intervals.items()},
             "replicates": {"seed": seed, "n": len(replicates),
-                           "examples": _digest(example_ids or range(len(per_example)))},
-            "replicate_values": pack(replicates)}
+                           "examples": _digest(example_ids or range(n)), "metrics": names},
+            "replicate_values": pack(replicates),
+            "metric_replicate_values": pack(np.concatenate([others[name] for name in names])) if names else b""}
 
 
-PERTURBED_SAMPLE = 100  # examples perturbed per dataset (the first ones, in example order)
+def metric_replicates(replicates: dict, blob) -> dict[str, np.ndarray]:
+    """The stored replicates of the other metrics, by their Evaluation.metrics key."""
+    names = (replicates or {}).get("metrics") or []
+    values = unpack(blob)
+    if not names or values is None or values.size % len(names):
+        return {}
+    return dict(zip(names, values.reshape(len(names), -1), strict=True))
+
+
+PERTURBED_SAMPLE = 500  # examples perturbed per dataset: all of a smaller one, else a seeded sample
+THROUGHPUT_RUNS = 5  # timed passes: the scoring pass and this many less one over a sample
+THROUGHPUT_SAMPLE = 256  # examples in each further timed pass
 BATCH1_SAMPLE = 16  # examples timed one at a time
 
 
@@ -144,27 +193,47 @@ def _answer(task: Task, prediction: dict):
     return prediction.get("answer") if task.parsed_config.task_type == "extractive_qa" else prediction.get("label")
 
 
+def perturbed_sample(n: int) -> list[int]:
+    """The positions a dataset's robustness and fairness are measured on: every
+    example of a set of at most ``PERTURBED_SAMPLE``, else that many drawn without
+    replacement with a fixed seed (the same for every model: the examples' order is)."""
+    if n <= PERTURBED_SAMPLE:
+        return list(range(n))
+    return sorted(np.random.default_rng(SEED).choice(n, size=PERTURBED_SAMPLE, replace=False).tolist())
+
+
 def measure(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int]) -> dict:
-    """Throughput (batched, and one at a time), the model's memory, and the consistency
-    of its answers under typos (robustness) and name and gender-word swaps (fairness),
-    on the first ``PERTURBED_SAMPLE`` examples, each perturbed with its own seeded
-    generator (``ml.scoring``). QA perturbs the question only, classification every
-    input text. Fills ``details`` with the agreement vectors; returns the metrics."""
+    """Throughput (batched, timed ``THROUGHPUT_RUNS`` times, and one at a time), the
+    model's memory in inference (``model_memory_mb``), and the consistency of its
+    answers under typos (robustness) and name and gender-word swaps (fairness) on the
+    ``perturbed_sample``, each example perturbed with its own seeded generator
+    (``ml.scoring``). QA perturbs the question only, classification every input text.
+    Fills ``details`` with the timed runs and the agreement vectors with their
+    positions; returns the metrics."""
     import ml
 
-    found = {"throughput": details.get("throughput")}
-    sample = rows[:BATCH1_SAMPLE]
-    if sample:
+    runs = [details["throughput"]] if details.get("throughput") else []
+    sample = [row["inputs"] for row in rows[:THROUGHPUT_SAMPLE]]
+    while sample and len(runs) < THROUGHPUT_RUNS:
         started = time.perf_counter()
-        for row in sample:
+        ml.predict(ref, sample)
+        runs.append(len(sample) / max(time.perf_counter() - started, 1e-9))
+    details["throughput_runs"] = runs
+    found = {"throughput": float(np.median(runs)) if runs else None, "throughput_runs": [round(r, 3) for r in runs]}
+    single = rows[:BATCH1_SAMPLE]
+    if single:
+        started = time.perf_counter()
+        for row in single:
             ml.predict(ref, [row["inputs"]], batch_size=1)
-        found["throughput_batch1"] = len(sample) / max(time.perf_counter() - started, 1e-9)
-    found["memory_mb"] = model_memory_mb(ref)
+        found["throughput_batch1"] = len(single) / max(time.perf_counter() - started, 1e-9)
+    found["memory_mb"] = model_memory_mb(ref, [row["inputs"] for row in rows])
+    found["parameters_mb"] = parameters_mb(ref)
     qa = task.parsed_config.task_type == "extractive_qa"
-    originals = [_answer(task, p) for p in details["predictions"][:PERTURBED_SAMPLE]]
+    positions = perturbed_sample(len(rows))
     for name, perturb in (("robustness", scoring.perturb_typos), ("fairness", scoring.perturb_fairness)):
-        changed_rows, kept = [], []
-        for i, row in enumerate(rows[:PERTURBED_SAMPLE]):
+        changed_rows, kept, where = [], [], []
+        for i in positions:
+            row = rows[i]
             inputs, changed = dict(row["inputs"]), False
             for field, text in row["inputs"].items():
                 if (qa and field != "question") or not isinstance(text, str):
@@ -173,20 +242,38 @@ def measure(task: Task, ref, rows: list[dict], details: dict, example_ids: list[
                 inputs[field], changed = result.text, changed or result.changed
             if changed:
                 changed_rows.append(inputs)
-                kept.append(originals[i])
+                kept.append(_answer(task, details["predictions"][i]))
+                where.append(i)
         if changed_rows:
             perturbed = [_answer(task, p) for p in ml.predict(ref, changed_rows)]
             details[f"{name}_agreement"] = scoring.agreement(kept, perturbed)
+            details[f"{name}_positions"] = where
     return found
 
 
-def model_memory_mb(ref) -> float | None:
-    """The model's parameters and buffers, in MB (its memory when loaded for inference)."""
+def model_memory_mb(ref, inputs: list[dict]) -> float | None:
+    """The model's memory in inference, MiB: the peak resident memory that loading it
+    and a batch-32 forward pass add to a fresh interpreter (``ml.memory``). Measured
+    once per artifact (a few seconds: the child imports torch), then cached."""
+    from ml.memory import inference_memory_mb
+
+    sha256 = getattr(ref, "sha256", None)
+    key = f"dynabench:inference-memory:{sha256}" if sha256 else None
+    if key and (known := cache.get(key)) is not None:
+        return known
+    found = inference_memory_mb(getattr(ref, "path", None) or ref, inputs)
+    if key and found is not None:
+        cache.set(key, found, None)
+    return found
+
+
+def parameters_mb(ref) -> float | None:
+    """The model's float32 parameters and buffers, in MB (a size, not a measurement)."""
     try:
         from ml.submissions import parameter_count
 
         path = getattr(ref, "path", None) or ref
-        return round(parameter_count(path) * 4 / 1e6, 1)  # float32
+        return round(parameter_count(path) * 4 / 1e6, 1)
     except Exception:
         return None
 
@@ -345,7 +432,8 @@ def _weighted(values, weights: np.ndarray) -> float:
 
 def _stored_rows(task: Task, user):
     """The models ``user`` may see that finished an evaluation, and their test
-    evaluations as ``{model id: {round number: (metrics, intervals, digest, values, n)}}``."""
+    evaluations as ``{model id: {round number: (metrics, intervals, digest, values, n,
+    other metrics' replicates)}}``."""
     from .submissions import visible_models
 
     models = list(visible_models(task, user).filter(status=ModelVersion.Status.READY)
@@ -355,11 +443,12 @@ def _stored_rows(task: Task, user):
     by_model: dict[int, dict[int, tuple]] = {}
     found = (Evaluation.objects.filter(model_version__in=[m.pk for m in models], split="test")
              .values_list("model_version_id", "round__number", "metrics", "intervals", "replicates",
-                          "replicate_values", "num_examples"))
-    for model_id, number, metrics, intervals, replicates, blob, n in found:
+                          "replicate_values", "num_examples", "metric_replicate_values"))
+    for model_id, number, metrics, intervals, replicates, blob, n, other_blob in found:
         # What pairs two models' resamples: the same examples, in the same order, the same draws.
         digest = (replicates.get("examples"), replicates.get("seed")) if isinstance(replicates, dict) else None
-        by_model.setdefault(model_id, {})[number] = (metrics, intervals, digest, unpack(blob), n)
+        by_model.setdefault(model_id, {})[number] = (metrics, intervals, digest, unpack(blob), n,
+                                                     metric_replicates(replicates, other_blob))
     return models, by_model
 
 
@@ -385,10 +474,11 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
             continue  # not scored on every dataset yet
         stored = [found[n] for n in numbers]
         datasets = {name: {**_metric(metrics.get(metric), intervals.get(metric)), "num_examples": n}
-                    for name, (metrics, intervals, _, _, n) in zip(names, stored, strict=True)}
+                    for name, (metrics, intervals, _, _, n, _) in zip(names, stored, strict=True)}
         values = [entry[3] for entry in stored]
-        if all(v is not None for v in values) and len({len(v) for v in values}) == 1:
-            replicate_values[model.pk] = dw @ np.vstack(values) / dw.sum()
+        paired = all(v is not None for v in values) and len({len(v) for v in values}) == 1
+        if paired:
+            replicate_values[model.pk] = {"performance": dw @ np.vstack(values) / dw.sum()}
             digests[model.pk] = tuple(entry[2] for entry in stored)
         performance = [datasets[name]["value"] for name in names]
         if any(v is None for v in performance):
@@ -397,11 +487,17 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
         scores = {}
         for metric_name, key in STORED.items():
             per_dataset = [entry[0].get(key) for entry in stored]
-            if all(v is not None for v in per_dataset):
-                row_metrics[metric_name] = _weighted(per_dataset, dw)
-                scores[metric_name] = _metric(row_metrics[metric_name],
-                                              _combined(row_metrics[metric_name], dw,
-                                                        [entry[1].get(key) for entry in stored]))
+            if any(v is None for v in per_dataset):
+                continue
+            row_metrics[metric_name] = _weighted(per_dataset, dw)
+            resampled = [entry[5].get(key) for entry in stored]
+            if paired and all(r is not None and len(r) == len(values[0]) for r in resampled):
+                # Resampled with performance, on the same draws: a bootstrap stratified by dataset.
+                replicate_values[model.pk][metric_name] = dw @ np.vstack(resampled) / dw.sum()
+                interval = scoring.percentile_interval(replicate_values[model.pk][metric_name], CONFIDENCE)
+            else:
+                interval = _combined(row_metrics[metric_name], dw, [entry[1].get(key) for entry in stored])
+            scores[metric_name] = _metric(row_metrics[metric_name], interval)
         rows.append({"model": model.pk, "name": model.name, "created": model.created_at, "metrics": row_metrics,
                      "datasets": datasets, "info": model, "scores": scores})
 
@@ -431,17 +527,21 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
             return None
         if digests[a] != digests[b]:
             return None  # scored on different examples (or in another order): not paired
-        low, high = scoring.percentile_interval(replicate_values[a] - replicate_values[b], CONFIDENCE)
+        low, high = scoring.percentile_interval(replicate_values[a]["performance"]
+                                                - replicate_values[b]["performance"], CONFIDENCE)
         return low <= 0 <= high
 
+    # The Dynascore's replicates: each metric resampled where it was (older evaluations
+    # stored performance's only; their other metrics stay at their values).
     complete = len(replicate_values) == len(rows)
-    fixed = ({row["model"]: {**row["metrics"], "performance": replicate_values[row["model"]]} for row in rows}
+    fixed = ({row["model"]: {name: replicate_values[row["model"]].get(name, value)
+                             for name, value in row["metrics"].items()} for row in rows}
              if complete else None)
     ranked = dynascore.rank(rows, weights, is_tie=is_tie, replicate_values=fixed, n_resamples=RESAMPLES, seed=SEED,
                             comparable=lambda a, b: digests[a] == digests[b])
     keys = [row["model"] for row in ranked if row["model"] in replicate_values]
-    intervals = dict(zip(keys, scoring.percentile_intervals(np.vstack([replicate_values[k] for k in keys]),
-                                                             CONFIDENCE), strict=True)) if keys else {}
+    intervals = dict(zip(keys, scoring.percentile_intervals(
+        np.vstack([replicate_values[k]["performance"] for k in keys]), CONFIDENCE), strict=True)) if keys else {}
     for row in ranked:
         row["scores"] = {"performance": _metric(row["metrics"]["performance"], intervals.get(row["model"])),
                          **row["scores"]}

@@ -27,6 +27,10 @@ class Evaluation(models.Model):
         default=bytes, blank=True,
         help_text="The task metric on each bootstrap resample, as little-endian float32 (the same resamples "
                   "for every model: paired). 4 KB for 1,000 resamples; read with leaderboard.board.unpack.")
+    metric_replicate_values = models.BinaryField(
+        default=bytes, blank=True,
+        help_text="The other metrics (replicates['metrics'] names them, in order) on the same resamples, "
+                  "float32 one after another: the Dynascore's interval resamples them with performance.")
     job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
