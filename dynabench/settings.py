@@ -170,6 +170,7 @@ CELERY_TASK_ROUTES = {
     "annotation.load_models": {"queue": "inference"},
     "leaderboard.train_model": {"queue": "training"},
     "leaderboard.evaluate_model": {"queue": "training"},
+    "leaderboard.check_submission": {"queue": "training"},
     "tasks.sweep_stale_jobs": {"queue": "default"},
     "crowd.sync": {"queue": "default"},
     "crowd.pay_bonuses": {"queue": "default"},
@@ -411,8 +412,20 @@ CONTEXT_UPLOAD_MAX_BYTES = env.int("CONTEXT_UPLOAD_MAX_BYTES", default=20 * 1024
 CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 # Model submissions: the largest zip taken (413 above), and how many a user may
 # send per task per day (researchers of the task are exempt; 429 above).
+# SUBMISSION_MAX_BYTES is enforced while the upload is read (core.uploads): the
+# byte after the limit is never stored.
 SUBMISSION_MAX_BYTES = env.int("SUBMISSION_MAX_BYTES", default=600 * 1000 * 1000)
 SUBMISSIONS_PER_DAY = env.int("SUBMISSIONS_PER_DAY", default=3)
+# A submitted model is unpacked, loaded, run and saved by a worker job, in a child
+# process (ml.sandbox) with at most this much address space (MiB) and wall time
+# (seconds), and this many torch threads. Over either limit the submission is
+# refused with the reason; the worker carries on. The memory default leaves room
+# for the largest weights the archive limits let through: torch takes a good part
+# of the address space by itself, and loading a model more than its weights again.
+SUBMISSION_CHECK_MEMORY_MB = _at_least("SUBMISSION_CHECK_MEMORY_MB", 256,
+                                       lambda n: env.int(n, default=6144))
+SUBMISSION_CHECK_SECONDS = _at_least("SUBMISSION_CHECK_SECONDS", 1, lambda n: env.float(n, default=300.0))
+SUBMISSION_CHECK_THREADS = _at_least("SUBMISSION_CHECK_THREADS", 1, lambda n: env.int(n, default=2))
 # A leaderboard is computed once per state of its task, weights and audience, and kept
 # in the cache this long (0: never cached). Evaluations and models drop it at once when
 # they change; the limit bounds what nothing signals (e.g. the baseline's training data).

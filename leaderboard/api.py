@@ -9,9 +9,9 @@ import csv
 import io
 import json
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions, renderers, serializers, status
-from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -19,6 +19,8 @@ from annotation.api import _round_response, researched_task
 from annotation.serializers import RoundSerializer
 from core.csvrows import spreadsheet_safe
 from core.errors import Forbidden, InvalidInput, NotFound
+from core.parsers import BoundedMultiPartParser
+from core.uploads import MULTIPART_OVERHEAD_BYTES, BoundedUploads
 from tasks.api import job_response
 from tasks.models import ModelVersion, Task
 from tasks.roles import is_researcher
@@ -66,21 +68,27 @@ class SubmissionSerializer(serializers.Serializer):
     public = serializers.BooleanField(default=True, help_text="Private: shown only to you and the researchers.")
 
 
-class SubmittedSerializer(serializers.Serializer):
-    model = ModelVersionSerializer()
-    job = JobSerializer(help_text="Its evaluation on every dataset of the task.")
-
-
 @extend_schema(tags=["models"])
-class ModelList(generics.ListAPIView):
+class ModelList(BoundedUploads, generics.ListAPIView):
     """GET: a task's models with their evaluations, newest first (its researchers only).
     POST: submit a model (any signed-in user; at most ``SUBMISSIONS_PER_DAY`` per task
-    a day, researchers exempt): checked, registered, and queued for evaluation."""
+    a day, researchers exempt). The answer (202) is the job that checks it, in a worker:
+    once it passes, the model is registered (the job's ``result`` names it and its
+    evaluation job) and evaluated on every dataset of the task. An archive over
+    ``SUBMISSION_MAX_BYTES`` is refused (413) as it is read; one that is not a safe zip
+    of allowed files, at once (400)."""
 
     serializer_class = ModelVersionSerializer
     permission_classes = [permissions.IsAuthenticated]
-    parser_classes = [MultiPartParser]
+    parser_classes = [BoundedMultiPartParser]
     error_statuses = (409,)
+
+    def max_upload_file_bytes(self) -> int:  # read while the body is read (core.uploads)
+        return settings.SUBMISSION_MAX_BYTES
+
+    @property
+    def max_upload_bytes(self) -> int:  # the whole body, read by BoundedMultiPartParser
+        return settings.SUBMISSION_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
 
     def get_queryset(self):
         task = researched_task(self.request, self.kwargs["slug"])
@@ -88,7 +96,7 @@ class ModelList(generics.ListAPIView):
                 .prefetch_related("trained_on_rounds", "target_of_rounds", "evaluations__round")
                 .order_by("-created_at", "-pk"))
 
-    @extend_schema(request={"multipart/form-data": SubmissionSerializer}, responses={201: SubmittedSerializer})
+    @extend_schema(request={"multipart/form-data": SubmissionSerializer}, responses={202: JobSerializer})
     def post(self, request, slug):
         task = Task.objects.visible_to(request.user).filter(slug=slug).first()
         if task is None:
@@ -96,12 +104,9 @@ class ModelList(generics.ListAPIView):
         data = SubmissionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        model, job = submissions.submit_model(task, request.user, values["file"], name=values["name"],
-                                              public=values["public"])
-        job.refresh_from_db()
-        body = {"model": ModelVersionSerializer(model, context={"request": request}).data,
-                "job": JobSerializer(job, context={"request": request}).data}
-        return Response(body, status=status.HTTP_201_CREATED)
+        job = submissions.submit_model(task, request.user, values["file"], name=values["name"],
+                                       public=values["public"])
+        return job_response(request, job)
 
 
 @extend_schema(tags=["models"])
@@ -179,9 +184,12 @@ class LeaderboardRowSerializer(serializers.Serializer):
     dynascore_ci_low = serializers.FloatField(allow_null=True)
     dynascore_ci_high = serializers.FloatField(allow_null=True)
     tied_with_next = serializers.BooleanField(allow_null=True, help_text=(
-        "The performance difference with the next row is not significant (paired bootstrap, 95%)."))
+        "The Dynascore difference with the next row is not significant (paired bootstrap of the "
+        "per-replicate Dynascores, 95%); empty when the two were scored on different examples."))
+    performance_tied_with_next = serializers.BooleanField(allow_null=True, help_text=(
+        "The same test on performance alone."))
     metrics = serializers.DictField(child=LeaderboardMetricSerializer(), help_text=(
-        "performance (the task's metric), calibration (ECE), throughput (examples/s), memory (MB), robustness "
+        "performance (the task's metric), calibration (ECE), throughput (examples/s), memory (MiB, measured), robustness "
         "and fairness (answers unchanged under perturbations), each averaged over the datasets."))
     datasets = serializers.DictField(child=LeaderboardDatasetSerializer(),
                                      help_text="The task's metric on each round's test set.")

@@ -1,20 +1,38 @@
 """Model submissions: a signed-in user uploads a zip of a Hugging Face model for a
-task; it is checked (``ml.submissions``: size, zip bombs, paths, no pickles, an
-architecture we load, the task's labels, a model that runs), stored as an
-artifact, registered, and queued for evaluation on every dataset of the task.
+task. The web request only reads and bounds the upload and looks at the archive's
+directory; a worker job checks the model in a child process, registers it and
+queues its evaluation on every dataset of the task.
 
+- **In the request** (cheap, no torch): the name; the size, bounded while the body
+  is read (``core.uploads``: 413 above ``SUBMISSION_MAX_BYTES``, the byte after the
+  limit is never stored); the daily limit; the archive's end record and file list
+  (``ml.submissions.inspect_archive``: a zip, safe paths, allowlisted files, no
+  pickles or code). Junk is a 400 at once; an archive that passes is kept in the
+  incoming folder and a "check a submitted model" job is queued (202).
+- **In the job** (``run_submission_check_job``): unpacking, the config's sizes
+  against the task's limits (``model_limits``, read as JSON before anything is
+  built), loading, two forward passes and saving, all in a child process with at
+  most ``SUBMISSION_CHECK_MEMORY_MB`` of memory and ``SUBMISSION_CHECK_SECONDS``
+  (``ml.sandbox``). A refusal, or a check over either limit, fails the job with the
+  reason; the worker carries on. An accepted model is registered and its
+  evaluation queued, in one transaction.
 - Per user and task, at most ``SUBMISSIONS_PER_DAY`` attempts a day (refused ones
-  count too: checking costs a model load); the task's researchers are exempt.
+  count too), counted atomically; the task's researchers are exempt.
 - A submission is public or private. A private one shows only to its owner and
   the task's researchers (``visible_models``), on the board, the API and exports.
-- Nothing is written outside the task's submissions folder, and a refused
-  archive leaves nothing behind.
+- Nothing is written outside the models folder's ``.submissions`` work area and
+  the task's submissions folder. The job removes its archive and work folder
+  whatever happens; one whose worker was killed leaves them, and the next check
+  removes those of every job that is no longer running.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
 import shutil
-import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -22,8 +40,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from core.errors import Conflict, InvalidInput, TooLarge, TooMany
+from core.errors import Conflict, DomainError, InvalidInput, TooLarge, TooMany
 from core.ratelimit import Limiter
+from tasks.jobs import JobReporter, create_job, enqueue, run_job
 from tasks.models import Job, ModelVersion, Task
 from tasks.registry import models_root, register_model
 from tasks.roles import is_researcher
@@ -31,6 +50,18 @@ from tasks.roles import is_researcher
 from .services import ml_spec, start_evaluation
 
 DAY = 24 * 3600
+WORK_AREA = ".submissions"
+_ARCHIVE_NAME = re.compile(r"^[0-9a-f]{32}\.zip$")
+# An incoming archive no job refers to (its request died before the job was saved) is
+# removed once it is this old.
+_ORPHAN_SECONDS = 3600
+_HEARTBEAT_SECONDS = 5.0
+
+
+class ModelRefused(DomainError):
+    """A submitted model failed its checks; the message says why, for the submitter."""
+
+    code = "refused"
 
 
 def limiter() -> Limiter:
@@ -48,23 +79,57 @@ def visible_models(task: Task, user):
     return models.filter(is_public=True)
 
 
+# --- where uploads wait and are checked -------------------------------------------------
+
+
+def incoming_folder() -> Path:
+    """Archives that passed the request's checks, waiting for their job."""
+    return models_root() / WORK_AREA / "incoming"
+
+
+def checking_folder() -> Path:
+    """One work folder per running check job (``job-<id>``): the child's unpacking and the artifact it saves."""
+    return models_root() / WORK_AREA / "checking"
+
+
+def archive_limits():
+    from ml.submissions import SubmissionLimits
+
+    return SubmissionLimits(max_archive_bytes=settings.SUBMISSION_MAX_BYTES)
+
+
+def child_limits():
+    from ml.sandbox import MIB, ChildLimits
+
+    return ChildLimits(memory_bytes=settings.SUBMISSION_CHECK_MEMORY_MB * MIB,
+                       seconds=settings.SUBMISSION_CHECK_SECONDS, threads=settings.SUBMISSION_CHECK_THREADS)
+
+
+# --- the request ---------------------------------------------------------------------------
+
+
 def _check_name(task: Task, name) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 100 or "\x00" in name:
         raise InvalidInput.field("name", "Must be a model name of 1 to 100 characters.")
     name = name.strip()
     if ModelVersion.objects.filter(task=task, name=name).exists():
         raise Conflict(f"Task {task.slug} already has a model named {name!r}.")
+    pending = Job.objects.filter(task=task, kind=Job.Kind.CHECK_SUBMISSION, status__in=Job.ACTIVE,
+                                 params__name=name).first()
+    if pending is not None:
+        raise Conflict(f"A model named {name!r} is being checked for task {task.slug} already (job #{pending.pk}).")
     return name
 
 
-def submit_model(task: Task, user, upload, *, name, public: bool = True) -> tuple[ModelVersion, Job]:
-    """Check and register an uploaded model; returns it and its evaluation job."""
-    from ml.submissions import SubmissionRejected, unpack_submission
+def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
+    """Take an uploaded model for checking; returns its check job (queued). The model
+    is registered, and its evaluation queued, once the job has checked it."""
+    from ml.submissions import SubmissionRejected, inspect_archive
 
     name = _check_name(task, name)
     if upload is None:
         raise InvalidInput.field("file", "Upload the model as a .zip file in the 'file' field.")
-    if upload.size > settings.SUBMISSION_MAX_BYTES:
+    if upload.size > settings.SUBMISSION_MAX_BYTES:  # the upload handler stopped larger ones already
         raise TooLarge(f"The archive is {upload.size:,} bytes; the limit is {settings.SUBMISSION_MAX_BYTES:,}.")
     key = f"{user.pk}:{task.pk}"
     if not is_researcher(user, task):
@@ -72,28 +137,151 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> tupl
         if wait:
             raise TooMany(f"At most {settings.SUBMISSIONS_PER_DAY} submissions per task per day; "
                           f"try again in {wait} s.", retry_after=wait)
-    folder = models_root() / task.slug / "submissions"
+    folder = incoming_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / uuid.uuid4().hex
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        archive = Path(scratch) / "upload.zip"
-        with open(archive, "wb") as out:
+    archive = folder / f"{uuid.uuid4().hex}.zip"
+    partial = archive.with_name(archive.name + ".part")
+    try:
+        with open(partial, "wb") as out:
             for chunk in upload.chunks():
                 out.write(chunk)
+        os.replace(partial, archive)
         try:
-            info = unpack_submission(archive, dest, ml_spec(task))
+            inspect_archive(archive, limits=archive_limits())
         except SubmissionRejected as exc:
             raise InvalidInput.field("file", str(exc)) from None
-    try:
         with transaction.atomic():
-            model = register_model(task, info, name=name, user=user)
-            model.is_public, model.submitted = bool(public), True
-            model.save(update_fields=["is_public", "submitted"])
-            job = start_evaluation(model, user=user)
-    except IntegrityError:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise Conflict(f"Task {task.slug} already has a model named {name!r}.") from None
-    except Exception:
-        shutil.rmtree(dest, ignore_errors=True)
+            job = create_job(Job.Kind.CHECK_SUBMISSION, task=task, user=user,
+                             params={"name": name, "public": bool(public), "archive": archive.name})
+            enqueue(job, _check_task(), queue="training")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        archive.unlink(missing_ok=True)
         raise
-    return model, job
+    return job
+
+
+def _check_task():
+    from .tasks import check_submission
+
+    return check_submission
+
+
+# --- the job ---------------------------------------------------------------------------
+
+
+def run_submission_check_job(job_id: int) -> Job:
+    """Check a submitted model in a child process; register it and queue its evaluation."""
+
+    def work(job: Job, reporter: JobReporter) -> dict:
+        from ml.sandbox import check_in_child
+        from ml.submissions import SubmissionRejected
+
+        remove_leftovers()
+        task, params = job.task, job.params
+        archive = _incoming_archive(params.get("archive"))
+        scratch = checking_folder() / f"job-{job.pk}"
+        shutil.rmtree(scratch, ignore_errors=True)  # an attempt of this job whose worker was killed
+        dest = None
+        try:
+            if task is None:
+                raise ModelRefused("The task this model was submitted to no longer exists.")
+            if archive is None or not archive.is_file():
+                raise ModelRefused("The uploaded archive is no longer there (a check runs once); upload the model "
+                                   "again.")
+            limits = child_limits()
+            reporter.progress(5, f"checking the model in a separate process (at most "
+                                 f"{limits.memory_bytes // (1024 * 1024):,} MB of memory and {limits.seconds:g} s)")
+            stages = iter(range(20, 100, 15))
+            try:
+                info = check_in_child(
+                    archive, scratch, ml_spec(task), limits=archive_limits(),
+                    bounds=task.parsed_config.submission_bounds(), child=limits,
+                    progress=lambda line: reporter.progress(next(stages, 95), line),
+                    waiting=_heartbeat(reporter),
+                )
+            except SubmissionRejected as exc:
+                raise ModelRefused(exc.reason) from None
+            dest = models_root() / task.slug / "submissions" / uuid.uuid4().hex
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(info.path, dest)
+            result: dict = {}
+            try:
+                with transaction.atomic():
+                    model = register_model(task, dataclasses.replace(info, path=dest), name=params["name"],
+                                           user=job.created_by)
+                    model.is_public, model.submitted = bool(params.get("public", True)), True
+                    model.save(update_fields=["is_public", "submitted"])
+                    evaluation = start_evaluation(model, user=job.created_by)
+                    result.update(model_version=model.pk, name=model.name, evaluation_job=evaluation.pk)
+                    reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
+            except IntegrityError:
+                raise ModelRefused(f"Task {task.slug} has a model named {params['name']!r} now; "
+                                   "submit this one under another name.") from None
+            return result
+        except BaseException:
+            if dest is not None:
+                shutil.rmtree(dest, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            if archive is not None:
+                archive.unlink(missing_ok=True)
+
+    return run_job(job_id, work)
+
+
+def _incoming_archive(name) -> Path | None:
+    if not isinstance(name, str) or not _ARCHIVE_NAME.match(name):
+        return None
+    return incoming_folder() / name
+
+
+def _heartbeat(reporter: JobReporter):
+    """A ``waiting`` callback that beats every few seconds (it raises ``JobStopped`` once the job is cancelled)."""
+    last = time.monotonic()
+
+    def beat() -> None:
+        nonlocal last
+        if time.monotonic() - last >= _HEARTBEAT_SECONDS:
+            last = time.monotonic()
+            reporter.beat()
+
+    return beat
+
+
+def remove_leftovers() -> list[str]:
+    """Remove what killed check jobs left behind: the work folders of check jobs that
+    are not running, and incoming archives that no queued or running job waits for,
+    once their job has ended (or, for one no job refers to, an hour after it was
+    written). Returns the names removed."""
+    removed: list[str] = []
+    checks = Job.objects.filter(kind=Job.Kind.CHECK_SUBMISSION)
+    checking = checking_folder()
+    if checking.is_dir():
+        running = {f"job-{pk}" for pk in checks.filter(status=Job.Status.RUNNING).values_list("pk", flat=True)}
+        for path in checking.iterdir():
+            if path.name in running:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    incoming = incoming_folder()
+    if incoming.is_dir():
+        names = {path.name: path for path in incoming.iterdir()}
+        waiting = set(checks.filter(status__in=Job.ACTIVE, params__archive__in=list(names))
+                      .values_list("params__archive", flat=True))
+        ended = set(checks.exclude(status__in=Job.ACTIVE).filter(params__archive__in=list(names))
+                    .values_list("params__archive", flat=True))
+        old = time.time() - _ORPHAN_SECONDS
+        for name, path in names.items():
+            try:
+                stale = name not in waiting and (name in ended or path.stat().st_mtime < old)
+            except FileNotFoundError:  # its job removed it meanwhile
+                continue
+            if stale:
+                path.unlink(missing_ok=True)
+                removed.append(name)
+    return removed

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import services
+from . import services, submissions
 
 # acks_late: a job whose worker dies is redelivered; the services are idempotent.
 JOB_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "soft_time_limit": 6 * 3600,
@@ -18,4 +18,11 @@ def train_model(job_id: int) -> int:
 @shared_task(name="leaderboard.evaluate_model", **JOB_OPTIONS)
 def evaluate_model(job_id: int) -> int:
     services.run_evaluation_job(job_id)
+    return job_id
+
+
+@shared_task(name="leaderboard.check_submission", **JOB_OPTIONS)
+def check_submission(job_id: int) -> int:
+    """Unpack, load and run a submitted model in a child process with limits; register it if it passes."""
+    submissions.run_submission_check_job(job_id)
     return job_id

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from annotation.services import stats
 from annotation.views import task_page_context
 from core.accounts import too_many
-from core.errors import DomainError
+from core.errors import DomainError, TooLarge
 from core.ratelimit import page_wait
+from core.uploads import bounded_uploads
 from tasks import jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
@@ -276,24 +278,38 @@ def model_page(request, pk):
         "jobs": evaluation_jobs, "mine": mine})
 
 
+def _submission_refused(request, exc, slug):
+    """The submit page again, with the reason an upload over the size limit was refused (413)."""
+    task = get_object_or_404(Task.objects.visible_to(request.user), slug=slug)
+    return render(request, "leaderboard/submit.html", _submit_context(task, exc.message, ""), status=413)
+
+
+def _submit_context(task, error, name) -> dict:
+    return {"task": task, "error": error, "name": name, "max_size": f"{settings.SUBMISSION_MAX_BYTES / 1e6:g} MB"}
+
+
 @login_required
+@bounded_uploads(lambda: settings.SUBMISSION_MAX_BYTES, _submission_refused)
 def submit_page(request, slug):
-    """Upload a model (signed-in users): the same service as the API."""
+    """Upload a model (signed-in users): the same service as the API. The model is
+    checked by a job; the page sends the submitter to it."""
     from .submissions import submit_model
 
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
     if task is None:
         raise Http404(f"No task {slug!r}.")
-    error = None
+    error, status = None, 200
     if request.method == "POST":
         try:
-            model, job = submit_model(task, request.user, request.FILES.get("file"),
-                                      name=request.POST.get("name", ""), public=request.POST.get("public") == "on")
+            job = submit_model(task, request.user, request.FILES.get("file"),
+                               name=request.POST.get("name", ""), public=request.POST.get("public") == "on")
+        except TooLarge as exc:
+            return _submission_refused(request, exc, slug)
         except DomainError as exc:
-            error = str(exc)
+            error, status = str(exc), 400
         else:
-            messages.success(request, f"{model.name} was accepted; its evaluation is queued (job #{job.pk}).")
-            return redirect("model-page", pk=model.pk)
-    return render(request, "leaderboard/submit.html", {"task": task, "error": error,
-                                                       "name": request.POST.get("name", "")},
-                  status=400 if error else 200)
+            messages.success(request, f"{job.params['name']} was received; job #{job.pk} checks it, and once it "
+                                      "passes it is registered and evaluated.")
+            return redirect(job.get_absolute_url())
+    return render(request, "leaderboard/submit.html", _submit_context(task, error, request.POST.get("name", "")),
+                  status=status)

@@ -26,11 +26,13 @@ problem with a :class:`SubmissionRejected` whose message is meant for the submit
 4. extraction into a private temporary folder next to ``dest_dir``, streaming and
    counting the bytes actually produced: the header sizes are never trusted, an
    entry that unpacks to more than its allowance stops there;
-5. the content: ``model.safetensors`` parses as safetensors; ``config.json`` is a
-   JSON object with an allowlisted ``model_type`` (:data:`ALLOWED_MODEL_TYPES`), the
-   architecture the task needs, no ``auto_map`` (remote code), and for
-   classification the task's labels in index order; the config does not describe a
-   bigger model than the weights hold (checked on the meta device, nothing
+5. the content: ``config.json`` is a JSON object with an allowlisted ``model_type``
+   (:data:`ALLOWED_MODEL_TYPES`), sizes (layers, hidden size, heads, vocabulary,
+   positions, intermediate size) within the task's :class:`ConfigBounds`, read from
+   the JSON before anything is built, the architecture the task needs, no
+   ``auto_map`` (remote code), and for classification the task's labels in index
+   order; ``model.safetensors`` parses as safetensors; the config does not describe
+   a bigger model than the weights hold (checked on the meta device, nothing
    allocated);
 6. loading with transformers (safetensors only, local files only, no remote code,
    no missing weights, a fast tokenizer) and two forward passes on CPU through the
@@ -41,8 +43,11 @@ problem with a :class:`SubmissionRejected` whose message is meant for the submit
 The temporary folder is removed whatever happens; on a refusal ``dest_dir`` is never
 created.  Nothing is ever unpickled and no code from the upload is run.
 
-Loading and the forward pass import torch: call :func:`unpack_submission` from a
-worker (a Celery task), not in a web process before it forks (README: "Torch and fork").
+Stages 1 to 3 alone are :func:`inspect_archive`: no decompression, no torch, cheap
+enough for a web request.  Unpacking, loading and the forward pass run a hostile
+model's code paths in transformers and tokenizers: a worker calls
+:func:`unpack_submission` only in a child process with memory and time limits
+(:mod:`ml.sandbox`), never in its own process and never in a web process.
 :func:`parameter_count` reads only the safetensors header and needs no torch.
 """
 
@@ -63,7 +68,7 @@ import types
 import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +107,67 @@ class SubmissionLimits:
     max_small_file_bytes: int = 5 * MB
     #: tokenizer.json, vocab.txt, vocab.json, merges.txt.
     max_tokenizer_file_bytes: int = 100 * MB
+
+
+@dataclass(frozen=True)
+class ConfigBounds:
+    """Bounds on the sizes that ``config.json`` declares, checked on the JSON alone
+    before any model is built: a config can ask for a model far bigger than its
+    weights (10,000 layers) and building even its skeleton costs memory and time.
+
+    The defaults admit every size of the allowlisted architectures up to the large
+    variants (24 layers, hidden size 1024) with room to spare, and XLM-R's vocabulary.
+    A task may set its own (``model_limits`` in the task config)."""
+
+    #: num_hidden_layers (n_layers for DistilBERT, num_hidden_groups for ALBERT).
+    max_layers: int = 48
+    #: hidden_size (dim for DistilBERT, embedding_size for ALBERT).
+    max_hidden_size: int = 4096
+    #: num_attention_heads (n_heads for DistilBERT).
+    max_attention_heads: int = 64
+    #: vocab_size.
+    max_vocab_size: int = 300_000
+    #: max_position_embeddings (and DeBERTa's max_relative_positions, position_buckets).
+    max_positions: int = 4096
+    #: intermediate_size (hidden_dim for DistilBERT).
+    max_intermediate_size: int = 16384
+    #: type_vocab_size.
+    max_type_vocab_size: int = 16
+    #: ALBERT's inner_group_num (layers inside each shared group).
+    max_inner_groups: int = 4
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> ConfigBounds:
+        """The defaults with ``values`` (a task's ``model_limits``) in their place;
+        unknown names are an error."""
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown config bounds: {', '.join(unknown)}")
+        return cls(**{name: int(value) for name, value in values.items()})
+
+
+#: config.json keys with a size, the bound each is checked against, and the smallest
+#: value allowed (DeBERTa uses -1 for "as max_position_embeddings"; a type vocabulary
+#: may be empty).
+_CONFIG_SIZES: tuple[tuple[str, str, int], ...] = (
+    ("num_hidden_layers", "max_layers", 1),
+    ("n_layers", "max_layers", 1),
+    ("num_hidden_groups", "max_layers", 1),
+    ("hidden_size", "max_hidden_size", 1),
+    ("dim", "max_hidden_size", 1),
+    ("embedding_size", "max_hidden_size", 1),
+    ("num_attention_heads", "max_attention_heads", 1),
+    ("n_heads", "max_attention_heads", 1),
+    ("vocab_size", "max_vocab_size", 1),
+    ("max_position_embeddings", "max_positions", 1),
+    ("max_relative_positions", "max_positions", -1),
+    ("position_buckets", "max_positions", -1),
+    ("intermediate_size", "max_intermediate_size", 1),
+    ("hidden_dim", "max_intermediate_size", 1),
+    ("type_vocab_size", "max_type_vocab_size", 0),
+    ("inner_group_num", "max_inner_groups", 1),
+)
 
 
 # -- allowlists ------------------------------------------------------------------------
@@ -634,7 +700,35 @@ def _task_words(spec: TaskSpec) -> str:
     return "extractive QA task" if spec.is_qa else "classification task"
 
 
-def _check_config(config: dict[str, Any], spec: TaskSpec) -> str:
+def check_config_sizes(config: dict[str, Any], bounds: ConfigBounds) -> dict[str, int]:
+    """Refuse a config.json (already parsed, JSON only) that declares a size over
+    ``bounds`` or a size that is not a whole number; returns the sizes it declares.
+    Nothing is built and transformers is not imported."""
+    sizes: dict[str, int] = {}
+    for key, bound_name, smallest in _CONFIG_SIZES:
+        if key not in config:
+            continue
+        value = config[key]
+        bound = getattr(bounds, bound_name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _reject(
+                CONFIG_FILE,
+                f"{key} is {json.dumps(value)[:40]}; it must be a whole number from "
+                f"{smallest} to {bound:,}",
+            )
+        if value > bound:
+            raise _reject(
+                CONFIG_FILE,
+                f"{key} is {value:,}, over this task's limit of {bound:,} ({bound_name}); "
+                "the model was refused before anything was built",
+            )
+        if value < smallest:
+            raise _reject(CONFIG_FILE, f"{key} is {value:,}; it must be at least {smallest}")
+        sizes[key] = value
+    return sizes
+
+
+def _check_config(config: dict[str, Any], spec: TaskSpec, bounds: ConfigBounds) -> str:
     """Validate config.json; returns its model_type."""
     for key, reason in _REFUSED_CONFIG_KEYS.items():
         if key in config:
@@ -649,6 +743,7 @@ def _check_config(config: dict[str, Any], spec: TaskSpec) -> str:
             f"model_type {_shown(model_type, 60)!r} is not supported; supported model types: "
             f"{allowed}",
         )
+    check_config_sizes(config, bounds)  # before transformers is asked about anything
     expected = _expected_architecture(model_type, spec)
     architectures = config.get("architectures")
     if architectures != [expected]:
@@ -852,28 +947,10 @@ def _archive_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def unpack_submission(
-    zip_path: str | os.PathLike,
-    dest_dir: str | os.PathLike,
-    spec: TaskSpec,
-    *,
-    limits: SubmissionLimits = SubmissionLimits(),  # noqa: B008  (frozen, immutable)
-) -> ArtifactInfo:
-    """Check an uploaded model zip for ``spec`` and save it as an artifact at ``dest_dir``.
-
-    Returns the new artifact's :class:`ArtifactInfo` (``training_data`` in its metadata
-    is ``{"source": "submission", "archive_sha256": ...}``).  Raises
-    :class:`SubmissionRejected` with a reason for the submitter when the upload is
-    refused (see the module docstring for the checks, in order); ``dest_dir`` is then
-    not created.  Raises :class:`ArtifactError` if ``dest_dir`` already exists.
-    Extraction uses a temporary folder in ``dest_dir``'s parent, removed at the end
-    whatever happens; nothing else is written.
-    """
-    archive_path = Path(zip_path)
-    dest = Path(dest_dir).absolute()
-    if dest.exists():
-        raise ArtifactError(f"artifact directory {dest} already exists")
-
+def _open_checked(
+    archive_path: Path, limits: SubmissionLimits
+) -> tuple[zipfile.ZipFile, list[tuple[zipfile.ZipInfo, str]]]:
+    """Stages 1 to 3: the open archive and the entries to extract, or a refusal."""
     _check_archive(archive_path, limits)
     try:
         archive = zipfile.ZipFile(archive_path)
@@ -883,7 +960,7 @@ def unpack_submission(
         raise SubmissionRejected(f"the archive is not a valid zip file ({_short(exc)})") from exc
     except _DAMAGED as exc:
         raise SubmissionRejected(f"the archive is not a valid zip file ({_short(exc)})") from exc
-    with archive:
+    try:
         infos = archive.infolist()
         _check_entry_count(len(infos), limits)
         seen: dict[str, str] = {}
@@ -897,20 +974,76 @@ def unpack_submission(
                     "compared ignoring case)",
                 )
             seen[key] = info.orig_filename
-        plan = _plan(infos, limits)
+        return archive, _plan(infos, limits)
+    except BaseException:
+        archive.close()
+        raise
 
+
+def inspect_archive(
+    zip_path: str | os.PathLike,
+    *,
+    limits: SubmissionLimits = SubmissionLimits(),  # noqa: B008  (frozen, immutable)
+) -> list[str]:
+    """Stages 1 to 3 only, without unpacking anything: the upload is a zip within the
+    limits whose entries are safe, allowlisted file names.  Reads the end record and
+    the central directory (bounded by ``limits.max_files``), decompresses nothing and
+    writes nothing, and needs neither torch nor transformers: cheap enough for a web
+    request, so junk is refused at once.  Returns the file names that would be
+    extracted; raises :class:`SubmissionRejected`."""
+    archive, plan = _open_checked(Path(zip_path), limits)
+    archive.close()
+    return [name for _, name in plan]
+
+
+def unpack_submission(
+    zip_path: str | os.PathLike,
+    dest_dir: str | os.PathLike,
+    spec: TaskSpec,
+    *,
+    limits: SubmissionLimits = SubmissionLimits(),  # noqa: B008  (frozen, immutable)
+    bounds: ConfigBounds = ConfigBounds(),  # noqa: B008  (frozen, immutable)
+    progress: Callable[[str], None] | None = None,
+) -> ArtifactInfo:
+    """Check an uploaded model zip for ``spec`` and save it as an artifact at ``dest_dir``.
+
+    Returns the new artifact's :class:`ArtifactInfo` (``training_data`` in its metadata
+    is ``{"source": "submission", "archive_sha256": ...}``).  Raises
+    :class:`SubmissionRejected` with a reason for the submitter when the upload is
+    refused (see the module docstring for the checks, in order); ``dest_dir`` is then
+    not created.  Raises :class:`ArtifactError` if ``dest_dir`` already exists.
+    Extraction uses a temporary folder in ``dest_dir``'s parent, removed at the end
+    whatever happens; nothing else is written.  ``progress`` gets a line at the end of
+    each stage.
+
+    This loads an untrusted model in the calling process: a worker runs it in a child
+    process with memory and time limits (:func:`ml.sandbox.check_in_child`).
+    """
+    say = progress or (lambda line: None)
+    archive_path = Path(zip_path)
+    dest = Path(dest_dir).absolute()
+    if dest.exists():
+        raise ArtifactError(f"artifact directory {dest} already exists")
+
+    archive, plan = _open_checked(archive_path, limits)
+    with archive:
+        say(f"the archive's {len(plan)} files are allowed")
         dest.parent.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=f".{dest.name}.upload-", dir=dest.parent))
         try:
             _extract(archive, plan, folder, limits)
             archive.close()
-            stored_values = _check_safetensors(folder / WEIGHTS_FILE)
+            say(f"unpacked {_size(sum(info.file_size for info, _ in plan))}")
             config = _read_json_object(folder / CONFIG_FILE, CONFIG_FILE)
-            model_type = _check_config(config, spec)
+            model_type = _check_config(config, spec, bounds)
+            say(f"config.json: a {model_type} model within the task's limits")
+            stored_values = _check_safetensors(folder / WEIGHTS_FILE)
             _check_tokenizer_config(folder)
             model, tokenizer = _load(folder, spec, stored_values)
+            say(f"loaded the model ({stored_values:,} values) and its tokenizer")
             _try_forward(model, tokenizer, spec, folder)
-            return save_artifact(
+            say("ran the model on a short input and on one of the task's maximum length")
+            info = save_artifact(
                 model,
                 tokenizer,
                 spec,
@@ -921,5 +1054,7 @@ def unpack_submission(
                     "archive_sha256": _archive_sha256(archive_path),
                 },
             )
+            say("saved as an artifact")
+            return info
         finally:
             shutil.rmtree(folder, ignore_errors=True)

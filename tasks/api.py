@@ -1,5 +1,6 @@
 """REST endpoints for tasks, rounds and contexts."""
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Prefetch, Q
 from django.shortcuts import get_object_or_404
@@ -11,6 +12,7 @@ from rest_framework.views import APIView
 from core.errors import Conflict, Forbidden, NotFound
 from core.parsers import BoundedMultiPartParser
 from core.schema import FileErrorSerializer
+from core.uploads import BoundedUploads
 
 from . import jobs, uploads
 from .models import Context, Job, Round, Task
@@ -157,7 +159,7 @@ class JobRerun(APIView):
 
 
 @extend_schema(tags=["contexts"])
-class RoundContextUpload(APIView):
+class RoundContextUpload(BoundedUploads, APIView):
     """Add a file of contexts to a round: the task's researchers, for a draft or open
     round (round 0 and closed rounds are 409).
 
@@ -174,6 +176,9 @@ class RoundContextUpload(APIView):
     @property
     def max_upload_bytes(self) -> int:  # read by BoundedMultiPartParser
         return uploads.max_request_bytes()
+
+    def max_upload_file_bytes(self) -> int:  # enforced while the file is read (core.uploads)
+        return settings.CONTEXT_UPLOAD_MAX_BYTES
 
     @extend_schema(
         request={"multipart/form-data": ContextUploadSerializer},

@@ -32,6 +32,20 @@ TASK_TYPES = [
 SAMPLING_STRATEGIES = ["least_used", "uniform", "least_fooled"]
 METRICS = ["exact_match", "string_f1"]
 
+# The sizes a submitted model's config.json may declare (``ml.submissions.ConfigBounds``,
+# whose defaults apply to the names a task's ``model_limits`` leaves out), and the
+# most a task may allow for each.
+MODEL_LIMIT_CEILINGS = {
+    "max_layers": 128,
+    "max_hidden_size": 16384,
+    "max_attention_heads": 256,
+    "max_vocab_size": 1_000_000,
+    "max_positions": 65536,
+    "max_intermediate_size": 65536,
+    "max_type_vocab_size": 1024,
+    "max_inner_groups": 64,
+}
+
 _NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,39}$"}
 _FIELD = {
     "type": "object",
@@ -88,6 +102,12 @@ CONFIG_SCHEMA = {
                 "min_agreement": {"type": "number", "minimum": 0.5, "maximum": 1},
             },
         },
+        "model_limits": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {name: {"type": "integer", "minimum": 1, "maximum": ceiling}
+                           for name, ceiling in MODEL_LIMIT_CEILINGS.items()},
+        },
     },
 }
 
@@ -99,6 +119,7 @@ DEFAULTS = {
     "max_input_length": 1000,
     "blind_validation": True,
     "validator_trust": {"min_answers": 20, "min_agreement": 0.8},
+    "model_limits": {},
 }
 DEFAULT_F1_THRESHOLD = 0.4
 # Contexts (passages, premises) come from researchers and data sets, not from
@@ -124,6 +145,15 @@ class TaskConfig:
     # answers on examples that trusted votes decided, agreeing with those decisions at
     # ``min_agreement`` or more (``annotation.services.trust``).
     validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
+    # Bounds on the sizes a submitted model's config.json declares (layers, hidden size,
+    # heads, vocabulary, positions...), over ``ml.submissions.ConfigBounds``'s defaults.
+    model_limits: dict = field(default_factory=dict)
+
+    def submission_bounds(self):
+        """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
+        from ml.submissions import ConfigBounds
+
+        return ConfigBounds.from_dict(self.model_limits)
 
     @property
     def label_names(self) -> list[str]:

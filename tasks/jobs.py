@@ -38,7 +38,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from core.errors import Conflict
+from core.errors import Conflict, DomainError
 
 from .models import Job
 
@@ -158,7 +158,8 @@ def requeue(job: Job) -> None:
 def describe_progress(job: Job) -> str:
     """Where an active job stands, in words a page can show: its place in the queue and
     when it should start (``Job.estimated_start``), or how far it is and the time left."""
-    kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation"}.get(
+    kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation",
+            Job.Kind.CHECK_SUBMISSION: "check"}.get(
         job.kind, job.get_kind_display().lower())
     what = f"{kind} job #{job.pk}"
     if job.status == Job.Status.QUEUED:
@@ -291,6 +292,10 @@ def run_job(job_id: int, work: Callable[[Job, JobReporter], dict]) -> Job:
         log.info("job %s attempt %s stopped: %s", job_id, attempt, exc)
         Job.objects.filter(pk=job_id, status=Job.Status.CANCELLED, finished_at__isnull=True).update(
             finished_at=timezone.now(), log=_log_line("stopped: cancelled"))
+    except DomainError as exc:  # a refusal with its reason (a submitted model that fails its check): no traceback
+        log.info("job %s refused: %s", job_id, exc)
+        reporter._mine().update(status=Job.Status.FAILED, finished_at=timezone.now(), error=str(exc),
+                                log=_log_line(f"failed: {exc}"))
     except Exception as exc:
         log.exception("job %s failed", job_id)
         reporter._mine().update(
@@ -354,6 +359,9 @@ def rerun_job(job: Job, user=None) -> Job:
     """A new job with the same kind and parameters as a finished one."""
     if job.status in Job.ACTIVE:
         raise Conflict(f"Job #{job.pk} is {job.status}; cancel it or wait for it before running it again.")
+    if job.kind == Job.Kind.CHECK_SUBMISSION:
+        raise Conflict(f"Job #{job.pk} checked an uploaded model, whose archive is removed when its check ends; "
+                       "the model is uploaded again instead.")
     if job.kind == Job.Kind.TRAIN_MODEL and job.status == Job.Status.SUCCEEDED:
         raise Conflict(f"Job #{job.pk} succeeded and registered its model; start a new training job instead.")
     if not job.celery_task_name:

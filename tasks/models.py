@@ -201,6 +201,7 @@ class Job(models.Model):
         TRAIN_MODEL = "train_model", "Train a model"
         EVALUATE_MODEL = "evaluate_model", "Evaluate a model"
         HEALTH_CHECK = "health_check", "Health check"
+        CHECK_SUBMISSION = "check_submission", "Check a submitted model"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"

@@ -1,5 +1,7 @@
-"""A submitted model, evaluated by a real Celery worker on PostgreSQL: the submitter
-watches its job go from queued to done, then finds it ranked with intervals."""
+"""A submitted model, checked and evaluated by a real Celery worker on PostgreSQL: the
+submitter watches its check job go from queued to done (the model unpacked, loaded and
+run in a child process of the worker), then its evaluation, then finds it ranked with
+intervals."""
 
 import time
 
@@ -11,6 +13,17 @@ from tests.leaderboard.test_models_and_jobs import add_examples
 from tests.leaderboard.test_submissions_api import model_zip, upload
 
 pytestmark = pytest.mark.integration
+
+
+def wait_for(api, job_id: int, seen: list) -> dict:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        job = api.get(f"/api/jobs/{job_id}/").json()
+        seen.append(job["status"])
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.3)
+    return job
 
 
 @pytest.mark.django_db(transaction=True)
@@ -27,19 +40,16 @@ def test_a_submitted_model_is_evaluated_by_the_worker_and_ranked(celery_worker_p
     add_examples(task, static, LEANING, "test")
     api = client_for(annotator)
     response = upload(api, model_zip(tiny_artifact("sentiment").path), name="worker-evaluated")
-    assert response.status_code == 201, response.content
-    job_id = response.json()["job"]["id"]
+    assert response.status_code == 202, response.content
+    assert response.json()["kind"] == "check_submission"
     seen = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        job = api.get(f"/api/jobs/{job_id}/").json()
-        seen.append(job["status"])
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.3)
-    assert job["status"] == "succeeded", job.get("error")
+    check = wait_for(api, response.json()["id"], seen)
+    assert check["status"] == "succeeded", check.get("error")
     assert seen[0] in ("queued", "running")  # the submitter saw it waiting or running first
-    assert Job.objects.get(pk=job_id).celery_task_id
+    assert "ran the model on a short input" in check["log"]
+    assert Job.objects.get(pk=check["id"]).celery_task_id
+    job = wait_for(api, check["result"]["evaluation_job"], [])
+    assert job["status"] == "succeeded", job.get("error")
 
     model = ModelVersion.objects.get(name="worker-evaluated")
     board = client.get(f"/api/tasks/{task.slug}/leaderboard/").json()

@@ -20,9 +20,11 @@ from ml.artifacts import verify_artifact
 from ml.submissions import (
     ALLOWED_FILES,
     ALLOWED_MODEL_TYPES,
+    ConfigBounds,
     SubmissionLimits,
     SubmissionRejected,
     _copy_bounded,
+    inspect_archive,
     parameter_count,
     unpack_submission,
 )
@@ -612,12 +614,81 @@ def test_tokenizer_remote_code(tmp_path, light_files, sentiment_spec):
 def test_config_bigger_than_its_weights_is_refused_without_building_it(
     tmp_path, light_files, sentiment_spec
 ):
-    files = with_config(light_files, num_hidden_layers=100, intermediate_size=100_000)
+    files = with_config(light_files, num_hidden_layers=40, intermediate_size=10_000)  # within the bounds
     reason = refused(tmp_path, make_zip(tmp_path / "upload.zip", files), sentiment_spec)
     assert reason.startswith("config.json describes a model with ")
     assert reason.endswith(
         "but model.safetensors holds only 2 values; the weights do not fit the config"
     )
+
+
+# -- bounded configs: sizes read from the JSON, before anything is built ------------------
+
+
+def test_a_config_of_ten_thousand_layers_is_refused_before_anything_is_built(tmp_path, light_files):
+    """In a fresh interpreter: the refusal comes before transformers (or torch) is even
+    imported, so no skeleton of 10,000 layers is built, not even on the meta device."""
+    import subprocess
+    import sys
+
+    archive = make_zip(tmp_path / "upload.zip", with_config(light_files, num_hidden_layers=10_000))
+    script = (
+        "import json, sys\n"
+        "import ml\n"
+        "from ml.submissions import SubmissionRejected, unpack_submission\n"
+        "spec = ml.TaskSpec(kind='classification', labels=['negative', 'positive'], input_fields=['statement'])\n"
+        "try:\n"
+        "    unpack_submission(sys.argv[1], sys.argv[2], spec)\n"
+        "except SubmissionRejected as exc:\n"
+        "    reason = exc.reason\n"
+        "print(json.dumps({'reason': reason, 'loaded': [m for m in ('torch', 'transformers') if m in sys.modules]}))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script, str(archive), str(tmp_path / "area" / "model")],
+                         capture_output=True, text=True, timeout=120, cwd=root, check=True)
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert answer["reason"] == ("config.json: num_hidden_layers is 10,000, over this task's limit of 48 "
+                                "(max_layers); the model was refused before anything was built")
+    assert answer["loaded"] == []
+    assert snapshot(tmp_path / "area") == []  # the unpacking folder is gone
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"hidden_size": 100_000}, "hidden_size is 100,000, over this task's limit of 4,096 (max_hidden_size)"),
+    ({"num_attention_heads": 4096}, "num_attention_heads is 4,096, over this task's limit of 64"),
+    ({"vocab_size": 50_000_000}, "vocab_size is 50,000,000, over this task's limit of 300,000"),
+    ({"max_position_embeddings": 10**9}, "max_position_embeddings is 1,000,000,000, over this task's limit"),
+    ({"intermediate_size": 10**6}, "intermediate_size is 1,000,000, over this task's limit of 16,384"),
+    ({"n_layers": 500}, "n_layers is 500, over this task's limit of 48"),
+    ({"num_hidden_layers": 1e4}, "num_hidden_layers is 10000.0; it must be a whole number from 1 to 48"),
+    ({"num_hidden_layers": True}, "num_hidden_layers is true; it must be a whole number from 1 to 48"),
+    ({"num_hidden_layers": "6"}, "num_hidden_layers is \"6\"; it must be a whole number from 1 to 48"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers is 0; it must be at least 1"),
+    ({"max_relative_positions": 10**7}, "max_relative_positions is 10,000,000, over this task's limit of 4,096"),
+])
+def test_config_sizes_over_the_bounds_are_refused(tmp_path, light_files, sentiment_spec, changes, reason):
+    archive = make_zip(tmp_path / "upload.zip", with_config(light_files, **changes))
+    assert refused(tmp_path, archive, sentiment_spec).startswith(f"config.json: {reason}")
+
+
+def test_a_task_sets_its_own_bounds(tmp_path, light_files, sentiment_spec):
+    archive = make_zip(tmp_path / "upload.zip", light_files)  # MiniLM: 6 layers, hidden size 384
+    reason = refused(tmp_path, archive, sentiment_spec, bounds=ConfigBounds.from_dict({"max_layers": 4}))
+    assert reason.startswith("config.json: num_hidden_layers is 6, over this task's limit of 4 (max_layers)")
+    with pytest.raises(ValueError, match="unknown config bounds: max_floors"):
+        ConfigBounds.from_dict({"max_floors": 3})
+
+
+def test_inspecting_an_archive_reads_its_directory_only(tmp_path, light_files):
+    good = make_zip(tmp_path / "good.zip", light_files, folder="my-model/")
+    assert sorted(inspect_archive(good)) == sorted(light_files)
+    bad = make_zip(tmp_path / "bad.zip", {**light_files, "train.py": b"print(1)"})
+    before = snapshot(tmp_path)
+    with pytest.raises(SubmissionRejected, match="train.py: code is never run"):
+        inspect_archive(bad)
+    assert snapshot(tmp_path) == before  # nothing unpacked, nothing written
+    with pytest.raises(SubmissionRejected, match="the archive is"):
+        inspect_archive(good, limits=SubmissionLimits(max_archive_bytes=100))
 
 
 def _state(full_files) -> dict:

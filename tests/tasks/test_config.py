@@ -113,3 +113,20 @@ def test_model_clean_uses_the_schema(db):
     with pytest.raises(ValidationError) as exc_info:
         task.full_clean()
     assert "config" in exc_info.value.message_dict
+
+
+def test_a_task_bounds_the_sizes_of_submitted_models():
+    from ml.submissions import ConfigBounds
+    from tasks.config import MODEL_LIMIT_CEILINGS
+
+    base = {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+            "labels": [{"name": "yes"}, {"name": "no"}]}
+    assert validate_task_config(CLASSIFICATION, base).submission_bounds() == ConfigBounds()
+    config = validate_task_config(CLASSIFICATION, {**base, "model_limits": {"max_layers": 12}})
+    assert config.submission_bounds() == ConfigBounds(max_layers=12)
+    assert set(MODEL_LIMIT_CEILINGS) == set(ConfigBounds.__dataclass_fields__)  # every bound can be set
+    for limits, message in [({"max_floors": 3}, "Additional properties are not allowed"),
+                            ({"max_layers": 1000}, "1000 is greater than the maximum of 128"),
+                            ({"max_vocab_size": 0}, "0 is less than the minimum of 1")]:
+        with pytest.raises(ValidationError, match=message):
+            validate_task_config(CLASSIFICATION, {**base, "model_limits": limits})

@@ -32,6 +32,23 @@ def test_a_failing_job_is_recorded_not_lost():
     assert job.finished_at is not None and job.progress == 40
 
 
+def test_a_refused_job_shows_its_reason_and_no_traceback():
+    """A refusal (a domain error: a submitted model over a limit) is read by the person
+    who asked, on the job's page: the reason, not our code's traceback."""
+    from core.errors import Conflict
+
+    job = create_job(Job.Kind.HEALTH_CHECK)
+
+    def work(job, reporter):
+        raise Conflict("config.json: num_hidden_layers is 10,000, over this task's limit of 48.")
+
+    run_job(job.pk, work)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    assert job.error == "config.json: num_hidden_layers is 10,000, over this task's limit of 48."
+    assert "Traceback" not in job.error and "File " not in job.error
+
+
 def test_a_succeeded_job_is_not_run_again():
     job = create_job(Job.Kind.HEALTH_CHECK)
     calls = []
