@@ -188,18 +188,15 @@ def test_batch_validators_decide_a_paid_example_once_mturk_confirms_them(demo_ta
     assert Validation.objects.filter(example=example, counted=True, not_counted_because="").count() == 3
 
 
-def researcher_decided(task, writer, researcher, n, *, label="positive"):
-    examples = [write(task, writer, label=label, text=f"reference {i}") for i in range(n)]
-    for example in examples:
-        validation.validate_example(example.pk, researcher, label="correct")
-    return examples
+def with_trust_rule(task, **rule):
+    task.config = {**task.config, "validator_trust": rule}
+    task.save()
+    task.refresh_from_db()
+    return task
 
 
 def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, annotator, researcher):
-    task = demo_tasks["sentiment"]
-    task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.75}}
-    task.save()
-    task.refresh_from_db()
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75)
     candidate = account("candidate", "198.51.100.30")
     # A clique of puppets deciding each other's unpaid examples earns nothing.
     clique = [account(f"clique{i}", f"198.51.100.{40 + i}") for i in range(3)]
@@ -227,10 +224,7 @@ def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, 
 
 
 def test_a_validator_who_disagrees_with_the_decisions_stays_untrusted(demo_tasks, annotator, researcher):
-    task = demo_tasks["sentiment"]
-    task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.8}}
-    task.save()
-    task.refresh_from_db()
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.8)
     careless = account("careless", "198.51.100.50")
     references = [write(task, annotator, text=f"reference {i}") for i in range(5)]
     for i, example in enumerate(references):

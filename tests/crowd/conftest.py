@@ -1,7 +1,23 @@
-"""Crowd fixtures: a boto3 client pointed at the fake MTurk (``fake_mturk`` is in tests/conftest.py)."""
+"""Crowd fixtures: the platform and a boto3 client pointed at the fake MTurk (``fake_mturk`` is in tests/conftest.py)."""
 
 import boto3
 import pytest
+
+# A made-up AWS secret: tests check that it never reaches a page.
+SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEYx"
+
+
+@pytest.fixture
+def crowd(fake_mturk, settings, monkeypatch):
+    """The platform pointed at the fake MTurk (the sandbox), with an https public address."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
+    settings.MTURK_SANDBOX = True
+    settings.MTURK_MAX_ATTEMPTS = 3
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    yield fake_mturk
+    assert fake_mturk.violations == [], "a request broke botocore's MTurk model"
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from annotation.models import Example
 from annotation.services import validation
 from crowd import bonuses, sync
 from crowd.models import BonusPayment
-from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER, crowd, do_one_assignment, make_batch  # noqa: F401
+from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER, do_one_assignment, make_batch
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_pay_runs_at_once_send_each_bonus_once(live_tasks, crowd, client, researcher):  # noqa: F811
+def test_two_pay_runs_at_once_send_each_bonus_once(live_tasks, crowd, client, researcher):
     if connection.vendor != "postgresql":
         pytest.skip("row-lock concurrency is tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI)")
     batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=2)

@@ -17,6 +17,7 @@ from crowd import bonuses, costs, mturk, sync, workers
 from crowd.fake_mturk import WorkerActionError
 from crowd.models import Assignment, Batch, BonusPayment, Hit, TaskBlock, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
+from tests.crowd.conftest import SECRET
 
 pytestmark = pytest.mark.django_db
 
@@ -25,20 +26,6 @@ OTHER_WORKER = "A3WORKERTWO88"
 SUBMIT_TO = "https://workersandbox.mturk.com"
 
 
-SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEYx"
-
-
-@pytest.fixture
-def crowd(fake_mturk, settings, monkeypatch):
-    """The platform pointed at the fake MTurk (the sandbox), with an https public address."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
-    settings.MTURK_SANDBOX = True
-    settings.MTURK_MAX_ATTEMPTS = 3
-    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
-    yield fake_mturk
-    assert fake_mturk.violations == [], "a request broke botocore's MTurk model"
 
 
 def make_batch(task, **overrides) -> Batch:

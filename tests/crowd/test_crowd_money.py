@@ -15,7 +15,7 @@ from core.errors import Conflict, Forbidden
 from crowd import budgets, costs, publishing, sync
 from crowd.models import Batch, CrowdBudget
 from tests.crowd.test_crowd_admin import PUBLISH
-from tests.crowd.test_crowd_flow import SECRET, do_one_assignment, make_batch
+from tests.crowd.test_crowd_flow import do_one_assignment, make_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -25,16 +25,11 @@ MTURK_ASKED = ("GetAccountBalance", "CreateHITType", "CreateHITWithHITType", "Cr
 
 
 @pytest.fixture
-def crowd(fake_mturk, settings, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
-    settings.MTURK_SANDBOX = True
+def crowd(crowd, settings):
+    """The shared fake MTurk (tests/crowd/conftest.py), with fewer retries and the default approval threshold."""
     settings.MTURK_MAX_ATTEMPTS = 2
-    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
     settings.CROWD_APPROVAL_THRESHOLD = Decimal("100.00")
-    yield fake_mturk
-    assert fake_mturk.violations == []
+    return crowd
 
 
 def asked(fake) -> int:
