@@ -10,14 +10,8 @@ from ml import scoring
 from tests.leaderboard.test_board import boarded  # noqa: F401  (the fixture)
 
 
-class _Task:
-    """What ``uncertainty`` reads of a task: its config's type."""
-
-    class parsed_config:  # noqa: N801
-        task_type = "classification"
-
-
-def test_every_metric_is_resampled_on_the_draws_of_performance(monkeypatch):
+@pytest.mark.django_db
+def test_every_metric_is_resampled_on_the_draws_of_performance(demo_tasks):
     rng = np.random.default_rng(3)
     n = 300
     gold = rng.choice(["a", "b"], size=n).tolist()
@@ -31,8 +25,7 @@ def test_every_metric_is_resampled_on_the_draws_of_performance(monkeypatch):
                "fairness_agreement": [1.0] * 50 + [0.0] * 50, "fairness_positions": list(range(100)),
                "throughput_runs": [100.0, 110.0, 90.0, 105.0, 95.0]}
     scores = {}
-    monkeypatch.setattr(board, "primary_metric", lambda task: "accuracy")
-    found = board.uncertainty(_Task, scores, details, list(range(n)), seed=7)
+    found = board.uncertainty(demo_tasks["sentiment"], scores, details, list(range(n)), seed=7)
     performance = board.unpack(found["replicate_values"])
     others = board.metric_replicates(found["replicates"], found["metric_replicate_values"])
     assert found["replicates"]["metrics"] == ["ece", "robustness", "fairness", "throughput"]
