@@ -82,8 +82,7 @@ def counts_as_writer(validator, example: Example) -> bool:
         return False
     if example.annotator_id == validator.pk:
         return True
-    return AccountAddress.objects.filter(user_id=example.annotator_id, address_hash__in=(
-        AccountAddress.objects.filter(user=validator).values("address_hash"))).exists()
+    return same_person(validator).filter(user_id=example.annotator_id).exists()
 
 
 def is_paid(example: Example) -> bool:
