@@ -113,9 +113,29 @@ def collection_rounds(task: Task, rounds: Iterable[int] | None) -> list[int]:
     return wanted
 
 
+def rehearsal_sample(groups: list[list], size: int, key: Callable) -> list[list]:
+    """A fixed sample of ``size`` items spread evenly over ``groups``: each group gives an
+    equal share (a small group all it has, its unused share going to the others), its
+    items chosen by ``key`` (a hash: the same on every run). One list per group."""
+    quotas = [0] * len(groups)
+    left = min(size, sum(len(g) for g in groups))
+    while left > 0:
+        open_groups = [i for i, g in enumerate(groups) if quotas[i] < len(g)]
+        share, extra = divmod(left, len(open_groups))
+        for rank, i in enumerate(open_groups):
+            add = min(share + (rank < extra), len(groups[i]) - quotas[i])
+            quotas[i] += add
+            left -= add
+    samples = []
+    for group, quota in zip(groups, quotas, strict=True):
+        chosen = {id(item) for item in sorted(group, key=key)[:quota]}
+        samples.append([item for item in group if id(item) in chosen])  # in the group's order
+    return samples
+
+
 def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, selection: str = "verified",
                          dev_fraction: float = 0.1, seed: int = 0, include_static: bool = True,
-                         static_limit: int | None = None,
+                         static_limit: int | None = None, rehearse: int | None = None,
                          reporter: JobReporter | None = None) -> tuple[dict[str, list[dict]], dict]:
     """The rows a "train next model" job learns from, and a summary of them.
 
@@ -125,7 +145,11 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
       ``dev_fraction`` held out as dev, plus their ``dev`` examples.
     ``static_limit`` keeps a fixed sample of round 0's train examples (by a hash of
     their uid): a model fine-tuned from its parent on a new round rehearses that much
-    of the static data instead of all of it. Test examples are never trained on.
+    of the static data instead of all of it. ``rehearse`` (instead of round 0's train
+    examples) keeps a fixed sample of that many train examples spread evenly over
+    round 0 and every collection round before the chosen ones (``rehearsal_sample``;
+    never their held-out dev share): a model fine-tuned on a new round rehearses all
+    the rounds before it. Test examples are never trained on.
     """
     if selection not in SELECTIONS:
         raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
@@ -134,10 +158,23 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     numbers = collection_rounds(task, rounds)
     train, dev = [], []
     counts = {}
+
+    def by_hash(example):
+        return hashlib.sha256(f"{seed}:{example.uid}".encode()).digest()
+
     if include_static:
         static_train = untampered(usable_examples(task, split="train", rounds=[STATIC_ROUND]), reporter)
-        if static_limit is not None and len(static_train) > static_limit:
-            static_train = sorted(static_train, key=lambda e: hashlib.sha256(f"{seed}:{e.uid}".encode()).digest())
+        if rehearse is not None:
+            earlier = [n for n in collection_rounds(task, None) if numbers and n < min(numbers)]
+            pools = [static_train] + [
+                [e for e in untampered(usable_examples(task, split="train", rounds=[n]), reporter)
+                 if not held_out(e.uid, dev_fraction, seed)] for n in earlier]
+            samples = rehearsal_sample(pools, rehearse, key=by_hash)
+            static_train = [e for sample in samples for e in sample]
+            counts["rehearsal"] = {str(n): len(sample) for n, sample in zip([STATIC_ROUND, *earlier], samples,
+                                                                            strict=True)}
+        elif static_limit is not None and len(static_train) > static_limit:
+            static_train = sorted(static_train, key=by_hash)
             static_train = sorted(static_train[:static_limit], key=lambda e: e.pk)
         static_dev = untampered(usable_examples(task, split="dev", rounds=[STATIC_ROUND]), reporter)
         train += static_train
@@ -154,8 +191,8 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     counts["rounds"] = {"train": len(kept), "dev": len(held) + len(collected_dev)}
     rows = {"train": example_rows(task, train), "dev": example_rows(task, dev)}
     summary = data_summary(rows, source="examples", rounds=numbers, selection=selection,
-                           static_round=include_static, static_limit=static_limit, dev_fraction=dev_fraction,
-                           seed=seed, counts=counts)
+                           static_round=include_static, static_limit=static_limit, rehearse=rehearse,
+                           dev_fraction=dev_fraction, seed=seed, counts=counts)
     return rows, summary
 
 
@@ -323,9 +360,12 @@ def _round_progress(reporter: JobReporter | None, index: int, size: int, total: 
 
 
 def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str = "test",
-                   reporter: JobReporter | None = None, job: Job | None = None) -> list[Evaluation]:
+                   reporter: JobReporter | None = None, job: Job | None = None,
+                   measure: bool = True) -> list[Evaluation]:
     """Score ``model`` on each round's usable ``split`` examples (round 0, the static
-    test set, included); one Evaluation row per round that has any."""
+    test set, included); one Evaluation row per round that has any. ``measure=False``
+    scores performance (and calibration) only: no throughput, memory, robustness or
+    fairness, which cost several times the scoring (the replay's models)."""
     rounds = list(rounds)
     results = []
     limit = getattr(settings, "EVALUATION_TIME_LIMIT", None)
@@ -340,11 +380,12 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
         scores, details = score_rows_in_detail(model.task, model, rows,
                                                progress=_round_progress(reporter, i, len(rows), len(rounds),
                                                                         deadline))
-        from .board import dataset_seed, measure, uncertainty
+        from . import board
 
         ids = [e.pk for e in examples]
-        scores.update(measure(model.task, ref_for(model), rows, details, ids))
-        extra = uncertainty(model.task, scores, details, ids, seed=dataset_seed(rnd.number))
+        if measure:
+            scores.update(board.measure(model.task, ref_for(model), rows, details, ids))
+        extra = board.uncertainty(model.task, scores, details, ids, seed=board.dataset_seed(rnd.number))
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,
             defaults={"num_examples": len(rows), "metrics": scores,
@@ -393,7 +434,8 @@ def _check_options(options: dict) -> dict:
 
 def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None, selection: str = "verified",
                    mode: str = "full", parent: ModelVersion | None = None, include_static: bool = True,
-                   static_limit: int | None = None, dev_fraction: float = 0.1, evaluate: bool = True,
+                   static_limit: int | None = None, rehearse: int | None = None, dev_fraction: float = 0.1,
+                   evaluate: bool = True, measure: bool = True, backbone: str | None = None,
                    target_if_none: bool = False, import_data: dict | None = None, promote_if_better: bool = False,
                    user=None, **options) -> Job:
     """Queue a training job on the ``training`` queue.
@@ -406,6 +448,11 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     into round 0, so the import runs in its turn, after the jobs queued before it.
     ``promote_if_better``: its evaluation then makes it the target if it beats the open
     round's target on round 0's test set (``compare_with_target``).
+    ``rehearse``: see ``select_training_rows`` (with ``parent``, the cumulative form of
+    fine-tuning: the new rounds plus an even sample of every round before them).
+    ``measure=False``: the evaluation scores performance only (``evaluate_model``).
+    ``backbone``: a built-in backbone's name or a directory on the training workers
+    (instead of ``DYNABENCH_BACKBONE``); the API never passes it (the replay's ``--backbone``).
     One training job per task at a time: a second is refused (409).
     """
     from .tasks import train_model
@@ -419,12 +466,20 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     if parent is not None and (parent.task_id != task.pk or parent.status != ModelVersion.Status.READY):
         raise InvalidInput.field("parent", f"Must be a ready model of task {task.slug}.")
     options = _check_options(options)
+    if backbone is not None:
+        if not isinstance(backbone, str) or not backbone.strip() or len(backbone) > 500:
+            raise InvalidInput.field("backbone", "Must be a backbone's name or a directory, up to 500 characters.")
+        options["backbone"] = backbone.strip()
     cap = getattr(settings, "TRAINING_MAX_STEPS", None)
     if cap:  # a deployment's bound on one training job (shared CPUs)
         options["max_steps"] = min(options.get("max_steps", cap), cap)
     if static_limit is not None and (not isinstance(static_limit, int) or isinstance(static_limit, bool)
                                      or static_limit < 0):
         raise InvalidInput.field("static_limit", "Must be a whole number from 0.")
+    if rehearse is not None and (not isinstance(rehearse, int) or isinstance(rehearse, bool) or rehearse < 0):
+        raise InvalidInput.field("rehearse", "Must be a whole number from 0.")
+    if rehearse is not None and static_limit is not None:
+        raise InvalidInput.field("rehearse", "Give static_limit or rehearse, not both.")
     if not isinstance(dev_fraction, int | float) or isinstance(dev_fraction, bool) or not 0 <= dev_fraction < 1:
         raise InvalidInput.field("dev_fraction", "Must be at least 0 and below 1.")
     numbers = collection_rounds(task, rounds)
@@ -440,7 +495,8 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
                        "the shipped seed set), or let the open round's examples be written and verified first.")
     params = {"name": name, "rounds": list(rounds) if rounds is not None else None, "selection": selection,
               "mode": mode, "parent": parent.pk if parent else None, "include_static": include_static,
-              "static_limit": static_limit, "dev_fraction": dev_fraction, "evaluate": evaluate, "options": options,
+              "static_limit": static_limit, "rehearse": rehearse, "dev_fraction": dev_fraction,
+              "evaluate": evaluate, "options": options, **({} if measure else {"measure": False}),
               "target_if_none": bool(target_if_none), "import": import_data or None,
               "promote_if_better": bool(promote_if_better)}
     with transaction.atomic():
@@ -526,7 +582,7 @@ def run_training_job(job_id: int) -> Job:
             task, rounds=params.get("rounds"), selection=params.get("selection", "verified"),
             dev_fraction=params.get("dev_fraction", 0.1), seed=params.get("options", {}).get("seed", 0),
             include_static=params.get("include_static", True), static_limit=params.get("static_limit"),
-            reporter=reporter)
+            rehearse=params.get("rehearse"), reporter=reporter)
         reporter.progress(1, "training on " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                           + f" ({MODES[params.get('mode', 'full')]})")
         parent = ModelVersion.objects.filter(pk=params["parent"]).first() if params.get("parent") else None
@@ -543,7 +599,8 @@ def run_training_job(job_id: int) -> Job:
                 # In the same transaction: a registered model always has its evaluation job.
                 result["evaluation_job"] = start_evaluation(
                     model, user=job.created_by, target_if_none=params.get("target_if_none", False),
-                    promote_if_better=params.get("promote_if_better", False)).pk
+                    promote_if_better=params.get("promote_if_better", False),
+                    measure=params.get("measure", True)).pk
             reporter.complete(result)  # in the registration's transaction: a cancel wins or loses whole
 
         train_and_register(
@@ -593,14 +650,17 @@ def wait_for_trained_model(job: Job, say: Callable[[str], None], timeout: float 
 
 
 def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None, split: str = "test",
-                     target_if_none: bool = False, promote_if_better: bool = False, user=None) -> Job:
+                     target_if_none: bool = False, promote_if_better: bool = False, measure: bool = True,
+                     user=None) -> Job:
     """Queue the evaluation of ``model`` on every round's test split (round 0 included).
-    ``target_if_none``, ``promote_if_better``: see ``start_training``."""
+    ``target_if_none``, ``promote_if_better``, ``measure``: see ``start_training``."""
     from .tasks import evaluate_model as evaluate_task
 
     if model.status != ModelVersion.Status.READY:
         raise Conflict(f"{model} is {model.status}; only ready models are evaluated.")
     params = {"model_version": model.pk, "rounds": list(rounds) if rounds is not None else None, "split": split}
+    if not measure:
+        params["measure"] = False
     if target_if_none:
         params["target_if_none"] = True
     if promote_if_better:
@@ -618,7 +678,8 @@ def run_evaluation_job(job_id: int) -> Job:
         if job.params.get("rounds"):
             rounds = rounds.filter(number__in=job.params["rounds"])
         split = job.params.get("split", "test")
-        evaluations = evaluate_model(model, rounds, split=split, reporter=reporter, job=job)
+        evaluations = evaluate_model(model, rounds, split=split, reporter=reporter, job=job,
+                                     measure=job.params.get("measure", True))
         if not evaluations:
             numbers = ", ".join(str(r.number) for r in rounds) or "none"
             raise ValidationError(

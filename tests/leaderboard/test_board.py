@@ -69,6 +69,28 @@ def test_every_number_has_an_interval_and_the_baseline_is_there(boarded, client)
     assert dynascores == sorted(dynascores, reverse=True)
 
 
+def test_a_performance_only_evaluation_scores_without_measuring(live_tasks, tiny_artifact, client,
+                                                                 django_capture_on_commit_callbacks):
+    """``measure=False`` (the replay's models): accuracy with its interval and calibration,
+    no throughput, memory, robustness or fairness; the board shows what there is."""
+    task = live_tasks["sentiment"]
+    static = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
+    add_examples(task, static, LEANING[:8], "test")
+    model = task.open_round().target_models.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.start_evaluation(model, measure=False)
+    job.refresh_from_db()
+    assert job.status == "succeeded" and job.params["measure"] is False
+    evaluation = Evaluation.objects.get(model_version=model)
+    assert evaluation.per_example and "accuracy" in evaluation.intervals and "ece" in evaluation.metrics
+    for absent in ("throughput", "memory_mb", "robustness", "fairness"):
+        assert absent not in evaluation.metrics, absent
+    body = client.get("/api/tasks/sentiment/leaderboard/").json()
+    row = next(r for r in body["rows"] if r["model"]["id"] == model.pk)
+    assert row["metrics"]["performance"]["value"] == pytest.approx(evaluation.metrics["accuracy"])
+    assert "throughput" not in row["metrics"] or row["metrics"]["throughput"]["value"] is None
+
+
 def test_weights_change_the_score_and_bad_weights_are_400(boarded, client):
     default = client.get("/api/tasks/sentiment/leaderboard/").json()
     only_performance = client.get("/api/tasks/sentiment/leaderboard/?weights=performance:5,calibration:0,"

@@ -156,6 +156,65 @@ def test_a_static_sample_is_fixed_and_bounded(sentiment):
     assert len(rows["train"]) == 10 and rows == again and summary["static_limit"] == 10
 
 
+def test_rehearsal_spreads_evenly_over_round_0_and_the_earlier_rounds(sentiment):
+    """The cumulative strategy's data: the new round, plus a fixed sample spread evenly over
+    round 0 and every round before it, never their held-out dev share nor a later round."""
+    static = task_services.ensure_static_round(sentiment)
+    one = sentiment.open_round()
+    two = task_services.create_round(sentiment, number=2)
+    three = task_services.create_round(sentiment, number=3)
+    for i in range(40):
+        add(sentiment, static, f"static {i}", "positive")
+    for i in range(40):
+        add(sentiment, one, f"one {i}", "negative")
+    for i in range(6):
+        add(sentiment, two, f"two {i}", "positive")
+    for i in range(12):
+        add(sentiment, three, f"three {i}", "negative")
+    rows, summary = services.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
+    again, _ = services.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
+    assert rows == again
+    texts = [r["inputs"]["statement"] for r in rows["train"]]
+    counts = summary["counts"]["rehearsal"]
+    kept_two = [e.inputs["statement"] for e in Example.objects.filter(round=two)
+                if not services.held_out(e.uid, 0.2, 0)]
+    # Round 2 has fewer than its share (10): it gives all it has, the rest goes to rounds 0 and 1.
+    assert counts["2"] == len(kept_two) and counts["0"] + counts["1"] + counts["2"] == 30
+    assert abs(counts["0"] - counts["1"]) <= 1
+    assert sum(t.startswith("static") for t in texts) == counts["0"]
+    assert sum(t.startswith("one") for t in texts) == counts["1"]
+    assert sorted(t for t in texts if t.startswith("two")) == sorted(kept_two)
+    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if services.held_out(e.uid, 0.2, 0)}
+    assert held_one and not held_one & set(texts)  # an earlier round's dev share stays out of training
+    new = [t for t in texts if t.startswith("three")]
+    assert len(new) == summary["counts"]["rounds"]["train"] and len(new) + len(rows["dev"]) == 12
+    # The first collection round rehearses round 0 only; a bigger sample than there is takes all.
+    _, first = services.select_training_rows(sentiment, rounds=[1], rehearse=1000, dev_fraction=0.2)
+    assert first["counts"]["rehearsal"] == {"0": 40}
+    with pytest.raises(InvalidInput) as caught:
+        services.start_training(sentiment, name="x", rounds=[3], rehearse=5, static_limit=5)
+    assert "rehearse" in caught.value.errors
+    with pytest.raises(InvalidInput):
+        services.start_training(sentiment, name="x", rounds=[3], rehearse=-1)
+    with pytest.raises(InvalidInput) as caught:
+        services.start_training(sentiment, name="x", rounds=[3], backbone=" ")
+    assert "backbone" in caught.value.errors
+    job = services.start_training(sentiment, name="x", rounds=[3], rehearse=30, backbone="all-MiniLM-L6-v2",
+                                  measure=False)
+    assert job.params["rehearse"] == 30 and job.params["measure"] is False
+    assert job.params["options"]["backbone"] == "all-MiniLM-L6-v2"
+
+
+def test_rehearsal_sample_shares():
+    groups = [list(range(100)), list(range(100, 103)), list(range(200, 250))]
+    samples = services.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101)
+    assert [len(s) for s in samples] == [14, 3, 13]  # 10 each; round 2's unused 7 go 4 and 3 to the others
+    assert all(s == sorted(s) for s in samples)  # each in its group's order
+    assert services.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101) == samples
+    assert [len(s) for s in services.rehearsal_sample(groups, 1000, key=str)] == [100, 3, 50]
+    assert services.rehearsal_sample([[], [1]], 0, key=str) == [[], []]
+
+
 def test_training_options_and_rounds_are_checked_before_a_job_is_queued(sentiment):
     add(sentiment, sentiment.open_round(), "fine", "positive")
     for options, field in [({"epochs": 0}, "epochs"), ({"lr": -1}, "lr"), ({"batch_size": True}, "batch_size"),
