@@ -26,6 +26,18 @@ premise; splitting them apart would put the test premises in training), and a
 DynaHate entry and its contrastive perturbation (``matched_uid``) are one group
 (see ``group_keys``).
 
+No leakage: after the split, every training and dev list (round 0's and each
+round's) loses the records that share a premise (``context`` rule) or a text
+(``text`` rule: an input's text, compared case- and space-insensitively) with
+any test split or functional suite; ``plan.leakage`` counts what each rule
+removed, per round and split (``leakage_filter``). Test splits are never
+changed.
+
+The static control's pool: before the caps, round 0's training split gives up
+as many records as the rounds 1..R will write (train + dev), chosen by hash
+(``control_pool``); M0 never trains on them, and the replay's static control
+learns from them in place of the adversarial rounds (``plan.control_pool``).
+
 Caps (``limit``, or the fast defaults) are applied after the split, so a capped
 plan is a subset of the full one. A capped list keeps the records whose hash
 comes first within each label (for suites: within each functionality), in
@@ -139,6 +151,8 @@ class ReplayPlan:
     skipped_rows: dict[str, int] = field(default_factory=dict)  # file -> rows not used
     row_errors: dict[str, list[str]] = field(default_factory=dict)  # file -> first few messages
     duplicate_rows: dict[str, int] = field(default_factory=dict)  # file -> exact duplicates dropped
+    leakage: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # round -> split -> rule -> n
+    control_pool: list[Record] = field(default_factory=list)  # static rows M0 never sees
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -209,6 +223,13 @@ def build_plan(task: str, data_dir: Path, *, mode: str = "fast", limit: int | No
                 raise ReplayDataError(
                     f"{data.name} has no usable {split} rows in {', '.join(data.source_files)}"
                 )
+    plan.leakage = leakage_filter(plan)
+    static = plan.rounds[0]
+    static.train, pool = control_pool(static.train, sum(len(d.train) + len(d.dev) for d in plan.rounds[1:]),
+                                      seed)
+    if not static.train:
+        raise ReplayDataError(f"{static.name} has too few training rows to set aside a static control pool")
+    for data in plan.rounds:
         for split, records in data.splits.items():
             capped = cap_records(records, caps[split], seed, key=lambda r: r.label or "")
             setattr(data, split, capped)
@@ -219,6 +240,10 @@ def build_plan(task: str, data_dir: Path, *, mode: str = "fast", limit: int | No
     for suite in plan.suites:
         suite.records = cap_records(suite.records, caps["suite"], seed,
                                     key=lambda r, f=suite.group_field: str(r.metadata.get(f) or ""))
+    needed = sum(len(d.train) + len(d.dev) for d in plan.rounds[1:])
+    plan.control_pool = pool[:needed]  # hash order: a capped pool is a prefix of the full one
+    for record in plan.control_pool:
+        record.split = "train"
     return plan
 
 
@@ -251,7 +276,101 @@ def plan_summary(plan: ReplayPlan) -> dict:
         ],
         "skipped_rows": dict(plan.skipped_rows),
         "duplicate_rows": dict(plan.duplicate_rows),
+        "leakage": {"rules": dict(LEAKAGE_RULES), "removed": plan.leakage},
+        "control_pool": len(plan.control_pool),
+        "references": references(plan),
     }
+
+
+# --- reference lines --------------------------------------------------------
+
+
+def reference_lines(labels: Iterable[str], records: list[Record]) -> dict:
+    """What answers that look at nothing score on ``records``: chance (a uniform guess
+    over the task's labels, in expectation), each constant answer, and the best
+    constant answer (the test set's majority class)."""
+    labels = list(labels)
+    counts = Counter(r.label for r in records)
+    total = len(records)
+    constant = {label: (counts.get(label, 0) / total if total else None) for label in labels}
+    majority = max(labels, key=lambda label: (counts.get(label, 0), -labels.index(label)))
+    return {"num_examples": total, "chance": 1 / len(labels), "constant": constant,
+            "majority": {"label": majority, "accuracy": constant[majority]}}
+
+
+def references(plan: ReplayPlan) -> dict:
+    """Reference lines for every test set (by round name) and functional suite (by name)."""
+    out = {data.name: reference_lines(plan.labels, data.test) for data in plan.rounds}
+    for suite in plan.suites:
+        out[suite.name] = {**reference_lines(plan.labels, suite.records),
+                           "by_functionality": {name: reference_lines(plan.labels, records)
+                                                for name, records in suite.by_functionality.items()}}
+    return out
+
+
+# --- leakage ----------------------------------------------------------------
+
+LEAKAGE_RULES = {
+    "context": "shares its premise or context with a test example",
+    "text": "shares a text (an input's, case- and space-insensitive) with a test example",
+}
+
+
+def _normal(text) -> str:
+    return " ".join(str(text).casefold().split())
+
+
+def _context_text(record: Record) -> str | None:
+    fields = (record.context or {}).get("fields") or {}
+    text = " ".join(str(v) for v in fields.values() if v)
+    return _normal(text) if text else None
+
+
+def _input_texts(record: Record) -> list[str]:
+    return [_normal(v) for v in record.inputs.values() if isinstance(v, str) and v.strip()]
+
+
+def leakage_filter(plan: ReplayPlan) -> dict[str, dict[str, dict[str, int]]]:
+    """Drop from every train and dev list the records that share a premise or a text with
+    any test split or suite; return what each rule removed, per round name and split
+    (rounds and splits where nothing was removed are left out)."""
+    tests = [r for data in plan.rounds for r in data.test] + [r for s in plan.suites for r in s.records]
+    contexts = {c for c in map(_context_text, tests) if c}
+    texts = {t for r in tests for t in _input_texts(r)}
+    removed: dict[str, dict[str, dict[str, int]]] = {}
+    for data in plan.rounds:
+        for split in ("train", "dev"):
+            kept, counts = [], dict.fromkeys(LEAKAGE_RULES, 0)
+            for record in getattr(data, split):
+                context = _context_text(record)
+                if context and context in contexts:
+                    counts["context"] += 1
+                elif any(t in texts for t in _input_texts(record)):
+                    counts["text"] += 1
+                else:
+                    kept.append(record)
+            setattr(data, split, kept)
+            if any(counts.values()):
+                removed.setdefault(data.name, {})[split] = counts
+    return removed
+
+
+def control_pool(records: list[Record], size: int, seed: int) -> tuple[list[Record], list[Record]]:
+    """(kept, pool): ``size`` records set aside by hash of their group (a premise's
+    records stay on one side), at most half of ``records``; both in file order, the
+    pool in hash order."""
+    size = min(size, len(records) // 2)
+    keys = group_keys(records)
+    order = sorted(range(len(records)), key=lambda i: (stable_hash(seed, "control-pool", keys[i]), i))
+    taken: set[int] = set()
+    groups_taken: set[str] = set()
+    for i in order:
+        if len(taken) >= size and keys[i] not in groups_taken:
+            break
+        taken.add(i)
+        groups_taken.add(keys[i])
+    pool = [records[i] for i in order if i in taken]
+    return [r for i, r in enumerate(records) if i not in taken], pool
 
 
 # --- the two tasks ----------------------------------------------------------

@@ -1,45 +1,49 @@
-"""The replay report: its schema, Markdown tables and an SVG chart. Pure functions, no Django.
+"""The replay report: its schema, reading it, and its Markdown tables. Pure functions, no Django.
 
-The driver (``manage.py replay``) builds one dict per run and hands it to
-``write_outputs``. Schema::
+``leaderboard.replay.summary.build_report`` builds the report; ``results.write_outputs``
+writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, differences and rates are fractions in [0, 1])::
 
     {
-      "task": "hate",                       # "nli" | "hate"
-      "mode": "fast",                       # "fast" | "full"
-      "started_at": "2025-01-01T12:00:00+00:00",   # ISO 8601
-      "seconds": 812.5,                     # wall time of the whole replay
-      "data": {...},                        # leaderboard.replay.data.plan_summary(plan)
-      "rounds": [                           # index 0: round 0 (static data)
+      "task": "hate", "mode": "full",           # "nli" | "hate"; "fast" | "full"
+      "strategy": "cumulative",                 # "cumulative" | "continue" | "retrain"
+      "control": "static",                      # or null: no control chain
+      "seeds": [0],                             # the training seeds pooled
+      "training": {...}, "started_at": "...", "seconds": 812.5,
+      "statistics": {"resamples": 1000, "confidence": 0.95},
+      "data": {...},                            # leaderboard.replay.data.plan_summary(plan)
+      "references": {                           # per test set and suite (also in data)
+        "DynaHate R1": {"num_examples": 1000, "chance": 0.5,
+                        "constant": {"hateful": 0.55, "not-hateful": 0.45},
+                        "majority": {"label": "hateful", "accuracy": 0.55}},
+        "HateCheck": {..., "by_functionality": {"derog_neg_emote_h": {...}, ...}}
+      },
+      "rounds": [                               # index 0: round 0 (static data)
         {
-          "number": 1,
-          "name": "DynaHate R1",            # the RoundData name (also its test set's name)
-          "model": "hate-m1",               # the model trained at the end of this round (round 0: M0)
-          "collection": {                   # null for round 0
-            "submitted": 400,               # round's training examples submitted
-            "fooled": 123,                  # of which fooled the live target
-            "model_error_rate": 0.3075,     # fooled / submitted
-            "target": "hate-m0"             # the target model they were submitted against
-          },
+          "number": 1, "name": "DynaHate R1", "model": "hate-m1",
+          "error_rate_at_collection": 0.60,     # null for round 0; mean over seeds
+          "collection": {"submitted": 1089, "fooled": 655, "refused": 0, "model_error_rate": 0.60,
+                         "ci_low": 0.57, "ci_high": 0.63, "target": "hate-m0", "by_seed": [0.60]},
           "train_seconds": 95.1,
-          "evaluations": {                  # this round's model on every test set
-            "static (Davidson)": {"accuracy": 0.91, "macro_f1": 0.74, "num_examples": 200},
-            "DynaHate R1": {"accuracy": 0.66, "macro_f1": 0.65, "num_examples": 200},
-            ...
-          },
-          "functional": {                   # hate only: suites in use from their round on
-            "HateCheck": {"accuracy": 0.62, "num_examples": 200,
-                          "by_functionality": {"derog_neg_emote_h": {"accuracy": 0.8,
-                                                                     "num_examples": 7}, ...}},
-            ...
-          }
-        },
-        ...
-      ]
+          "test": {                             # this round's model on every test set
+            "DynaHate R1": {"accuracy": 0.82, "ci_low": 0.80, "ci_high": 0.85,
+                            "num_examples": 1000, "by_seed": [0.82]}, ...},
+          "functional": {"HateCheck": {"accuracy": ..., "ci_low": ..., "ci_high": ..., "num_examples": ...,
+                                       "by_seed": [...], "by_functionality": {name: {accuracy, ci_low, ...}}}},
+          "gain_over_previous": {               # M(r) against M(r-1) on round r's test split (paired)
+            "test_set": "DynaHate R1", "previous_model": "hate-m0",
+            "difference": 0.49, "ci_low": 0.45, "ci_high": 0.52, "p_value": 0.001, "num_examples": 1000},
+          "vs_control": {                       # M(r) against the control C(r), every set and suite
+            "DynaHate R1": {"difference": ..., "ci_low": ..., "ci_high": ..., "p_value": ...}, ...}
+        }, ...
+      ],
+      "controls": {"static": {"description": "...", "rounds": [   # round 0: M0 itself
+          {"number": 1, "name": "DynaHate R1", "model": "hate-control-c1", "control_for": "hate-m1",
+           "training_rows": 1960, "test": {...}, "functional": {...}}, ...]}},
+      "runs": [{"seed": 0, "slug": "...", "seconds": ..., "rounds": [...], "controls": {...}}]
     }
 
-Accuracy, macro-F1 and error rates are fractions in [0, 1]; the tables and the
-chart show them as percentages with one decimal. A value that is missing,
-null or not a finite number shows as a dash and is left out of the chart.
+A value that is missing, null or not a finite number shows as a dash in the
+tables and is left out of the chart.
 """
 
 from __future__ import annotations
@@ -47,17 +51,16 @@ from __future__ import annotations
 import html
 import json
 import math
-from pathlib import Path
+
+from .stats import RESAMPLES
 
 DASH = "\u2014"
-PALETTE = ("#0b5cad", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0598bc", "#bf3989", "#4d2d00")
-DASHES = ("", "6 3", "2 3")  # cycled once the palette runs out
 
 
 # --- reading the report -----------------------------------------------------
 
 
-def _number(value) -> float | None:
+def number(value) -> float | None:
     """A finite number, or None (missing, null, text, NaN or infinite)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -65,7 +68,7 @@ def _number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _rounds(report: dict) -> list[dict]:
+def rounds_of(report: dict) -> list[dict]:
     return [r for r in report.get("rounds") or [] if isinstance(r, dict)]
 
 
@@ -77,9 +80,9 @@ def error_rate(collection: dict | None) -> float | None:
     """The model error rate at collection: as reported, or fooled / submitted."""
     if not isinstance(collection, dict):
         return None
-    rate = _number(collection.get("model_error_rate"))
+    rate = number(collection.get("model_error_rate"))
     if rate is None:
-        submitted, fooled = _number(collection.get("submitted")), _number(collection.get("fooled"))
+        submitted, fooled = number(collection.get("submitted")), number(collection.get("fooled"))
         if submitted and fooled is not None:
             rate = fooled / submitted
     return rate
@@ -87,9 +90,9 @@ def error_rate(collection: dict | None) -> float | None:
 
 def evaluated_sets(report: dict) -> list[str]:
     """Test set names: each round's (round order), then any other evaluated set (first seen)."""
-    names = [str(r.get("name")) for r in _rounds(report) if r.get("name") is not None]
-    for entry in _rounds(report):
-        for name in entry.get("evaluations") or {}:
+    names = [str(r.get("name")) for r in rounds_of(report) if r.get("name") is not None]
+    for entry in rounds_of(report):
+        for name in entry.get("test") or {}:
             if name not in names:
                 names.append(name)
     return names
@@ -97,22 +100,23 @@ def evaluated_sets(report: dict) -> list[str]:
 
 def suite_names(report: dict) -> list[str]:
     names: list[str] = []
-    for entry in _rounds(report):
+    for entry in rounds_of(report):
         for name in entry.get("functional") or {}:
             if name not in names:
                 names.append(name)
     return names
 
 
-def metric_matrix(report: dict, metric: str = "accuracy", section: str = "evaluations"
-                  ) -> tuple[list[str], list[str], list[list[float | None]]]:
-    """(models, columns, cells): one row per round's model, one column per test set or suite."""
-    columns = evaluated_sets(report) if section == "evaluations" else suite_names(report)
+def metric_matrix(report: dict, metric: str = "accuracy", section: str = "test",
+                  rounds: list[dict] | None = None) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """(models, columns, cells): one row per round's model (or per entry of ``rounds``,
+    e.g. a control's), one column per test set (``section="test"``) or suite."""
+    columns = evaluated_sets(report) if section == "test" else suite_names(report)
     models, cells = [], []
-    for entry in _rounds(report):
+    for entry in rounds_of(report) if rounds is None else rounds:
         results = entry.get(section) or {}
         models.append(model_name(entry))
-        cells.append([_number((results.get(c) or {}).get(metric))
+        cells.append([number((results.get(c) or {}).get(metric))
                       if isinstance(results.get(c), dict) else None for c in columns])
     return models, columns, cells
 
@@ -120,239 +124,257 @@ def metric_matrix(report: dict, metric: str = "accuracy", section: str = "evalua
 # --- Markdown ---------------------------------------------------------------
 
 
-def _cell(value) -> str:
+def cell(value) -> str:
     """Text for a Markdown table cell: HTML-escaped, pipes escaped, one line."""
     text = html.escape(str(value), quote=False)
     return " ".join(text.replace("|", "\\|").split())
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
     return DASH if value is None else f"{value * 100:.1f}%"
 
 
-def _table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
+def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
     align = ["---" if i < right_from else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
 
 
-def markdown_tables(report: dict) -> str:
-    """Collection per round, the accuracy (and macro-F1) matrix, and functional tests (hate)."""
-    task, mode = _cell(report.get("task", "?")), _cell(report.get("mode", "?"))
-    lines = [f"# Replay of real adversarial rounds: {task} ({mode} mode)", ""]
-    facts = []
-    if report.get("started_at"):
-        facts.append(f"started {_cell(report['started_at'])}")
-    seconds = _number(report.get("seconds"))
-    if seconds is not None:
-        facts.append(f"took {seconds:.1f} s")
-    if facts:
-        lines += ["Replay " + ", ".join(facts) + ".", ""]
+def ci_text(stat: dict | None) -> str:
+    """ "72.6% (70.1-75.0)": an accuracy with its 95% interval, or a dash."""
+    if not isinstance(stat, dict) or number(stat.get("accuracy")) is None:
+        return DASH
+    low, high = number(stat.get("ci_low")), number(stat.get("ci_high"))
+    if low is None or high is None:
+        return pct(stat["accuracy"])
+    return f"{stat['accuracy'] * 100:.1f}% ({low * 100:.1f}\u2013{high * 100:.1f})"
 
-    lines += ["## Model error rate at collection", "",
-              "Each round's training examples were submitted against the live target model "
-              "(the model trained at the end of the round before); the model error rate is "
-              "fooled / submitted.", ""]
+
+def _signed(value: float) -> str:
+    return f"{value * 100:+.1f}".replace("-", "\u2212")
+
+
+def gain_text(stat: dict | None, with_p: bool = True) -> str:
+    """ "+3.4 pts (-0.5, +7.2), p 0.09": a paired difference, its interval and p-value."""
+    if not isinstance(stat, dict) or number(stat.get("difference")) is None:
+        return DASH
+    text = f"{_signed(stat['difference'])} pts"
+    low, high = number(stat.get("ci_low")), number(stat.get("ci_high"))
+    if low is not None and high is not None:
+        text += f" ({_signed(low)}, {_signed(high)})"
+    p = number(stat.get("p_value"))
+    if with_p and p is not None:
+        # The bootstrap cannot resolve a p-value below 2 / (resamples + 1): say so, not a smaller number.
+        floor = 2 / (RESAMPLES + 1)
+        text += f", p \u2264 {floor:.3f}" if p <= floor + 1e-9 else f", p {p:.3f}"
+    return text
+
+
+def _references_table(report: dict) -> list[str]:
+    references = report.get("references") or {}
+    labels = list((report.get("data") or {}).get("labels") or [])
+    shown = set(evaluated_sets(report)) | set(suite_names(report))
     rows = []
-    for entry in _rounds(report):
+    for name, ref in references.items():
+        if not isinstance(ref, dict) or name not in shown:
+            continue
+        majority = ref.get("majority") or {}
+        constant = ref.get("constant") or {}
+        rows.append([cell(name), cell(ref.get("num_examples", DASH)), pct(number(ref.get("chance"))),
+                     f"{pct(number(majority.get('accuracy')))} ({cell(majority.get('label', DASH))})",
+                     *(pct(number(constant.get(label))) for label in labels)])
+    if not rows:
+        return ["No reference lines."]
+    return table(["Test set", "Examples", "Chance", "Majority answer", *(f"Always {cell(x)}" for x in labels)],
+                  rows)
+
+
+def _leakage_table(report: dict) -> list[str]:
+    leakage = ((report.get("data") or {}).get("leakage") or {})
+    rules = leakage.get("rules") or {}
+    rows = [[cell(name), cell(split), *(str(counts.get(rule, 0)) for rule in rules)]
+            for name, splits in (leakage.get("removed") or {}).items() for split, counts in splits.items()]
+    if not rows:
+        return ["No training or dev row shared a premise or a text with a test set."]
+    return table(["Round", "Split", *(f"Removed: {cell(rule)}" for rule in rules)], rows, right_from=2)
+
+
+def _matrix(report: dict, rounds: list[dict], section: str) -> list[str]:
+    columns = evaluated_sets(report) if section == "test" else suite_names(report)
+    references = report.get("references") or {}
+    rows = [[cell(model_name(e)), *(ci_text((e.get(section) or {}).get(c)) for c in columns)] for e in rounds]
+    rows.append(["*majority answer*", *(pct(number(((references.get(c) or {}).get("majority") or {})
+                                                     .get("accuracy"))) for c in columns)])
+    return table(["Model", *map(cell, columns)], rows)
+
+
+def markdown_tables(report: dict, level: int = 1) -> str:
+    """The report's tables: data and leakage, reference lines, collection, accuracy with
+    intervals, paired gains, functional suites and the static control's comparison.
+    ``level``: the Markdown level of the title (sections one below)."""
+    h1, h2 = "#" * level, "#" * (level + 1)
+    task, mode = cell(report.get("task", "?")), cell(report.get("mode", "?"))
+    rounds = rounds_of(report)
+    seeds = report.get("seeds") or []
+    statistics = report.get("statistics") or {}
+    lines = [f"{h1} Replay of real adversarial rounds: {task} ({mode} mode)", ""]
+    facts = [f"strategy `{cell(report.get('strategy', '?'))}`",
+             f"static control: {'yes' if report.get('control') else 'no'}",
+             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(map(str, seeds)) or DASH})"]
+    seconds = number(report.get("seconds"))
+    if seconds is not None:
+        facts.append(f"took {seconds / 60:.0f} min")
+    lines += ["Run: " + "; ".join(facts) + f"; training `{cell(json.dumps(report.get('training') or {}))}`.", "",
+              f"Accuracies carry a {100 * (statistics.get('confidence') or 0.95):.0f}% bootstrap interval over "
+              f"the test set's examples ({statistics.get('resamples', '?')} resamples, the same for every model, "
+              "so differences are paired). With several seeds the accuracy is the seeds' mean, the interval "
+              "covers the examples only, and each seed's value is in report.json.", ""]
+
+    rules = (((report.get("data") or {}).get("leakage") or {}).get("rules") or {})
+    lines += [f"{h2} Data: what the leakage filter removed", "",
+              "Training and dev rows that share a premise or a text with any test set or suite are removed "
+              "before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
+    lines += _leakage_table(report)
+    pool = ((report.get("data") or {}).get("control_pool"))
+    if pool:
+        lines += ["", f"The static control's pool: {pool} rows of round 0's training split, set aside "
+                      "before M0 is trained."]
+    lines.append("")
+
+    lines += [f"{h2} Reference lines", "",
+              "What answers that look at nothing score: chance (a uniform guess, in expectation), the "
+              "majority answer and each constant answer.", ""]
+    lines += _references_table(report) + [""]
+
+    lines += [f"{h2} Model error rate at collection", "",
+              "Each round's training examples were written against the live target (the model of the "
+              "round before); the rate is fooled / submitted, with its 95% Wilson interval.", ""]
+    rows = []
+    for entry in rounds:
         collection = entry.get("collection")
         if not isinstance(collection, dict):
             continue
-        submitted, fooled = _number(collection.get("submitted")), _number(collection.get("fooled"))
-        rows.append([_cell(entry.get("number", "?")), _cell(entry.get("name", "")),
-                     _cell(collection.get("target") or DASH),
+        submitted, fooled = number(collection.get("submitted")), number(collection.get("fooled"))
+        rate = {"accuracy": error_rate(collection), "ci_low": collection.get("ci_low"),
+                "ci_high": collection.get("ci_high")}
+        rows.append([cell(entry.get("number", "?")), cell(entry.get("name", "")),
+                     cell(collection.get("target") or DASH),
                      DASH if submitted is None else f"{submitted:g}",
-                     DASH if fooled is None else f"{fooled:g}", _pct(error_rate(collection))])
-    if rows:
-        lines += _table(["Round", "Data", "Target model", "Submitted", "Fooled",
-                         "Model error rate"], rows, right_from=3)
-    else:
-        lines.append("No round collected examples.")
-    lines.append("")
+                     DASH if fooled is None else f"{fooled:g}", ci_text(rate)])
+    lines += (table(["Round", "Data", "Target model", "Submitted", "Fooled", "Model error rate"], rows,
+                     right_from=3) if rows else ["No round collected examples."]) + [""]
 
-    for title, metric in (("Accuracy", "accuracy"), ("Macro-F1", "macro_f1")):
-        models, columns, cells = metric_matrix(report, metric)
-        if metric != "accuracy" and all(v is None for row in cells for v in row):
-            continue
-        lines += [f"## {title} on each round's test split", "",
-                  "Rows: the model trained at the end of each round; columns: test sets "
-                  "(round 0 is the static data).", ""]
-        if columns:
-            lines += _table(["Model", *map(_cell, columns)],
-                            [[_cell(m), *map(_pct, row)] for m, row in zip(models, cells, strict=True)])
-        else:
-            lines.append("No evaluations.")
-        lines.append("")
+    lines += [f"{h2} Accuracy on each round's test split", "",
+              "Rows: the model trained at the end of each round; columns: test sets (round 0 is the static "
+              "data). The last row is the majority answer.", ""]
+    lines += (_matrix(report, rounds, "test") if evaluated_sets(report) else ["No evaluations."]) + [""]
 
-    models, suites, cells = metric_matrix(report, "accuracy", "functional")
-    if suites:
-        lines += ["## Functional tests: accuracy", "",
-                  "A dash: the suite is not in use yet for that model's round.", ""]
-        lines += _table(["Model", *map(_cell, suites)],
-                        [[_cell(m), *map(_pct, row)] for m, row in zip(models, cells, strict=True)])
-        lines.append("")
+    gains = [e for e in rounds if isinstance(e.get("gain_over_previous"), dict)]
+    if gains:
+        lines += [f"{h2} Does each round's model beat the one before, on that round's test split?", "",
+                  "Paired bootstrap of M(r) minus M(r-1) on round r's test split: the difference in accuracy "
+                  "points, its 95% interval and a two-sided p-value.", ""]
+        rows = []
+        for i, entry in enumerate(rounds):
+            gain = entry.get("gain_over_previous")
+            if not isinstance(gain, dict):
+                continue
+            name = gain.get("test_set", entry.get("name"))
+            previous = rounds[i - 1] if i else {}
+            rows.append([cell(entry.get("number", "?")), cell(name), cell(gain.get("previous_model", DASH)),
+                         ci_text((previous.get("test") or {}).get(name)), cell(model_name(entry)),
+                         ci_text((entry.get("test") or {}).get(name)), gain_text(gain)])
+        lines += table(["Round", "Test set", "Before", "Accuracy", "After", "Accuracy", "Difference"], rows,
+                        right_from=3) + [""]
+
+    if suite_names(report):
+        lines += [f"{h2} Functional tests", "",
+                  "A dash: the suite is not in use yet for that model's round. The last row is the majority "
+                  "answer; the reference lines above give every constant answer.", ""]
+        lines += _matrix(report, rounds, "functional") + [""]
+
+    for control, body in (report.get("controls") or {}).items():
+        crounds = [r for r in body.get("rounds") or [] if isinstance(r, dict)]
+        lines += [f"{h2} The {cell(control)} control", "",
+                  f"C(r): {cell(body.get('description', ''))}; the same backbone, epochs, batch size, seed "
+                  "and number of training steps as M(r).", ""]
+        lines += _matrix(report, crounds, "test") + [""]
+        if suite_names(report):
+            lines += _matrix(report, crounds, "functional") + [""]
+        columns = evaluated_sets(report) + suite_names(report)
+        rows = [[cell(model_name(e)), *(gain_text((e.get("vs_control") or {}).get(c), with_p=False)
+                                         for c in columns)]
+                for e in rounds if isinstance(e.get("vs_control"), dict)]
+        if rows:
+            lines += [f"{h2} Adversarial minus {cell(control)} control", "",
+                      "M(r) minus C(r) in accuracy points, with the paired 95% interval: above zero, the "
+                      "adversarial round helped more than as many static examples.", ""]
+            lines += table(["Model", *map(cell, columns)], rows) + [""]
+        lines += _functionality_table(report, rounds, crounds)
     return "\n".join(lines)
 
 
-# --- SVG --------------------------------------------------------------------
-
-
-def _round_label(entry: dict, index: int) -> str:
-    number = _number(entry.get("number"))
-    return f"R{number:g}" if number is not None else f"#{index}"
-
-
-def _x(value) -> str:
-    """Text escaped for XML character data and attribute values."""
-    return html.escape(str(value), quote=True)
-
-
-def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
-    """Bars of the model error rate at collection per round, above lines of each model's
-    accuracy on each round's test split. Self-contained: no script, no external resource."""
-    rounds = _rounds(report)
-    labels = [_round_label(r, i) for i, r in enumerate(rounds)]
-    names = [str(r.get("name", "")) for r in rounds]
-    models, columns, cells = metric_matrix(report, "accuracy")
-    column_of = {name: columns.index(name) for name in names if name in columns}
-
-    left, legend_w, right = 64, 190, 16
-    plot_w = width - left - legend_w - right
-    top_a, height_a = 64, 120  # bars
-    top_b, height_b = top_a + height_a + 70, height - (top_a + height_a + 70) - 56  # lines
-    n = max(len(rounds), 1)
-    slot = plot_w / n
-
-    def xpos(i: int) -> float:
-        return left + slot * i + slot / 2
-
-    title = f"Replay of real adversarial rounds: {report.get('task', '?')} ({report.get('mode', '?')} mode)"
-    desc_parts = []
-    bar_desc = [f"{labels[i]} ({names[i]}) {_pct(error_rate(r.get('collection')))} against "
-                f"{(r.get('collection') or {}).get('target') or DASH}"
-                for i, r in enumerate(rounds) if isinstance(r.get("collection"), dict)]
-    desc_parts.append("Top: model error rate at collection per round: "
-                      + ("; ".join(bar_desc) or "none") + ".")
-    line_desc = []
-    for model, row in zip(models, cells, strict=True):
-        points = [f"{labels[i]} {_pct(row[column_of[names[i]]])}"
-                  for i in range(len(rounds)) if names[i] in column_of]
-        line_desc.append(f"{model}: " + ", ".join(points))
-    desc_parts.append("Bottom: accuracy of each model on each round's test set: "
-                      + ("; ".join(line_desc) or "none") + ".")
-
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" role="img" aria-labelledby="replay-title replay-desc" '
-        f'font-family="sans-serif">',
-        f'<title id="replay-title">{_x(title)}</title>',
-        f'<desc id="replay-desc">{_x(" ".join(desc_parts))}</desc>',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff" />',
-        f'<text x="{left}" y="24" font-size="15" font-weight="bold" fill="#1b1f24">{_x(title)}</text>',
-    ]
-
-    def panel(top: float, h: float, heading: str, axis: str) -> None:
-        out.append(f'<text x="{left}" y="{top - 12:.1f}" font-size="13" fill="#1b1f24">'
-                   f'{_x(heading)}</text>')
-        for tick in (0, 0.25, 0.5, 0.75, 1.0):
-            y = top + h * (1 - tick)
-            out.append(f'<line x1="{left}" x2="{left + plot_w:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-                       f'stroke="#d0d7de" />')
-            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
-                       f'fill="#57606a">{int(tick * 100)}%</text>')
-        mid = top + h / 2
-        out.append(f'<text x="16" y="{mid:.1f}" transform="rotate(-90 16 {mid:.1f})" '
-                   f'text-anchor="middle" font-size="11" fill="#57606a">{_x(axis)}</text>')
-        for i, label in enumerate(labels):
-            out.append(f'<text x="{xpos(i):.1f}" y="{top + h + 16:.1f}" text-anchor="middle" '
-                       f'font-size="12" fill="#1b1f24"><title>{_x(names[i])}</title>{_x(label)}</text>')
-
-    # Top: bars.
-    panel(top_a, height_a, "Model error rate at collection (examples that fooled the target)",
-          "error rate")
-    bar = min(36.0, slot / 2)
-    for i, entry in enumerate(rounds):
-        rate = error_rate(entry.get("collection"))
-        if rate is None:
+def _functionality_table(report: dict, rounds: list[dict], crounds: list[dict]) -> list[str]:
+    """Per functionality of each suite: the last round's model and control, and the constant answers."""
+    if not rounds or not crounds:
+        return []
+    last, control = rounds[-1], crounds[-1]
+    labels = list((report.get("data") or {}).get("labels") or [])
+    lines = []
+    for suite in suite_names(report):
+        ours = (last.get("functional") or {}).get(suite) or {}
+        theirs = (control.get("functional") or {}).get(suite) or {}
+        refs = ((report.get("references") or {}).get(suite) or {}).get("by_functionality") or {}
+        groups = list(ours.get("by_functionality") or {})
+        if not groups:
             continue
-        h = height_a * max(0.0, min(1.0, rate))
-        target = (entry.get("collection") or {}).get("target") or DASH
-        out.append(f'<rect x="{xpos(i) - bar / 2:.1f}" y="{top_a + height_a - h:.1f}" '
-                   f'width="{bar:.1f}" height="{h:.1f}" fill="#9ec5fe" stroke="#0b5cad">'
-                   f'<title>{_x(f"{names[i]}: {_pct(rate)} against {target}")}</title></rect>')
-        out.append(f'<text x="{xpos(i):.1f}" y="{top_a + height_a - h - 4:.1f}" text-anchor="middle" '
-                   f'font-size="10" fill="#1b1f24">{_pct(rate)}</text>')
+        lines += [f"{cell(suite)} per functionality: {cell(model_name(last))} against "
+                  f"{cell(model_name(control))} and the constant answers.", ""]
+        rows = []
+        for group in groups:
+            constant = (refs.get(group) or {}).get("constant") or {}
+            mine = (ours.get("by_functionality") or {}).get(group) or {}
+            other = (theirs.get("by_functionality") or {}).get(group) or {}
+            rows.append([cell(group), cell(mine.get("num_examples", DASH)),
+                         *(pct(number(constant.get(label))) for label in labels), ci_text(mine), ci_text(other)])
+        lines += table(["Functionality", "Examples", *(f"Always {cell(x)}" for x in labels),
+                         cell(model_name(last)), cell(model_name(control))], rows) + [""]
+    return lines
 
-    # Bottom: one line per model across the rounds' test sets.
-    panel(top_b, height_b, "Accuracy on each round's test set, per model", "accuracy")
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{top_b + height_b + 36:.1f}" '
-               f'text-anchor="middle" font-size="11" fill="#57606a">test set of round</text>')
-    legend_x = left + plot_w + 24
-    out.append(f'<rect x="{legend_x}" y="{top_a}" width="12" height="12" fill="#9ec5fe" '
-               f'stroke="#0b5cad" />')
-    out.append(f'<text x="{legend_x + 18}" y="{top_a + 10}" font-size="11" fill="#1b1f24">'
-               f'model error rate</text>')
-    out.append(f'<text x="{legend_x}" y="{top_b - 12:.1f}" font-size="11" fill="#57606a">'
-               f'models (trained after round)</text>')
-    for m, (model, row) in enumerate(zip(models, cells, strict=True)):
-        color = PALETTE[m % len(PALETTE)]
-        dash = DASHES[(m // len(PALETTE)) % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        points = []
-        for i in range(len(rounds)):
-            value = row[column_of[names[i]]] if names[i] in column_of else None
-            points.append(None if value is None else
-                          (xpos(i), top_b + height_b * (1 - max(0.0, min(1.0, value))), value))
-        segment: list[tuple[float, float, float]] = []
-        for point in [*points, None]:
-            if point is not None:
-                segment.append(point)
+
+# --- the interface scripts read -------------------------------------------------
+
+
+def interface_problems(report: dict) -> list[str]:
+    """What the report lacks of the interface scripts depend on (empty: none): a
+    ``rounds`` list whose entries have ``error_rate_at_collection`` and ``test`` with
+    ``{accuracy, ci_low, ci_high}`` per test set, and a ``controls`` object holding each
+    control's rounds in the same shape."""
+    problems = []
+    rounds = report.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        return ["no rounds list"]
+    if not isinstance(report.get("controls"), dict):
+        problems.append("no controls object")
+
+    def check(entries, where):
+        for entry in entries:
+            test = entry.get("test") if isinstance(entry, dict) else None
+            if not isinstance(test, dict) or not test:
+                problems.append(f"{where} round {entry.get('number') if isinstance(entry, dict) else '?'}: no test")
                 continue
-            if len(segment) > 1:
-                path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in segment)
-                out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                           f'stroke-width="2"{dash_attr} />')
-            segment = []
-        for i, point in enumerate(points):
-            if point is None:
-                continue
-            px, py, value = point
-            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
-                       f'<title>{_x(f"{model} on {names[i]}: {_pct(value)}")}</title></circle>')
-        y = top_b + 4 + m * 18
-        out.append(f'<line x1="{legend_x}" x2="{legend_x + 14}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{color}" stroke-width="2"{dash_attr} />')
-        out.append(f'<text x="{legend_x + 18}" y="{y + 4:.1f}" font-size="11" fill="#1b1f24">'
-                   f'{_x(model)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+            for name, value in test.items():
+                if not isinstance(value, dict) or not {"accuracy", "ci_low", "ci_high"} <= set(value):
+                    problems.append(f"{where} round {entry.get('number')}: {name} lacks accuracy/ci_low/ci_high")
 
-
-# --- files ------------------------------------------------------------------
-
-
-def _json_safe(value):
-    """NaN and infinities become null, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_outputs(report: dict, out_path: Path) -> dict[str, Path]:
-    """Write the report JSON at ``out_path`` and ``<stem>.md`` and ``<stem>.svg`` next to it."""
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_path, "markdown": out_path.with_suffix(".md"),
-             "svg": out_path.with_suffix(".svg")}
-    if len(set(paths.values())) != len(paths):
-        raise ValueError(f"{out_path} must not end in .md or .svg: the tables and chart go there")
-    paths["json"].write_text(json.dumps(_json_safe(report), indent=2, ensure_ascii=False,
-                                        allow_nan=False) + "\n", encoding="utf-8")
-    paths["markdown"].write_text(markdown_tables(report), encoding="utf-8")
-    paths["svg"].write_text(svg_chart(report) + "\n", encoding="utf-8")
-    return paths
+    for entry in rounds:
+        if not isinstance(entry, dict) or "error_rate_at_collection" not in entry:
+            problems.append(f"round {entry.get('number') if isinstance(entry, dict) else '?'}: "
+                            "no error_rate_at_collection")
+    check(rounds, "")
+    for name, control in (report.get("controls") or {}).items():
+        check((control or {}).get("rounds") or [{}], f"control {name}")
+    if report.get("control") and report.get("control") not in (report.get("controls") or {}):
+        problems.append(f"the {report['control']} control's scores are missing")
+    return [p.strip() for p in problems]

@@ -4,7 +4,9 @@
 its own: examples are written with ``create_example`` against the live target,
 verified with owner validations (``validate_example``), models are trained and
 evaluated by Jobs (``start_training``, which queues the evaluation) and promoted
-with ``cycle.promote``. Jobs run where jobs run: on the embedded background
+with ``cycle.promote``. The evaluations score performance only (``measure=False``:
+the leaderboard's throughput, memory, robustness and fairness would cost several
+times the scoring, and the replay reports accuracy). Jobs run where jobs run: on the embedded background
 thread, or on a Celery worker when a broker is configured.
 
 The run, for a task with rounds 0..R in its plan (``data.build_plan``):
@@ -19,11 +21,27 @@ The run, for a task with rounds 0..R in its plan (``data.build_plan``):
    by the replay's researcher, M(r) is trained, evaluated and promoted;
 4. every model is scored on the functional suites (HateCheck, HatemojiCheck).
 
-Two training strategies: ``continue`` (default) fine-tunes M(r-1) on round r's
-verified examples plus as many round-0 examples, a fixed sample, rehearsed so the
-static data is not forgotten (fast on CPUs: each model sees twice the new round);
-``retrain`` trains each model from the backbone on round 0 and rounds 1..r, as the
-ANLI and DynaHate papers did (slow on CPUs: every model sees all the data again).
+Three training strategies:
+
+- ``cumulative`` (default) fine-tunes M(r-1) on round r's verified examples plus
+  as many again from round 0 and every earlier round, an even fixed sample
+  (``start_training(rehearse=...)``): each model learns from every round so far
+  at twice the new round's cost;
+- ``continue`` fine-tunes M(r-1) on round r plus as many round-0 examples only
+  (earlier rounds are not rehearsed, and are forgotten);
+- ``retrain`` trains each model from the backbone on round 0 and rounds 1..r, as
+  the ANLI and DynaHate papers did (slow on CPUs: every model sees all the data).
+
+The static control (``control="static"``): after the chain, a second chain
+C(1..R) starts from M0 and learns, with the same strategy, backbone, epochs,
+batch size and seed, from as many *static* examples as M(r) learnt adversarial
+ones: fresh rows of round 0's data that M0 never saw (``plan.control_pool``),
+round for round and split for split, with the same rehearsal counts. Its rows
+are not the platform's examples, so it is trained in this process with
+``services.train_and_register`` and evaluated by a job like every model.
+
+With several seeds, each seed replays on a task of its own (``<slug>-s<seed>``)
+with the same data plan; ``leaderboard.replay.summary`` pools them.
 """
 
 from __future__ import annotations
@@ -39,17 +57,21 @@ from django.utils import timezone
 
 from annotation.datasets import import_records
 from annotation.importers import Record
+from annotation.models import Example
 from annotation.services.examples import create_example
 from annotation.services.validation import validate_example
 from core.errors import DomainError
+from leaderboard.models import Evaluation
 from tasks import services as task_services
 from tasks.models import Context, ModelVersion, Task
 from tasks.registry import ref_for
 
 from .. import cycle, services
-from .data import ReplayPlan, build_plan, plan_summary
+from .data import ReplayPlan, build_plan, stable_hash
+from .summary import build_report
 
-STRATEGIES = ("continue", "retrain")
+STRATEGIES = ("cumulative", "continue", "retrain")
+CONTROLS = ("static",)
 # Epochs: the static data is large (15-20k rows in full mode), one pass is enough;
 # the rounds are small.
 DEFAULTS = {
@@ -71,7 +93,10 @@ class Options:
     mode: str = "fast"
     limit: int | None = None
     seed: int = 0
-    strategy: str = "continue"
+    strategy: str = "cumulative"
+    control: str | None = None  # "static": also train the static control chain
+    seeds: int = 1  # training seeds seed, seed+1, ...; one task each
+    backbone: str | None = None  # instead of DYNABENCH_BACKBONE (a name, or a directory on the workers)
     task_slug: str | None = None
     replace: bool = False
     rounds: int | None = None  # replay rounds 1..rounds only
@@ -92,8 +117,10 @@ def _users():
     return researcher, annotator
 
 
-def _fresh_task(options: Options, researcher) -> Task:
+def _fresh_task(options: Options, researcher, seed: int) -> Task:
     slug = options.task_slug or f"{options.task}-replay-{options.mode}"
+    if options.seeds > 1:
+        slug = f"{slug}-s{seed}"
     existing = Task.objects.filter(slug=slug).first()
     if existing is not None:
         if not options.replace:
@@ -108,24 +135,41 @@ def _fresh_task(options: Options, researcher) -> Task:
     return task
 
 
+def check_options(options: Options) -> None:
+    if options.mode not in DEFAULTS:
+        raise ReplayError(f"Unknown mode {options.mode!r}; use fast or full.")
+    if options.strategy not in STRATEGIES:
+        raise ReplayError(f"Unknown strategy {options.strategy!r}; use one of {', '.join(STRATEGIES)}.")
+    if options.control not in (None, *CONTROLS):
+        raise ReplayError(f"Unknown control {options.control!r}; use one of {', '.join(CONTROLS)}.")
+    if not isinstance(options.seeds, int) or isinstance(options.seeds, bool) or not 1 <= options.seeds <= 10:
+        raise ReplayError("--seeds must be a whole number from 1 to 10.")
+
+
+def training_settings(options: Options) -> dict:
+    return {**DEFAULTS[options.mode], **{k: v for k, v in options.train.items() if v is not None}}
+
+
 class Replay:
-    def __init__(self, options: Options, progress: Callable[[str], None] = print):
-        if options.mode not in DEFAULTS:
-            raise ReplayError(f"Unknown mode {options.mode!r}; use fast or full.")
-        if options.strategy not in STRATEGIES:
-            raise ReplayError(f"Unknown strategy {options.strategy!r}; use one of {', '.join(STRATEGIES)}.")
+    """One seed's replay: the adversarial chain M0..MR, then the static control's chain."""
+
+    def __init__(self, options: Options, plan: ReplayPlan, seed: int, progress: Callable[[str], None] = print):
+        check_options(options)
         self.options = options
+        self.plan = plan
+        self.seed = seed
         self.say = progress
-        self.train = {**DEFAULTS[options.mode], **{k: v for k, v in options.train.items() if v is not None}}
+        self.train = training_settings(options)
 
     # --- jobs -------------------------------------------------------------------
 
     def train_model(self, task: Task, name: str, *, rounds: list[int], parent: ModelVersion | None, epochs: int,
-                    static_limit: int | None = None) -> tuple[ModelVersion, float]:
+                    static_limit: int | None = None, rehearse: int | None = None) -> tuple[ModelVersion, float]:
         job = services.start_training(
             task, name=name, rounds=rounds, selection="verified", mode="full", parent=parent,
-            static_limit=static_limit, evaluate=True, user=self.researcher, epochs=epochs,
-            batch_size=self.train["batch_size"], lr=self.train["lr"], seed=self.options.seed)
+            static_limit=static_limit, rehearse=rehearse, evaluate=True, measure=False, user=self.researcher,
+            backbone=self.options.backbone if parent is None else None, epochs=epochs,
+            batch_size=self.train["batch_size"], lr=self.train["lr"], seed=self.seed)
         try:
             model = services.wait_for_trained_model(job, lambda line: self.say(f"  [{name}]{line}"),
                                                     self.options.job_timeout)
@@ -189,19 +233,27 @@ class Replay:
 
     # --- scoring ----------------------------------------------------------------
 
-    def evaluations(self, model: ModelVersion) -> dict:
-        names = {r.number: r.name for r in self.plan.rounds}
-        metric = services.primary_metric(model.task)
+    def scores(self, model: ModelVersion) -> dict[str, list[float]]:
+        """The model's stored per-example scores (1/0) on every test set, by test set name,
+        in the plan's order of that set's records (so seeds and models line up)."""
         out = {}
-        for evaluation in model.evaluations.filter(split="test").select_related("round").order_by("round__number"):
-            name = names.get(evaluation.round.number, f"round {evaluation.round.number}")
-            out[name] = {"accuracy": evaluation.metrics.get(metric),
-                         "macro_f1": evaluation.metrics.get("macro_f1"),
-                         "num_examples": evaluation.num_examples}
+        for evaluation in Evaluation.objects.filter(model_version=model, split="test").select_related("round"):
+            if evaluation.round.number >= len(self.plan.rounds):
+                continue
+            data = self.plan.rounds[evaluation.round.number]
+            uids = dict(Example.objects.filter(pk__in=evaluation.example_ids).values_list("pk", "external_uid"))
+            by_uid = {uids[pk]: value for pk, value in zip(evaluation.example_ids, evaluation.per_example,
+                                                            strict=True)}
+            missing = [r.external_uid for r in data.test if r.external_uid not in by_uid]
+            if missing:
+                raise ReplayError(f"{model.name} was not scored on {len(missing)} of {data.name}'s test "
+                                  f"examples, e.g. {missing[0]}")
+            out[data.name] = [float(by_uid[r.external_uid]) for r in data.test]
         return out
 
     def functional(self, task: Task, model: ModelVersion, upto_round: int) -> dict:
-        """Accuracy on each functional suite in use by ``upto_round``, overall and per functionality."""
+        """Per-example scores (1/0) on each functional suite in use by ``upto_round``, with
+        each record's functionality; the overall accuracies are stored on the model."""
         import ml
 
         results = {}
@@ -214,35 +266,34 @@ class Replay:
             predictions = []
             for start in range(0, len(rows), 64):
                 predictions += ml.predict(ref_for(model), [r["inputs"] for r in rows[start:start + 64]])
-            right = [p["label"] == row["label"] for p, row in zip(predictions, rows, strict=True)]
-            groups: dict[str, list[bool]] = {}
-            for record, ok in zip(suite.records, right, strict=True):
-                groups.setdefault(str(record.metadata.get(suite.group_field, "")), []).append(ok)
             results[suite.name] = {
-                "accuracy": sum(right) / len(right), "num_examples": len(right),
-                "by_functionality": {k: {"accuracy": sum(v) / len(v), "num_examples": len(v)}
-                                     for k, v in sorted(groups.items())},
+                "scores": [float(p["label"] == row["label"]) for p, row in zip(predictions, rows, strict=True)],
+                "groups": [str(r.metadata.get(suite.group_field) or "unknown") for r in suite.records],
             }
         if results:
             model.refresh_from_db(fields=["metrics"])
-            model.metrics["functional"] = {k: {"accuracy": v["accuracy"], "num_examples": v["num_examples"]}
-                                           for k, v in results.items()}
+            model.metrics["functional"] = {
+                name: {"accuracy": sum(v["scores"]) / len(v["scores"]), "num_examples": len(v["scores"])}
+                for name, v in results.items()}
             model.save(update_fields=["metrics"])
         return results
 
-    # --- the run ----------------------------------------------------------------
+    def scored(self, task: Task, model: ModelVersion, upto_round: int) -> dict:
+        return {"model": model.name, "scores": self.scores(model),
+                "functional": self.functional(task, model, upto_round)}
+
+    # --- the adversarial chain ---------------------------------------------------
 
     def run(self) -> dict:
-        options = self.options
-        started_at, started = timezone.now(), time.monotonic()
-        self.plan: ReplayPlan = build_plan(options.task, Path(options.data_dir), mode=options.mode,
-                                           limit=options.limit, seed=options.seed)
-        rounds = self.plan.rounds if options.rounds is None else self.plan.rounds[:options.rounds + 1]
+        options, plan = self.options, self.plan
+        started = time.monotonic()
+        rounds = plan.rounds if options.rounds is None else plan.rounds[:options.rounds + 1]
         self.researcher, self.annotator = _users()
         with transaction.atomic():
-            task = _fresh_task(options, self.researcher)
+            task = _fresh_task(options, self.researcher, self.seed)
             task_services.ensure_static_round(task)
-        self.say(f"task {task.slug}: rounds " + ", ".join(f"{r.number} {r.name}" for r in rounds)
+        self.say(f"task {task.slug} (seed {self.seed}): rounds "
+                 + ", ".join(f"{r.number} {r.name}" for r in rounds)
                  + f"; strategy {options.strategy}; training {self.train}")
         static = rounds[0]
         self.import_split(task, 0, static.train + static.dev + static.test, None)
@@ -250,16 +301,15 @@ class Replay:
             rnd = task_services.create_round(task, number=data.number, description=f"Replay of {data.name}")
             self.import_split(task, rnd.number, data.test, "test")
 
-        report = {"task": options.task, "slug": task.slug, "mode": options.mode, "strategy": options.strategy,
-                  "training": self.train, "started_at": started_at.isoformat(), "data": plan_summary(self.plan),
-                  "rounds": []}
+        result = {"seed": self.seed, "slug": task.slug, "rounds": [], "controls": {}}
         prefix = options.task
         self.say(f"round 0: training M0 on {len(static.train)} static examples")
         model, seconds = self.train_model(task, f"{prefix}-m0", rounds=[], parent=None,
                                           epochs=self.train["static_epochs"])
-        report["rounds"].append({"number": 0, "name": static.name, "model": model.name, "collection": None,
-                                 "train_seconds": round(seconds, 1), "evaluations": self.evaluations(model),
-                                 "functional": self.functional(task, model, 0)})
+        m0 = model
+        result["rounds"].append({"number": 0, "name": static.name, "collection": None,
+                                 "train_seconds": round(seconds, 1), "training": model.training_data,
+                                 **self.scored(task, model, 0)})
         for data in rounds[1:]:
             target = model
             rnd = self.promote(task, target)
@@ -272,23 +322,111 @@ class Replay:
             self.say(f"round {rnd.number}: {collection['fooled']} of {collection['submitted']} fooled "
                      f"{target.name} ({100 * (collection['model_error_rate'] or 0):.1f}%)")
             name = f"{prefix}-m{data.number}"
-            if options.strategy == "continue":
+            if options.strategy == "cumulative":
+                model, seconds = self.train_model(task, name, rounds=[data.number], parent=target,
+                                                  rehearse=collection["submitted"], epochs=self.train["epochs"])
+            elif options.strategy == "continue":
                 model, seconds = self.train_model(task, name, rounds=[data.number], parent=target,
                                                   static_limit=collection["submitted"], epochs=self.train["epochs"])
             else:
                 model, seconds = self.train_model(task, name, rounds=[r.number for r in rounds[1:data.number + 1]],
                                                   parent=None, epochs=self.train["epochs"])
-            report["rounds"].append({
-                "number": data.number, "name": data.name, "model": model.name, "collection": collection,
-                "train_seconds": round(seconds, 1), "evaluations": self.evaluations(model),
-                "functional": self.functional(task, model, data.number)})
+            result["rounds"].append({
+                "number": data.number, "name": data.name, "collection": collection,
+                "train_seconds": round(seconds, 1), "training": model.training_data,
+                **self.scored(task, model, data.number)})
         final = self.promote(task, model)
         self.say(f"promoted {model.name}: round {final.number} is open")
-        # Earlier models were evaluated before later rounds' examples were verified; their
-        # test sets were there from the start, so every model has every round's column.
-        report["seconds"] = round(time.monotonic() - started, 1)
-        return report
+        if options.control == "static":
+            result["controls"]["static"] = self.static_control(task, m0, result["rounds"])
+        result["seconds"] = round(time.monotonic() - started, 1)
+        return result
+
+    # --- the static control ------------------------------------------------------
+
+    def static_control(self, task: Task, m0: ModelVersion, adversarial: list[dict]) -> list[dict]:
+        """C(1..R): M(r)'s recipe with fresh static rows in place of round r's examples.
+
+        Each count is read from what M(r) learnt (its ``training_data``): as many new
+        training and held-out dev rows from the control pool, the same rehearsal counts
+        per earlier round (round 0's rows from M0's training set, round k's from C(k)'s
+        new rows), and round 0's dev rows, so every C(r) takes the same number of
+        training steps as M(r)."""
+        config = task.parsed_config
+        static = self.plan.rounds[0]
+
+        def rows(records):
+            return [services.example_row(config, r.context["fields"] if r.context else None, r.inputs, r.target)
+                    for r in records]
+
+        def by_hash(record):
+            return stable_hash(self.seed, "control-rehearsal", record.external_uid)
+
+        strategy = self.options.strategy
+        pool = list(self.plan.control_pool)
+        cursor = 0
+        new_rows: dict[int, list] = {0: list(static.train)}  # round -> the rows its model learnt as new
+        new_dev: dict[int, list] = {}
+        parent, out = m0, []
+        for entry in adversarial[1:]:
+            number, counts = entry["number"], entry["training"].get("counts", {})
+            kept, held = counts["rounds"]["train"], counts["rounds"]["dev"]
+            if strategy == "retrain":  # M(r)'s counts cover rounds 1..r: the new ones are the rest
+                kept -= sum(len(v) for k, v in new_rows.items() if k)
+                held -= sum(len(v) for v in new_dev.values())
+            if kept < 0 or held < 0 or cursor + kept + held > len(pool):
+                raise ReplayError(f"The static control pool ({len(pool)} rows) cannot match round {number}.")
+            fresh, fresh_dev = pool[cursor:cursor + kept], pool[cursor + kept:cursor + kept + held]
+            cursor += kept + held
+            if strategy == "cumulative":
+                shares = {int(k): v for k, v in counts["rehearsal"].items()}
+                train = [r for k in sorted(new_rows) for r in sorted(new_rows[k], key=by_hash)[:shares.get(k, 0)]]
+                train += fresh
+                dev = static.dev + fresh_dev
+            elif strategy == "continue":
+                train = sorted(static.train, key=by_hash)[:counts["static"]["train"]] + fresh
+                dev = static.dev + fresh_dev
+            else:
+                train = [r for k in sorted(new_rows) for r in new_rows[k]] + fresh
+                dev = static.dev + [r for k in sorted(new_dev) for r in new_dev[k]] + fresh_dev
+            new_rows[number], new_dev[number] = fresh, fresh_dev
+            summary = {"source": "static control", "control_for": entry["model"], "strategy": strategy,
+                       "seed": self.seed, "counts": {"train": len(train), "dev": len(dev), "fresh": len(fresh)}}
+            name = f"{self.options.task}-control-c{number}"
+            self.say(f"static control, round {number}: training {name} on {len(train)} rows "
+                     f"({len(fresh)} fresh static rows in place of {entry['name']})")
+            started = time.monotonic()
+            model = services.train_and_register(
+                task, {"train": rows(train), "dev": rows(dev)}, name=name, training_data=summary,
+                rounds=task.rounds.filter(number=0), user=self.researcher,
+                progress=lambda _percent, message, n=name: self.say(f"  [{n}] {message}"),
+                parent=None if strategy == "retrain" else parent,
+                **({"backbone": self.options.backbone} if strategy == "retrain" and self.options.backbone else {}),
+                epochs=self.train["epochs"], batch_size=self.train["batch_size"], lr=self.train["lr"],
+                seed=self.seed)
+            seconds = time.monotonic() - started
+            job = services.start_evaluation(model, user=self.researcher, measure=False)
+            try:
+                services.wait_for_success(job, "evaluate", lambda line, n=name: self.say(f"  [{n}]{line}"),
+                                          self.options.job_timeout)
+            except services.JobDidNotSucceed as exc:
+                raise ReplayError(f"{name}: {exc}") from None
+            out.append({"number": number, "name": entry["name"], "control_for": entry["model"],
+                        "train_seconds": round(seconds, 1), "training_rows": len(train),
+                        **self.scored(task, model, number)})
+            parent = model
+        return out
 
 
 def replay(options: Options, progress: Callable[[str], None] = print) -> dict:
-    return Replay(options, progress).run()
+    """Replay ``options.seeds`` seeds on one data plan; the pooled report (``summary``)."""
+    check_options(options)
+    started_at, started = timezone.now(), time.monotonic()
+    plan = build_plan(options.task, Path(options.data_dir), mode=options.mode, limit=options.limit,
+                      seed=options.seed)
+    if options.rounds is not None:
+        plan.rounds = plan.rounds[:options.rounds + 1]
+    runs = [Replay(options, plan, options.seed + i, progress).run() for i in range(options.seeds)]
+    return build_report(plan, runs, task=options.task, mode=options.mode, strategy=options.strategy,
+                        control=options.control, training=training_settings(options),
+                        started_at=started_at.isoformat(), seconds=round(time.monotonic() - started, 1))

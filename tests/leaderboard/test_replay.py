@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 
 from annotation.models import Example, Validation
 from leaderboard.models import Evaluation
+from leaderboard.replay.report import interface_problems
 from leaderboard.services import has_finished_evaluation
 from tasks.models import Job, ModelVersion, Round, Task
 
@@ -23,12 +24,14 @@ def data_dir() -> Path:
     return path
 
 
-@pytest.mark.parametrize("task, first_round", [("hate", "DynaHate R1"), ("nli", "ANLI R1")])
-def test_replay_smoke(tmp_path, task, first_round):
+@pytest.mark.parametrize("task, first_round, control", [("hate", "DynaHate R1", "static"), ("nli", "ANLI R1", None)])
+def test_replay_smoke(tmp_path, task, first_round, control):
     out = tmp_path / "report.json"
     call_command("replay", task=task, data_dir=str(data_dir()), mode="fast", limit=16, rounds=1, out=str(out),
-                 epochs=1, static_epochs=1, job_timeout=600)
+                 epochs=1, static_epochs=1, job_timeout=600, control=control)
     report = json.loads(out.read_text())
+    assert interface_problems(report) == []
+    assert report["strategy"] == "cumulative" and report["seeds"] == [0]
     assert out.with_suffix(".md").read_text().count("|") > 10
     assert out.with_suffix(".svg").read_text().startswith("<svg")
     assert [r["number"] for r in report["rounds"]] == [0, 1]
@@ -36,7 +39,11 @@ def test_replay_smoke(tmp_path, task, first_round):
     assert collection["target"] == f"{task}-m0" and collection["submitted"] > 0
     assert collection["model_error_rate"] == pytest.approx(collection["fooled"] / collection["submitted"])
     for entry in report["rounds"]:
-        assert set(entry["evaluations"]) >= {report["rounds"][0]["name"], first_round}
+        assert set(entry["test"]) >= {report["rounds"][0]["name"], first_round}
+        for value in entry["test"].values():
+            assert value["ci_low"] <= value["accuracy"] <= value["ci_high"]
+    gain = report["rounds"][1]["gain_over_previous"]
+    assert gain["test_set"] == first_round and gain["ci_low"] <= gain["difference"] <= gain["ci_high"]
 
     replay_task = Task.objects.get(slug=f"{task}-replay-fast")
     # What the report says is what the platform stored.
@@ -46,10 +53,25 @@ def test_replay_smoke(tmp_path, task, first_round):
     assert not written.exclude(validation_status=Example.ValidationStatus.VERIFIED).exists()
     assert Validation.objects.filter(example__in=written, mode=Validation.Mode.OWNER).count() == written.count()
     models = list(ModelVersion.objects.filter(task=replay_task).order_by("pk"))
-    assert [m.name for m in models] == [f"{task}-m0", f"{task}-m1"]
+    names = [f"{task}-m0", f"{task}-m1"] + ([f"{task}-control-c1"] if control else [])
+    assert [m.name for m in models] == names
     assert all(has_finished_evaluation(m) for m in models)
-    assert Evaluation.objects.filter(model_version__in=models).count() == 4  # 2 models x rounds 0 and 1
+    assert Evaluation.objects.filter(model_version__in=models).count() == 2 * len(models)  # rounds 0 and 1
+    assert not Evaluation.objects.filter(model_version__in=models, metrics__has_key="throughput").exists()
     assert models[1].parent == models[0]
+    # M1 learnt round 1 plus as many rehearsed from round 0 (the cumulative strategy).
+    counts = models[1].training_data["counts"]
+    static_train = report["data"]["rounds"][0]["splits"]["train"]["count"]
+    assert counts["rehearsal"] == {"0": min(collection["submitted"], static_train)} and counts["rounds"]["train"] > 0
+    if control:
+        c1 = models[2]
+        assert c1.parent == models[0] and c1.training_data["control_for"] == f"{task}-m1"
+        # As many training rows as M1, none of them adversarial: fresh static rows that M0 never saw.
+        assert c1.training_data["counts"]["train"] == counts["rounds"]["train"] + counts["rehearsal"]["0"]
+        assert report["controls"]["static"]["rounds"][1]["model"] == c1.name
+        assert set(report["rounds"][1]["vs_control"]) >= {first_round, "HateCheck"}
+    else:
+        assert report["controls"] == {} and "vs_control" not in report["rounds"][1]
     # Round 0 never opened; round 1 was collected against M0 and closed when M1 was promoted.
     rounds = {r.number: r for r in replay_task.rounds.all()}
     assert rounds[0].status == Round.Status.CLOSED and rounds[0].opened_at is None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from leaderboard.replay.chart import svg_chart
 from leaderboard.replay.data import (
     FAST_EVAL_LIMIT,
     FAST_LIMIT,
@@ -26,7 +27,8 @@ from leaderboard.replay.data import (
     plan_summary,
     required_files,
 )
-from leaderboard.replay.report import markdown_tables, metric_matrix, svg_chart, write_outputs
+from leaderboard.replay.report import markdown_tables, metric_matrix
+from leaderboard.replay.results import write_outputs
 
 SVG = "{http://www.w3.org/2000/svg}"
 NLI_LETTERS = "enc"
@@ -66,7 +68,7 @@ def make_nli_dir(base: Path, *, premises: int = 40) -> Path:
         for part, count in (("dev", 200), ("test", 30)):
             write_jsonl(base / f"anli/R{r}/{part}.jsonl", [
                 {"uid": f"r{r}-{part}-{i}", "context": f"Round {r} {part} passage {i // 2}.",
-                 "hypothesis": f"Hypothesis {i}.", "label": NLI_LETTERS[i % 3],
+                 "hypothesis": f"Hypothesis {part} {i}.", "label": NLI_LETTERS[i % 3],
                  "model_label": NLI_LETTERS[(i + 1) % 3], "emturk": False, "genre": "wiki",
                  "reason": "", "tag": ""}
                 for i in range(count)
@@ -154,7 +156,7 @@ def test_nli_plan_rounds_and_sources(nli_dir):
     assert plan.rounds[0].source_files == ["nli/mnli/dev.jsonl", "nli/snli/dev.jsonl"]
     assert plan.rounds[2].source_files == ["anli/R2/dev.jsonl", "anli/R2/test.jsonl"]
     static = plan.rounds[0]
-    assert len(static.train) + len(static.dev) + len(static.test) == 40 * 3 + 40
+    assert len(static.train) + len(static.dev) + len(static.test) + len(plan.control_pool) == 40 * 3 + 40
     for data in plan.rounds[1:]:
         # ANLI dev is the training data (with a held-out dev); ANLI test is the test split.
         assert len(data.train) + len(data.dev) == 200
@@ -173,7 +175,9 @@ def test_hate_plan_rounds_suites_and_splits(hate_dir):
         "HatemojiBuild R5", "HatemojiBuild R6", "HatemojiBuild R7"]
     assert [r.number for r in plan.rounds] == list(range(8))
     davidson = plan.rounds[0]
-    assert len(davidson.train) + len(davidson.dev) + len(davidson.test) == 60
+    assert len(davidson.train) + len(davidson.dev) + len(davidson.test) + len(plan.control_pool) == 60
+    # The control's pool comes out of round 0's training split, at most half of it.
+    assert 0 < len(plan.control_pool) <= len(davidson.train)
     assert {r.label for r in davidson.train + davidson.dev + davidson.test} == {
         "hateful", "not-hateful"}
     for data in plan.rounds[1:5]:
@@ -217,14 +221,14 @@ def test_splits_are_deterministic_and_disjoint(task, nli_dir, hate_dir):
             assert groups.setdefault(key, split) == split, (data.name, key)
     other_seed = build_plan(task, base, mode="full", seed=1)
     assert split_uids(other_seed)[0] != split_uids(first)[0]
-    assert sorted(sum(split_uids(other_seed)[0].values(), [])) == sorted(
-        sum(split_uids(first)[0].values(), []))
+    assert sorted(sum(split_uids(other_seed)[0].values(), uids(other_seed.control_pool))) == sorted(
+        sum(split_uids(first)[0].values(), uids(first.control_pool)))
 
 
 def test_static_split_is_roughly_80_10_10(tmp_path):
     plan = build_plan("hate", make_hate_dir(tmp_path, davidson=1000), mode="full")
     static = plan.rounds[0]
-    shares = [len(records) / 1000 for records in (static.train, static.dev, static.test)]
+    shares = [len(records) / 1000 for records in (static.train + plan.control_pool, static.dev, static.test)]
     assert 0.75 < shares[0] < 0.85 and 0.06 < shares[1] < 0.14 and 0.06 < shares[2] < 0.14
 
 
@@ -356,48 +360,64 @@ def test_plan_summary_counts(hate_dir):
 # --- report -------------------------------------------------------------------
 
 
-def evaluation(accuracy, n=200):
-    return {"accuracy": accuracy, "macro_f1": accuracy - 0.05, "num_examples": n}
+def stat(accuracy, n=200, width=0.03):
+    return {"accuracy": accuracy, "ci_low": accuracy - width, "ci_high": accuracy + width,
+            "num_examples": n, "by_seed": [accuracy]}
 
 
 def hand_report(first_name="static (Davidson)") -> dict:
+    """A report in the schema summary.build_report writes, with round numbers to read back."""
     names = [first_name, "DynaHate R1", "HatemojiBuild R5"]
     accuracy = [[0.912, 0.55, 0.48], [0.887, 0.701, 0.52], [0.9, 0.72, 0.6649]]
     rounds = []
     for i, number in enumerate((0, 1, 5)):
-        functional = {"HateCheck": {"accuracy": 0.5 + i / 10, "num_examples": 30,
-                                    "by_functionality": {"slur_h": {"accuracy": 0.4,
-                                                                    "num_examples": 10}}}}
+        functional = {"HateCheck": {**stat(0.5 + i / 10, 30),
+                                    "by_functionality": {"slur_h": stat(0.4, 10)}}}
         if number >= 5:
-            functional["HatemojiCheck"] = {"accuracy": 0.333, "num_examples": 30,
-                                           "by_functionality": {}}
+            functional["HatemojiCheck"] = {**stat(0.333, 30), "by_functionality": {}}
+        rate = 100 * i / 400
         rounds.append({
             "number": number, "name": names[i], "model": f"hate-m{i}",
-            "collection": None if i == 0 else {"submitted": 400, "fooled": 100 * i,
-                                               "model_error_rate": 100 * i / 400,
+            "error_rate_at_collection": rate if i else None,
+            "collection": None if i == 0 else {"submitted": 400, "fooled": 100 * i, "model_error_rate": rate,
+                                               "ci_low": rate - 0.04, "ci_high": rate + 0.04,
                                                "target": f"hate-m{i - 1}"},
             "train_seconds": 12.5,
-            "evaluations": {name: evaluation(accuracy[i][j]) for j, name in enumerate(names)},
+            "test": {name: stat(accuracy[i][j]) for j, name in enumerate(names)},
             "functional": functional,
         })
-    return {"task": "hate", "mode": "fast", "started_at": "2025-01-01T12:00:00+00:00",
-            "seconds": 61.25, "data": {}, "rounds": rounds}
+        if i:
+            rounds[-1]["gain_over_previous"] = {"test_set": names[i], "previous_model": f"hate-m{i - 1}",
+                                                "difference": 0.151, "ci_low": 0.1, "ci_high": 0.2,
+                                                "p_value": 0.0009}
+    references = {name: {"num_examples": 200, "chance": 0.5, "constant": {"hateful": 0.6, "not-hateful": 0.4},
+                         "majority": {"label": "hateful", "accuracy": 0.6}} for name in names}
+    references["HateCheck"] = {**references[names[1]], "by_functionality": {
+        "slur_h": {"constant": {"hateful": 1.0, "not-hateful": 0.0}}}}
+    return {"task": "hate", "mode": "fast", "strategy": "cumulative", "control": None, "seeds": [0],
+            "started_at": "2025-01-01T12:00:00+00:00", "seconds": 61.25,
+            "data": {"labels": ["hateful", "not-hateful"],
+                     "leakage": {"rules": {"context": "premise", "text": "text"},
+                                 "removed": {"DynaHate R1": {"train": {"context": 0, "text": 7}}}}},
+            "references": references, "rounds": rounds, "controls": {}}
 
 
 def test_markdown_tables_hold_the_numbers():
     text = markdown_tables(hand_report())
     assert "# Replay of real adversarial rounds: hate (fast mode)" in text
-    assert "| 1 | DynaHate R1 | hate-m0 | 400 | 100 | 25.0% |" in text
-    assert "| 5 | HatemojiBuild R5 | hate-m1 | 400 | 200 | 50.0% |" in text
+    assert "strategy `cumulative`; static control: no; 1 seed (0)" in text
+    assert "| DynaHate R1 | train | 0 | 7 |" in text  # leakage
+    assert "| DynaHate R1 | 200 | 50.0% | 60.0% (hateful) | 60.0% | 40.0% |" in text  # reference lines
+    assert "| 1 | DynaHate R1 | hate-m0 | 400 | 100 | 25.0% (21.0\u201329.0) |" in text
+    assert "| 5 | HatemojiBuild R5 | hate-m1 | 400 | 200 | 50.0% (46.0\u201354.0) |" in text
     assert "| Model | static (Davidson) | DynaHate R1 | HatemojiBuild R5 |" in text
-    assert "| hate-m0 | 91.2% | 55.0% | 48.0% |" in text
-    assert "| hate-m2 | 90.0% | 72.0% | 66.5% |" in text
-    assert "## Macro-F1 on each round's test split" in text
-    assert "| hate-m0 | 86.2% | 50.0% | 43.0% |" in text
-    assert "## Functional tests: accuracy" in text
-    assert "| hate-m0 | 50.0% | \u2014 |" in text
-    assert "| hate-m2 | 70.0% | 33.3% |" in text
-    assert "took 61.2 s" in text or "took 61.3 s" in text
+    assert "| hate-m0 | 91.2% (88.2\u201394.2) | 55.0% (52.0\u201358.0) | 48.0% (45.0\u201351.0) |" in text
+    assert "| *majority answer* | 60.0% | 60.0% | 60.0% |" in text
+    assert ("| 1 | DynaHate R1 | hate-m0 | 55.0% (52.0\u201358.0) | hate-m1 | 70.1% (67.1\u201373.1) "
+            "| +15.1 pts (+10.0, +20.0), p \u2264 0.002 |") in text
+    assert "| hate-m0 | 50.0% (47.0\u201353.0) | \u2014 |" in text
+    assert "| hate-m2 | 70.0% (67.0\u201373.0) | 33.3% (30.3\u201336.3) |" in text
+    assert "control" not in text.split("## Functional tests")[1]
 
 
 def test_markdown_for_nli_and_awkward_values():
@@ -405,16 +425,45 @@ def test_markdown_for_nli_and_awkward_values():
     report["task"] = "nli"
     for entry in report["rounds"]:
         entry.pop("functional")
-    report["rounds"][1]["evaluations"]["DynaHate R1"]["accuracy"] = float("nan")
+    report["rounds"][1]["test"]["DynaHate R1"]["accuracy"] = float("nan")
     report["rounds"][2]["collection"]["model_error_rate"] = None  # computed from the counts
+    report["rounds"][2]["gain_over_previous"]["p_value"] = 0.25
     text = markdown_tables(report)
     assert "Functional" not in text
     assert "static \\| &lt;b&gt;MNLI&lt;/b&gt;" in text and "<b>" not in text
-    assert "| hate-m1 | 88.7% | \u2014 | 52.0% |" in text
-    assert "| 200 | 50.0% |" in text
+    assert "| hate-m1 | 88.7% (85.7\u201391.7) | \u2014 | 52.0% (49.0\u201355.0) |" in text
+    assert "| 200 | 50.0% (46.0\u201354.0) |" in text
+    assert "+15.1 pts (+10.0, +20.0), p 0.250 |" in text
     models, columns, cells = metric_matrix(report)
     assert models == ["hate-m0", "hate-m1", "hate-m2"] and len(columns) == 3
     assert cells[1][1] is None
+
+
+def test_markdown_of_the_static_control():
+    report = hand_report()
+    report["control"] = "static"
+    crounds = [dict(report["rounds"][0], control_for="hate-m0")]
+    for i in (1, 2):
+        entry = report["rounds"][i]
+        crounds.append({"number": entry["number"], "name": entry["name"], "model": f"hate-control-c{i}",
+                        "control_for": entry["model"], "training_rows": 780,
+                        "test": {k: stat(v["accuracy"] - 0.1) for k, v in entry["test"].items()},
+                        "functional": {k: {**stat(v["accuracy"] - 0.2, 30),
+                                           "by_functionality": {"slur_h": stat(0.2, 10)}}
+                                       for k, v in entry["functional"].items()}})
+        entry["vs_control"] = {"DynaHate R1": {"difference": 0.1, "ci_low": 0.05, "ci_high": 0.15,
+                                               "p_value": 0.001},
+                               "HateCheck": {"difference": -0.02, "ci_low": -0.08, "ci_high": 0.04,
+                                             "p_value": 0.5}}
+    report["controls"] = {"static": {"description": "as many static examples", "rounds": crounds}}
+    text = markdown_tables(report)
+    assert "static control: yes" in text and "## The static control" in text
+    assert "| hate-control-c1 | 78.7% (75.7\u201381.7) | 60.1% (57.1\u201363.1) | 42.0% (39.0\u201345.0) |" in text
+    adversarial = text.split("## Adversarial minus static control")[1]
+    assert "| hate-m1 | \u2014 | +10.0 pts (+5.0, +15.0) | \u2014 | \u22122.0 pts (\u22128.0, +4.0) | \u2014 |" \
+        in adversarial
+    assert "HateCheck per functionality: hate-m2 against hate-control-c2" in text
+    assert "| slur_h | 10 | 100.0% | 0.0% | 40.0% (37.0\u201343.0) | 20.0% (17.0\u201323.0) |" in text
 
 
 def test_svg_is_xml_with_title_desc_and_escaped_names():
@@ -422,8 +471,7 @@ def test_svg_is_xml_with_title_desc_and_escaped_names():
     name = 'DynaHate <script>alert("x")</script> & R1'
     report["rounds"][1]["name"] = name
     for entry in report["rounds"]:
-        entry["evaluations"] = {name if k == "DynaHate R1" else k: v
-                                for k, v in entry["evaluations"].items()}
+        entry["test"] = {name if k == "DynaHate R1" else k: v for k, v in entry["test"].items()}
     svg = svg_chart(report)
     assert "<script" not in svg and "&lt;script&gt;" in svg
     root = ET.fromstring(svg)
@@ -436,7 +484,9 @@ def test_svg_is_xml_with_title_desc_and_escaped_names():
     assert "hate-m2: R0 90.0%, R1 72.0%, R5 66.5%" in desc.text
     texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
     assert {"error rate", "accuracy", "test set of round", "model error rate"} <= set(texts)
-    assert {"hate-m0", "hate-m1", "hate-m2"} <= set(texts)
+    assert {"hate-m0", "hate-m1", "hate-m2", "majority answer"} <= set(texts)
+    majority = ["".join(t.itertext()) for t in root.iter(f"{SVG}title")]
+    assert "majority answer on static (Davidson): 60.0%" in majority
     assert len(list(root.iter(f"{SVG}rect"))) >= 2 + 2  # background, legend, two bars
     assert len(list(root.iter(f"{SVG}polyline"))) == 3
 

@@ -1,0 +1,48 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from leaderboard.replay.chart import svg_chart
+from leaderboard.replay.report import markdown_tables
+from leaderboard.replay.results import load_reports, with_readme_section
+
+RESULTS = Path("bench/results/replay")
+
+
+class Command(BaseCommand):
+    help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
+            "from its report.json, and the README's replay block. --check changes nothing and fails if "
+            "any of them differs from what the reports give.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--results", default=str(settings.BASE_DIR / RESULTS),
+                            help="The folder of replay runs, one <run>/report.json each.")
+        parser.add_argument("--readme", default=str(settings.BASE_DIR / "README.md"))
+        parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 on a difference.")
+
+    def handle(self, *args, **o):
+        reports = load_reports(Path(o["results"]))
+        if not reports:
+            raise CommandError(f"No replay reports under {o['results']} (<run>/report.json).")
+        wanted: dict[Path, str] = {}
+        for folder, report in reports.items():
+            base = Path(o["results"]) / folder
+            wanted[base / "report.md"] = markdown_tables(report)
+            wanted[base / "report.svg"] = svg_chart(report) + "\n"
+        readme = Path(o["readme"])
+        try:
+            wanted[readme] = with_readme_section(readme.read_text(encoding="utf-8"), reports)
+        except ValueError as exc:
+            raise CommandError(f"{readme}: {exc}") from None
+        stale = [path for path, text in wanted.items()
+                 if not path.exists() or path.read_text(encoding="utf-8") != text]
+        if o["check"]:
+            if stale:
+                raise CommandError("Out of date with the committed reports (run manage.py replay_tables): "
+                                   + ", ".join(str(p) for p in stale))
+            self.stdout.write(f"{len(wanted)} files agree with {len(reports)} report(s).")
+            return
+        for path in stale:
+            path.write_text(wanted[path], encoding="utf-8")
+        self.stdout.write(f"Rewrote {len(stale)} of {len(wanted)} files from {len(reports)} report(s).")

@@ -1,0 +1,202 @@
+"""The replay's files: writing a run's report, and the committed runs' tables for the
+README (``manage.py replay_tables``). Pure, no Django."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .chart import svg_chart
+from .report import (
+    DASH,
+    cell,
+    ci_text,
+    error_rate,
+    evaluated_sets,
+    gain_text,
+    markdown_tables,
+    model_name,
+    number,
+    pct,
+    rounds_of,
+    suite_names,
+    table,
+)
+
+
+def _json_safe(value):
+    """NaN and infinities become null, so the file is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_outputs(report: dict, out_path: Path) -> dict[str, Path]:
+    """Write the report JSON at ``out_path`` and ``<stem>.md`` and ``<stem>.svg`` next to it."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_path, "markdown": out_path.with_suffix(".md"),
+             "svg": out_path.with_suffix(".svg")}
+    if len(set(paths.values())) != len(paths):
+        raise ValueError(f"{out_path} must not end in .md or .svg: the tables and chart go there")
+    paths["json"].write_text(json.dumps(_json_safe(report), indent=2, ensure_ascii=False,
+                                        allow_nan=False) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown_tables(report), encoding="utf-8")
+    paths["svg"].write_text(svg_chart(report) + "\n", encoding="utf-8")
+    return paths
+
+
+# --- the README's summary ---------------------------------------------------
+
+
+def _title(report: dict) -> str:
+    seeds = report.get("seeds") or []
+    parts = [f"{cell(report.get('mode', '?'))} mode", f"strategy `{cell(report.get('strategy', '?'))}`",
+             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"]
+    if report.get("control"):
+        parts.append(f"{cell(report['control'])} control")
+    return f"{cell(TASK_NAMES.get(report.get('task'), report.get('task', '?')))}: " + ", ".join(parts)
+
+
+TASK_NAMES = {"hate": "Hate speech", "nli": "NLI"}
+
+
+def round_summary(report: dict) -> list[str]:
+    """One row per round: the error rate at collection, M(r) on its own round's test split
+    beside the majority answer, its paired gain over M(r-1), and with a control C(r) and
+    M(r) - C(r) on that split."""
+    rounds = rounds_of(report)
+    references = report.get("references") or {}
+    controls = next(iter((report.get("controls") or {}).values()), None)
+    crounds = {r.get("number"): r for r in (controls or {}).get("rounds") or [] if isinstance(r, dict)}
+    header = ["Round", "Test set", "Error rate at collection", "Majority answer", "M(r)", "M(r) \u2212 M(r\u22121)"]
+    if controls:
+        header += ["Static control C(r)", "M(r) \u2212 C(r)"]
+    rows = []
+    for entry in rounds:
+        name = entry.get("name")
+        collection = entry.get("collection")
+        rate = DASH if not isinstance(collection, dict) else ci_text(
+            {"accuracy": error_rate(collection), "ci_low": collection.get("ci_low"),
+             "ci_high": collection.get("ci_high")})
+        majority = ((references.get(name) or {}).get("majority") or {}).get("accuracy")
+        row = [cell(entry.get("number", "?")), cell(name), rate, pct(number(majority)),
+               ci_text((entry.get("test") or {}).get(name)), gain_text(entry.get("gain_over_previous"))]
+        if controls:
+            control = crounds.get(entry.get("number")) if entry.get("number") else None
+            row += [ci_text((control or {}).get("test", {}).get(name)) if control else DASH,
+                    gain_text((entry.get("vs_control") or {}).get(name))]
+        rows.append(row)
+    return table(header, rows, right_from=2)
+
+
+def suite_summary(report: dict) -> list[str]:
+    """Each model on the functional suites, against the constant answers (and the control)."""
+    suites = suite_names(report)
+    if not suites:
+        return []
+    labels = list((report.get("data") or {}).get("labels") or [])
+    references = report.get("references") or {}
+    has_control = any(isinstance(e.get("vs_control"), dict) for e in rounds_of(report))
+    header = ["Model"]
+    for suite in suites:
+        header += [cell(suite)] + ([f"{cell(suite)}: M(r) \u2212 C(r)"] if has_control else [])
+    rows = []
+    for entry in rounds_of(report):
+        row = [cell(model_name(entry))]
+        for suite in suites:
+            row.append(ci_text((entry.get("functional") or {}).get(suite)))
+            if has_control:
+                row.append(gain_text((entry.get("vs_control") or {}).get(suite)))
+        rows.append(row)
+    for label in labels:
+        row = [f"*always {cell(label)}*"]
+        for suite in suites:
+            row.append(pct(number(((references.get(suite) or {}).get("constant") or {}).get(label))))
+            if has_control:
+                row.append("")
+        rows.append(row)
+    return table(header, rows)
+
+
+def strategy_comparison(reports: list[dict]) -> list[str]:
+    """The last round's model of each strategy on every test set and suite (one task and mode)."""
+    if len(reports) < 2:
+        return []
+    columns: list[str] = []
+    for report in reports:
+        for name in evaluated_sets(report) + suite_names(report):
+            if name not in columns:
+                columns.append(name)
+    rows = []
+    for report in reports:
+        last = rounds_of(report)[-1] if rounds_of(report) else {}
+        results = {**(last.get("test") or {}), **(last.get("functional") or {})}
+        rows.append([f"`{cell(report.get('strategy', '?'))}` ({cell(model_name(last))})",
+                     *(ci_text(results.get(c)) for c in columns)])
+    return table(["Strategy (last model)", *map(cell, columns)], rows)
+
+
+def readme_section(reports: dict[str, dict], level: int = 4) -> str:
+    """The README's replay tables, from the committed reports (``{folder: report}``), in
+    folder order: for each run its rounds and suites, then each task's strategies side by side."""
+    h = "#" * level
+    lines: list[str] = []
+    for folder, report in reports.items():
+        lines += [f"{h} {_title(report)}", "",
+                  f"From `bench/results/replay/{folder}/report.json` (all tables: `report.md` beside it). "
+                  + _facts(report), ""]
+        lines += round_summary(report) + [""]
+        suites = suite_summary(report)
+        if suites:
+            lines += suites + [""]
+    groups: dict[tuple, list[dict]] = {}
+    for report in reports.values():
+        groups.setdefault((report.get("task"), report.get("mode"), len(report.get("seeds") or [])), []).append(report)
+    for (task, mode, _), group in groups.items():
+        strategies = {r.get("strategy") for r in group}
+        if len(strategies) > 1:
+            lines += [f"{h} {cell(TASK_NAMES.get(task, task))}, {cell(mode)} mode: the strategies side by side", "",
+                      "Each strategy's last model on every test set and suite.", ""]
+            lines += strategy_comparison(sorted(group, key=lambda r: str(r.get("strategy")))) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _facts(report: dict) -> str:
+    data = report.get("data") or {}
+    removed = sum(counts.get(rule, 0) for splits in ((data.get("leakage") or {}).get("removed") or {}).values()
+                  for counts in splits.values() for rule in counts)
+    seconds = number(report.get("seconds"))
+    facts = [f"The leakage filter removed {removed} training and dev rows."]
+    if data.get("control_pool"):
+        facts.append(f"The static control's pool: {data['control_pool']} rows.")
+    if seconds is not None:
+        facts.append(f"It took {seconds / 60:.0f} min on this machine's 2 CPU cores.")
+    return " ".join(facts)
+
+
+# --- the committed results ----------------------------------------------------
+
+README_BEGIN = "<!-- replay-tables:begin (generated by manage.py replay_tables; do not edit) -->"
+README_END = "<!-- replay-tables:end -->"
+
+
+def load_reports(root: Path) -> dict[str, dict]:
+    """``{folder: report}`` for every ``<folder>/report.json`` under ``root``, by folder name."""
+    root = Path(root)
+    return {path.parent.name: json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted(root.glob("*/report.json"))}
+
+
+def with_readme_section(text: str, reports: dict[str, dict]) -> str:
+    """``text`` (the README) with the block between the markers replaced by ``readme_section``."""
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"the README has no replay block: add the lines {README_BEGIN!r} and {README_END!r}")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{readme_section(reports)}{README_END}{tail}"

@@ -1,0 +1,93 @@
+"""Intervals and paired tests for the replay's accuracies. Pure numpy, no Django.
+
+Every number is a percentile bootstrap over the test set's examples:
+``RESAMPLES`` resamples, seeded by the test set's name, so every model scored on
+one test set is resampled on the same indices (that is what makes a difference
+between two models *paired*). With several seeds, a model's per-example score
+is the mean over the seeds' models first: the interval then covers the test
+set's sampling, and the spread over seeds is reported beside it (``by_seed``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+RESAMPLES = 1000
+CONFIDENCE = 0.95
+
+
+def set_seed(name: str) -> int:
+    """The resampling seed of a test set: its name's hash, the same on every run."""
+    return int.from_bytes(hashlib.sha256(f"replay-bootstrap:{name}".encode()).digest()[:4], "big")
+
+
+def _indices(n: int, name: str, resamples: int) -> np.ndarray:
+    return np.random.default_rng(set_seed(name)).integers(0, n, size=(resamples, n))
+
+
+def _per_example(scores) -> np.ndarray:
+    """A (seeds x examples) array, or one row, as the mean per example over seeds."""
+    values = np.asarray(scores, dtype=float)
+    if values.ndim == 1:
+        return values
+    return values.mean(axis=0)
+
+
+def _bounds(replicates: np.ndarray) -> tuple[float, float]:
+    tail = 100 * (1 - CONFIDENCE) / 2
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def accuracy(scores, name: str, resamples: int = RESAMPLES) -> dict:
+    """{accuracy, ci_low, ci_high, num_examples, by_seed}: ``scores`` is 1/0 per example,
+    or one such list per seed (all over the same examples, in the same order)."""
+    values = np.asarray(scores, dtype=float)
+    rows = values if values.ndim == 2 else values[None, :]
+    mean = _per_example(rows)
+    n = mean.shape[0]
+    if n == 0:
+        return {"accuracy": None, "ci_low": None, "ci_high": None, "num_examples": 0, "by_seed": []}
+    low, high = _bounds(mean[_indices(n, name, resamples)].mean(axis=1))
+    return {"accuracy": float(mean.mean()), "ci_low": low, "ci_high": high, "num_examples": int(n),
+            "by_seed": [float(r.mean()) for r in rows]}
+
+
+def paired_difference(better, worse, name: str, resamples: int = RESAMPLES) -> dict:
+    """Is ``better`` more accurate than ``worse`` on the same examples? {difference (in
+    accuracy), ci_low, ci_high, p_value}: the difference's 95% paired bootstrap interval
+    and a two-sided bootstrap p-value for "no difference" (twice the share of resamples
+    on the far side of zero, with one added to each count so it is never 0)."""
+    a, b = _per_example(better), _per_example(worse)
+    if a.shape != b.shape:
+        raise ValueError(f"{name}: the two models were scored on different examples ({a.shape} vs {b.shape})")
+    n = a.shape[0]
+    if n == 0:
+        return {"difference": None, "ci_low": None, "ci_high": None, "p_value": None, "num_examples": 0}
+    diff = a - b
+    replicates = diff[_indices(n, name, resamples)].mean(axis=1)
+    low, high = _bounds(replicates)
+    below = (int((replicates <= 0).sum()) + 1) / (resamples + 1)
+    above = (int((replicates >= 0).sum()) + 1) / (resamples + 1)
+    return {"difference": float(diff.mean()), "ci_low": low, "ci_high": high,
+            "p_value": min(1.0, 2 * min(below, above)), "num_examples": int(n)}
+
+
+def wilson(successes: int, total: int) -> tuple[float | None, float | None]:
+    """The 95% Wilson score interval of a proportion (a model error rate at collection)."""
+    if not total:
+        return None, None
+    z = 1.959963984540054
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
