@@ -300,6 +300,15 @@ class Replay:
         for data in rounds[1:]:
             rnd = task_services.create_round(task, number=data.number, description=f"Replay of {data.name}")
             self.import_split(task, rnd.number, data.test, "test")
+        # A test row the importer refused is scored by no model: it leaves the plan (and
+        # its reference lines) too, the same way for every seed.
+        stored = set(Example.objects.filter(task=task, split="test").values_list("external_uid", flat=True))
+        for data in rounds:
+            kept = [r for r in data.test if r.external_uid in stored]
+            if len(kept) < len(data.test):
+                self.say(f"{data.name}: {len(data.test) - len(kept)} test row(s) were refused on import; "
+                         f"scoring the other {len(kept)}")
+                data.test = kept
 
         result = {"seed": self.seed, "slug": task.slug, "rounds": [], "controls": {}}
         prefix = options.task

@@ -89,3 +89,21 @@ def test_replay_smoke(tmp_path, task, first_round, control):
 def test_replay_refuses_a_missing_data_dir(tmp_path):
     with pytest.raises(CommandError, match="data"):
         call_command("replay", task="nli", data_dir=str(tmp_path / "nothing"), out=str(tmp_path / "r.json"))
+
+
+def test_a_test_row_the_importer_refuses_leaves_the_plan_for_every_model(tmp_path):
+    """A test statement over the task's length limit is refused on import: no model is
+    scored on it, so the report leaves it out of the accuracies and the reference lines."""
+    from .test_replay_data import DYNAHATE_HEADER, dynahate_rows, make_hate_dir, write_csv
+
+    base = make_hate_dir(tmp_path / "data")
+    rows = dynahate_rows("test", 12)
+    rows[0][1] = "far too long " * 100  # 1,300 characters: the hate task takes 1,000
+    write_csv(base / "dynahate/db_test.csv", DYNAHATE_HEADER, rows)
+    out = tmp_path / "report.json"
+    call_command("replay", task="hate", data_dir=str(base), mode="fast", limit=12, rounds=1, out=str(out),
+                 epochs=1, static_epochs=1, job_timeout=600)
+    report = json.loads(out.read_text())
+    r1 = report["rounds"][1]
+    assert r1["test"]["DynaHate R1"]["num_examples"] == report["references"]["DynaHate R1"]["num_examples"] == 11
+    assert report["rounds"][0]["test"]["DynaHate R1"]["num_examples"] == 11
