@@ -107,13 +107,13 @@ def suite_names(report: dict) -> list[str]:
     return names
 
 
-def metric_matrix(report: dict, metric: str = "accuracy", section: str = "test",
-                  rounds: list[dict] | None = None) -> tuple[list[str], list[str], list[list[float | None]]]:
-    """(models, columns, cells): one row per round's model (or per entry of ``rounds``,
-    e.g. a control's), one column per test set (``section="test"``) or suite."""
+def metric_matrix(report: dict, metric: str = "accuracy", section: str = "test"
+                  ) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """(models, columns, cells): one row per round's model, one column per test set
+    (``section="test"``) or suite."""
     columns = evaluated_sets(report) if section == "test" else suite_names(report)
     models, cells = [], []
-    for entry in rounds_of(report) if rounds is None else rounds:
+    for entry in rounds_of(report):
         results = entry.get(section) or {}
         models.append(model_name(entry))
         cells.append([number((results.get(c) or {}).get(metric))

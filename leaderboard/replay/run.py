@@ -287,7 +287,7 @@ class Replay:
     def run(self) -> dict:
         options, plan = self.options, self.plan
         started = time.monotonic()
-        rounds = plan.rounds if options.rounds is None else plan.rounds[:options.rounds + 1]
+        rounds = plan.rounds  # replay() has cut the plan to --rounds
         self.researcher, self.annotator = _users()
         with transaction.atomic():
             task = _fresh_task(options, self.researcher, self.seed)
