@@ -116,8 +116,10 @@ def _library_versions() -> dict[str, str]:
     import safetensors
     import tokenizers
     import torch
-    import transformers
 
+    from .backbones import import_transformers
+
+    transformers = import_transformers()
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -280,9 +282,10 @@ def verify_artifact(path: str | os.PathLike, expected_sha256: str | None = None)
 
 
 def model_class_for(spec: TaskSpec):
-    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+    from .backbones import import_transformers
 
-    return AutoModelForQuestionAnswering if spec.is_qa else AutoModelForSequenceClassification
+    transformers = import_transformers()
+    return transformers.AutoModelForQuestionAnswering if spec.is_qa else transformers.AutoModelForSequenceClassification
 
 
 def load_artifact(
@@ -293,9 +296,12 @@ def load_artifact(
     Weights are read only from model.safetensors (``use_safetensors=True``); nothing
     is ever unpickled.
     """
-    from transformers import AutoTokenizer
-
-    from .backbones import configure_torch_threads, get_device, quiet_transformers
+    from .backbones import (
+        configure_torch_threads,
+        get_device,
+        import_transformers,
+        quiet_transformers,
+    )
     from .tracing import trace_for_inference
 
     info = verify_artifact(path, expected_sha256)
@@ -310,7 +316,7 @@ def load_artifact(
         model = model_class_for(spec).from_pretrained(
             info.path, use_safetensors=True, local_files_only=True
         )
-        tokenizer = AutoTokenizer.from_pretrained(info.path, local_files_only=True)
+        tokenizer = import_transformers().AutoTokenizer.from_pretrained(info.path, local_files_only=True)
     except Exception as exc:  # corrupted-but-hash-consistent files, wrong architecture
         raise ArtifactError(f"artifact {info.path}: could not be loaded: {exc}") from exc
     if not getattr(tokenizer, "is_fast", False):

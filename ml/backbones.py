@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,9 +32,28 @@ def configure_offline() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+_transformers_import = threading.Lock()
+
+
+def import_transformers():
+    """The ``transformers`` package, imported under a lock: every use in ``ml`` goes
+    through here.
+
+    Two threads that import transformers for the first time at once can break it:
+    one of them finds the package half set up and gets "cannot import name
+    'AutoTokenizer' from 'transformers'". A worker does exactly that when its model
+    thread warms up the target models while a job (training, a submission check)
+    starts on the main thread. Once the first import is over, the lock costs a
+    dictionary lookup.
+    """
+    with _transformers_import:
+        import transformers
+    return transformers
+
+
 def quiet_transformers() -> None:
     """Silence the 'newly initialized weights' load report and progress bars."""
-    import transformers
+    transformers = import_transformers()
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

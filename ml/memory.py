@@ -64,10 +64,11 @@ def inference_memory_mb(artifact_dir: str | Path, inputs: list[dict], *, batch_s
 def _child(request_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
     import torch  # noqa: F401  (what every model needs is resident before the baseline)
-    import transformers  # noqa: F401
 
+    from .backbones import import_transformers
     from .prediction import ModelCache, ModelRef, predict
 
+    import_transformers()
     torch.set_num_threads(1)
     before = _status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here

@@ -683,6 +683,9 @@ def _check_safetensors(path: Path) -> int:
 
 
 def _expected_architecture(model_type: str, spec: TaskSpec) -> str:
+    from .backbones import import_transformers
+
+    import_transformers()  # the package first, under its lock; then its submodule
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
         MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
@@ -822,16 +825,16 @@ def _load(folder: Path, spec: TaskSpec, stored_values: int):
     """Load the extracted model and tokenizer on CPU, refusing anything that would not
     run as submitted."""
     import torch
-    from transformers import AutoConfig, AutoTokenizer
 
     from .artifacts import model_class_for
-    from .backbones import configure_torch_threads, quiet_transformers
+    from .backbones import configure_torch_threads, import_transformers, quiet_transformers
 
+    transformers = import_transformers()
     quiet_transformers()
     configure_torch_threads()
     model_class = model_class_for(spec)
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
         with torch.device("meta"):  # nothing allocated: only the parameter count
             skeleton = model_class.from_config(config, trust_remote_code=False)
         needed = sum(p.numel() for p in skeleton.parameters())
@@ -866,7 +869,7 @@ def _load(folder: Path, spec: TaskSpec, stored_values: int):
             "fine-tuned model with save_pretrained",
         )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
             folder, local_files_only=True, trust_remote_code=False
         )
     except Exception as exc:

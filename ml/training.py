@@ -26,6 +26,7 @@ from .backbones import (
     DEFAULT_BACKBONE,
     configure_torch_threads,
     get_device,
+    import_transformers,
     quiet_transformers,
     resolve_backbone,
 )
@@ -271,8 +272,6 @@ def train(
         if progress is not None:
             progress(round(min(100.0, max(0.0, percent)), 2), message)
 
-    from transformers import AutoTokenizer
-
     from .artifacts import model_class_for
 
     quiet_transformers()
@@ -281,7 +280,7 @@ def train(
     device = get_device() if device is None else torch.device(device)
     backbone_path = resolve_backbone(backbone)
     report(0.0, f"loading backbone {backbone} on {device}")
-    tokenizer = AutoTokenizer.from_pretrained(backbone_path, local_files_only=True)
+    tokenizer = import_transformers().AutoTokenizer.from_pretrained(backbone_path, local_files_only=True)
     extra = {}
     if spec.is_classification:
         extra = {

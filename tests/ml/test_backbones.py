@@ -99,3 +99,53 @@ def test_torch_threads_from_the_environment(monkeypatch):
             configure_torch_threads()
     finally:
         torch.set_num_threads(before)
+
+
+_FIRST_USE_IN_TWO_THREADS = """
+import threading, traceback
+import ml
+from ml.artifacts import model_class_for
+from ml.backbones import import_transformers, quiet_transformers
+
+start = threading.Barrier(2)
+failures = []
+
+def run(step):
+    start.wait()
+    try:
+        step()
+    except Exception as exc:
+        failures.append("".join(traceback.format_exception_only(exc)))
+
+def load_path():  # what the model thread does first when it loads a target model
+    model_class_for(ml.TaskSpec(kind="extractive_qa"))
+
+def train_path():  # what a training job does first
+    quiet_transformers()
+    import_transformers().AutoTokenizer
+
+threads = [threading.Thread(target=run, args=(step,)) for step in (load_path, train_path)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failures[0] if failures else "ok")
+"""
+
+
+def test_two_threads_that_first_use_transformers_at_once_both_get_it():
+    """A training worker's model thread warms up the target models while a job starts
+    on the main thread: both import transformers for the first time at once. Without
+    the lock in ``import_transformers`` about half such starts broke one of them
+    ("cannot import name 'AutoTokenizer' from 'transformers'"); four fresh
+    interpreters all pass with it."""
+    root = Path(ml.__file__).resolve().parent.parent
+    runs = [
+        subprocess.Popen([sys.executable, "-c", _FIRST_USE_IN_TWO_THREADS], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    answers = [run.communicate(timeout=120) for run in runs]
+    for run, (out, err) in zip(runs, answers, strict=True):
+        assert run.returncode == 0, err
+        assert out.strip() == "ok", out
