@@ -31,6 +31,13 @@ TASK_TYPES = [
 ]
 SAMPLING_STRATEGIES = ["least_used", "uniform", "least_fooled"]
 METRICS = ["exact_match", "string_f1"]
+# How an example is decided: ``fixed`` when ``num_matching_validations`` counted votes
+# agree; ``adaptive`` as soon as the posterior that the writer is right (or wrong),
+# from the votes and the validators' estimated reliability, reaches
+# ``target_confidence`` (``annotation.reliability``), and by a researcher after
+# ``max_votes`` votes without a decision.
+VALIDATION_POLICIES = ["fixed", "adaptive"]
+VALIDATION_DEFAULTS = {"policy": "fixed", "target_confidence": 0.998, "min_votes": 1, "max_votes": 5}
 
 # The sizes a submitted model's config.json may declare (``ml.submissions.ConfigBounds``,
 # whose defaults apply to the names a task's ``model_limits`` leaves out), and the
@@ -102,6 +109,16 @@ CONFIG_SCHEMA = {
                 "min_agreement": {"type": "number", "minimum": 0.5, "maximum": 1},
             },
         },
+        "validation": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "policy": {"enum": VALIDATION_POLICIES},
+                "target_confidence": {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1},
+                "min_votes": {"type": "integer", "minimum": 1, "maximum": 20},
+                "max_votes": {"type": "integer", "minimum": 1, "maximum": 20},
+            },
+        },
         "model_limits": {
             "type": "object",
             "additionalProperties": False,
@@ -119,6 +136,7 @@ DEFAULTS = {
     "max_input_length": 1000,
     "blind_validation": True,
     "validator_trust": {"min_answers": 20, "min_agreement": 0.8},
+    "validation": VALIDATION_DEFAULTS,
     "model_limits": {},
 }
 DEFAULT_F1_THRESHOLD = 0.4
@@ -145,6 +163,9 @@ class TaskConfig:
     # answers on examples that trusted votes decided, agreeing with those decisions at
     # ``min_agreement`` or more (``annotation.services.trust``).
     validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
+    # How examples are decided (``VALIDATION_POLICIES``): the policy and, for
+    # ``adaptive``, its target confidence and vote bounds.
+    validation: dict = field(default_factory=lambda: dict(VALIDATION_DEFAULTS))
     # Bounds on the sizes a submitted model's config.json declares (layers, hidden size,
     # heads, vocabulary, positions...), over ``ml.submissions.ConfigBounds``'s defaults.
     model_limits: dict = field(default_factory=dict)
@@ -154,6 +175,10 @@ class TaskConfig:
         from ml.submissions import ConfigBounds
 
         return ConfigBounds.from_dict(self.model_limits)
+
+    @property
+    def adaptive_validation(self) -> bool:
+        return self.validation["policy"] == "adaptive"
 
     @property
     def label_names(self) -> list[str]:
@@ -322,6 +347,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
 
     merged = {**DEFAULTS, **config}
     merged["validator_trust"] = {**DEFAULTS["validator_trust"], **merged["validator_trust"]}
+    merged["validation"] = {**VALIDATION_DEFAULTS, **merged["validation"]}
     problems: list[str] = []
     context_names = [f["name"] for f in merged["context_fields"]]
     input_names = [f["name"] for f in merged["input_fields"]]
@@ -337,6 +363,11 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
             problems.append(f"config.model_inputs: {name!r} is not a context or input field.")
     if len(set(merged["model_inputs"])) != len(merged["model_inputs"]):
         problems.append("config.model_inputs: a field is listed twice.")
+
+    validation = merged["validation"]
+    if validation["min_votes"] > validation["max_votes"]:
+        problems.append(f"config.validation: min_votes ({validation['min_votes']}) is more than max_votes "
+                        f"({validation['max_votes']}).")
 
     metric = merged["model_wrong_metric"]
     if task_type == CLASSIFICATION:

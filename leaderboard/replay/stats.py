@@ -85,7 +85,10 @@ def wilson(successes: int, total: int) -> tuple[float | None, float | None]:
     p = successes / total
     centre = (p + z * z / (2 * total)) / (1 + z * z / total)
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 or 1 the bound is exactly 0 or 1; the formula lands a rounding error short.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == total else min(1.0, centre + half)
+    return low, high
 
 
 def mean(values: Sequence[float]) -> float | None:

@@ -1,0 +1,389 @@
+"""Validation replayed on real annotators: fixed 3-matching against the adaptive,
+quality-weighted rule, with and without spammers.
+
+    .venv/bin/python bench/validation.py                     # 5 seeds, bench/results/validation.json
+    .venv/bin/python bench/validation.py --seeds 5 --out /tmp/validation.json
+    .venv/bin/python bench/validation.py --quick             # 300 cases, 1 seed: a smoke run
+
+The data: HateCheck's ``all_annotations.csv`` (in ``$DYNABENCH_DATA_DIR/hatecheck``,
+``manage.py fetch_data hatecheck``): 3,901 cases, each labelled by 5 of 10 annotators,
+with a gold label. Nothing from it is copied into the repository.
+
+The setup, per seed:
+
+- **The writer** gives the gold label, flipped on a seeded ``--flip`` share of the
+  cases (default 20%): those are the mislabelled examples validators must catch. The
+  truth the rules are scored against is whether the writer's label is the gold one.
+- **The validators** are the case's 5 real annotators, in a seeded random order; each
+  votes "correct" when their own label is the writer's, else "incorrect".
+- **Spammers** (the stated adversaries) take a share of the vote slots: for a share
+  ``p`` each case gets on average ``5 p / (1 - p)`` spammer votes, at random
+  positions among the real ones, from a pool of ``SPAMMER_ACCOUNTS`` accounts per kind.
+  An "always correct" spammer says correct to everything; a "random" one tosses a coin.
+- **The cases arrive one after another** in a seeded order, and each rule consumes
+  its case's votes in order until it decides; a case whose votes run out undecided goes
+  to a researcher, whose decision is the truth. Both rules read the very same vote
+  sequences (a paired comparison).
+- **Fixed** is the platform's ``num_matching_validations`` rule (3 matching votes).
+- **Adaptive** is the platform's adaptive rule (``annotation.reliability``: the same
+  ``fit``, ``posterior_right`` and ``decide`` the validation service calls), with the
+  task config's defaults unless ``--target`` and friends say otherwise. Its
+  reliability model is refitted every ``--refit-every`` votes, as the periodic job
+  does on the platform, from all votes so far, with the researchers' decisions as
+  anchors; between refits new validators count at the prior.
+
+Reported per run (policy, spammers, seed): validations per decided example (votes
+spent on the cases the rule decided, over their number; the votes spent on cases sent
+to researchers are counted apart), decision accuracy against the truth with a 95%
+Wilson interval, the share sent to researchers, and the refit's cost. Then the issue's
+targets, checked on the runs: at least 30% fewer validations per decided example than
+fixed 3-matching at no lower accuracy (within fixed's interval) with the real
+annotators, and, with 20% "always correct" spammers, accuracy within 1 point of the
+spammer-free run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib import RESULTS
+from benchlib.data import data_dir
+from benchlib.results import (
+    command_line,
+    library_versions,
+    log,
+    markdown_table,
+    utc_now,
+    write_json,
+)
+
+from annotation import reliability as R
+from leaderboard.replay.stats import wilson
+
+FIXED_MATCHING = 3
+LABELS = ("hateful", "non-hateful")  # HateCheck's label_gold values
+SPAMMER_ACCOUNTS = 5  # per kind of spammer
+SPAMMER_MIXES = [
+    {"always_correct": 0.0, "random": 0.0},
+    {"always_correct": 0.1, "random": 0.0},
+    {"always_correct": 0.2, "random": 0.0},
+    {"always_correct": 0.3, "random": 0.0},
+    {"always_correct": 0.0, "random": 0.1},
+    {"always_correct": 0.0, "random": 0.2},
+    {"always_correct": 0.0, "random": 0.3},
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    gold: str
+    labels: dict[str, str]  # annotator -> their label
+
+
+def read_cases(path: Path) -> list[Case]:
+    cases = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            labels = {f"annotator-{k}": row[f"label_{k}"] for k in range(1, 11) if row.get(f"label_{k}")}
+            cases.append(Case(key=row["case_id"], gold=row["label_gold"], labels=labels))
+    return cases
+
+
+@dataclass
+class Sequence_:
+    """One case as the rules see it: whether the writer is right, and its votes in order."""
+
+    key: str
+    right: bool
+    votes: list[tuple[str, bool]]  # (validator, says correct)
+
+
+def sequences(cases: list[Case], seed: int, flip: float, spammers: dict) -> list[Sequence_]:
+    """The cases in their seeded arrival order, each with its writer's truth and its
+    vote sequence (real annotators and spammers interleaved)."""
+    setup = random.Random(f"{seed}:writer")
+    labels = LABELS
+    flipped = {c.key for c in cases if setup.random() < flip}
+    order = list(cases)
+    random.Random(f"{seed}:arrival").shuffle(order)
+    spam = random.Random(f"{seed}:spam:{spammers['always_correct']}:{spammers['random']}")
+    share = spammers["always_correct"] + spammers["random"]
+    result = []
+    for case in order:
+        writer = case.gold if case.key not in flipped else next(label for label in labels if label != case.gold)
+        real = sorted(case.labels)
+        random.Random(f"{seed}:voters:{case.key}").shuffle(real)
+        votes = [(who, case.labels[who] == writer) for who in real]
+        if share > 0:
+            expected = len(real) * share / (1 - share)
+            count = int(expected) + (spam.random() < expected - int(expected))
+            for _ in range(count):
+                kind = "always_correct" if spam.random() < spammers["always_correct"] / share else "random"
+                who = f"spammer-{kind}-{spam.randrange(SPAMMER_ACCOUNTS)}"
+                says = True if kind == "always_correct" else spam.random() < 0.5
+                votes.insert(spam.randrange(len(votes) + 1), (who, says))
+        result.append(Sequence_(case.key, case.key not in flipped, votes))
+    return result
+
+
+@dataclass
+class Outcome:
+    decided: int = 0
+    correct: int = 0
+    votes_on_decided: int = 0
+    to_researchers: int = 0
+    votes_on_researchers: int = 0
+    refits: int = 0
+    refit_seconds: float = 0.0
+    last_refit_votes: int = 0
+
+
+def run_fixed(stream: list[Sequence_], needed: int = FIXED_MATCHING) -> Outcome:
+    out = Outcome()
+    for case in stream:
+        yes = no = used = 0
+        decision = None
+        for _who, says in case.votes:
+            used += 1
+            yes, no = yes + says, no + (not says)
+            if yes >= needed or no >= needed:
+                decision = yes >= needed
+                break
+        if decision is None:
+            out.to_researchers += 1
+            out.votes_on_researchers += len(case.votes)
+            continue
+        out.decided += 1
+        out.votes_on_decided += used
+        out.correct += decision == case.right
+    return out
+
+
+def run_adaptive(stream: list[Sequence_], rule: R.Rule, refit_every: int) -> Outcome:
+    out = Outcome()
+    log_of_votes: list[R.Vote] = []
+    anchors: dict[str, bool] = {}
+    fitted = R.fit([])
+    since_refit = 0
+    for case in stream:
+        cast: list[tuple[R.Reliability, bool]] = []
+        decision = None
+        for who, says in case.votes:
+            cast.append((fitted.reliability(who), says))
+            log_of_votes.append(R.Vote(case.key, who, says))
+            since_refit += 1
+            decision = R.decide(R.posterior_right(fitted.prior_for(None), cast), len(cast), rule)
+            if decision is not None:
+                break
+        if decision in (None, R.ESCALATED):  # a researcher decides: the truth, an anchor from now on
+            out.to_researchers += 1
+            out.votes_on_researchers += len(cast)
+            anchors[case.key] = case.right
+        else:
+            out.decided += 1
+            out.votes_on_decided += len(cast)
+            out.correct += (decision == R.VERIFIED) == case.right
+        if since_refit >= refit_every:
+            started = time.perf_counter()
+            fitted = R.fit(log_of_votes, anchors=anchors)
+            out.refit_seconds += time.perf_counter() - started
+            out.refits += 1
+            out.last_refit_votes = len(log_of_votes)
+            since_refit = 0
+    return out
+
+
+def summarise(policy: str, spammers: dict, seed: int, out: Outcome, cases: int) -> dict:
+    low, high = wilson(out.correct, out.decided)
+    return {
+        "policy": policy, "spammers": dict(spammers), "seed": seed, "cases": cases,
+        "decided": out.decided,
+        "validations_per_decided": out.votes_on_decided / out.decided if out.decided else None,
+        "validations_per_case": (out.votes_on_decided + out.votes_on_researchers) / cases,
+        "accuracy": {"value": out.correct / out.decided if out.decided else None, "ci_low": low, "ci_high": high},
+        "to_researchers": out.to_researchers / cases,
+        "refits": out.refits,
+        "refit_ms_mean": 1000 * out.refit_seconds / out.refits if out.refits else None,
+        "refit_votes_last": out.last_refit_votes,
+    }
+
+
+def mean_over_seeds(runs: list[dict], policy: str, spammers: dict, key) -> float:
+    values = [key(r) for r in runs if r["policy"] == policy and r["spammers"] == spammers]
+    return sum(values) / len(values)
+
+
+def check_targets(runs: list[dict]) -> list[dict]:
+    clean = SPAMMER_MIXES[0]
+    spam20 = {"always_correct": 0.2, "random": 0.0}
+    per_decided = {p: mean_over_seeds(runs, p, clean, lambda r: r["validations_per_decided"])
+                   for p in ("fixed", "adaptive")}
+    saving = 1 - per_decided["adaptive"] / per_decided["fixed"]
+    seeds = sorted({r["seed"] for r in runs})
+    accuracy_ok = []
+    for seed in seeds:
+        [fixed] = [r for r in runs if r["policy"] == "fixed" and r["spammers"] == clean and r["seed"] == seed]
+        [adaptive] = [r for r in runs if r["policy"] == "adaptive" and r["spammers"] == clean and r["seed"] == seed]
+        accuracy_ok.append(adaptive["accuracy"]["value"] >= fixed["accuracy"]["ci_low"])
+    clean_accuracy = mean_over_seeds(runs, "adaptive", clean, lambda r: r["accuracy"]["value"])
+    spam_accuracy = mean_over_seeds(runs, "adaptive", spam20, lambda r: r["accuracy"]["value"])
+    return [
+        {"target": "at least 30% fewer validations per decided example than fixed 3-matching "
+                   "(real annotators, mean over seeds)",
+         "value": saving, "met": saving >= 0.30},
+        {"target": "adaptive accuracy no lower than the low end of fixed 3-matching's 95% interval "
+                   "(real annotators, every seed)",
+         "value": sum(accuracy_ok), "of": len(accuracy_ok), "met": all(accuracy_ok)},
+        {"target": "with 20% 'always correct' spammers, adaptive accuracy within 1 point of the "
+                   "spammer-free run (mean over seeds)",
+         "value": spam_accuracy - clean_accuracy, "met": clean_accuracy - spam_accuracy <= 0.01},
+    ]
+
+
+def spam_label(spammers: dict) -> str:
+    parts = [f"{int(round(100 * share))}% {kind.replace('_', ' ')}" for kind, share in spammers.items() if share]
+    return ", ".join(parts) or "none"
+
+
+def table(document: dict) -> str:
+    """The Markdown table of a run: each policy and spammer mix, means over the seeds
+    (accuracy with the range of its per-seed 95% intervals)."""
+    runs = document["runs"]
+    rows = []
+    for spammers in SPAMMER_MIXES:
+        for policy in ("fixed", "adaptive"):
+            chosen = [r for r in runs if r["policy"] == policy and r["spammers"] == spammers]
+            if not chosen:
+                continue
+            n = len(chosen)
+            accuracy = sum(r["accuracy"]["value"] for r in chosen) / n
+            low = min(r["accuracy"]["ci_low"] for r in chosen)
+            high = max(r["accuracy"]["ci_high"] for r in chosen)
+            rows.append([
+                spam_label(spammers), policy,
+                f"{sum(r['validations_per_decided'] for r in chosen) / n:.2f}",
+                f"{sum(r['validations_per_case'] for r in chosen) / n:.2f}",
+                f"{100 * accuracy:.2f}% ({100 * low:.2f}–{100 * high:.2f})",
+                f"{100 * sum(r['to_researchers'] for r in chosen) / n:.1f}%",
+            ])
+    return markdown_table(["Spammers (share of votes)", "Policy", "Validations per decided example",
+                           "Validations per example, escalated ones too", "Decision accuracy (95% interval)", "To researchers"], rows)
+
+
+README_BEGIN = "<!-- validation-table:begin (generated by bench/validation.py --readme; do not edit) -->"
+README_END = "<!-- validation-table:end -->"
+
+
+def readme_block(document: dict) -> str:
+    """The README's table and the facts it rests on, from a run's JSON."""
+    setup = document["setup"]
+    rule = setup["adaptive"]
+    timed = [r for r in document["runs"] if r["refit_ms_mean"] is not None]
+    refit_ms = sum(r["refit_ms_mean"] for r in timed) / len(timed) if timed else 0.0
+    refit_votes = max((r["refit_votes_last"] for r in timed), default=0)
+    facts = (f"From `bench/results/validation.json`: {document['data']['cases']} HateCheck cases, 5 real "
+             f"annotators each, {setup['flip']:.0%} of the writers' labels flipped, {document['seeds']} seeds "
+             f"(means; the intervals are the widest of the seeds' 95% Wilson intervals). Adaptive: target "
+             f"{rule['target_confidence']}, {rule['min_votes']} to {rule['max_votes']} votes, refitted every "
+             f"{setup['refit_every']} votes; a refit's EM took {refit_ms:.1f} ms on average (at most "
+             f"{refit_votes} votes).")
+    met = "; ".join(f"{'met' if t['met'] else 'NOT met'}: {t['target']}" for t in document["targets"])
+    return f"{facts}\n\n{table(document)}\n\nTargets: {met}.\n"
+
+
+def with_readme_block(text: str, document: dict) -> str:
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"the README has no validation block: add the lines {README_BEGIN!r} and {README_END!r}")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{readme_block(document)}{README_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=RESULTS / "validation.json")
+    parser.add_argument("--data-dir", type=Path, help="default: $DYNABENCH_DATA_DIR, else var/data")
+    parser.add_argument("--flip", type=float, default=0.2, help="share of mislabelled examples (default 0.2)")
+    parser.add_argument("--target", type=float, help="target_confidence (default: the task config's)")
+    parser.add_argument("--min-votes", type=int, help="min_votes (default: the task config's)")
+    parser.add_argument("--max-votes", type=int, help="max_votes (default: the task config's)")
+    parser.add_argument("--refit-every", type=int, default=200, help="votes between refits (default 200)")
+    parser.add_argument("--quick", action="store_true", help="300 cases, 1 seed, nothing written by default")
+    parser.add_argument("--readme", choices=["write", "check"],
+                        help="Run nothing: rewrite (or check) the README's table from --out's JSON.")
+    args = parser.parse_args(argv)
+    if args.readme:
+        import json
+
+        readme = RESULTS.parent.parent / "README.md"
+        text = readme.read_text(encoding="utf-8")
+        wanted = with_readme_block(text, json.loads(args.out.read_text(encoding="utf-8")))
+        if args.readme == "check":
+            if wanted != text:
+                log(f"README.md's validation table differs from {args.out}: run bench/validation.py --readme write")
+                return 1
+            return 0
+        readme.write_text(wanted, encoding="utf-8")
+        log("README.md's validation table rewritten")
+        return 0
+
+    from tasks.config import VALIDATION_DEFAULTS
+
+    path = (args.data_dir or data_dir()) / "hatecheck" / "all_annotations.csv"
+    if not path.is_file():
+        log(f"{path} not found: run manage.py fetch_data hatecheck, or set DYNABENCH_DATA_DIR")
+        return 2
+    cases = read_cases(path)
+    seeds = 1 if args.quick else args.seeds
+    if args.quick:  # a seeded sample across the functionalities (the file is ordered by them)
+        cases = random.Random("quick").sample(cases, 300)
+    rule = R.Rule(target_confidence=args.target or VALIDATION_DEFAULTS["target_confidence"],
+                  min_votes=args.min_votes or VALIDATION_DEFAULTS["min_votes"],
+                  max_votes=args.max_votes or VALIDATION_DEFAULTS["max_votes"])
+    log(f"{len(cases)} cases from {path}; {seeds} seed(s); flip {args.flip:.0%}; adaptive {rule}")
+    started = time.perf_counter()
+    runs = []
+    for seed in range(seeds):
+        for spammers in SPAMMER_MIXES:
+            stream = sequences(cases, seed, args.flip, spammers)
+            runs.append(summarise("fixed", spammers, seed, run_fixed(stream), len(cases)))
+            runs.append(summarise("adaptive", spammers, seed, run_adaptive(stream, rule, args.refit_every),
+                                  len(cases)))
+            fixed, adaptive = runs[-2], runs[-1]
+            log(f"seed {seed}, spammers {spam_label(spammers)}: fixed {fixed['validations_per_decided']:.2f} "
+                f"votes, {fixed['accuracy']['value']:.4f}; adaptive {adaptive['validations_per_decided']:.2f} "
+                f"votes, {adaptive['accuracy']['value']:.4f}, {adaptive['to_researchers']:.1%} to researchers")
+    document = {
+        "benchmark": "validation", "created_at": utc_now(), "command": command_line(argv),
+        "data": {"file": "hatecheck/all_annotations.csv", "cases": len(cases), "annotators_per_case": 5},
+        "setup": {"flip": args.flip, "fixed_matching": FIXED_MATCHING, "refit_every": args.refit_every,
+                  "spammer_accounts_per_kind": SPAMMER_ACCOUNTS,
+                  "adaptive": {"target_confidence": rule.target_confidence, "min_votes": rule.min_votes,
+                               "max_votes": rule.max_votes},
+                  "prior": {"sensitivity": list(R.DEFAULT_PRIOR.sensitivity),
+                            "specificity": list(R.DEFAULT_PRIOR.specificity),
+                            "writer": list(R.DEFAULT_PRIOR.writer)}},
+        "seeds": seeds, "seconds": round(time.perf_counter() - started, 1),
+        "versions": library_versions("numpy"),
+        "runs": runs,
+    }
+    document["targets"] = check_targets(runs)
+    print(table(document))
+    for target in document["targets"]:
+        print(f"{'met' if target['met'] else 'NOT MET'}: {target['target']} ({target['value']:.3f})")
+    if args.quick and args.out == RESULTS / "validation.json":
+        return 0
+    print(f"wrote {write_json(args.out, document)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
