@@ -13,8 +13,9 @@ from django.utils import timezone
 from tasks.admin import TASK_FILTER, TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
-from .models import AnnotationSession, Example, Validation
+from .models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
 from .services import examples as example_services
+from .services import reliability as reliability_services
 
 
 class ValidationInline(admin.TabularInline):
@@ -124,3 +125,73 @@ class AnnotationSessionAdmin(TaskScopedAdmin):
     def has_add_permission(self, request):
         return False
 
+
+
+class ReadOnlyAdmin(TaskScopedAdmin):
+    """Rows the platform computes: shown, never written here."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ValidatorReliability)
+class ValidatorReliabilityAdmin(ReadOnlyAdmin):
+    """Each validator's estimated reliability per task (adaptive validation): accuracy
+    with its 95% interval, sensitivity, specificity and the weight of one vote. A weight
+    near 0 is a validator whose votes decide nothing (always "correct", or at random)."""
+
+    list_display = ["validator", "task", "votes", "accuracy_pct", "interval", "sensitivity_pct",
+                    "specificity_pct", "weight_shown", "fitted_at"]
+    list_filter = [TASK_FILTER]
+    list_select_related = ["validator", "task"]
+    search_fields = ["validator__username"]
+    ordering = ["task", "-votes"]
+
+    @admin.display(description="accuracy", ordering="accuracy")
+    def accuracy_pct(self, obj):
+        return f"{obj.accuracy:.1%}"
+
+    @admin.display(description="95% interval")
+    def interval(self, obj):
+        return f"{obj.accuracy_low:.1%} – {obj.accuracy_high:.1%}"
+
+    @admin.display(description="sensitivity", ordering="sensitivity")
+    def sensitivity_pct(self, obj):
+        return f"{obj.sensitivity:.1%}"
+
+    @admin.display(description="specificity", ordering="specificity")
+    def specificity_pct(self, obj):
+        return f"{obj.specificity:.1%}"
+
+    @admin.display(description="vote weight", ordering="weight")
+    def weight_shown(self, obj):
+        return f"{obj.weight:.2f}"
+
+
+@admin.action(description="Refit the reliability model now")
+def refit_now(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset, lambda fit: reliability_services.refit(fit.task),
+                       "Refitted")
+
+
+@admin.register(ReliabilityFit)
+class ReliabilityFitAdmin(ReadOnlyAdmin):
+    """The last fit of each task's reliability model: what it read and what it cost."""
+
+    list_display = ["task", "fitted_at", "votes", "anchors", "validators", "iterations", "converged",
+                    "seconds", "overall_prior_right"]
+    list_select_related = ["task"]
+    actions = [refit_now]
+
+    def has_change_permission(self, request, obj=None):
+        # The action needs change permission on the rows it runs on; the fields stay read-only.
+        return TaskScopedAdmin.has_change_permission(self, request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]

@@ -26,6 +26,7 @@ from .serializers import (
     BlindAnswerSerializer,
     ExampleCreatedSerializer,
     ExampleCreateSerializer,
+    ExampleDetailSerializer,
     ExampleStateSerializer,
     ExplainSerializer,
     ExplanationSerializer,
@@ -40,8 +41,9 @@ from .serializers import (
     ValidatedSerializer,
     ValidationCreateSerializer,
     ValidationItemSerializer,
+    ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, sessions, stats, validation
+from .services import contexts, examples, reliability, sessions, stats, validation
 from .tokens import make_token
 
 
@@ -207,6 +209,34 @@ class BlindAnswer(AnnotationView):
         seen(request)
         given = validation.give_blind_answer(example.pk, request.user, request.data["answer"])
         return Response(BlindAnswerSerializer(given).data, status=status.HTTP_201_CREATED)
+
+
+class ExampleDetail(AnnotationView):
+    """An example with how it is being decided (the posterior, on an adaptive task):
+    for its author and the task's researchers only."""
+
+    @extend_schema(responses={200: ExampleDetailSerializer})
+    def get(self, request, pk):
+        example = example_for(request, pk)
+        if example.annotator_id != request.user.pk and not is_researcher(request.user, example.task):
+            raise Forbidden("Only the example's author and the task's researchers can see it.")
+        return Response(ExampleDetailSerializer(example).data)
+
+
+@extend_schema(tags=["validation"])
+class ValidatorList(generics.ListAPIView):
+    """The task's validators with their estimated reliability (accuracy with its 95%
+    interval, sensitivity, specificity, vote weight), most votes first: for its
+    researchers. Validators never see each other's."""
+
+    serializer_class = ValidatorReliabilitySerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self):
+        task = task_for(self.request, self.kwargs["slug"])
+        if token_session(self.request) is not None or not is_researcher(self.request.user, task):
+            raise Forbidden("Only the task's researchers see its validators' reliability.")
+        return reliability.validator_rows(task)
 
 
 class ExampleReveal(AnnotationView):

@@ -13,6 +13,7 @@ class Example(models.Model):
         VERIFIED = "verified", "Verified correct"
         REJECTED = "rejected", "Rejected (label incorrect)"
         FLAGGED = "flagged", "Flagged"
+        ESCALATED = "escalated", "Undecided after the most votes: waits for a researcher"
 
     class Source(models.TextChoices):
         ANNOTATION = "annotation", "Written on the platform"
@@ -53,6 +54,10 @@ class Example(models.Model):
     validations_correct = models.PositiveIntegerField(default=0)
     validations_incorrect = models.PositiveIntegerField(default=0)
     validations_flagged = models.PositiveIntegerField(default=0)
+    decision_posterior = models.FloatField(
+        null=True, blank=True,
+        help_text="Adaptive validation: the probability that the writer's answer is right, after the last "
+                  "counted vote (annotation.reliability).")
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
     signature = models.CharField(
         max_length=64, blank=True,
@@ -240,3 +245,57 @@ class IdempotentRequest(models.Model):
 
     def __str__(self):
         return f"{self.user} key {self.key[:20]}"
+
+
+class ReliabilityFit(models.Model):
+    """The last fit of a task's validator reliability model (``annotation.reliability``):
+    when, on how much, and each stratum's share of right writers. Its validators' rows
+    are ``ValidatorReliability``."""
+
+    task = models.OneToOneField("tasks.Task", on_delete=models.CASCADE, related_name="reliability_fit")
+    fitted_at = models.DateTimeField(null=True, blank=True)
+    votes = models.PositiveIntegerField(default=0, help_text="Counted decisions the fit read.")
+    anchors = models.PositiveIntegerField(default=0, help_text="Examples a researcher decided (known truths).")
+    validators = models.PositiveIntegerField(default=0)
+    iterations = models.PositiveIntegerField(default=0)
+    converged = models.BooleanField(default=False)
+    seconds = models.FloatField(default=0.0, help_text="Reading, fitting and storing, all together.")
+    fit_seconds = models.FloatField(default=0.0, help_text="The EM itself.")
+    prior_right = models.JSONField(default=dict, blank=True,
+                                   help_text="By stratum (fooled, not_fooled, no_model): the share of right writers.")
+    overall_prior_right = models.FloatField(null=True, blank=True)
+
+    def __str__(self):
+        when = f"{self.fitted_at:%Y-%m-%d %H:%M}" if self.fitted_at else "never"
+        return f"reliability of {self.task.slug}'s validators (fitted {when})"
+
+
+class ValidatorReliability(models.Model):
+    """One validator's estimated reliability on one task: Beta posteriors over
+    sensitivity (says correct when the writer is right) and specificity (says
+    incorrect when the writer is wrong), as pseudo-counts, and the accuracy they
+    imply with a 95% interval. Researchers see these; validators never see each
+    other's."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="validator_reliabilities")
+    validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    s_hits = models.FloatField()
+    s_misses = models.FloatField()
+    t_hits = models.FloatField()
+    t_misses = models.FloatField()
+    votes = models.PositiveIntegerField(default=0)
+    sensitivity = models.FloatField()
+    specificity = models.FloatField()
+    accuracy = models.FloatField()
+    accuracy_low = models.FloatField()
+    accuracy_high = models.FloatField()
+    weight = models.FloatField(help_text="How much one vote moves a decision (log odds, the smaller of the two "
+                                         "ways; 0 for a validator no better than chance).")
+    fitted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_reliability_per_validator")]
+        verbose_name_plural = "validator reliabilities"
+
+    def __str__(self):
+        return f"{self.validator} on {self.task.slug}: {self.accuracy:.1%} ({self.votes} votes)"

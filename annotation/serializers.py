@@ -6,6 +6,7 @@ reported with the same field names.
 """
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.fields import (
@@ -17,7 +18,7 @@ from core.fields import (
 from tasks.models import Round
 
 from .models import Example, Validation
-from .services import trust
+from .services import reliability, trust
 from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
@@ -210,6 +211,60 @@ class ExampleStateSerializer(serializers.ModelSerializer):
         fields = ["id", "retracted", "flagged", "flag_reason", "validation_status", "validations_correct",
                   "validations_incorrect", "validations_flagged"]
         read_only_fields = fields
+
+
+class DecisionSerializer(serializers.Serializer):
+    """How the example is being decided (``services.reliability.decision_state``)."""
+
+    policy = serializers.ChoiceField(choices=["fixed", "adaptive"])
+    counted_votes = serializers.IntegerField(help_text="Counted correct/incorrect decisions so far.")
+    posterior_right = serializers.FloatField(
+        allow_null=True, help_text="Adaptive: the probability that the writer's answer is right, given the "
+                                   "counted votes and the validators' estimated reliability.")
+    prior_right = serializers.FloatField(allow_null=True, help_text="Adaptive: the same before any vote.")
+    target_confidence = serializers.FloatField(allow_null=True)
+    min_votes = serializers.IntegerField(allow_null=True)
+    max_votes = serializers.IntegerField(allow_null=True)
+    matching_needed = serializers.IntegerField(allow_null=True, help_text="Fixed: matching votes that decide.")
+
+
+class ExampleDetailSerializer(serializers.ModelSerializer):
+    """An example as its author and the task's researchers see it, with how it is being
+    decided."""
+
+    task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    round = serializers.IntegerField(source="round.number", read_only=True)
+    context = serializers.SerializerMethodField()
+    decision = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Example
+        fields = ["id", "task", "round", "context", "inputs", "target", "prediction", "fooled", "retracted",
+                  "flagged", "flag_reason", "validation_status", "validations_correct", "validations_incorrect",
+                  "validations_flagged", "decision", "created_at"]
+        read_only_fields = fields
+
+    def get_context(self, obj) -> dict[str, str] | None:
+        return obj.context.fields if obj.context_id else None
+
+    @extend_schema_field(DecisionSerializer)
+    def get_decision(self, obj) -> dict:
+        return DecisionSerializer(reliability.decision_state(obj)).data
+
+
+class ValidatorReliabilitySerializer(serializers.Serializer):
+    """A validator's estimated reliability on the task (researchers only)."""
+
+    validator = serializers.CharField(source="validator.username")
+    votes = serializers.IntegerField(help_text="Counted decisions the estimate rests on.")
+    accuracy = serializers.FloatField(help_text="Estimated share of votes that match the truth.")
+    accuracy_low = serializers.FloatField(help_text="The 95% interval's low end.")
+    accuracy_high = serializers.FloatField(help_text="The 95% interval's high end.")
+    sensitivity = serializers.FloatField(help_text="P(says correct | the writer is right).")
+    specificity = serializers.FloatField(help_text="P(says incorrect | the writer is wrong).")
+    weight = serializers.FloatField(help_text="How much one vote moves a decision (log odds); about 0 for "
+                                              "someone who always says correct or answers at random.")
+    fitted_at = serializers.DateTimeField()
 
 
 class ValidatedSerializer(serializers.Serializer):

@@ -138,3 +138,27 @@ def prune_idempotency_keys() -> int:
     from .idempotency import prune
 
     return prune()
+
+
+@shared_task(name="annotation.refit_reliability")
+def refit_reliability(task_id: int) -> int:
+    """Refit one task's validator reliability model (queued after enough new votes)."""
+    from tasks.models import Task
+
+    from .services import reliability
+
+    task = Task.objects.filter(pk=task_id).first()
+    if task is None:
+        return 0
+    return reliability.refit(task).votes
+
+
+@shared_task(name="annotation.refit_due_reliability")
+def refit_due_reliability() -> int:
+    """Refit every adaptive task with votes newer than its last fit (on the beat schedule)."""
+    from .services import reliability
+
+    due = reliability.tasks_due_for_refit()
+    for task in due:
+        reliability.refit(task)
+    return len(due)

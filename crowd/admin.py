@@ -76,7 +76,8 @@ class PublishForm(forms.Form):
     min_approved_count = forms.IntegerField(required=False, min_value=0, initial=100)
     quality_block_threshold = forms.FloatField(
         required=False, min_value=0, max_value=1,
-        help_text="Soft-block workers whose examples are validated correct less often than this share.")
+        help_text="Soft-block workers whose examples are validated correct less often than this share; on a "
+                  "validation batch, validators whose votes carry next to no evidence.")
     title = forms.CharField(required=False, max_length=128, help_text="Empty: a title made from the task.")
     description = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
     confirm = forms.BooleanField(label="I have checked the amounts", required=True)
@@ -286,6 +287,7 @@ class BatchAdmin(TaskScopedAdmin):
             "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
                      "many": costs.MANY_ASSIGNMENTS},
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
+            "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "approval_threshold": settings.CROWD_APPROVAL_THRESHOLD})
 
     def changelist_view(self, request, extra_context=None):

@@ -96,7 +96,10 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     now = now or timezone.now()
     batch = assignment.hit.batch
     examples = list(fooling_examples(assignment))
-    pending = [e for e in examples if e.validation_status == Example.ValidationStatus.PENDING and not e.flagged]
+    # An escalated example (adaptive validation, undecided after its most votes) waits
+    # for a researcher's decision like a pending one, until the deadline.
+    undecided = (Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED)
+    pending = [e for e in examples if e.validation_status in undecided and not e.flagged]
     cutoff = assignment.auto_approval_at or (
         (assignment.submitted_at or assignment.finished_at or now) + timedelta(seconds=batch.auto_approval_delay_seconds))
     if pending and now < cutoff:
@@ -109,7 +112,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     not_counted = {
         "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED and not e.flagged for e in examples),
         "flagged": sum(e.flagged or e.validation_status == Example.ValidationStatus.FLAGGED for e in examples),
-        "undecided at the deadline": sum(e.validation_status == Example.ValidationStatus.PENDING and not e.flagged
+        "undecided at the deadline": sum(e.validation_status in undecided and not e.flagged
                                          for e in examples),
         "with a signature that no longer checks": len(verified) - len(capped),
         "over the examples the HIT asked for": len(capped) - len(paid),

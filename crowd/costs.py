@@ -16,7 +16,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from annotation.models import Example
+from annotation.models import Example, Validation
+from annotation.services.reliability import validation_forecast
 
 from .models import Assignment, Batch, BonusPayment
 
@@ -199,3 +200,49 @@ def bonus_totals(queryset) -> dict:
         failed=Sum("amount", filter=Q(status=BonusPayment.Status.FAILED), default=Decimal("0.00")),
         rows=Count("id"),
     )
+
+
+@dataclass
+class Forecast:
+    """What one verified model-fooling example of a task is expected to cost, from its
+    history (``validation_forecast``) and its past batches on the same MTurk site."""
+
+    task: object
+    validation: dict
+    examples_per_verified_fooling: float | None
+    validations_per_verified_fooling: float | None
+    writing_cost: Decimal | None  # per verified fooling example, from past writing batches
+    validation_cost: Decimal | None  # per verified fooling example, from past validation batches
+    validations_paid: int
+
+    @property
+    def total(self) -> Decimal | None:
+        if self.writing_cost is None or self.validation_cost is None:
+            return None
+        return self.writing_cost + self.validation_cost
+
+
+def forecast(task, sandbox: bool) -> Forecast:
+    """Per verified model-fooling example: how many examples are written and validated
+    for one (every written example is validated, fooling ones first), and what the
+    task's past batches say each costs. Writing's cost is what its writing batches
+    paid (rewards, bonuses, fees) over the verified fooling examples they bought; a
+    validation's is what its validation batches paid over the decisions made in them."""
+    validation = validation_forecast(task)
+    fooled, verified = validation["fooled_share"], validation["verified_share_of_fooling"]
+    examples = 1 / (fooled * verified) if fooled and verified else None
+    per_example = validation["validations_per_example"]
+    validations = examples * per_example if examples is not None and per_example is not None else None
+    batches = Batch.objects.filter(task=task, sandbox=sandbox, status__in=MAY_COST)
+    writing = spend(batches.filter(mode=Batch.Mode.CREATE))
+    checking_batches = batches.filter(mode=Batch.Mode.VALIDATE)
+    checking = spend(checking_batches)
+    paid_decisions = (Validation.objects.filter(session__mturk_assignment__hit__batch__in=checking_batches,
+                                                session__mturk_assignment__status=Assignment.Status.APPROVED)
+                      .exclude(label="").count())
+    validation_cost = None
+    if validations is not None and paid_decisions:
+        validation_cost = cents(checking.total / paid_decisions * Decimal(str(validations)))
+    return Forecast(task=task, validation=validation, examples_per_verified_fooling=examples,
+                    validations_per_verified_fooling=validations, writing_cost=writing.per_verified_fooling,
+                    validation_cost=validation_cost, validations_paid=paid_decisions)

@@ -98,7 +98,8 @@ class Batch(models.Model):
     quality_block_threshold = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="Soft-block a worker whose examples are validated correct less often than this "
-                  "(once enough are decided); empty: never.")
+                  "(once enough are decided); on a validation batch, set to anything, it blocks validators "
+                  "whose votes carry next to no evidence (the reliability estimate). Empty: never.")
     hit_type_id = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PUBLISHING)
     max_cost = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"),

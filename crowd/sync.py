@@ -200,17 +200,28 @@ def _end(assignment: Assignment, reason: str) -> None:
 
 
 def _quality_blocks(batch: Batch, report: SyncReport) -> int:
-    """Rule 6, over the batch's MTurk-verified workers only, on the batch's task only."""
+    """Rule 6, over the batch's MTurk-verified workers only, on the batch's task only: a
+    writing batch blocks writers whose examples are validated correct too rarely; a
+    validation batch blocks validators whose votes the reliability model weighs at
+    next to nothing (``annotation.services.reliability.spammer_like``)."""
     count = 0
     candidates = WorkerIdentity.objects.filter(
         pk__in=Assignment.objects.filter(hit__batch=batch, verified_at__isnull=False).values("worker"),
         soft_blocked_at__isnull=True, hard_blocked_at__isnull=True).exclude(task_blocks__task=batch.task_id)
-    for identity in workers.below_threshold(candidates, batch.quality_block_threshold, task=batch.task):
+    if batch.mode == Batch.Mode.VALIDATE:
+        # Validators are judged by their votes: the reliability estimate's weight.
+        blocked = [(identity, f"Validation votes on {batch.task.slug} carry next to no evidence (estimated "
+                              f"weight {weight:.2f} over {votes} votes: the same answer to everything, or "
+                              f"answers at random; batch {batch.pk}).")
+                   for identity, weight, votes in workers.uninformative_validators(candidates, batch.task)]
+    else:
+        blocked = [(identity, f"Examples of {batch.task.slug} validated correct less often than "
+                              f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")
+                   for identity in workers.below_threshold(candidates, batch.quality_block_threshold,
+                                                           task=batch.task)]
+    for identity, reason in blocked:
         try:
-            workers.task_block(identity, batch.task,
-                               f"Examples of {batch.task.slug} validated correct less often than "
-                               f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).",
-                               sandbox=batch.sandbox, batch=batch)
+            workers.task_block(identity, batch.task, reason, sandbox=batch.sandbox, batch=batch)
             count += 1
         except mturk.MTurkError as exc:
             report.errors.append(f"soft block {identity.worker_id}: {exc}")

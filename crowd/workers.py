@@ -28,6 +28,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotation.models import Example, Validation
+from annotation.services import reliability
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
@@ -197,6 +198,14 @@ def correct_share(identity) -> float | None:
 def agreement(identity) -> float | None:
     """How often the worker's validations agreed with the final decision (annotated identities)."""
     return identity.agreeing / identity.judged if identity.judged else None
+
+
+def uninformative_validators(identities, task: Task) -> list[tuple[WorkerIdentity, float, int]]:
+    """Those of ``identities`` whose validation votes on ``task`` carry next to no
+    evidence by the reliability model, with their weight and vote count (one query)."""
+    rows = {row.validator_id: row for row in reliability.spammer_like(task)}
+    return [(identity, rows[identity.user_id].weight, rows[identity.user_id].votes)
+            for identity in identities.filter(user_id__in=list(rows))]
 
 
 def below_threshold(identities, threshold: float, task: Task | None = None) -> list[WorkerIdentity]:

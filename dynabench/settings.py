@@ -165,6 +165,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "dynabench.health_check": {"queue": "default"},
     "annotation.prune_idempotency_keys": {"queue": "default"},
+    "annotation.refit_reliability": {"queue": "default"},
+    "annotation.refit_due_reliability": {"queue": "default"},
     "annotation.predict": {"queue": "inference"},
     "annotation.explain": {"queue": "explain"},
     "annotation.load_models": {"queue": "inference"},
@@ -198,7 +200,15 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-stale-jobs": {"task": "tasks.sweep_stale_jobs", "schedule": 60.0},
     "mturk-sync": {"task": "crowd.sync", "schedule": 300.0},
     "mturk-pay-bonuses": {"task": "crowd.pay_bonuses", "schedule": 600.0},
+    "refit-reliability": {"task": "annotation.refit_due_reliability",
+                          "schedule": float(env.int("RELIABILITY_REFIT_SECONDS", default=600))},
 }
+# Adaptive validation (annotation.services.reliability): a task's validator reliability
+# model is refitted after this many new counted votes (and by beat, above); a validator
+# whose estimate rests on at least RELIABILITY_KNOWN_VOTES votes is "known" to the
+# validation queue, which serves known validators the examples closest to a decision.
+RELIABILITY_REFIT_VOTES = env.int("RELIABILITY_REFIT_VOTES", default=200)
+RELIABILITY_KNOWN_VOTES = env.int("RELIABILITY_KNOWN_VOTES", default=10)
 # Jobs (training, evaluation): a running job whose worker has not reported for
 # JOB_STALE_SECONDS is taken as lost; the sweeper queues it again until it has been
 # started JOB_MAX_ATTEMPTS times, then fails it. Training reports at least every

@@ -17,7 +17,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from annotation.services import stats
+from annotation.models import ReliabilityFit
+from annotation.services import reliability, stats
 from annotation.views import task_page_context
 from core.accounts import too_many
 from core.errors import DomainError, TooLarge
@@ -41,6 +42,9 @@ def research_context(task) -> dict:
         "targets": targets, "candidates": candidates, "comparison": comparison,
         "comparison_rows": list(comparison.rows()),
         "annotator_stats": stats.round_stats(latest, identify=True) if latest else None,
+        "validation_policy": task.parsed_config.validation,
+        "validators": list(reliability.validator_rows(task)[:20]),
+        "reliability_fit": ReliabilityFit.objects.filter(task=task).first(),
         "jobs": list(Job.objects.filter(task=task).order_by("-created_at", "-pk")[:10]),
         "selections": services.SELECTIONS, "modes": services.MODES, "max_ensemble": cycle.MAX_ENSEMBLE,
         "usable": services.usable_training_counts(task),

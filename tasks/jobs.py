@@ -150,6 +150,13 @@ def _celery_task(name: str):
     return current_app.tasks[name]
 
 
+def send_task(name: str, *args) -> None:
+    """Send the Celery task ``name`` now (in embedded mode: run it here), for small
+    housekeeping tasks that are not jobs. Called by a lower app that must not import
+    the higher one's task module."""
+    _celery_task(name).delay(*args)
+
+
 def requeue(job: Job) -> None:
     """Send an existing queued job again, with the task that first ran it."""
     transaction.on_commit(lambda: _send(job, _celery_task(job.celery_task_name)))

@@ -15,7 +15,13 @@ gets 409 ``not_assigned``. The task's researchers are the exception: they may de
 any example.
 
 An example is verified, rejected or flagged when ``num_matching_validations``
-counted user decisions agree; the counters move under the example's row lock.
+counted user decisions agree (the ``fixed`` policy, the default); under the task
+config's ``adaptive`` policy, as soon as the posterior that the writer is right (or
+wrong), from the counted votes weighed by each validator's estimated reliability
+(``services.reliability``), reaches the target, and by a researcher after
+``max_votes`` votes without a decision (``escalated``). Either way the counters and
+the status move under the example's row lock, and a decided example changes only by
+a researcher's decision.
 Which decisions count is ``trust``'s rule: accounts that share an address with the
 writer may not validate at all; a decision made in a provisional session (an
 MTurk assignment not yet verified against MTurk) counts only once
@@ -32,7 +38,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, JSONField, OuterRef, Subquery
+from django.db.models import Exists, F, JSONField, OuterRef, Subquery, Value
+from django.db.models.functions import Abs, Coalesce
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -40,7 +47,8 @@ from tasks.models import Task
 from tasks.roles import is_researcher
 
 from ..models import AnnotationSession, Example, Validation, ValidationClaim
-from . import sessions, trust
+from ..reliability import ESCALATED, decide
+from . import reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 
 OWNER_OUTCOME = {
@@ -57,12 +65,14 @@ COUNTER = {
 
 def validation_queue(task: Task, user):
     """Examples ``user`` may validate: those they answered blind and have not decided
-    yet first, then model-fooling ones, then those with the fewest validations.
+    yet first, then model-fooling ones, then those with the fewest validations (on an
+    adaptive task, for a validator whose reliability is known: those closest to a
+    decision).
     Never their own, never retracted, flagged or decided ones, never twice, never one
     from an MTurk assignment that MTurk has not confirmed yet. Each
     carries ``my_blind_answer`` (their stored blind answer, or None)."""
     mine = Validation.objects.filter(example=OuterRef("pk"), validator=user)
-    return (
+    queue = (
         Example.objects.filter(task=task, retracted=False, flagged=False,
                                validation_status=Example.ValidationStatus.PENDING,
                                source=Example.Source.ANNOTATION)
@@ -75,9 +85,17 @@ def validation_queue(task: Task, user):
             my_blind_answer=Subquery(mine.values("blind_answer")[:1], output_field=JSONField()),
             n_validations=F("validations_correct") + F("validations_incorrect") + F("validations_flagged"),
         )
-        .order_by(F("started").desc(), F("fooled").desc(nulls_last=True), "n_validations", "created_at", "pk")
         .select_related("context", "round", "task")
     )
+    if task.parsed_config.adaptive_validation and reliability.is_known(task, user):
+        # A validator whose reliability is known gets the examples closest to a
+        # decision first (the posterior farthest from a coin toss): their vote is worth
+        # most there. Newcomers get the fresh ones, where their votes build their record.
+        closeness = Abs(Coalesce(F("decision_posterior"), Value(0.5)) - Value(0.5))
+        return queue.order_by(F("started").desc(), F("fooled").desc(nulls_last=True), closeness.desc(),
+                              "n_validations", "created_at", "pk")
+    return queue.order_by(F("started").desc(), F("fooled").desc(nulls_last=True), "n_validations",
+                          "created_at", "pk")
 
 
 class NotAssigned(Conflict):
@@ -255,14 +273,35 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
 
 
 def _count(example: Example, label: str, *, owner: bool) -> None:
-    """Add one decision to the (locked) example's counters and decide its status."""
+    """Add one decision (its Validation already stored) to the (locked) example's
+    counters and decide its status by the task's policy."""
     field = COUNTER[label]
     setattr(example, field, getattr(example, field) + 1)
+    config = example.task.parsed_config
     if owner:
         example.validation_status = OWNER_OUTCOME[label]
+    elif config.adaptive_validation:
+        example.validation_status = _decide_adaptive(example)
+        reliability.refit_when_due(example.task)
     else:
-        example.validation_status = _decide(example, example.task.parsed_config.num_matching_validations)
-    example.save(update_fields=[field, "validation_status", "updated_at"])
+        example.validation_status = _decide(example, config.num_matching_validations)
+    example.save(update_fields=[field, "validation_status", "decision_posterior", "updated_at"])
+
+
+def _decide_adaptive(example: Example) -> str:
+    """The adaptive policy: verified or rejected once the posterior that the writer is
+    right (or wrong) reaches the task's target after ``min_votes`` counted votes;
+    escalated to the researchers after ``max_votes`` votes without a decision. Flags
+    decide as under the fixed rule, and count towards ``max_votes``."""
+    config = example.task.parsed_config
+    example.decision_posterior, decisions = reliability.posterior(example)
+    if example.validations_flagged >= config.num_matching_validations:
+        return Example.ValidationStatus.FLAGGED
+    rule = reliability.rule(example.task)
+    outcome = decide(example.decision_posterior, decisions, rule)
+    if outcome is None and example.validations_total >= rule.max_votes:
+        outcome = ESCALATED
+    return outcome or example.validation_status
 
 
 def confirm_session(session: AnnotationSession) -> int:
