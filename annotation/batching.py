@@ -12,7 +12,7 @@ A failing pass is retried request by request, so a bad input fails only its own
 request. A request whose caller gave up (its Future cancelled) is skipped.
 ``call(fn)`` runs any other model work (loading a model) on the same thread, in
 turn: every torch call of the process stays on one thread, one OpenMP team (see
-``annotation.inference``).
+``annotation.runtime``).
 
 No Django here: the embedded web process and the Celery inference worker (its
 ``threads`` pool: each task thread submits and waits) use it alike.

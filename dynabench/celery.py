@@ -132,7 +132,7 @@ def load_models_in_child(**_kwargs):
 
 def warm_up_models() -> None:
     """Start loading the open rounds' target models on the model thread."""
-    from annotation.inference import warm_up_in_background
+    from annotation.runtime import warm_up_in_background
 
     for future in warm_up_in_background():
         future.add_done_callback(lambda done: log.info(

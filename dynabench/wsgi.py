@@ -11,7 +11,8 @@ def _warm_up() -> None:
     so the first example does not wait for a load. This runs where the application is
     imported: each gunicorn worker after its fork (never use --preload, which would
     load torch in the parent; see README: "Torch and fork"), and runserver's serving process."""
-    from annotation.inference import embedded, warm_up_in_background
+    from annotation.inference import embedded
+    from annotation.runtime import warm_up_in_background
 
     if embedded() and os.environ.get("DYNABENCH_WARM_UP", "1") != "0":
         warm_up_in_background()

@@ -31,6 +31,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from tasks.jobs import send_task
 from tasks.models import Task
 
 from .. import reliability as R
@@ -180,8 +181,6 @@ def refit_when_due(task: Task) -> None:
 
 
 def _send_refit(task_id: int) -> None:
-    from tasks.jobs import send_task
-
     try:
         send_task("annotation.refit_reliability", task_id)
     except Exception:  # the vote is stored already; the beat's refit comes later

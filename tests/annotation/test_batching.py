@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from annotation import inference
+from annotation import inference, runtime
 from annotation.batching import Batcher
 
 
@@ -117,12 +117,12 @@ QA = [{"passage": "The Eiffel Tower is in Paris. It was finished in 1889.", "que
 def _concurrently(models, rows):
     """Each row its own request, all submitted at once to the model thread."""
     messages = [m.message() for m in models]
-    inference.ensure_loaded(messages)
+    runtime.ensure_loaded(messages)
     barrier = threading.Barrier(len(rows))
 
     def one(row):
         barrier.wait()
-        return inference.predict_batched(messages, [row])[0]
+        return runtime.predict_batched(messages, [row])[0]
 
     with ThreadPoolExecutor(len(rows)) as pool:
         return list(pool.map(one, rows))
@@ -138,7 +138,7 @@ def _same(batched, alone):
 
 @pytest.mark.django_db
 def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment_artifact):
-    from annotation.tasks import predict_refs
+    from annotation.runtime import predict_refs
     from tasks.registry import TargetModel, open_round_with_models, register_model, target_model
 
     cases = []
@@ -152,7 +152,7 @@ def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment
     ensemble = [*sentiment, target_model(other)]
     cases.append((ensemble, [{"statement": text} for text in SENTIMENT]))
     assert all(isinstance(m, TargetModel) for models, _ in cases for m in models)
-    before = inference.model_thread().stats.largest
+    before = runtime.model_thread().stats.largest
     for models, rows in cases:
         alone = [predict_refs([m.message() for m in models], [row])[0] for row in rows]
         batched = _concurrently(models, rows)
@@ -162,7 +162,7 @@ def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment
                 assert set(b["members"]) == {str(m.id) for m in models}
                 for key, member in a["members"].items():
                     _same(b["members"][key], member)
-    assert inference.model_thread().stats.largest > max(before, 1)  # requests did share passes
+    assert runtime.model_thread().stats.largest > max(before, 1)  # requests did share passes
 
 
 @pytest.mark.django_db
@@ -172,7 +172,7 @@ def test_a_bad_input_among_concurrent_requests_fails_alone(live_tasks):
 
     models = open_round_with_models(live_tasks["sentiment"])[1]
     rows = [{"statement": "Good."}, {"statement": ""}, {"statement": "Bad."}, {"statement": "Fine."}]
-    inference.ensure_loaded([m.message() for m in models])
+    runtime.ensure_loaded([m.message() for m in models])
     barrier = threading.Barrier(len(rows))
 
     def one(row):
@@ -208,7 +208,7 @@ def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, cl
     assert response.json()["code"] == "warming_up" and "warming up" in response.json()["detail"]
     assert int(response["Retry-After"]) >= 1
     assert Example.objects.count() == 0  # nothing stored
-    for future in inference.load_in_background([model.ref()]):
+    for future in runtime.load_in_background([model.ref()]):
         future.result(timeout=120)  # the load that request queued
     assert model.ref() in ml.default_cache()
     response = client.post("/api/tasks/sentiment/examples/", body, format="json")
@@ -235,7 +235,7 @@ def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks):
     import dynabench.wsgi
 
     importlib.reload(dynabench.wsgi)  # what a fresh gunicorn worker or runserver does
-    inference.model_thread().call(lambda: None).result(timeout=300)
+    runtime.model_thread().call(lambda: None).result(timeout=300)
     assert all(ref in ml.default_cache() for ref in refs) and len(refs) == 4
 
 
@@ -246,7 +246,7 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
     [model] = open_round_with_models(live_tasks["qa"])[1]
     inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,
               "question": "At what temperature does water boil?"}
-    inference.ensure_loaded([model.message()])
+    runtime.ensure_loaded([model.message()])
     done = {}
     explaining = threading.Thread(target=lambda: done.setdefault(
         "explanation", (inference.explain_with(model, inputs, None, 50), time.monotonic())))
@@ -286,7 +286,7 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
                         ("celery.concurrency.thread:TaskPool", True)):
         ml.default_cache().clear()
         worker_signals.load_models_in_solo_worker(sender=Consumer(pool))
-        inference.model_thread().call(lambda: None).result(timeout=300)  # whatever was queued has run
+        runtime.model_thread().call(lambda: None).result(timeout=300)  # whatever was queued has run
         assert all(ref in ml.default_cache() for ref in refs) is loads and len(refs) == 4, pool
 
 
@@ -315,7 +315,7 @@ def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks,
     broken = TargetModel(model.id, "later", str(path), model.sha256)
     with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
         inference.predict_with([broken], [{"statement": "Anything."}])
-    [kept] = inference.load_in_background([broken.ref()])
+    [kept] = runtime.load_in_background([broken.ref()])
     assert kept.done() and kept.exception() is not None  # the failure, answered again without a new load
     with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
         inference.predict_with([broken], [{"statement": "Anything."}])
@@ -346,24 +346,23 @@ def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings
     """Each integration pass (EXPLANATION_PASS_STEPS steps) and the prediction's pass
     first calls give_way; the chunked integration gives the unchunked attributions."""
     import ml
-    from annotation import tasks as annotation_tasks
     from tasks.registry import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["sentiment"])[1]
     message = model.message()
     inputs = {"statement": "a warm, funny and moving film"}
     calls = []
-    real = inference.give_way
+    real = runtime.give_way
     settings.EXPLANATION_PASS_STEPS = 5
     try:
-        inference.give_way = lambda: calls.append(time.monotonic()) or real()
-        chunked = annotation_tasks.explain_ref(message, inputs, None, 20)
+        runtime.give_way = lambda: calls.append(time.monotonic()) or real()
+        chunked = runtime.explain_ref(message, inputs, None, 20)
     finally:
-        inference.give_way = real
+        runtime.give_way = real
     # Once for the prediction and once before each of the four gradient passes; not
     # before Captum's forwards without gradients (layer values, convergence delta).
     assert len(calls) == 1 + 20 // 5
-    whole = ml.explain(annotation_tasks._ref(message), inputs, n_steps=20)
+    whole = ml.explain(runtime.ref(message), inputs, n_steps=20)
     assert [w["text"] for w in chunked["words"]] == [w["text"] for w in whole["words"]]
     for a, b in zip(chunked["words"], whole["words"], strict=True):
         assert a["attribution"] == pytest.approx(b["attribution"], abs=1e-4)
@@ -372,20 +371,19 @@ def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings
 def test_a_qa_explanation_gives_way_once_for_its_windows_and_once_per_gradient_pass(live_tasks, settings):
     """A long passage has several windows: their prediction passes give way once
     together, not once each (a backlog of 200 ms waits per window otherwise)."""
-    from annotation import tasks as annotation_tasks
     from tasks.registry import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["qa"])[1]
     passage = " ".join(f"Sentence {i} says that the river near town {i} floods in spring." for i in range(80))
     calls = []
-    real = inference.give_way
+    real = runtime.give_way
     settings.EXPLANATION_PASS_STEPS = 5
     try:
-        inference.give_way = lambda: calls.append(1) or real()
-        explained = annotation_tasks.explain_ref(model.message(), {"passage": passage, "question": "Which river?"},
+        runtime.give_way = lambda: calls.append(1) or real()
+        explained = runtime.explain_ref(model.message(), {"passage": passage, "question": "Which river?"},
                                                  None, 10)
     finally:
-        inference.give_way = real
+        runtime.give_way = real
     assert explained["passage_window"][0] > 0 or explained["passage_window"][1] < len(passage)  # windows were cut
     assert len(calls) == 1 + 10 // 5
 
@@ -404,7 +402,7 @@ def test_a_full_explanation_lane_refuses_at_once_and_frees_its_places(live_tasks
         "target": {"label": "positive"}}, format="json").json()
     settings.EXPLANATION_QUEUE_MAX = 1
     gate = threading.Event()
-    ahead = inference.ExplanationLane().submit(gate.wait, 30)  # the lane's one place, taken
+    ahead = runtime.ExplanationLane().submit(gate.wait, 30)  # the lane's one place, taken
     try:
         started = time.monotonic()
         refused = client.post(f"/api/examples/{created['id']}/explanation/", {"n_steps": 5}, format="json")
@@ -427,10 +425,10 @@ def test_an_explanation_that_times_out_gives_its_place_back(settings):
     place is free again (the lane would otherwise fill up with abandoned work)."""
     settings.EXPLANATION_QUEUE_MAX = 2
     gate = threading.Event()
-    lane = inference.ExplanationLane()
+    lane = runtime.ExplanationLane()
     running = lane.submit(gate.wait, 30)
     queued = lane.submit(gate.wait, 30)
-    with pytest.raises(inference.InferenceUnavailable):
+    with pytest.raises(runtime.LaneFull):
         lane.submit(gate.wait, 30)
     assert queued.cancel()  # what _wait does when the request times out
     third = lane.submit(lambda: "ran")  # its place was given back
@@ -441,6 +439,6 @@ def test_an_explanation_that_times_out_gives_its_place_back(settings):
 
 def wait_for_free_places(timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
-    while inference.explanations_waiting() and time.monotonic() < deadline:
+    while runtime.explanations_waiting() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert inference.explanations_waiting() == 0
+    assert runtime.explanations_waiting() == 0

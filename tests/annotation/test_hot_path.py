@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from annotation import inference
+from annotation import inference, runtime
 from annotation.models import AnnotationSession, Example
 from annotation.services import sessions
 from annotation.services.stats import round_stats
@@ -159,7 +159,7 @@ def test_the_worker_task_takes_references_or_ids_and_resolves_relative_paths(liv
     settings.DYNABENCH_MODELS_DIR = str(tmp_path)
     shutil.copytree(model.artifact_dir, tmp_path / "hate" / "copied")
     message = {**registry.target_model(model).message(), "path": "hate/copied"}
-    assert worker_tasks.predict_refs([message], row)[0]["label"] == by_id[0]["label"]
+    assert runtime.predict_refs([message], row)[0]["label"] == by_id[0]["label"]
 
     ModelVersion.objects.filter(pk=model.pk).update(status=ModelVersion.Status.RETIRED)
     with pytest.raises(ValueError, match="unknown or retired"):
@@ -186,6 +186,6 @@ def test_serving_a_context_loads_the_model_before_the_first_example(live_tasks, 
     ml.default_cache().clear()
     client = client_for(annotator)
     assert client.get("/api/tasks/sentiment/contexts/next/").status_code == 200
-    inference.model_thread().call(lambda: None).result(timeout=60)  # the queued load is done
+    runtime.model_thread().call(lambda: None).result(timeout=60)  # the queued load is done
     assert ref in ml.default_cache()
     assert inference.prefetch_models(task) is False  # checked once a minute per task, not per request

@@ -165,14 +165,14 @@ def test_a_model_still_loading_shows_warming_up_and_the_example_goes_through(liv
     import threading
 
     import ml
-    from annotation import inference
+    from annotation import runtime
 
     page, errors = browser_page
     task = live_tasks["sentiment"]
     open_create_page(page, live_server, annotator, task)
     settings.INFERENCE_WARMUP_WAIT = 0.0
     gate = threading.Event()
-    inference.model_thread().call(lambda: gate.wait(60))  # the model thread is busy: a load waits behind it
+    runtime.model_thread().call(lambda: gate.wait(60))  # the model thread is busy: a load waits behind it
     ml.default_cache().clear()
     try:
         page.fill("#input-statement", "Warm words.")
