@@ -296,7 +296,9 @@ def researched_task(request, slug):
     return task
 
 
-def _round_response(request, rnd, status_code=status.HTTP_200_OK):
+def round_response(request, rnd, status_code=status.HTTP_200_OK):
+    """A round as the rounds API answers it (its counts included): every endpoint that
+    changes a round, in this app or above it (a promotion), answers with this."""
     rnd = _rounds(rnd.task).get(pk=rnd.pk)
     return Response(RoundSerializer(rnd, context={"request": request}).data, status=status_code)
 
@@ -339,7 +341,7 @@ class RoundList(generics.ListAPIView):
         rnd = task_services.create_round(
             task, number=values.get("number"), target_models=_task_models(task, values.get("target_models", [])),
             ensemble_mode=values["ensemble_mode"], description=values["description"])
-        return _round_response(request, rnd, status.HTTP_201_CREATED)
+        return round_response(request, rnd, status.HTTP_201_CREATED)
 
 
 class RoundAction(APIView):
@@ -360,7 +362,7 @@ class RoundOpen(RoundAction):
 
     @extend_schema(request=None, responses={200: RoundSerializer})
     def post(self, request, slug, number):
-        return _round_response(request, task_services.open_round(self.round(request, slug, number)))
+        return round_response(request, task_services.open_round(self.round(request, slug, number)))
 
 
 @extend_schema(tags=["rounds"])
@@ -369,7 +371,7 @@ class RoundClose(RoundAction):
 
     @extend_schema(request=None, responses={200: RoundSerializer})
     def post(self, request, slug, number):
-        return _round_response(request, task_services.close_round(self.round(request, slug, number)))
+        return round_response(request, task_services.close_round(self.round(request, slug, number)))
 
 
 @extend_schema(tags=["rounds"])
@@ -383,7 +385,7 @@ class RoundTargets(RoundAction):
         data.is_valid(raise_exception=True)
         models = _task_models(rnd.task, data.validated_data["target_models"])
         rnd = task_services.set_round_targets(rnd, models, ensemble_mode=data.validated_data.get("ensemble_mode"))
-        return _round_response(request, rnd)
+        return round_response(request, rnd)
 
 
 @extend_schema(tags=["rounds"])

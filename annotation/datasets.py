@@ -1,3 +1,4 @@
+# Long on purpose: the dataset engine for examples: import (validated, batched, idempotent) and export in one place.
 """Importing data sets into a task, and exporting a task's examples.
 
 ``import_records`` takes the records that ``annotation.importers`` reads (public

@@ -1,3 +1,4 @@
+# Long on purpose: one reader per public data set format; each is short, and they share the Record they yield.
 """Readers for public data sets and our own export format. No Django here.
 
 Every reader takes a path and yields, in file order, either a ``Record`` (one

@@ -30,10 +30,10 @@ from celery import current_app
 from django.conf import settings
 
 from core.errors import InvalidInput, Unavailable, queue_errors
+from tasks.jobs import celery_task
 from tasks.registry import TargetModel, open_round_with_models
 
 from . import runtime
-from .tasks import explain, load_models, predict
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,8 @@ def preload(models: list[TargetModel], timeout: float = 300.0) -> None:
     messages = [m.message() for m in models]
     if not embedded():
         try:
-            load_models.apply_async(args=(messages,), queue="inference", ignore_result=True)
+            celery_task("annotation.load_models").apply_async(args=(messages,), queue="inference",
+                                                           ignore_result=True)
         except queue_errors() as exc:  # the promotion goes on; the first request loads it
             log.warning("could not ask a worker to preload %s: %s", [m.name for m in models], exc)
         return
@@ -198,12 +199,12 @@ def call(task, runner, *args, what: str = "model answer", executor=None, queue: 
 def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:
     """One model or an ensemble on ``rows_inputs`` (``ml`` field names). Each result
     carries ``members``: every model's own prediction, by version id."""
-    return call(predict, runtime.predict_batched, [m.message() for m in models], rows_inputs)
+    return call(celery_task("annotation.predict"), runtime.predict_batched, [m.message() for m in models], rows_inputs)
 
 
 def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10) -> dict:
     """An explanation, in its own lane: the explain thread, or the ``explain`` queue."""
-    return call(explain, runtime.explain_ref, model.message(), inputs, target, n_steps, what="explanation",
+    return call(celery_task("annotation.explain"), runtime.explain_ref, model.message(), inputs, target, n_steps, what="explanation",
                 executor=runtime.ExplanationLane(), queue="explain")
 
 

@@ -19,7 +19,7 @@ and stops everything it started (also on Ctrl-C or an error):
 
 Setup runs Django in a subprocess with the mode's environment (this process never
 imports Django): migrate, ``bootstrap_demo --no-models``, one small NLI model trained
-on the shipped seed rows with ``leaderboard.services.train_and_register`` (the
+on the shipped seed rows with ``leaderboard.training.train_and_register`` (the
 artifact is kept under var/bench/annotation/models and registered again on later
 runs) as the open round's target, and one user per simulated annotator.
 

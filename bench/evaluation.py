@@ -9,7 +9,7 @@ speed does not depend on its quality), and measures in the same run:
 
 * bare:      ``model(**tokenizer(batch))`` over the same texts, batch 32, no grad;
 * predict:   ``ml.predict`` over them, batch 32 (what the evaluation scores with);
-* evaluate:  the whole evaluation (``leaderboard.services.evaluate_model``): scoring,
+* evaluate:  the whole evaluation (``leaderboard.evaluation.evaluate_model``): scoring,
              intervals and resamples, throughput at batch 1, robustness and
              fairness (two more passes over the first 100 examples) and the writes.
 
@@ -41,7 +41,7 @@ def sentences(n: int) -> list[tuple[str, str]]:
         if found:
             break
     if not found:
-        from leaderboard.services import read_seed_rows
+        from leaderboard.rows import read_seed_rows
 
         found = [
             (r["inputs"]["statement"], r["label"]) for r in read_seed_rows("sentiment")["test"]
@@ -60,8 +60,8 @@ def main() -> None:
 
         import ml
         from annotation.models import Example
-        from leaderboard import services
-        from leaderboard.services import read_seed_rows
+        from leaderboard.evaluation import evaluate_model
+        from leaderboard.rows import ml_spec, read_seed_rows
         from tasks.models import Round
         from tasks.registry import register_model
         from tasks.services import create_task, load_definition
@@ -84,7 +84,7 @@ def main() -> None:
                 for i, (text, label) in enumerate(rows)
             ]
         )
-        spec = services.ml_spec(task)
+        spec = ml_spec(task)
         seed = read_seed_rows("sentiment")["train"][:16]
         info = ml.train(spec, seed, [], Path(folder) / "model", max_steps=2, epochs=1, batch_size=8)
         model = register_model(task, info, name="bench")
@@ -109,7 +109,7 @@ def main() -> None:
             ml.predict(ref, [{"statement": t} for t in texts], batch_size=32)
 
         def evaluate():
-            services.evaluate_model(model, [static])
+            evaluate_model(model, [static])
 
         bare(), predict()  # warm: models loaded, kernels ready
         timings = {}

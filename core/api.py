@@ -43,7 +43,7 @@ from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import errors
-from .exceptions import ConflictError, InvalidLines, PayloadTooLarge, ServiceUnavailable
+from .exceptions import ConflictError, GoneError, InvalidLines, PayloadTooLarge, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ def as_api_exception(exc: BaseException) -> BaseException:
         return exceptions.PermissionDenied(exc.message)
     if isinstance(exc, errors.Conflict):
         return ConflictError(exc.message, code=exc.code)
+    if isinstance(exc, errors.Gone):
+        return GoneError(exc.message)
     if isinstance(exc, errors.Unavailable):
         return ServiceUnavailable(exc.message, retry_after=exc.retry_after, code=exc.code)
     if isinstance(exc, errors.TooMany):
@@ -87,6 +89,12 @@ def as_api_exception(exc: BaseException) -> BaseException:
         log.exception("database unavailable")
         return ServiceUnavailable("The database is busy or unreachable; nothing was stored. Try again shortly.")
     return exc
+
+
+def http_status(exc: errors.DomainError) -> int:
+    """The HTTP status the API answers ``exc`` with, for pages that show a domain error
+    themselves (the MTurk HIT pages): one mapping for both."""
+    return getattr(as_api_exception(exc), "status_code", 500)
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:

@@ -1,8 +1,8 @@
 """Domain errors: what a service says went wrong, in words, without HTTP.
 
 Services raise these; ``core.api.exception_handler`` is the one place that turns
-them into HTTP statuses (400, 403, 404, 409, 413, 503), and the pages show their
-messages. A service never raises a DRF or Django HTTP exception itself.
+them into HTTP statuses (400, 403, 404, 409, 410, 413, 429, 503), and the pages show
+their messages with the same statuses (``core.api.http_status``). A service never raises a DRF or Django HTTP exception itself.
 """
 
 from __future__ import annotations
@@ -68,6 +68,13 @@ class Conflict(DomainError):
     """The request clashes with the current state (closed round, decided example, ...)."""
 
     code = "conflict"
+
+
+class Gone(DomainError):
+    """What was asked for existed and has ended (a finished batch of HITs, a task closed
+    to the public)."""
+
+    code = "gone"
 
 
 class Unavailable(DomainError):

@@ -1,4 +1,4 @@
-"""HTTP exceptions DRF does not have (409, 413, 503 with Retry-After, 400 by line).
+"""HTTP exceptions DRF does not have (409, 410, 413, 503 with Retry-After, 400 by line).
 
 Kept apart from ``core.api`` so the parser module can use them: DRF reads its
 parser classes while ``rest_framework.views`` is still loading.
@@ -13,6 +13,12 @@ class ConflictError(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The request conflicts with the current state."
     default_code = "conflict"
+
+
+class GoneError(exceptions.APIException):
+    status_code = status.HTTP_410_GONE
+    default_detail = "What was asked for has ended."
+    default_code = "gone"
 
 
 class PayloadTooLarge(exceptions.APIException):

@@ -1,3 +1,4 @@
+# Long on purpose: the crowd's admin pages (batches, the publish form, assignments, the bonus ledger, workers) share their forms and actions.
 """The crowd in the admin: publish a batch, watch its assignments, approvals and
 bonuses flow, see what it costs per verified model-fooling example, and manage
 workers (blocks, messages, quality).

@@ -31,6 +31,7 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 
 from annotation.models import AnnotationSession, Example, Validation
 from annotation.services import sessions
+from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from core.ratelimit import Limiter
 
 from . import mturk, workers
@@ -42,19 +43,16 @@ COMPLETION_SALT = "dynabench.crowd.completion"
 SUBMITTED_MESSAGE = "This assignment was submitted: it takes no more work."
 
 
-class Refused(Exception):
-    def __init__(self, message: str, status: int = 403, retry_after: int | None = None):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.retry_after = retry_after
+def bad_link(parameter: str, message: str) -> InvalidInput:
+    """A HIT link whose ``parameter`` is wrong (400; the page shows ``message``)."""
+    return InvalidInput({parameter: [message]}, message=message)
 
 
-class NotDoneYet(Refused):
+class NotDoneYet(Conflict):
     """Submit before the work is done: the worker stays on the work page, told what is left."""
 
     def __init__(self, message: str, assignment):
-        super().__init__(message, status=409)
+        super().__init__(message)
         self.assignment = assignment
 
 
@@ -84,7 +82,7 @@ def find_hit(hit_id: str) -> Hit:
     hit = Hit.objects.select_related("batch__task", "batch__round").filter(hit_id=hit_id).first() \
         if MTURK_ID.fullmatch(hit_id or "") else None
     if hit is None:
-        raise Refused("This HIT is not one of ours, or it was withdrawn.", status=404)
+        raise NotFound("This HIT is not one of ours, or it was withdrawn.")
     return hit
 
 
@@ -100,32 +98,31 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
     if assignment_id == PREVIEW:
         return Arrival(hit, batch, None)
     if not MTURK_ID.fullmatch(assignment_id or ""):
-        raise Refused("The assignment id in this link is not a valid MTurk assignment id.", status=400)
+        raise bad_link("assignmentId", "The assignment id in this link is not a valid MTurk assignment id.")
     if not workers.is_worker_id(worker_id):
-        raise Refused("The worker id in this link is not a valid MTurk worker id.", status=400)
+        raise bad_link("workerId", "The worker id in this link is not a valid MTurk worker id.")
     submit_to = (submit_to or "").rstrip("/")
     if submit_to not in mturk.SUBMIT_HOSTS:
-        raise Refused("This link's turkSubmitTo is not an MTurk site; open the HIT from MTurk.", status=400)
+        raise bad_link("turkSubmitTo", "This link's turkSubmitTo is not an MTurk site; open the HIT from MTurk.")
     if mturk.SUBMIT_HOSTS[submit_to] != batch.sandbox:
-        raise Refused("This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
-                      + ", but the link came from the other one.", status=400)
+        raise bad_link("turkSubmitTo", "This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
+                       + ", but the link came from the other one.")
     task = batch.task
     if not task.is_public:
-        raise Refused("This task is closed to the public now (a researcher hid or deactivated it); "
-                      "please return the HIT.", status=410)
+        raise Gone("This task is closed to the public now (a researcher hid or deactivated it); "
+                   "please return the HIT.")
     if batch.mode == Batch.Mode.CREATE and task.open_round() is None:
-        raise Refused("This task has no open round to write for now; please return the HIT.", status=410)
+        raise Gone("This task has no open round to write for now; please return the HIT.")
     existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
         assignment_id=assignment_id, worker__worker_id=worker_id).first()
     if existing is not None:  # a return to work already taken, which goes on after an early expiry
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
-        raise Refused("This batch of HITs has ended; please return the HIT.", status=410)
+        raise Gone("This batch of HITs has ended; please return the HIT.")
     limiter = arrivals_limiter()
     wait = limiter.retry_after(address) if address else None
     if wait:
-        raise Refused(f"Too many new assignments from this address; try again in {wait} s.", status=429,
-                      retry_after=wait)
+        raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
     _check_admitted(identity, task)
     if address:
@@ -135,20 +132,20 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
 
 def _check_admitted(identity: WorkerIdentity, task) -> None:
     if identity.hard_blocked_at or identity.soft_blocked_at or workers.is_blocked_on(identity, task):
-        raise Refused("You are not admitted to these HITs any more; please return the HIT.")
+        raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
     if not identity.user.is_active:
-        raise Refused("This worker's account is disabled.")
+        raise Forbidden("This worker's account is disabled.")
 
 
 def _resume(existing: Assignment, hit: Hit) -> Assignment:
     if existing.hit_id != hit.pk:
-        raise Refused("This assignment id belongs to another HIT.", status=400)
+        raise bad_link("assignmentId", "This assignment id belongs to another HIT.")
     _check_admitted(existing.worker, hit.batch.task)
     if existing.status != Assignment.Status.WORKING:
-        raise Refused(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
-                      else "This assignment ended (it was returned or ran out of time).", status=409)
+        raise Conflict(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
+                       else "This assignment ended (it was returned or ran out of time).")
     if existing.deadline <= timezone.now():
-        raise Refused("The time for this assignment is up; please return the HIT.", status=409)
+        raise Conflict("The time for this assignment is up; please return the HIT.")
     return existing
 
 
@@ -189,11 +186,11 @@ def finish(session: AnnotationSession) -> Assignment:
         assignment = Assignment.objects.select_for_update().select_related("hit__batch", "worker", "session") \
             .filter(session=session).first()
         if assignment is None:
-            raise Refused("This session is not an MTurk assignment.", status=404)
+            raise NotFound("This session is not an MTurk assignment.")
         if assignment.status != Assignment.Status.WORKING:
-            raise Refused(SUBMITTED_MESSAGE, status=409)
+            raise Conflict(SUBMITTED_MESSAGE)
         if assignment.deadline <= timezone.now():
-            raise Refused("The time for this assignment is up; please return the HIT.", status=409)
+            raise Conflict("The time for this assignment is up; please return the HIT.")
         required = assignment.hit.batch.examples_per_assignment
         done = work_done(assignment)
         if done < required:

@@ -1,3 +1,4 @@
+# Long on purpose: a fake of MTurk's requester API that behaves like the real one: every operation the crowd calls.
 """A fake Amazon Mechanical Turk requester service, for tests and local trials.
 
 The tests run the crowd against it, and ``manage.py crowd_demo`` (``make

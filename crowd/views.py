@@ -16,19 +16,23 @@ from django.views.decorators.http import require_GET, require_POST
 from annotation.models import Example
 from annotation.tokens import InvalidToken, make_token, session_from_token
 from annotation.views import frameable_by_mturk, work_page_context
+from core.api import http_status
+from core.errors import DomainError, Forbidden
 from core.ratelimit import client_ip
 
 from . import mturk
-from .assignments import PREVIEW, NotDoneYet, Refused, arrive, completion_token, finish, work_done
+from .assignments import PREVIEW, NotDoneYet, arrive, completion_token, finish, work_done
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
 TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.html"}
 
 
-def _refused(request, exc: Refused):
-    response = render(request, "crowd/refused.html", {"message": exc.message, "in_frame": True}, status=exc.status)
-    if exc.retry_after:
+def _refused(request, exc: DomainError):
+    """The HIT frame's refusal page, with the status the API would answer (``core.api``)."""
+    response = render(request, "crowd/refused.html", {"message": exc.message, "in_frame": True},
+                      status=http_status(exc))
+    if getattr(exc, "retry_after", None):
         response["Retry-After"] = str(exc.retry_after)
     return response
 
@@ -53,7 +57,7 @@ def hit_page(request):
         arrival = arrive(hit_id=params.get("hitId", ""), assignment_id=params.get("assignmentId", ""),
                          worker_id=params.get("workerId", ""), submit_to=params.get("turkSubmitTo", ""),
                          address=client_ip(request))
-    except Refused as exc:
+    except DomainError as exc:
         return _refused(request, exc)
     batch = arrival.batch
     if arrival.assignment is None:
@@ -83,12 +87,12 @@ def hit_submit(request):
     try:
         session = session_from_token(request.POST.get("token", ""))
     except InvalidToken as exc:
-        return _refused(request, Refused(exc.message))
+        return _refused(request, Forbidden(exc.message))
     try:
         assignment = finish(session)
     except NotDoneYet as exc:  # back to the work, with what is left to do
-        return _work_page(request, exc.assignment, error=exc.message, status=exc.status)
-    except Refused as exc:
+        return _work_page(request, exc.assignment, error=exc.message, status=http_status(exc))
+    except DomainError as exc:
         return _refused(request, exc)
     return render(request, "crowd/submit.html", {
         "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",

@@ -1,3 +1,4 @@
+# Long on purpose: one settings module by design: every setting is read from the environment in one place.
 """Dynabench settings: one module, configured by the environment.
 
 Unset service variables mean the embedded default: SQLite under ``var/`` and

@@ -1,6 +1,7 @@
 """Admin for the round loop: train the next model (or a round-0 model) from a task, evaluate and promote
-models, read evaluations. The tasks app's admin classes are extended here (this app
-sits above it), so the actions call this app's services."""
+models, read evaluations. The tasks app's task and model pages get this app's actions
+and the model page its evaluation panel through their ``extend`` hook (this app sits
+above tasks), so the actions call this app's services."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -12,19 +13,19 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from core.errors import DomainError
-from tasks.admin import ModelVersionAdmin as BaseModelVersionAdmin
-from tasks.admin import TaskAdmin as BaseTaskAdmin
-from tasks.admin import run_service_action
-from tasks.models import Job, ModelVersion, Task
+from leaderboard import promotion, training
+from leaderboard.evaluation import start_evaluation
+from tasks.admin import ModelVersionAdmin, TaskAdmin, run_service_action
+from tasks.models import Job, Task
 
-from . import cycle, services
+from . import cycle
 from .models import Evaluation, Submission
 
 
 class TrainNextForm(forms.Form):
-    selection = forms.ChoiceField(choices=list(services.SELECTIONS.items()), initial="verified",
+    selection = forms.ChoiceField(choices=list(training.SELECTIONS.items()), initial="verified",
                                   help_text="Round 0's static data is always included.")
-    mode = forms.ChoiceField(choices=list(services.MODES.items()), initial="full")
+    mode = forms.ChoiceField(choices=list(training.MODES.items()), initial="full")
     from_parent = forms.BooleanField(required=False, label="Start from the current target's weights")
     rounds = forms.CharField(required=False, help_text="Round numbers, comma-separated; empty: every round.")
     epochs = forms.IntegerField(min_value=1, max_value=50, initial=3)
@@ -77,11 +78,11 @@ def _start_next(request):
 def train_next_model(modeladmin, request, queryset):
     return start_job_with_form(modeladmin, request, queryset, form_class=TrainNextForm, start=_start_next(request),
                                template="admin/leaderboard/train_next.html", title="Train the next target model",
-                               done="queued.", tasks=[(task, services.usable_training_counts(task)) for task in queryset])
+                               done="queued.", tasks=[(task, training.usable_training_counts(task)) for task in queryset])
 
 
 class TrainStaticForm(forms.Form):
-    mode = forms.ChoiceField(choices=list(services.MODES.items()), initial="full")
+    mode = forms.ChoiceField(choices=list(training.MODES.items()), initial="full")
     epochs = forms.IntegerField(min_value=1, max_value=50, initial=1)
     batch_size = forms.IntegerField(min_value=1, max_value=256, initial=16)
     static_limit = forms.IntegerField(
@@ -94,8 +95,8 @@ class TrainStaticForm(forms.Form):
 @admin.action(description="Train a round-0 model on the static data (a job on the training queue)")
 def train_static_model(modeladmin, request, queryset):
     def start(task, values):
-        return services.start_static_training(
-            task, name=values["name"] or services.default_static_model_name(task), mode=values["mode"],
+        return training.start_static_training(
+            task, name=values["name"] or training.default_static_model_name(task), mode=values["mode"],
             static_limit=values["static_limit"], epochs=values["epochs"], batch_size=values["batch_size"],
             max_steps=values["max_steps"], user=request.user)
 
@@ -103,19 +104,14 @@ def train_static_model(modeladmin, request, queryset):
         modeladmin, request, queryset, form_class=TrainStaticForm, start=start,
         template="admin/leaderboard/train_static.html", title="Train a round-0 model on the static data",
         done="queued on round 0; its evaluation follows, then the model can be promoted from its page.",
-        tasks=[(task, services.static_training_counts(task)) for task in queryset])
+        tasks=[(task, training.static_training_counts(task)) for task in queryset])
 
 
-admin.site.unregister(Task)
-
-
-@admin.register(Task)
-class TaskAdmin(BaseTaskAdmin):
-    actions = [train_next_model, train_static_model]
+TaskAdmin.extend(actions=[train_next_model, train_static_model])
 
 
 def _evaluate(request):
-    return lambda model: services.start_evaluation(model, user=request.user)
+    return lambda model: start_evaluation(model, user=request.user)
 
 
 @admin.action(description="Evaluate on every round's test split (a job)")
@@ -129,7 +125,7 @@ def _promote(size, allow_below_baseline=False):
             modeladmin.message_user(request, "Promote one model at a time.", messages.ERROR)
             return
         run_service_action(modeladmin, request, queryset,
-                           lambda model: cycle.promote(model.task, model, ensemble_size=size, user=request.user,
+                           lambda model: promotion.promote(model.task, model, ensemble_size=size, user=request.user,
                                                        allow_below_baseline=allow_below_baseline),
                            "Promoted; the next round is open")
 
@@ -141,30 +137,27 @@ def _promote(size, allow_below_baseline=False):
     return admin.action(description=description)(action)
 
 
-admin.site.unregister(ModelVersion)
+@admin.display(description="evaluation beside the current target")
+def evaluations_vs_target(obj):
+    targets = [m for m in promotion.current_targets(obj.task) if m.pk != obj.pk]
+    comparison = cycle.compare(obj.task, [obj, *targets])
+    if not comparison.rounds:
+        return "No evaluation yet: use the action “Evaluate on every round's test split”."
+    header = format_html_join("", "<th>{}</th>", ((f"{m.name} (target)" if m in targets else m.name,)
+                                                  for m in comparison.models))
+    rows = format_html_join("", "<tr><th>round {}</th>{}</tr>", (
+        (number, format_html_join("", "<td>{}</td>", (
+            (f"{cell['value']:.3f} ({cell['num_examples']})" if cell and cell["value"] is not None else "–",)
+            for cell in cells)))
+        for number, cells in comparison.rows()))
+    state = "finished" if comparison.evaluated[obj.pk] else "not finished (promotion is refused until it is)"
+    return format_html('<p>{} per round; evaluation {}.</p><table><thead><tr><th></th>{}</tr></thead>'
+                       '<tbody>{}</tbody></table>', comparison.metric, state, header, rows)
 
 
-@admin.register(ModelVersion)
-class ModelVersionAdmin(BaseModelVersionAdmin):
-    actions = [evaluate_models, _promote(1), _promote(2), _promote(3), _promote(1, allow_below_baseline=True)]
-    readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "evaluations_vs_target"]
-
-    @admin.display(description="evaluation beside the current target")
-    def evaluations_vs_target(self, obj):
-        targets = [m for m in cycle.current_targets(obj.task) if m.pk != obj.pk]
-        comparison = cycle.compare(obj.task, [obj, *targets])
-        if not comparison.rounds:
-            return "No evaluation yet: use the action “Evaluate on every round's test split”."
-        header = format_html_join("", "<th>{}</th>", ((f"{m.name} (target)" if m in targets else m.name,)
-                                                      for m in comparison.models))
-        rows = format_html_join("", "<tr><th>round {}</th>{}</tr>", (
-            (number, format_html_join("", "<td>{}</td>", (
-                (f"{cell['value']:.3f} ({cell['num_examples']})" if cell and cell["value"] is not None else "–",)
-                for cell in cells)))
-            for number, cells in comparison.rows()))
-        state = "finished" if comparison.evaluated[obj.pk] else "not finished (promotion is refused until it is)"
-        return format_html('<p>{} per round; evaluation {}.</p><table><thead><tr><th></th>{}</tr></thead>'
-                           '<tbody>{}</tbody></table>', comparison.metric, state, header, rows)
+ModelVersionAdmin.extend(
+    actions=[evaluate_models, _promote(1), _promote(2), _promote(3), _promote(1, allow_below_baseline=True)],
+    panels=[evaluations_vs_target])
 
 
 @admin.register(Evaluation)
@@ -204,7 +197,7 @@ def _set_visibility(public: bool):
 
 
 @admin.register(Submission)
-class SubmissionAdmin(BaseModelVersionAdmin):
+class SubmissionAdmin(ModelVersionAdmin):
     """Uploaded models only: who sent them, whether they are public, and how their
     evaluation stands (its latest job, linked)."""
 
@@ -213,7 +206,7 @@ class SubmissionAdmin(BaseModelVersionAdmin):
     list_select_related = ["task", "created_by"]
     search_fields = ["name", "created_by__username", "sha256"]
     actions = [evaluate_models, _set_visibility(False), _set_visibility(True)]
-    readonly_fields = [*BaseModelVersionAdmin.readonly_fields, "is_public", "evaluation"]
+    readonly_fields = [*ModelVersionAdmin.readonly_fields, "is_public", "evaluation"]
 
     def get_queryset(self, request):
         # The job's params hold the model id as a JSON number: compared as an integer on

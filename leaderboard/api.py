@@ -15,18 +15,20 @@ from rest_framework import generics, permissions, renderers, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api import _round_response, researched_task
+from annotation.api import researched_task, round_response
 from annotation.serializers import RoundSerializer
 from core.csvrows import spreadsheet_safe
 from core.errors import Forbidden, InvalidInput, NotFound
 from core.parsers import BoundedMultiPartParser
 from core.uploads import MULTIPART_OVERHEAD_BYTES, BoundedUploads
+from leaderboard import promotion
+from leaderboard.evaluation import start_evaluation
 from tasks.api import job_response
 from tasks.models import ModelVersion, Task
 from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
 
-from . import board, cycle, dynascore, services, submissions
+from . import board, cycle, dynascore, submissions
 from .serializers import ModelVersionSerializer, PromoteSerializer, TrainNextSerializer
 
 TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
@@ -130,7 +132,7 @@ class ModelEvaluate(APIView):
         model = model_for(request, pk)
         if not is_researcher(request.user, model.task):
             raise Forbidden("Only the task's researchers evaluate its models.")
-        return job_response(request, services.start_evaluation(model, user=request.user))
+        return job_response(request, start_evaluation(model, user=request.user))
 
 
 @extend_schema(tags=["models"])
@@ -151,9 +153,9 @@ class Promote(APIView):
         model = ModelVersion.objects.filter(task=task, pk=data.validated_data["model"]).first()
         if model is None:
             raise InvalidInput.field("model", f"Task {slug} has no model #{data.validated_data['model']}.")
-        rnd = cycle.promote(task, model, ensemble_size=data.validated_data["ensemble_size"],
+        rnd = promotion.promote(task, model, ensemble_size=data.validated_data["ensemble_size"],
                             allow_below_baseline=data.validated_data["allow_below_baseline"], user=request.user)
-        return _round_response(request, rnd, status.HTTP_201_CREATED)
+        return round_response(request, rnd, status.HTTP_201_CREATED)
 
 
 class LeaderboardMetricSerializer(serializers.Serializer):

@@ -1,3 +1,4 @@
+# Long on purpose: one computation: stored evaluations to ranked rows, intervals, ties, and its cache.
 """A task's leaderboard: every evaluated model on every round's test set, with 95%
 intervals, ranked by a Dynascore the visitor may re-weight.
 
@@ -61,9 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -71,211 +70,30 @@ from dataclasses import dataclass
 import numpy as np
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q
 
 from core.errors import InvalidInput
-from ml import metrics as ml_metrics
 from ml import scoring
 from tasks.models import ModelVersion, Round, Task
+from tasks.roles import is_researcher
 
 from . import dynascore
+from .evaluation import (
+    CONFIDENCE,
+    RESAMPLES,
+    SEED,
+    dataset_seed,
+    evaluated_model_ids,
+    metric_replicates,
+    unpack,
+)
 from .models import Evaluation
-from .services import evaluated_model_ids, primary_metric, usable_examples
+from .rows import primary_metric, usable_examples
 
-SEED = 0
-
-
-def dataset_seed(number: int) -> int:
-    """The bootstrap seed of round ``number``'s dataset: the same for every model (so
-    their resamples pair), another for each dataset (so the datasets' resamples are
-    independent draws, as a bootstrap stratified by dataset needs)."""
-    return SEED + number
-
-RESAMPLES = 1000
-CONFIDENCE = 0.95
 BASELINE = "majority-class baseline"
 # Board metric -> the key its per-dataset value has in Evaluation.metrics.
 STORED = {"calibration": "ece", "throughput": "throughput", "memory": "memory_mb",
           "robustness": "robustness", "fairness": "fairness"}
-
-
-REPLICATE_DTYPE = np.dtype("<f4")  # 4 bytes a resample: 4 KB per evaluation, read fast
-
-
-def pack(values) -> bytes:
-    """Bootstrap replicate values as stored on ``Evaluation.replicate_values``."""
-    return np.asarray(values, dtype=REPLICATE_DTYPE).tobytes()
-
-
-def unpack(blob) -> np.ndarray | None:
-    """The stored replicate values (float64), or None when none were stored."""
-    if not blob:
-        return None
-    return np.frombuffer(bytes(blob), dtype=REPLICATE_DTYPE).astype(float)
-
-
-def _digest(example_ids) -> str:
-    return hashlib.sha256(json.dumps(list(example_ids)).encode()).hexdigest()[:16]
-
-
-# Metrics whose replicates are stored beside performance's (Evaluation.metric_replicate_values),
-# drawn on the same resampled indices: the Dynascore's interval resamples them together.
-RESAMPLED = ("ece", "robustness", "fairness", "throughput")
-
-
-def uncertainty(task: Task, scores: dict, details: dict, example_ids=None, seed: int = SEED) -> dict:
-    """Intervals and paired resamples of one evaluation (its ECE, robustness and
-    fairness go into ``scores`` too), drawn with ``seed`` (``dataset_seed``).
-
-    Every metric is resampled on the same bootstrap indices: replicate ``r`` of the
-    ECE, robustness and fairness is computed on the very examples replicate ``r`` of
-    performance drew (robustness and fairness on those of them in their perturbed
-    sample), so the Dynascore's interval resamples all of them together. Throughput
-    was timed several times (``measure``); each replicate takes one of those runs."""
-    per_example = np.asarray(details["per_example"], dtype=float)
-    if not per_example.size:
-        return {"intervals": {}, "replicates": {}, "replicate_values": b"", "metric_replicate_values": b""}
-    metric = primary_metric(task)
-    n = per_example.size
-    blocks = list(scoring.resample_indices(n, n_resamples=RESAMPLES, seed=seed))
-    replicates = np.concatenate([per_example[block].mean(axis=1) for block in blocks])
-    intervals = {metric: list(scoring.percentile_interval(replicates, CONFIDENCE))}
-    others: dict[str, np.ndarray] = {}
-    if "gold" in details:
-        macro = scoring.bootstrap_metric(details["gold"], details["pred"], ml_metrics.macro_f1,
-                                         n_resamples=RESAMPLES, seed=seed)
-        intervals["macro_f1"] = [macro.low, macro.high]
-        confidence = np.asarray(details["confidence"], dtype=float)
-        correct = np.asarray([g == p for g, p in zip(details["gold"], details["pred"], strict=True)], dtype=float)
-        scores["ece"] = scoring.expected_calibration_error(confidence, correct)
-        others["ece"] = np.array([scoring.expected_calibration_error(confidence[row], correct[row])
-                                  for block in blocks for row in block])
-    for name in ("robustness", "fairness"):
-        agreement, positions = details.get(f"{name}_agreement"), details.get(f"{name}_positions")
-        if not agreement:
-            continue
-        scores[name] = float(np.mean(agreement))
-        agree = np.zeros(n)
-        inside = np.zeros(n)
-        agree[positions], inside[positions] = agreement, 1.0
-        sums = np.concatenate([agree[block].sum(axis=1) for block in blocks])
-        counts = np.concatenate([inside[block].sum(axis=1) for block in blocks])
-        # A resample that drew none of the perturbed examples says nothing: it keeps the point value.
-        others[name] = np.where(counts > 0, sums / np.maximum(counts, 1), scores[name])
-    runs = details.get("throughput_runs")
-    if runs:
-        others["throughput"] = np.random.default_rng(seed).choice(np.asarray(runs, dtype=float), size=RESAMPLES)
-    for name, values in others.items():
-        intervals[name] = list(scoring.percentile_interval(values, CONFIDENCE))
-    names = [name for name in RESAMPLED if name in others]
-    return {"intervals": {k: [round(v, 6) for v in pair] for k, pair in intervals.items()},
-            "replicates": {"seed": seed, "n": len(replicates),
-                           "examples": _digest(example_ids or range(n)), "metrics": names},
-            "replicate_values": pack(replicates),
-            "metric_replicate_values": pack(np.concatenate([others[name] for name in names])) if names else b""}
-
-
-def metric_replicates(replicates: dict, blob) -> dict[str, np.ndarray]:
-    """The stored replicates of the other metrics, by their Evaluation.metrics key."""
-    names = (replicates or {}).get("metrics") or []
-    values = unpack(blob)
-    if not names or values is None or values.size % len(names):
-        return {}
-    return dict(zip(names, values.reshape(len(names), -1), strict=True))
-
-
-PERTURBED_SAMPLE = 500  # examples perturbed per dataset: all of a smaller one, else a seeded sample
-THROUGHPUT_RUNS = 5  # timed passes: the scoring pass and this many less one over a sample
-THROUGHPUT_SAMPLE = 256  # examples in each further timed pass
-BATCH1_SAMPLE = 16  # examples timed one at a time
-
-
-def _answer(task: Task, prediction: dict):
-    return prediction.get("answer") if task.parsed_config.task_type == "extractive_qa" else prediction.get("label")
-
-
-def perturbed_sample(n: int) -> list[int]:
-    """The positions a dataset's robustness and fairness are measured on: every
-    example of a set of at most ``PERTURBED_SAMPLE``, else that many drawn without
-    replacement with a fixed seed (the same for every model: the examples' order is)."""
-    if n <= PERTURBED_SAMPLE:
-        return list(range(n))
-    return sorted(np.random.default_rng(SEED).choice(n, size=PERTURBED_SAMPLE, replace=False).tolist())
-
-
-def measure(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int]) -> dict:
-    """Throughput (batched, timed ``THROUGHPUT_RUNS`` times, and one at a time), the
-    model's memory in inference (``model_memory_mb``), and the consistency of its
-    answers under typos (robustness) and name and gender-word swaps (fairness) on the
-    ``perturbed_sample``, each example perturbed with its own seeded generator
-    (``ml.scoring``). QA perturbs the question only, classification every input text.
-    Fills ``details`` with the timed runs and the agreement vectors with their
-    positions; returns the metrics."""
-    import ml
-
-    runs = [details["throughput"]] if details.get("throughput") else []
-    sample = [row["inputs"] for row in rows[:THROUGHPUT_SAMPLE]]
-    while sample and len(runs) < THROUGHPUT_RUNS:
-        started = time.perf_counter()
-        ml.predict(ref, sample)
-        runs.append(len(sample) / max(time.perf_counter() - started, 1e-9))
-    details["throughput_runs"] = runs
-    found = {"throughput": float(np.median(runs)) if runs else None, "throughput_runs": [round(r, 3) for r in runs]}
-    single = rows[:BATCH1_SAMPLE]
-    if single:
-        started = time.perf_counter()
-        for row in single:
-            ml.predict(ref, [row["inputs"]], batch_size=1)
-        found["throughput_batch1"] = len(single) / max(time.perf_counter() - started, 1e-9)
-    found["memory_mb"] = model_memory_mb(ref, [row["inputs"] for row in rows])
-    found["parameters_mb"] = parameters_mb(ref)
-    qa = task.parsed_config.task_type == "extractive_qa"
-    positions = perturbed_sample(len(rows))
-    for name, perturb in (("robustness", scoring.perturb_typos), ("fairness", scoring.perturb_fairness)):
-        changed_rows, kept, where = [], [], []
-        for i in positions:
-            row = rows[i]
-            inputs, changed = dict(row["inputs"]), False
-            for field, text in row["inputs"].items():
-                if (qa and field != "question") or not isinstance(text, str):
-                    continue
-                result = perturb(text, scoring.example_rng(f"{name}-{SEED}", (example_ids[i], field)))
-                inputs[field], changed = result.text, changed or result.changed
-            if changed:
-                changed_rows.append(inputs)
-                kept.append(_answer(task, details["predictions"][i]))
-                where.append(i)
-        if changed_rows:
-            perturbed = [_answer(task, p) for p in ml.predict(ref, changed_rows)]
-            details[f"{name}_agreement"] = scoring.agreement(kept, perturbed)
-            details[f"{name}_positions"] = where
-    return found
-
-
-def model_memory_mb(ref, inputs: list[dict]) -> float | None:
-    """The model's memory in inference, MiB: the peak resident memory that loading it
-    and a batch-32 forward pass add to a fresh interpreter (``ml.memory``). Measured
-    once per artifact (a few seconds: the child imports torch), then cached."""
-    from ml.memory import inference_memory_mb
-
-    sha256 = getattr(ref, "sha256", None)
-    key = f"dynabench:inference-memory:{sha256}" if sha256 else None
-    if key and (known := cache.get(key)) is not None:
-        return known
-    found = inference_memory_mb(getattr(ref, "path", None) or ref, inputs)
-    if key and found is not None:
-        cache.set(key, found, None)
-    return found
-
-
-def parameters_mb(ref) -> float | None:
-    """The model's float32 parameters and buffers, in MB (a size, not a measurement)."""
-    try:
-        from ml.submissions import parameter_count
-
-        path = getattr(ref, "path", None) or ref
-        return round(parameter_count(path) * 4 / 1e6, 1)
-    except Exception:
-        return None
 
 
 def dataset_name(rnd: Round | int) -> str:
@@ -434,7 +252,6 @@ def _stored_rows(task: Task, user):
     """The models ``user`` may see that finished an evaluation, and their test
     evaluations as ``{model id: {round number: (metrics, intervals, digest, values, n,
     other metrics' replicates)}}``."""
-    from .submissions import visible_models
 
     models = list(visible_models(task, user).filter(status=ModelVersion.Status.READY)
                   .select_related("created_by").order_by("created_at", "pk"))
@@ -700,3 +517,14 @@ def sort_rows(rows: list[dict], column: str, descending: bool, datasets: list[st
 
     present.sort(key=lambda r: (value(r), -rank(r) if descending else rank(r)), reverse=descending)
     return present + missing
+
+
+def visible_models(task: Task, user):
+    """The task's models ``user`` may see on the board: public ones, their own, and
+    every one for the task's researchers."""
+    models = ModelVersion.objects.filter(task=task)
+    if is_researcher(user, task):
+        return models
+    if user is not None and user.is_authenticated:
+        return models.filter(Q(is_public=True) | Q(created_by=user))
+    return models.filter(is_public=True)

@@ -41,15 +41,16 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from core.errors import DomainError
+from leaderboard import promotion, training
+from leaderboard.evaluation import has_finished_evaluation, start_evaluation
+from leaderboard.jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
 from tasks import services
 from tasks.jobs import held_for_the_server
 from tasks.models import Job, ModelVersion, Task
 from tasks.services import SEED_DIR
 
-from . import cycle
-from . import services as model_services
+from .jobs import train_static_model
 from .replay.data import default_data_dir
-from .services import DEMO_MODEL_NAME
 from .static_data import (
     Source,
     StaticDataError,
@@ -58,8 +59,8 @@ from .static_data import (
     parse_source,
     read_static_data,
     thinned,
-    train_static_model,
 )
+from .training import DEMO_MODEL_NAME
 
 DEMO_ADMIN_USERNAME = "admin"
 REAL_MODEL_NAME = "round0-real"
@@ -155,32 +156,32 @@ def _ensure_demo_models(slugs, progress, *, background: bool, **train_options) -
                 job = active_training_job(task) or _start_demo_training(task, say, train_options)
                 if job is None or background:
                     continue
-                model = model_services.wait_for_trained_model(job, echo)
+                model = wait_for_trained_model(job, echo)
                 trained.append(str(model))
-            elif not model_services.has_finished_evaluation(model):
+            elif not has_finished_evaluation(model):
                 job = (Job.objects.filter(kind=Job.Kind.EVALUATE_MODEL, status__in=Job.ACTIVE,
                                           params__model_version=model.pk).first()
-                       or model_services.start_evaluation(model, target_if_none=True))
+                       or start_evaluation(model, target_if_none=True))
                 say(f"{slug}: {model} has no finished evaluation: evaluation job #{job.pk}")
                 if background:
                     continue
-                model_services.wait_for_success(job, "evaluate", echo)
-        except model_services.JobDidNotSucceed as exc:
+                wait_for_success(job, "evaluate", echo)
+        except JobDidNotSucceed as exc:
             say(f"{slug}: {exc}")
             continue
         if not background:
-            model_services.target_if_none(model)
+            promotion.target_if_none(model)
     return trained
 
 
 def _start_demo_training(task: Task, say: Callable[[str], None], train_options: dict) -> Job | None:
-    counts = model_services.static_training_counts(task)
+    counts = training.static_training_counts(task)
     if not counts["train"]:
         say(f"{task.slug}: round 0 has no training examples; no seed model")
         return None
-    options = {**model_services.DEMO_TRAINING, **model_services.DEMO_TRAINING_BY_TASK.get(task.slug, {}),
+    options = {**training.DEMO_TRAINING, **training.DEMO_TRAINING_BY_TASK.get(task.slug, {}),
                **train_options}
-    job = model_services.start_static_training(task, name=DEMO_MODEL_NAME, evaluate=True, target_if_none=True,
+    job = training.start_static_training(task, name=DEMO_MODEL_NAME, evaluate=True, target_if_none=True,
                                                **options)
     say(f"{task.slug}: training job #{job.pk} queued: {DEMO_MODEL_NAME} on round 0's {counts['train']} train "
         f"and {counts['dev']} dev examples, then its evaluation on {counts['test']} test examples")
@@ -227,7 +228,7 @@ def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int,
         if not static.total:
             raise StaticDataError(f"no usable rows in {', '.join(data.sources)}")
         imported = import_static_data(task, static)
-        counts = model_services.static_training_counts(task)
+        counts = training.static_training_counts(task)
         progress(f"{slug}: round 0 <- {data.description}: {imported.created} rows imported "
                  f"({imported.skipped_duplicates} there already); it holds "
                  + ", ".join(f"{n} {split}" for split, n in counts.items()))
@@ -245,7 +246,7 @@ def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int,
         trained = True
     if not model.target_of_rounds.exists():
         try:
-            rnd, promoted = cycle.make_target(task, model)
+            rnd, promoted = promotion.make_target(task, model)
         except DomainError as exc:  # e.g. below the majority-class answer: the earlier target stays
             progress(f"{slug}: {REAL_MODEL_NAME} cannot be a target: {exc.message}")
             return model, trained
@@ -287,7 +288,7 @@ def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progre
     process runs them in turn): each imports its task's real data into round 0 beside
     the seed set, trains ``round0-real`` there, evaluates it, and makes it the target
     if it beats the seed target on round 0's test set, both scored on the same
-    examples (``services.compare_with_target``). Tasks without their files, and tasks
+    examples (``promotion.compare_with_target``). Tasks without their files, and tasks
     that have the model or its job already, are skipped with a note."""
     for slug in slugs:
         task = Task.objects.get(slug=slug)
@@ -322,7 +323,7 @@ def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progre
             progress(f"{slug}: after job #{before.pk}, a training job {what}")
             continue
         try:
-            job = model_services.start_static_training(task, **spec)
+            job = training.start_static_training(task, **spec)
         except DomainError as exc:  # e.g. a researcher's training job is running
             progress(f"{slug}: no real-data target for now: {exc.message}")
             continue

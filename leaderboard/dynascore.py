@@ -1,3 +1,4 @@
+# Long on purpose: one algorithm: the Dynascore, its replicates and its ranking with paired ties.
 """The Dynascore (Ma et al., 2021, "Dynaboard"): one number from several metrics,
 with the weights a user chooses.
 

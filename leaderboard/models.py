@@ -16,7 +16,7 @@ class Evaluation(models.Model):
     )
     intervals = models.JSONField(
         default=dict, blank=True,
-        help_text="95% bootstrap interval per metric: {metric: [low, high]} (seeded; see leaderboard.board).")
+        help_text="95% bootstrap interval per metric: {metric: [low, high]} (seeded; see leaderboard.evaluation).")
     example_ids = models.JSONField(default=list, blank=True, help_text="The examples scored, in order.")
     per_example = models.JSONField(
         default=list, blank=True, help_text="The task metric per example (1/0, or SQuAD F1), in example_ids order.")
@@ -26,7 +26,7 @@ class Evaluation(models.Model):
     replicate_values = models.BinaryField(
         default=bytes, blank=True,
         help_text="The task metric on each bootstrap resample, as little-endian float32 (the same resamples "
-                  "for every model: paired). 4 KB for 1,000 resamples; read with leaderboard.board.unpack.")
+                  "for every model: paired). 4 KB for 1,000 resamples; read with leaderboard.evaluation.unpack.")
     metric_replicate_values = models.BinaryField(
         default=bytes, blank=True,
         help_text="The other metrics (replicates['metrics'] names them, in order) on the same resamples, "

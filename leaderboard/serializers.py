@@ -3,9 +3,10 @@ from rest_framework import serializers
 from core.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
 from tasks.models import ModelVersion
 
-from .cycle import MAX_ENSEMBLE
+from .evaluation import has_finished_evaluation
 from .models import Evaluation
-from .services import MODES, SELECTIONS
+from .promotion import MAX_ENSEMBLE
+from .training import MODES, SELECTIONS
 
 MAX_ID = 2**63 - 1
 
@@ -70,6 +71,4 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_evaluated(self, obj) -> bool:
-        from .services import has_finished_evaluation
-
         return has_finished_evaluation(obj)

@@ -13,13 +13,13 @@ Which split a row goes to, first rule that applies:
    *group*. The group is the row's ``external_uid``, except where rows are related:
    rows sharing a context (an NLI premise: MNLI and SNLI write three hypotheses per
    premise) are one group, and so are the two sides of a contrastive pair
-   (``replay.data.group_keys``); QA rows whose passage has a title are grouped by
+   (``sampling.group_keys``); QA rows whose passage has a title are grouped by
    the title, i.e. SQuAD is split by article. So no premise or article is trained
    on and tested on, the same row lands in the same split on every run and
    machine, and adding a file never moves the rows of another.
 
 ``limit`` keeps at most that many rows of each split, stratified by label and
-chosen by hash (``replay.data.cap_records``): a capped import is a subset of the
+chosen by hash (``sampling.cap_records``): a capped import is a subset of the
 full one. ``balance`` keeps as many training rows of each label as the rarest
 label has (Davidson's tweets are 5.8% hateful: a model trained on its natural
 rate learns to answer not-hateful).
@@ -45,9 +45,10 @@ from annotation.importers import FORMATS, SPLITS, FormatError, Record, RowError,
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 from tasks.services import ensure_static_round
 
-from . import services
 from .models import Evaluation
-from .replay.data import cap_records, group_keys, stable_hash
+from .rows import primary_metric
+from .sampling import cap_records, group_keys, stable_hash
+from .training import static_training_counts
 
 SPLIT_SEED = 0
 SPLIT_PURPOSE = "static-split"
@@ -261,7 +262,7 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
     if not data.total:
         raise ValidationError(f"No usable rows to import in {', '.join(spec['sources'])}.")
     imported = import_static_data(task, data)
-    counts = services.static_training_counts(task)
+    counts = static_training_counts(task)
     reporter.progress(0, f"round 0 <- {spec.get('description') or spec['format']}: {imported.created} rows imported "
                          f"({imported.skipped_duplicates} there already); round 0 now holds "
                          + ", ".join(f"{n} {split}" for split, n in counts.items()))
@@ -273,22 +274,6 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
 
 
 # --- training ----------------------------------------------------------------------
-
-
-def train_static_model(task: Task, *, name: str, say: Callable[[str], None], mode: str = "full",
-                       static_limit: int | None = None, user=None, job_timeout: float | None = None,
-                       **options) -> ModelVersion:
-    """Train a model on round 0 as a job, wait for it and for its evaluation, echoing
-    their logs to ``say``. Raises ``StaticDataError`` if either does not succeed."""
-    job = services.start_static_training(task, name=name, mode=mode, static_limit=static_limit, user=user,
-                                         evaluate=True, **options)
-    job.refresh_from_db()
-    where = f"sent to a worker on queue {job.queue!r}" if job.celery_task_id else "run by this process"
-    say(f"training job #{job.pk} ({where})")
-    try:
-        return services.wait_for_trained_model(job, say, job_timeout)
-    except services.JobDidNotSucceed as exc:
-        raise StaticDataError(str(exc)) from None
 
 
 _STEP_LINE = re.compile(r"epoch \d+/\d+ step (\d+)/(\d+) ")
@@ -314,7 +299,7 @@ def thinned(say: Callable[[str], None], parts: int = 4) -> Callable[[str], None]
 
 def evaluation_table(model: ModelVersion) -> list[str]:
     """The model's test scores per round, as text lines."""
-    metric = services.primary_metric(model.task)
+    metric = primary_metric(model.task)
     other = "exact_match" if metric == "f1" else "macro_f1"
     rows = Evaluation.objects.filter(model_version=model, split="test").select_related("round").order_by(
         "round__number")
@@ -342,5 +327,5 @@ def dev_score(model: ModelVersion) -> tuple[str, float | None]:
 __all__ = [
     "Source", "StaticData", "StaticDataError", "StaticImport", "balanced", "check_fractions", "dev_score",
     "evaluation_table", "hash_splits", "import_static_data", "parse_source",
-    "read_static_data", "split_keys", "thinned", "train_static_model",
+    "read_static_data", "split_keys", "thinned",
 ]

@@ -38,16 +38,16 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 
-from core.errors import Conflict, DomainError, InvalidInput, TooLarge, TooMany
+from core.errors import DomainError, InvalidInput, TooLarge, TooMany
 from core.ratelimit import Limiter
-from tasks.jobs import JobReporter, create_job, enqueue, run_job
-from tasks.models import Job, ModelVersion, Task
-from tasks.registry import models_root, register_model
+from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
+from tasks.models import Job, Task
+from tasks.registry import check_new_model_name, models_root, register_model
 from tasks.roles import is_researcher
 
-from .services import ml_spec, start_evaluation
+from .evaluation import start_evaluation
+from .rows import ml_spec
 
 DAY = 24 * 3600
 WORK_AREA = ".submissions"
@@ -66,17 +66,6 @@ class ModelRefused(DomainError):
 
 def limiter() -> Limiter:
     return Limiter("model-submissions", settings.SUBMISSIONS_PER_DAY, DAY)
-
-
-def visible_models(task: Task, user):
-    """The task's models ``user`` may see on the board: public ones, their own, and
-    every one for the task's researchers."""
-    models = ModelVersion.objects.filter(task=task)
-    if is_researcher(user, task):
-        return models
-    if user is not None and user.is_authenticated:
-        return models.filter(Q(is_public=True) | Q(created_by=user))
-    return models.filter(is_public=True)
 
 
 # --- where uploads wait and are checked -------------------------------------------------
@@ -108,25 +97,13 @@ def child_limits():
 # --- the request ---------------------------------------------------------------------------
 
 
-def _check_name(task: Task, name) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > 100 or "\x00" in name:
-        raise InvalidInput.field("name", "Must be a model name of 1 to 100 characters.")
-    name = name.strip()
-    if ModelVersion.objects.filter(task=task, name=name).exists():
-        raise Conflict(f"Task {task.slug} already has a model named {name!r}.")
-    pending = Job.objects.filter(task=task, kind=Job.Kind.CHECK_SUBMISSION, status__in=Job.ACTIVE,
-                                 params__name=name).first()
-    if pending is not None:
-        raise Conflict(f"A model named {name!r} is being checked for task {task.slug} already (job #{pending.pk}).")
-    return name
-
 
 def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
     """Take an uploaded model for checking; returns its check job (queued). The model
     is registered, and its evaluation queued, once the job has checked it."""
     from ml.submissions import SubmissionRejected, inspect_archive
 
-    name = _check_name(task, name)
+    name = check_new_model_name(task, name)
     if upload is None:
         raise InvalidInput.field("file", "Upload the model as a .zip file in the 'file' field.")
     if upload.size > settings.SUBMISSION_MAX_BYTES:  # the upload handler stopped larger ones already
@@ -153,18 +130,13 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
         with transaction.atomic():
             job = create_job(Job.Kind.CHECK_SUBMISSION, task=task, user=user,
                              params={"name": name, "public": bool(public), "archive": archive.name})
-            enqueue(job, _check_task(), queue="training")
+            enqueue_by_name(job, "leaderboard.check_submission", queue="training")
     except BaseException:
         partial.unlink(missing_ok=True)
         archive.unlink(missing_ok=True)
         raise
     return job
 
-
-def _check_task():
-    from .tasks import check_submission
-
-    return check_submission
 
 
 # --- the job ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from celery import shared_task
 
-from . import services, submissions
+from leaderboard.jobs import run_evaluation_job, run_training_job
+
+from . import submissions
 
 # acks_late: a job whose worker dies is redelivered; the services are idempotent.
 JOB_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "soft_time_limit": 6 * 3600,
@@ -11,13 +13,13 @@ JOB_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "soft_time_limi
 
 @shared_task(name="leaderboard.train_model", **JOB_OPTIONS)
 def train_model(job_id: int) -> int:
-    services.run_training_job(job_id)
+    run_training_job(job_id)
     return job_id
 
 
 @shared_task(name="leaderboard.evaluate_model", **JOB_OPTIONS)
 def evaluate_model(job_id: int) -> int:
-    services.run_evaluation_job(job_id)
+    run_evaluation_job(job_id)
     return job_id
 
 

@@ -24,15 +24,17 @@ from core.accounts import too_many
 from core.errors import DomainError, TooLarge
 from core.ratelimit import page_wait
 from core.uploads import bounded_uploads
+from leaderboard import promotion, training
+from leaderboard.evaluation import start_evaluation
 from tasks import jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
-from . import board, cycle, services
+from . import board, cycle
 
 
 def research_context(task) -> dict:
-    targets = cycle.current_targets(task)
+    targets = promotion.current_targets(task)
     candidates = cycle.candidates(task, limit=5)
     comparison = cycle.compare(task, [*targets, *candidates])
     for model in comparison.models:
@@ -46,8 +48,8 @@ def research_context(task) -> dict:
         "validators": list(reliability.validator_rows(task)[:20]),
         "reliability_fit": ReliabilityFit.objects.filter(task=task).first(),
         "jobs": list(Job.objects.filter(task=task).order_by("-created_at", "-pk")[:10]),
-        "selections": services.SELECTIONS, "modes": services.MODES, "max_ensemble": cycle.MAX_ENSEMBLE,
-        "usable": services.usable_training_counts(task),
+        "selections": training.SELECTIONS, "modes": training.MODES, "max_ensemble": promotion.MAX_ENSEMBLE,
+        "usable": training.usable_training_counts(task),
     }
 
 
@@ -59,7 +61,7 @@ def task_detail(request, slug):
     task = context["task"]
     open_round = context["open_round"]  # its target models are prefetched
     context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
-    context["challenger"] = services.challenger(task)
+    context["challenger"] = promotion.challenger(task)
     context["is_researcher"] = is_researcher(request.user, task)
     if context["is_researcher"]:
         context.update(research_context(task))
@@ -93,12 +95,12 @@ def task_action(request, slug):
         if model is None:
             messages.error(request, "Choose one of this task's models.")
         elif action == "evaluate":
-            job = services.start_evaluation(model, user=request.user)
+            job = start_evaluation(model, user=request.user)
             messages.success(request, f"Evaluation of {model.name} queued: job #{job.pk}.")
             return redirect(job.get_absolute_url())
         elif action == "promote":
             size = _int(request.POST.get("ensemble_size")) or 1
-            rnd = cycle.promote(task, model, ensemble_size=size,
+            rnd = promotion.promote(task, model, ensemble_size=size,
                                 allow_below_baseline=request.POST.get("allow_below_baseline") == "on",
                                 user=request.user)
             messages.success(request, f"Round {rnd.number} is open with {', '.join(m.name for m in rnd.target_models.all())} "
@@ -248,10 +250,9 @@ def model_page(request, pk):
 
     from tasks.charts import interval_chart
 
-    from .board import STORED, dataset_name
+    from .board import STORED, dataset_name, visible_models
     from .models import Evaluation
-    from .services import primary_metric
-    from .submissions import visible_models
+    from .rows import primary_metric
 
     model = ModelVersion.objects.select_related("task", "created_by").filter(pk=pk).first()
     if model is None or not Task.objects.visible_to(request.user).filter(pk=model.task_id).exists() \

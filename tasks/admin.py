@@ -24,6 +24,38 @@ from core.errors import DomainError, InvalidInput
 from . import jobs, services, uploads
 from .models import Context, Job, ModelVersion, Round, Task
 
+
+class Extensible:
+    """An admin that higher apps extend without registering it again: ``extend(actions=...,
+    panels=...)`` adds actions to its list and read-only panels (callables with a
+    ``short_description``) to each object's page. The leaderboard adds its training,
+    evaluation and promotion actions to the task and model pages this way. Only the
+    class that was extended shows them, not its subclasses."""
+
+    @classmethod
+    def extend(cls, *, actions=(), panels=()) -> None:
+        own = cls.__dict__.get("extensions") or {"actions": [], "panels": []}
+        own["actions"].extend(actions)
+        for panel in panels:  # a read-only field is named after an attribute of the admin
+            setattr(cls, panel.__name__, staticmethod(panel))
+            own["panels"].append(panel.__name__)
+        cls.extensions = own
+
+    def _extensions(self, kind: str) -> list:
+        return list((type(self).__dict__.get("extensions") or {}).get(kind, ()))
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        for func in self._extensions("actions"):
+            action = self.get_action(func)
+            if action is not None:
+                actions[action[1]] = action
+        return actions
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *self._extensions("panels")]
+
+
 # The task filter lists only the tasks of the rows the researcher may see.
 TASK_FILTER = ("task", admin.RelatedOnlyFieldListFilter)
 
@@ -117,7 +149,7 @@ class TaskForm(forms.ModelForm):
 
 
 @admin.register(Task)
-class TaskAdmin(TaskScopedAdmin):
+class TaskAdmin(Extensible, TaskScopedAdmin):
     form = TaskForm
     task_path = "pk"
     list_display = ["name", "slug", "task_type", "is_active", "is_hidden", "round_count", "updated_at"]
@@ -271,7 +303,7 @@ class ContextAdmin(TaskScopedAdmin):
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(TaskScopedAdmin):
+class ModelVersionAdmin(Extensible, TaskScopedAdmin):
     list_display = ["__str__", "task", "backbone", "status", "short_sha256", "created_at"]
     list_filter = [TASK_FILTER, "status", "backbone"]
     list_select_related = ["task"]

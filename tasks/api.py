@@ -1,7 +1,6 @@
 """REST endpoints for tasks, rounds and contexts."""
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.db.models import Prefetch, Q
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -9,12 +8,12 @@ from rest_framework import generics, mixins, permissions, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import Conflict, Forbidden, NotFound
+from core.errors import Forbidden, NotFound
 from core.parsers import BoundedMultiPartParser
 from core.schema import FileErrorSerializer
 from core.uploads import BoundedUploads
 
-from . import jobs, uploads
+from . import jobs, services, uploads
 from .models import Context, Job, Round, Task
 from .roles import IsResearcherOrReadOnly, is_researcher
 from .serializers import (
@@ -48,16 +47,7 @@ class TaskViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
         )
 
     def perform_create(self, serializer):
-        slug = serializer.validated_data["slug"]
-        try:
-            with transaction.atomic():
-                task = serializer.save()
-                if not self.request.user.is_superuser:
-                    task.owners.add(self.request.user)
-        except IntegrityError:
-            if Task.objects.filter(slug=slug).exists():
-                raise Conflict(f"A task with the slug {slug!r} exists already.") from None
-            raise
+        serializer.instance = services.create_task_by(self.request.user, serializer.validated_data)
 
 
 def visible_task(request, slug) -> Task:

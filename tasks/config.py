@@ -22,6 +22,7 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
+from ml import metrics
 
 CLASSIFICATION = "classification"
 EXTRACTIVE_QA = "extractive_qa"
@@ -280,8 +281,6 @@ class TaskConfig:
         task's metric: the same label; for QA a SQuAD exact match, or token F1 at
         least the threshold (``string_f1``). The one rule behind "fooled" and behind
         a blind validator agreeing with the writer."""
-        from ml import metrics
-
         if self.task_type != EXTRACTIVE_QA:
             return answer.get("label") == other.get("label")
         a = answer.get("text", answer.get("answer"))

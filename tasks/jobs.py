@@ -86,11 +86,11 @@ def _runner() -> ThreadPoolExecutor:
         return _embedded_runner
 
 
-def _run_in_background(celery_task, job_id: int) -> None:
+def _run_in_background(task, job_id: int) -> None:
     def run():
         close_old_connections()
         try:
-            celery_task.apply(args=[job_id], throw=False)
+            task.apply(args=[job_id], throw=False)
         except Exception:  # recorded on the job by run_job; never kill the runner thread
             log.exception("embedded job %s", job_id)
         finally:
@@ -116,8 +116,8 @@ def held_for_the_server():
         _held.on = before
 
 
-def _send(job: Job, celery_task) -> None:
-    if celery_task.app.conf.task_always_eager:  # embedded mode
+def _send(job: Job, task) -> None:
+    if task.app.conf.task_always_eager:  # embedded mode
         if getattr(_held, "on", False):
             log.debug("job %s left queued for the server to run", job.pk)
             return
@@ -125,22 +125,30 @@ def _send(job: Job, celery_task) -> None:
             # Inline; or queued by a job on the background thread (a training job's
             # evaluation): run next, before the jobs queued behind it, so a model's
             # evaluation follows its training at once rather than after every other training.
-            celery_task.apply(args=[job.pk], throw=False)
+            task.apply(args=[job.pk], throw=False)
         else:
-            _run_in_background(celery_task, job.pk)
+            _run_in_background(task, job.pk)
         return
-    result = celery_task.apply_async(args=[job.pk], queue=job.queue or None)
+    result = task.apply_async(args=[job.pk], queue=job.queue or None)
     Job.objects.filter(pk=job.pk).update(celery_task_id=result.id or "")
 
 
-def enqueue(job: Job, celery_task, queue: str | None = None) -> None:
-    """Send ``celery_task(job.id)`` on ``queue`` once the current transaction commits."""
-    job.celery_task_name, job.queue = celery_task.name, queue or settings.CELERY_TASK_DEFAULT_QUEUE
+def enqueue(job: Job, task, queue: str | None = None) -> None:
+    """Send the Celery ``task`` with ``job.id`` on ``queue`` once the current transaction commits."""
+    job.celery_task_name, job.queue = task.name, queue or settings.CELERY_TASK_DEFAULT_QUEUE
     Job.objects.filter(pk=job.pk).update(celery_task_name=job.celery_task_name, queue=job.queue)
-    transaction.on_commit(lambda: _send(job, celery_task))
+    transaction.on_commit(lambda: _send(job, task))
 
 
-def _celery_task(name: str):
+def enqueue_by_name(job: Job, name: str, queue: str | None = None) -> None:
+    """``enqueue`` with the Celery task named ``name``: a service queues its own app's
+    task without importing the module that defines it (which imports the service)."""
+    enqueue(job, celery_task(name), queue)
+
+
+def celery_task(name: str):
+    """The Celery task registered as ``name`` (an app's services and clients send their
+    own app's tasks by name, so they need not import the module that defines them)."""
     from celery import current_app
 
     if name not in current_app.tasks:
@@ -154,12 +162,12 @@ def send_task(name: str, *args) -> None:
     """Send the Celery task ``name`` now (in embedded mode: run it here), for small
     housekeeping tasks that are not jobs. Called by a lower app that must not import
     the higher one's task module."""
-    _celery_task(name).delay(*args)
+    celery_task(name).delay(*args)
 
 
 def requeue(job: Job) -> None:
     """Send an existing queued job again, with the task that first ran it."""
-    transaction.on_commit(lambda: _send(job, _celery_task(job.celery_task_name)))
+    transaction.on_commit(lambda: _send(job, celery_task(job.celery_task_name)))
 
 
 def describe_progress(job: Job) -> str:
@@ -207,7 +215,7 @@ def resume_queued_jobs() -> list[int]:
     jobs = list(Job.objects.filter(status=Job.Status.QUEUED).exclude(celery_task_name="")
                 .exclude(pk__in=swept.requeued).order_by("pk"))
     for job in jobs:
-        _send(job, _celery_task(job.celery_task_name))
+        _send(job, celery_task(job.celery_task_name))
     return sorted([*swept.requeued, *(job.pk for job in jobs)])
 
 
@@ -374,7 +382,7 @@ def rerun_job(job: Job, user=None) -> Job:
     if not job.celery_task_name:
         raise Conflict(f"Job #{job.pk} was run outside a queue; it cannot be re-run from here.")
     new = create_job(job.kind, params=job.params, task=job.task, user=user or job.created_by, rerun_of=job)
-    enqueue(new, _celery_task(job.celery_task_name), queue=job.queue or None)
+    enqueue(new, celery_task(job.celery_task_name), queue=job.queue or None)
     return new
 
 

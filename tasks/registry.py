@@ -21,7 +21,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from .models import ModelVersion, Round, Task, resolve_artifact_path
+import ml
+from core.errors import Conflict, InvalidInput
+
+from .models import Job, ModelVersion, Round, Task, resolve_artifact_path
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,7 @@ class TargetModel:
 
     def ref(self):
         """The ``ml.ModelRef`` in this process (its own models directory)."""
-        from ml import ModelRef
-
-        return ModelRef(str(resolve_artifact_path(self.path)), self.sha256)
+        return ml.ModelRef(str(resolve_artifact_path(self.path)), self.sha256)
 
     @classmethod
     def from_message(cls, message: dict) -> TargetModel:
@@ -103,6 +104,27 @@ def open_rounds_target_models() -> list[TargetModel]:
 # --- artifacts and registration --------------------------------------------------------
 
 
+MODEL_NAME_MAX = 100
+
+
+def check_new_model_name(task: Task, name) -> str:
+    """``name`` (stripped) for a new model of ``task``, or the domain error that says
+    why not: 1 to 100 characters, no NUL, not a model of the task already, and not the
+    name a queued or running job (training, a submission's check) will register. The
+    one check every way of making a model goes through."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MODEL_NAME_MAX or "\x00" in name:
+        raise InvalidInput.field("name", f"Must be a model name of 1 to {MODEL_NAME_MAX} characters.")
+    name = name.strip()
+    if ModelVersion.objects.filter(task=task, name=name).exists():
+        raise Conflict(f"Task {task.slug} already has a model named {name!r}.")
+    pending = Job.objects.filter(task=task, kind__in=[Job.Kind.TRAIN_MODEL, Job.Kind.CHECK_SUBMISSION],
+                                 status__in=Job.ACTIVE, params__name=name).first()
+    if pending is not None:
+        being = "trained" if pending.kind == Job.Kind.TRAIN_MODEL else "checked"
+        raise Conflict(f"A model named {name!r} is being {being} for task {task.slug} already (job #{pending.pk}).")
+    return name
+
+
 def models_root() -> Path:
     root = Path(settings.DYNABENCH_MODELS_DIR)
     root.mkdir(parents=True, exist_ok=True)
@@ -120,8 +142,6 @@ def register_model(task: Task, info, *, name: str, parent: ModelVersion | None =
                    rounds: Iterable[Round] = (), user=None) -> ModelVersion:
     """Register a finished artifact (``ml.ArtifactInfo``), after verifying it once more
     on disk and checking that it was trained for this task's labels."""
-    import ml
-
     verified = ml.verify_artifact(info.path, info.sha256)
     spec = verified.metadata.get("task", {})
     expected = task.parsed_config.ml_spec_dict()

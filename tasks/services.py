@@ -68,6 +68,24 @@ def create_task(definition: dict, *, owners: Iterable = ()) -> tuple[Task, bool]
     return task, True
 
 
+def create_task_by(user, fields: dict) -> Task:
+    """A new task made by ``user`` through the API from checked ``fields`` (the
+    serializer's): its config is checked again here, the creator owns it (a superuser
+    sees every task anyway), and a taken slug is a Conflict, also when two requests
+    race for it."""
+    validate_task_config(fields.get("task_type"), fields.get("config"))
+    try:
+        with transaction.atomic():
+            task = Task.objects.create(**fields)
+            if not user.is_superuser:
+                task.owners.add(user)
+    except IntegrityError:
+        if Task.objects.filter(slug=fields.get("slug")).exists():
+            raise Conflict(f"A task with the slug {fields.get('slug')!r} exists already.") from None
+        raise
+    return task
+
+
 @transaction.atomic
 def ensure_first_round(task: Task) -> tuple[Round, bool]:
     """Round 1, open, if the task has no rounds yet."""

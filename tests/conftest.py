@@ -233,7 +233,7 @@ def tiny_artifact(tmp_path_factory):
     """``tiny_artifact(slug)``: a tiny trained artifact for one demo task, trained on
     first use and kept for the test session (a test that needs one task trains one)."""
     import ml
-    from leaderboard.services import read_seed_rows
+    from leaderboard.rows import read_seed_rows
     from tasks.config import validate_task_config
     from tasks.services import load_definition
 
@@ -264,7 +264,7 @@ def tiny_artifacts(tiny_artifact):
 def other_sentiment_artifact(tmp_path_factory, tiny_artifacts):
     """A second, different tiny sentiment model (other rows, other seed): for ensembles."""
     import ml
-    from leaderboard.services import read_seed_rows
+    from leaderboard.rows import read_seed_rows
     from tasks.config import validate_task_config
     from tasks.services import load_definition
 

@@ -69,7 +69,8 @@ def _target_model(task, cfg: dict):
     from django.core.exceptions import ValidationError
 
     import ml
-    from leaderboard import services as lb
+    from leaderboard import training
+    from leaderboard.rows import data_summary, read_seed_rows
     from tasks.registry import register_model
 
     name = cfg["model_name"]
@@ -81,9 +82,9 @@ def _target_model(task, cfg: dict):
             return register_model(task, artifact, name=name), False, 0.0
         except (ml.ArtifactError, ValidationError, KeyError, OSError):
             pass
-    rows = lb.read_seed_rows(task.slug)
+    rows = read_seed_rows(task.slug)
     started = time.perf_counter()
-    model = lb.train_and_register(
+    model = training.train_and_register(
         task,
         rows,
         name=name,
@@ -91,7 +92,7 @@ def _target_model(task, cfg: dict):
         epochs=1,
         batch_size=16,
         seed=0,
-        training_data=lb.data_summary(rows, source="shipped seed set", purpose=cfg["purpose"]),
+        training_data=data_summary(rows, source="shipped seed set", purpose=cfg["purpose"]),
     )
     train_s = time.perf_counter() - started
     manifest.write_text(json.dumps({"path": str(model.artifact_dir), "sha256": model.sha256}))

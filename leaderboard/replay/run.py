@@ -4,7 +4,7 @@
 its own: examples are written with ``create_example`` against the live target,
 verified with owner validations (``validate_example``), models are trained and
 evaluated by Jobs (``start_training``, which queues the evaluation) and promoted
-with ``cycle.promote``. The evaluations score performance only (``measure=False``:
+with ``promotion.promote``. The evaluations score performance only (``measure=False``:
 the leaderboard's throughput, memory, robustness and fairness would cost several
 times the scoring, and the replay reports accuracy). Jobs run where jobs run: on the embedded background
 thread, or on a Celery worker when a broker is configured.
@@ -38,7 +38,7 @@ batch size and seed, from as many *static* examples as M(r) learnt adversarial
 ones: fresh rows of round 0's data that M0 never saw (``plan.control_pool``),
 round for round and split for split, with the same rehearsal counts. Its rows
 are not the platform's examples, so it is trained in this process with
-``services.train_and_register`` and evaluated by a job like every model.
+``training.train_and_register`` and evaluated by a job like every model.
 
 With several seeds, each seed replays on a task of its own (``<slug>-s<seed>``)
 with the same data plan; ``leaderboard.replay.summary`` pools them.
@@ -55,6 +55,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+import ml
 from annotation.datasets import import_records
 from annotation.importers import Record
 from annotation.models import Example
@@ -66,8 +67,12 @@ from tasks import services as task_services
 from tasks.models import Context, ModelVersion, Task
 from tasks.registry import ref_for
 
-from .. import cycle, services
-from .data import ReplayPlan, build_plan, stable_hash
+from .. import promotion, training
+from ..evaluation import start_evaluation
+from ..jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
+from ..rows import example_row
+from ..sampling import stable_hash
+from .data import ReplayPlan, build_plan
 from .summary import build_report
 
 STRATEGIES = ("cumulative", "continue", "retrain")
@@ -165,15 +170,15 @@ class Replay:
 
     def train_model(self, task: Task, name: str, *, rounds: list[int], parent: ModelVersion | None, epochs: int,
                     static_limit: int | None = None, rehearse: int | None = None) -> tuple[ModelVersion, float]:
-        job = services.start_training(
+        job = training.start_training(
             task, name=name, rounds=rounds, selection="verified", mode="full", parent=parent,
             static_limit=static_limit, rehearse=rehearse, evaluate=True, measure=False, user=self.researcher,
             backbone=self.options.backbone if parent is None else None, epochs=epochs,
             batch_size=self.train["batch_size"], lr=self.train["lr"], seed=self.seed)
         try:
-            model = services.wait_for_trained_model(job, lambda line: self.say(f"  [{name}]{line}"),
+            model = wait_for_trained_model(job, lambda line: self.say(f"  [{name}]{line}"),
                                                     self.options.job_timeout)
-        except services.JobDidNotSucceed as exc:
+        except JobDidNotSucceed as exc:
             raise ReplayError(f"{name}: {exc}") from None
         job.refresh_from_db()  # succeeded: it has started and finished
         return model, (job.finished_at - job.started_at).total_seconds()
@@ -205,10 +210,10 @@ class Replay:
         """The replay promotes every model, as the rounds it replays did, even one below the
         majority-class answer (the platform refuses that without the override); it says so."""
         try:
-            cycle.check_above_baseline(task, model)
+            promotion.check_above_baseline(task, model)
         except DomainError as exc:
             self.say(f"note: {exc.message.split(': as a target')[0]}; the replay promotes it all the same")
-        return cycle.promote(task, model, allow_below_baseline=True, user=self.researcher)
+        return promotion.promote(task, model, allow_below_baseline=True, user=self.researcher)
 
     def collect(self, task: Task, rnd, records: list[Record]) -> dict:
         """Write the round's examples against its live target, then verify them."""
@@ -254,14 +259,12 @@ class Replay:
     def functional(self, task: Task, model: ModelVersion, upto_round: int) -> dict:
         """Per-example scores (1/0) on each functional suite in use by ``upto_round``, with
         each record's functionality; the overall accuracies are stored on the model."""
-        import ml
-
         results = {}
         for suite in self.plan.suites:
             if suite.from_round > upto_round or not suite.records:
                 continue
             config = task.parsed_config
-            rows = [services.example_row(config, r.context["fields"] if r.context else None, r.inputs, r.target)
+            rows = [example_row(config, r.context["fields"] if r.context else None, r.inputs, r.target)
                     for r in suite.records]
             predictions = []
             for start in range(0, len(rows), 64):
@@ -365,7 +368,7 @@ class Replay:
         static = self.plan.rounds[0]
 
         def rows(records):
-            return [services.example_row(config, r.context["fields"] if r.context else None, r.inputs, r.target)
+            return [example_row(config, r.context["fields"] if r.context else None, r.inputs, r.target)
                     for r in records]
 
         def by_hash(record):
@@ -405,7 +408,7 @@ class Replay:
             self.say(f"static control, round {number}: training {name} on {len(train)} rows "
                      f"({len(fresh)} fresh static rows in place of {entry['name']})")
             started = time.monotonic()
-            model = services.train_and_register(
+            model = training.train_and_register(
                 task, {"train": rows(train), "dev": rows(dev)}, name=name, training_data=summary,
                 rounds=task.rounds.filter(number=0), user=self.researcher,
                 progress=lambda _percent, message, n=name: self.say(f"  [{n}] {message}"),
@@ -414,11 +417,11 @@ class Replay:
                 epochs=self.train["epochs"], batch_size=self.train["batch_size"], lr=self.train["lr"],
                 seed=self.seed)
             seconds = time.monotonic() - started
-            job = services.start_evaluation(model, user=self.researcher, measure=False)
+            job = start_evaluation(model, user=self.researcher, measure=False)
             try:
-                services.wait_for_success(job, "evaluate", lambda line, n=name: self.say(f"  [{n}]{line}"),
+                wait_for_success(job, "evaluate", lambda line, n=name: self.say(f"  [{n}]{line}"),
                                           self.options.job_timeout)
-            except services.JobDidNotSucceed as exc:
+            except JobDidNotSucceed as exc:
                 raise ReplayError(f"{name}: {exc}") from None
             out.append({"number": number, "name": entry["name"], "control_for": entry["model"],
                         "train_seconds": round(seconds, 1), "training_rows": len(train),

@@ -58,7 +58,7 @@ def test_predictions_go_through_the_inference_queue(celery_worker_process, live_
 @pytest.mark.django_db(transaction=True)
 def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_tasks):
     from annotation.models import Example
-    from leaderboard.services import start_training
+    from leaderboard.training import start_training
     from tasks.models import ModelVersion
 
     task = demo_tasks["sentiment"]

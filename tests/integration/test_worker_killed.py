@@ -277,13 +277,10 @@ def test_a_worker_killed_mid_training_is_swept_and_its_job_finishes_on_a_fresh_w
     from celery.result import AsyncResult
 
     import ml
-    from leaderboard.services import (
-        has_finished_evaluation,
-        read_seed_rows,
-        start_training,
-        train_and_register,
-    )
+    from leaderboard.evaluation import has_finished_evaluation
+    from leaderboard.rows import read_seed_rows
     from leaderboard.tasks import train_model
+    from leaderboard.training import start_training, train_and_register
     from tasks.jobs import sweep_stale_jobs
     from tasks.models import Job, ModelVersion
 

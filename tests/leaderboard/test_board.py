@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from leaderboard import board, services
+from leaderboard import board
 from leaderboard.board import unpack
+from leaderboard.evaluation import start_evaluation
 from leaderboard.models import Evaluation
 from tasks.models import ModelVersion, Round
 from tasks.registry import register_model
@@ -33,7 +34,7 @@ def boarded(live_tasks, tiny_artifact, other_sentiment_artifact, django_capture_
               register_model(task, other_sentiment_artifact, name="sentiment-other")]
     for model in models:
         with django_capture_on_commit_callbacks(execute=True):
-            services.start_evaluation(model)
+            start_evaluation(model)
     return task, models
 
 
@@ -78,7 +79,7 @@ def test_a_performance_only_evaluation_scores_without_measuring(live_tasks, tiny
     add_examples(task, static, LEANING[:8], "test")
     model = task.open_round().target_models.get()
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_evaluation(model, measure=False)
+        job = start_evaluation(model, measure=False)
     job.refresh_from_db()
     assert job.status == "succeeded" and job.params["measure"] is False
     evaluation = Evaluation.objects.get(model_version=model)
@@ -187,7 +188,7 @@ def test_the_query_count_does_not_grow_with_the_models(boarded, client, other_se
     for n in range(3):
         model = register_model(task, other_sentiment_artifact, name=f"more-{n}")
         with django_capture_on_commit_callbacks(execute=True):
-            services.start_evaluation(model)
+            start_evaluation(model)
     with django_assert_max_num_queries(len(before.captured_queries)):
         body = client.get("/api/tasks/sentiment/leaderboard/").json()
     assert len(body["rows"]) == 6
@@ -205,7 +206,7 @@ def test_models_evaluated_on_no_test_set_make_an_empty_board(live_tasks, client,
     """The demo target has a finished evaluation, but the task has no test examples."""
     model = live_tasks["sentiment"].open_round().target_models.get()
     with django_capture_on_commit_callbacks(execute=True):
-        services.start_evaluation(model)
+        start_evaluation(model)
     assert not Evaluation.objects.filter(model_version=model).exists()
     body = client.get("/api/tasks/sentiment/leaderboard/").json()
     assert body["rows"] == [] and body["datasets"] == []

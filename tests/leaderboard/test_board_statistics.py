@@ -4,7 +4,15 @@ perturbation sample, throughput timed several times, memory measured."""
 import numpy as np
 import pytest
 
-from leaderboard import board
+from leaderboard.evaluation import (
+    PERTURBED_SAMPLE,
+    RESAMPLES,
+    THROUGHPUT_RUNS,
+    metric_replicates,
+    perturbed_sample,
+    uncertainty,
+    unpack,
+)
 from leaderboard.models import Evaluation
 from ml import scoring
 from tests.leaderboard.test_board import boarded  # noqa: F401  (the fixture)
@@ -25,15 +33,15 @@ def test_every_metric_is_resampled_on_the_draws_of_performance(demo_tasks):
                "fairness_agreement": [1.0] * 50 + [0.0] * 50, "fairness_positions": list(range(100)),
                "throughput_runs": [100.0, 110.0, 90.0, 105.0, 95.0]}
     scores = {}
-    found = board.uncertainty(demo_tasks["sentiment"], scores, details, list(range(n)), seed=7)
-    performance = board.unpack(found["replicate_values"])
-    others = board.metric_replicates(found["replicates"], found["metric_replicate_values"])
+    found = uncertainty(demo_tasks["sentiment"], scores, details, list(range(n)), seed=7)
+    performance = unpack(found["replicate_values"])
+    others = metric_replicates(found["replicates"], found["metric_replicate_values"])
     assert found["replicates"]["metrics"] == ["ece", "robustness", "fairness", "throughput"]
-    assert all(len(values) == board.RESAMPLES for values in others.values())
+    assert all(len(values) == RESAMPLES for values in others.values())
     # The same draws: robustness, equal to correctness on every example, resamples equal to performance.
     np.testing.assert_allclose(others["robustness"], performance, atol=1e-6)
     # ECE replicate r is the ECE of the examples that performance's replicate r drew.
-    first = next(scoring.resample_indices(n, n_resamples=board.RESAMPLES, seed=7))[0]
+    first = next(scoring.resample_indices(n, n_resamples=RESAMPLES, seed=7))[0]
     correct = np.array(per_example)
     assert others["ece"][0] == pytest.approx(scoring.expected_calibration_error(np.array(confidence)[first],
                                                                                 correct[first]), abs=1e-6)
@@ -48,18 +56,18 @@ def test_every_metric_is_resampled_on_the_draws_of_performance(demo_tasks):
 
 
 def test_robustness_and_fairness_use_the_whole_set_or_a_seeded_sample_of_500():
-    assert board.perturbed_sample(120) == list(range(120))
-    sample = board.perturbed_sample(10_000)
-    assert len(sample) == len(set(sample)) == board.PERTURBED_SAMPLE == 500
-    assert sample == sorted(sample) == board.perturbed_sample(10_000)  # seeded: the same for every model
+    assert perturbed_sample(120) == list(range(120))
+    sample = perturbed_sample(10_000)
+    assert len(sample) == len(set(sample)) == PERTURBED_SAMPLE == 500
+    assert sample == sorted(sample) == perturbed_sample(10_000)  # seeded: the same for every model
 
 
 def test_the_board_carries_the_spread_of_every_metric_into_the_dynascore(boarded, client):  # noqa: F811
     task, models = boarded
     evaluation = Evaluation.objects.filter(model_version=models[0]).first()
-    stored = board.metric_replicates(evaluation.replicates, evaluation.metric_replicate_values)
+    stored = metric_replicates(evaluation.replicates, evaluation.metric_replicate_values)
     assert {"ece", "robustness", "fairness", "throughput"} <= set(stored)
-    assert len(evaluation.metrics["throughput_runs"]) == board.THROUGHPUT_RUNS
+    assert len(evaluation.metrics["throughput_runs"]) == THROUGHPUT_RUNS
     body = client.get(f"/api/tasks/{task.slug}/leaderboard/").json()
     for row in body["rows"][:2]:
         for name in ("calibration", "throughput", "robustness", "fairness"):

@@ -10,8 +10,11 @@ from django.core.exceptions import ValidationError
 from annotation.inference import predict_with
 from annotation.models import Example
 from core.errors import Conflict
-from leaderboard import services
+from leaderboard import training
+from leaderboard.evaluation import has_finished_evaluation, start_evaluation
+from leaderboard.jobs import run_training_job
 from leaderboard.models import Evaluation
+from leaderboard.rows import read_seed_rows, untampered
 from tasks.models import Job, ModelVersion, Round
 from tasks.registry import models_root, register_model, round_target_models
 
@@ -38,7 +41,7 @@ def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, resea
     add_examples(task, rnd, SENTENCES[:4], "dev")
     add_examples(task, rnd, SENTENCES[4:8], "test")
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_training(task, name="r1-tiny", user=researcher, dev_fraction=0, **TINY)
+        job = training.start_training(task, name="r1-tiny", user=researcher, dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, job.error
     assert job.progress == 100 and "training on 12 train, 4 dev" in job.log  # never on test examples
@@ -50,19 +53,19 @@ def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, resea
     # Its evaluation was queued when it was registered (and ran: jobs run inline in tests).
     first = Evaluation.objects.get(model_version=model, round=rnd)
     assert first.num_examples == 4 and 0 <= first.model_error_rate <= 1
-    assert services.has_finished_evaluation(model)
+    assert has_finished_evaluation(model)
 
     # Rerunning the finished job is a no-op; a second model with the same name is refused.
-    services.run_training_job(job.pk)
+    run_training_job(job.pk)
     assert ModelVersion.objects.filter(task=task).count() == 1
     with pytest.raises(Conflict, match="already has a model named"):
-        services.start_training(task, name="r1-tiny")
+        training.start_training(task, name="r1-tiny")
 
     # Evaluation per round with progress, through its own job.
     second = Round.objects.create(task=task, number=2)
     add_examples(task, second, SENTENCES[:6], "test")
     with django_capture_on_commit_callbacks(execute=True):
-        eval_job = services.start_evaluation(model)
+        eval_job = start_evaluation(model)
     eval_job.refresh_from_db()
     assert eval_job.status == Job.Status.SUCCEEDED, eval_job.error
     evaluations = {e.round.number: e for e in Evaluation.objects.filter(model_version=model)}
@@ -78,7 +81,7 @@ def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_com
     Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"}, source="import",
                            external_uid="bad-1", validation_status="verified", target={"label": "lukewarm"})  # not in the task's label set
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_training(task, name="broken", dev_fraction=0, **TINY)
+        job = training.start_training(task, name="broken", dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
     assert "lukewarm" in job.error
@@ -89,8 +92,8 @@ def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_com
 
 def test_register_refuses_a_tampered_artifact(demo_tasks):
     task = demo_tasks["hate"]
-    rows = services.read_seed_rows("hate")
-    model = services.train_and_register(task, {"train": rows["train"][:8]}, name="m",
+    rows = read_seed_rows("hate")
+    model = training.train_and_register(task, {"train": rows["train"][:8]}, name="m",
                                         training_data={}, **TINY)
     copy_dir = model.artifact_dir.parent / "tampered"
     shutil.copytree(model.artifact_dir, copy_dir)
@@ -116,7 +119,7 @@ def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client)
     """A fresh demo: the seed splits in round 0, a seed model per task trained on its
     train split, evaluated on its test split, round 1's target and ranked on the board."""
     from leaderboard.demo import bootstrap_demo
-    from leaderboard.services import read_seed_rows
+    from leaderboard.rows import read_seed_rows
 
     report = bootstrap_demo(train_options=TINY)
     assert len(report.models_trained) == 4
@@ -127,7 +130,7 @@ def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client)
             assert Example.objects.filter(round=static, split=split).count() == len(seed[split]) > 0, (slug, split)
         assert report.examples_imported[slug] == sum(len(rows) for rows in seed.values())
         model = ModelVersion.objects.get(task__slug=slug, name="round0-seed")
-        assert services.has_finished_evaluation(model)
+        assert has_finished_evaluation(model)
         assert Evaluation.objects.get(model_version=model, round=static).num_examples == len(seed["test"])
         board = client.get(f"/api/tasks/{slug}/leaderboard/").json()
         page = " ".join(client.get(f"/tasks/{slug}/").content.decode().split())
@@ -243,12 +246,12 @@ def test_a_job_left_running_by_a_stopped_server_runs_again_when_the_next_one_sta
 def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_artifacts):
     task = demo_tasks["sentiment"]
     model = register_model(task, tiny_artifacts["sentiment"], name="nothing-to-score")
-    job = services.start_evaluation(model)
+    job = start_evaluation(model)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
     assert "No usable test examples in round(s) 1 of task sentiment" in job.error
     assert "import_dataset --round 0 --split test" in job.error
-    assert not services.has_finished_evaluation(model)
+    assert not has_finished_evaluation(model)
 
 
 def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_tasks, annotator):
@@ -271,6 +274,6 @@ def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_ta
                                                              else "positive"})
     Example.objects.filter(pk=written[2].pk).update(fooled=True)
     Example.objects.filter(task=task).update(validation_status="verified")
-    kept = services.untampered(services.training_examples(task))
+    kept = untampered(training.training_examples(task))
     assert [e.pk for e in kept if e.source == "annotation"] == [written[0].pk]
     assert sum(e.source == "import" for e in kept) == 2

@@ -1,6 +1,6 @@
 """``make run`` with real data present: real-data targets train after the seed ones and
 replace them only when they score higher on the same test examples (leaderboard.demo,
-``services.compare_with_target``).
+``promotion.compare_with_target``).
 
 The "real" files here are SST-2-shaped files the test writes, so the tests run wherever
 the suite runs; ``fetch_data`` puts the real ones in the same places.
@@ -11,7 +11,9 @@ import random
 import pytest
 from django.utils.html import escape
 
-from leaderboard import demo
+from leaderboard import demo, promotion
+from leaderboard.evaluation import start_evaluation
+from leaderboard.jobs import wait_for_success
 from leaderboard.models import Evaluation
 from tasks.models import Job, ModelVersion, Round, Task
 
@@ -97,7 +99,6 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
     """The rule itself: the candidate's stored round-0 score against the target's, which
     is scored again on the same examples, and against always answering the most common
     label. A candidate at 100% wins; one at 0%, or just under the majority line, does not."""
-    from leaderboard import services
     from leaderboard.board import target_scores
     from tasks.jobs import JobReporter, create_job
 
@@ -116,7 +117,7 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": candidate.pk}, task=task)
     reporter = JobReporter(job.pk)
 
-    decision = services.compare_with_target(candidate, reporter, job)
+    decision = promotion.compare_with_target(candidate, reporter, job)
 
     assert decision["promote"] is promoted, decision
     assert ("below the majority line" in decision["reason"]) is (score < majority)
@@ -154,7 +155,7 @@ def test_a_score_from_a_smaller_static_test_set_is_not_set_beside_todays_majorit
     counts fewer examples than the majority line would: the page says so instead of
     comparing them, and promotion waits for a new evaluation."""
     from core.errors import Conflict
-    from leaderboard import board, cycle, services
+    from leaderboard import board
     from leaderboard.static_data import Source, import_static_data, read_static_data
 
     demo.bootstrap_demo(slugs=["sentiment"], train_options=TINY)
@@ -173,9 +174,9 @@ def test_a_score_from_a_smaller_static_test_set_is_not_set_beside_todays_majorit
     page = client.get("/tasks/sentiment/").content.decode()
     assert f"the static test set has grown to {after['grown_to']} examples since" in page
     with pytest.raises(Conflict, match="Evaluate it again first"):
-        cycle.check_above_baseline(task, seed)
+        promotion.check_above_baseline(task, seed)
 
-    services.wait_for_success(services.start_evaluation(seed), "evaluate", lambda line: None)
+    wait_for_success(start_evaluation(seed), "evaluate", lambda line: None)
     [again] = board.target_scores(task, [seed])
     assert again["grown_to"] is None and again["num_examples"] == after["grown_to"]
     assert again["baseline"] is not None

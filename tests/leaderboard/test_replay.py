@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from annotation.models import Example, Validation
+from leaderboard.evaluation import has_finished_evaluation
 from leaderboard.models import Evaluation
 from leaderboard.replay.report import interface_problems
-from leaderboard.services import has_finished_evaluation
 from tasks.models import Job, ModelVersion, Round, Task
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -23,12 +23,12 @@ from leaderboard.replay.data import (
     build_plan,
     caps_for,
     default_data_dir,
-    group_keys,
     plan_summary,
     required_files,
 )
 from leaderboard.replay.report import markdown_tables, metric_matrix
 from leaderboard.replay.results import write_outputs
+from leaderboard.sampling import group_keys
 
 SVG = "{http://www.w3.org/2000/svg}"
 NLI_LETTERS = "enc"

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from leaderboard.replay import stats
-from leaderboard.replay.data import build_plan, group_keys, reference_lines
+from leaderboard.replay.data import build_plan, reference_lines
 from leaderboard.replay.summary import build_report
+from leaderboard.sampling import group_keys
 
 from .test_replay_data import make_hate_dir, make_nli_dir, uids, write_csv, write_jsonl
 

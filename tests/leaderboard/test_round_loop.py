@@ -6,7 +6,8 @@ from django.db import IntegrityError, transaction
 
 from annotation.models import Example
 from core.errors import Conflict, InvalidInput
-from leaderboard import cycle, services
+from leaderboard import promotion, training
+from leaderboard.evaluation import has_finished_evaluation, start_evaluation
 from leaderboard.models import Evaluation
 from tasks import services as task_services
 from tasks.models import Job, ModelVersion, Round
@@ -50,8 +51,8 @@ def jobs(django_capture_on_commit_callbacks):
 
 def evaluated(model, jobs):
     with jobs():
-        services.start_evaluation(model)
-    assert services.has_finished_evaluation(model)
+        start_evaluation(model)
+    assert has_finished_evaluation(model)
     return model
 
 
@@ -121,15 +122,15 @@ def test_training_takes_only_verified_unflagged_unretracted_examples(sentiment, 
     add(sentiment, one, "retracted", "positive", retracted=True)
     add(sentiment, one, "a test example", "positive", split="test")
 
-    rows, summary = services.select_training_rows(sentiment, dev_fraction=0)
+    rows, summary = training.select_training_rows(sentiment, dev_fraction=0)
     texts = sorted(r["inputs"]["statement"] for r in rows["train"])
     assert texts == sorted(e.inputs["statement"] for e in kept)
     assert [r["inputs"]["statement"] for r in rows["dev"]] == ["static dev"]
     assert summary["counts"] == {"static": {"train": 1, "dev": 1}, "rounds": {"train": 2, "dev": 0}}
 
-    fooling, _ = services.select_training_rows(sentiment, selection="fooling", dev_fraction=0)
+    fooling, _ = training.select_training_rows(sentiment, selection="fooling", dev_fraction=0)
     assert sorted(r["inputs"]["statement"] for r in fooling["train"]) == ["static good", "verified and fooling"]
-    no_static, _ = services.select_training_rows(sentiment, include_static=False, dev_fraction=0)
+    no_static, _ = training.select_training_rows(sentiment, include_static=False, dev_fraction=0)
     assert sorted(r["inputs"]["statement"] for r in no_static["train"]) == ["verified", "verified and fooling"]
 
 
@@ -137,13 +138,13 @@ def test_the_dev_hold_out_is_a_fixed_share_by_uid(sentiment):
     one = sentiment.open_round()
     for i in range(200):
         add(sentiment, one, f"sentence {i}", "positive")
-    rows, _ = services.select_training_rows(sentiment, dev_fraction=0.2)
-    again, _ = services.select_training_rows(sentiment, dev_fraction=0.2)
+    rows, _ = training.select_training_rows(sentiment, dev_fraction=0.2)
+    again, _ = training.select_training_rows(sentiment, dev_fraction=0.2)
     assert rows == again
     assert 20 <= len(rows["dev"]) <= 60 and len(rows["train"]) + len(rows["dev"]) == 200
     held = {r["inputs"]["statement"] for r in rows["dev"]}
     assert not held & {r["inputs"]["statement"] for r in rows["train"]}
-    other_seed, _ = services.select_training_rows(sentiment, dev_fraction=0.2, seed=1)
+    other_seed, _ = training.select_training_rows(sentiment, dev_fraction=0.2, seed=1)
     assert {r["inputs"]["statement"] for r in other_seed["dev"]} != held
 
 
@@ -151,8 +152,8 @@ def test_a_static_sample_is_fixed_and_bounded(sentiment):
     static = task_services.ensure_static_round(sentiment)
     for i in range(30):
         add(sentiment, static, f"static {i}", "positive")
-    rows, summary = services.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
-    again, _ = services.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
+    rows, summary = training.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
+    again, _ = training.select_training_rows(sentiment, static_limit=10, dev_fraction=0)
     assert len(rows["train"]) == 10 and rows == again and summary["static_limit"] == 10
 
 
@@ -171,35 +172,35 @@ def test_rehearsal_spreads_evenly_over_round_0_and_the_earlier_rounds(sentiment)
         add(sentiment, two, f"two {i}", "positive")
     for i in range(12):
         add(sentiment, three, f"three {i}", "negative")
-    rows, summary = services.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
-    again, _ = services.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
+    rows, summary = training.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
+    again, _ = training.select_training_rows(sentiment, rounds=[3], rehearse=30, dev_fraction=0.2)
     assert rows == again
     texts = [r["inputs"]["statement"] for r in rows["train"]]
     counts = summary["counts"]["rehearsal"]
     kept_two = [e.inputs["statement"] for e in Example.objects.filter(round=two)
-                if not services.held_out(e.uid, 0.2, 0)]
+                if not training.held_out(e.uid, 0.2, 0)]
     # Round 2 has fewer than its share (10): it gives all it has, the rest goes to rounds 0 and 1.
     assert counts["2"] == len(kept_two) and counts["0"] + counts["1"] + counts["2"] == 30
     assert abs(counts["0"] - counts["1"]) <= 1
     assert sum(t.startswith("static") for t in texts) == counts["0"]
     assert sum(t.startswith("one") for t in texts) == counts["1"]
     assert sorted(t for t in texts if t.startswith("two")) == sorted(kept_two)
-    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if services.held_out(e.uid, 0.2, 0)}
+    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if training.held_out(e.uid, 0.2, 0)}
     assert held_one and not held_one & set(texts)  # an earlier round's dev share stays out of training
     new = [t for t in texts if t.startswith("three")]
     assert len(new) == summary["counts"]["rounds"]["train"] and len(new) + len(rows["dev"]) == 12
     # The first collection round rehearses round 0 only; a bigger sample than there is takes all.
-    _, first = services.select_training_rows(sentiment, rounds=[1], rehearse=1000, dev_fraction=0.2)
+    _, first = training.select_training_rows(sentiment, rounds=[1], rehearse=1000, dev_fraction=0.2)
     assert first["counts"]["rehearsal"] == {"0": 40}
     with pytest.raises(InvalidInput) as caught:
-        services.start_training(sentiment, name="x", rounds=[3], rehearse=5, static_limit=5)
+        training.start_training(sentiment, name="x", rounds=[3], rehearse=5, static_limit=5)
     assert "rehearse" in caught.value.errors
     with pytest.raises(InvalidInput):
-        services.start_training(sentiment, name="x", rounds=[3], rehearse=-1)
+        training.start_training(sentiment, name="x", rounds=[3], rehearse=-1)
     with pytest.raises(InvalidInput) as caught:
-        services.start_training(sentiment, name="x", rounds=[3], backbone=" ")
+        training.start_training(sentiment, name="x", rounds=[3], backbone=" ")
     assert "backbone" in caught.value.errors
-    job = services.start_training(sentiment, name="x", rounds=[3], rehearse=30, backbone="all-MiniLM-L6-v2",
+    job = training.start_training(sentiment, name="x", rounds=[3], rehearse=30, backbone="all-MiniLM-L6-v2",
                                   measure=False)
     assert job.params["rehearse"] == 30 and job.params["measure"] is False
     assert job.params["options"]["backbone"] == "all-MiniLM-L6-v2"
@@ -207,12 +208,12 @@ def test_rehearsal_spreads_evenly_over_round_0_and_the_earlier_rounds(sentiment)
 
 def test_rehearsal_sample_shares():
     groups = [list(range(100)), list(range(100, 103)), list(range(200, 250))]
-    samples = services.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101)
+    samples = training.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101)
     assert [len(s) for s in samples] == [14, 3, 13]  # 10 each; round 2's unused 7 go 4 and 3 to the others
     assert all(s == sorted(s) for s in samples)  # each in its group's order
-    assert services.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101) == samples
-    assert [len(s) for s in services.rehearsal_sample(groups, 1000, key=str)] == [100, 3, 50]
-    assert services.rehearsal_sample([[], [1]], 0, key=str) == [[], []]
+    assert training.rehearsal_sample(groups, 30, key=lambda x: (x * 7919) % 101) == samples
+    assert [len(s) for s in training.rehearsal_sample(groups, 1000, key=str)] == [100, 3, 50]
+    assert training.rehearsal_sample([[], [1]], 0, key=str) == [[], []]
 
 
 def test_training_options_and_rounds_are_checked_before_a_job_is_queued(sentiment):
@@ -222,18 +223,18 @@ def test_training_options_and_rounds_are_checked_before_a_job_is_queued(sentimen
                            ({"mode": "half"}, "mode"), ({"unknown": 1}, "unknown"), ({"name": " "}, "name"),
                            ({"dev_fraction": 1}, "dev_fraction")]:
         with pytest.raises(InvalidInput) as caught:
-            services.start_training(sentiment, **{"name": "x", **options})
+            training.start_training(sentiment, **{"name": "x", **options})
         assert field in caught.value.errors, (options, caught.value.errors)
     with pytest.raises(Conflict, match="no usable training examples"):
-        services.start_training(sentiment, name="x", selection="fooling")
+        training.start_training(sentiment, name="x", selection="fooling")
     assert not Job.objects.exists()
 
 
 def test_one_training_job_per_task_at_a_time(sentiment):
     add(sentiment, sentiment.open_round(), "fine", "positive")
-    first = services.start_training(sentiment, name="first", **TINY)  # queued, not run (nothing commits)
+    first = training.start_training(sentiment, name="first", **TINY)  # queued, not run (nothing commits)
     with pytest.raises(Conflict, match=f"job #{first.pk}"):
-        services.start_training(sentiment, name="second", **TINY)
+        training.start_training(sentiment, name="second", **TINY)
     assert Job.objects.filter(kind=Job.Kind.TRAIN_MODEL).count() == 1
 
 
@@ -247,20 +248,20 @@ def test_a_failed_training_leaves_the_round_and_target_untouched(sentiment, mode
         add(sentiment, one, text, label)
     add(sentiment, one, "Meh.", "lukewarm")  # a label the task does not have: training fails
     with jobs():
-        job = services.start_training(sentiment, name="doomed", dev_fraction=0, **TINY)
+        job = training.start_training(sentiment, name="doomed", dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED and "lukewarm" in job.error
 
     # A failure at registration (here: in the transaction that registers the model)
     # leaves no model row and removes the artifact it had written.
-    rows, _ = services.select_training_rows(sentiment, dev_fraction=0)
+    rows, _ = training.select_training_rows(sentiment, dev_fraction=0)
     rows["train"] = [r for r in rows["train"] if r["label"] != "lukewarm"]
 
     def refuse(model):
         raise RuntimeError("the job was cancelled while registering")
 
     with pytest.raises(RuntimeError, match="cancelled while registering"):
-        services.train_and_register(sentiment, rows, name="half", training_data={}, on_registered=refuse, **TINY)
+        training.train_and_register(sentiment, rows, name="half", training_data={}, on_registered=refuse, **TINY)
 
     one.refresh_from_db()
     assert one.status == Round.Status.OPEN and list(one.target_models.all()) == [model_a]
@@ -289,7 +290,7 @@ def test_a_training_cancelled_while_it_runs_registers_nothing(demo_tasks, tiny_a
     one.target_models.add(model_a)
     for text, label in SENTENCES * 10:
         add(sentiment, one, text, label)
-    job = services.start_training(sentiment, name="cancelled", dev_fraction=0, max_steps=400, batch_size=4,
+    job = training.start_training(sentiment, name="cancelled", dev_fraction=0, max_steps=400, batch_size=4,
                                   epochs=50, evaluate=False)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -317,14 +318,14 @@ def test_train_next_from_the_parent_in_head_only_mode(sentiment, model_a, jobs):
         add(sentiment, one, text, label)
         add(sentiment, one, text, label, split="test")
     with jobs():
-        job = services.start_training(sentiment, name="child", parent=model_a, mode="head", dev_fraction=0, **TINY)
+        job = training.start_training(sentiment, name="child", parent=model_a, mode="head", dev_fraction=0, **TINY)
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, job.error
     child = ModelVersion.objects.get(name="child")
     assert child.parent == model_a
     assert child.metrics["hyperparameters"]["freeze_encoder"] is True
     assert child.training_data["selection"] == "verified" and child.training_data["rounds"] == [1]
-    assert services.has_finished_evaluation(child)  # queued when it was registered
+    assert has_finished_evaluation(child)  # queued when it was registered
     assert Evaluation.objects.get(model_version=child, round=one).num_examples == 12
 
 
@@ -336,14 +337,14 @@ def test_promote_a_single_model(sentiment, model_a, model_b, jobs):
     one.target_models.add(model_a)
     add(sentiment, one, "A test sentence.", "positive", split="test")
     with pytest.raises(Conflict, match="no finished evaluation"):
-        cycle.promote(sentiment, model_b)
+        promotion.promote(sentiment, model_b)
     assert sentiment.open_round() == one
     evaluated(model_b, jobs)
     import ml
     from tasks.registry import target_model
 
     ml.default_cache().clear()
-    two = cycle.promote(sentiment, model_b)
+    two = promotion.promote(sentiment, model_b)
     one.refresh_from_db()
     assert (two.number, two.status, one.status) == (2, Round.Status.OPEN, Round.Status.CLOSED)
     assert list(two.target_models.all()) == [model_b] and two.ensemble_mode == Round.EnsembleMode.SINGLE
@@ -356,13 +357,13 @@ def test_promote_an_ensemble_of_the_last_targets(sentiment, model_a, model_b, jo
     add(sentiment, one, "A test sentence.", "positive", split="test")
     evaluated(model_b, jobs)
     with pytest.raises(Conflict, match="no finished evaluation"):
-        cycle.promote(sentiment, model_b, ensemble_size=2)  # model_a, the earlier target, was never evaluated
+        promotion.promote(sentiment, model_b, ensemble_size=2)  # model_a, the earlier target, was never evaluated
     evaluated(model_a, jobs)
     with pytest.raises(Conflict, match="needs 2 earlier target"):
-        cycle.promote(sentiment, model_b, ensemble_size=3)
+        promotion.promote(sentiment, model_b, ensemble_size=3)
     with pytest.raises(InvalidInput):
-        cycle.promote(sentiment, model_b, ensemble_size=9)
-    two = cycle.promote(sentiment, model_b, ensemble_size=2)
+        promotion.promote(sentiment, model_b, ensemble_size=9)
+    two = promotion.promote(sentiment, model_b, ensemble_size=2)
     assert sorted(m.name for m in two.target_models.all()) == ["model-a", "model-b"]
     assert two.ensemble_mode == Round.EnsembleMode.MEAN
 
@@ -378,7 +379,7 @@ def test_promote_opens_a_prepared_draft_round(sentiment, model_a, model_b, jobs)
     prepared = task_services.create_round(sentiment, description="contexts uploaded")
     add(sentiment, prepared, "A test sentence.", "positive", split="test")
     evaluated(model_b, jobs)
-    assert cycle.promote(sentiment, model_b) == prepared
+    assert promotion.promote(sentiment, model_b) == prepared
     prepared.refresh_from_db()
     assert prepared.status == Round.Status.OPEN and prepared.description == "contexts uploaded"
 
@@ -397,7 +398,7 @@ def test_promote_refuses_a_tampered_artifact(sentiment, model_a, model_b, tmp_pa
         fh.seek(-8, 2)
         fh.write(b"\x00" * 8)
     with pytest.raises(Conflict, match="does not check"):
-        cycle.promote(sentiment, model_b)
+        promotion.promote(sentiment, model_b)
     assert sentiment.open_round().number == 1
 
 

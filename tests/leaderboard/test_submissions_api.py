@@ -15,6 +15,7 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from leaderboard.evaluation import start_evaluation
 from leaderboard.submissions import checking_folder, incoming_folder, remove_leftovers
 from tasks.models import Job, ModelVersion, Round
 from tests.leaderboard import upload_recorder
@@ -201,12 +202,11 @@ def test_the_upload_page_and_the_model_page(scored_task, tiny_artifact, annotato
 
 def test_an_evaluation_past_its_time_limit_fails_with_a_readable_error(scored_task, settings,
                                                                        django_capture_on_commit_callbacks):
-    from leaderboard import services
 
     settings.EVALUATION_TIME_LIMIT = -1  # already past: stops at the first batch
     model = scored_task.open_round().target_models.get()
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.start_evaluation(model)
+        job = start_evaluation(model)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED and "ran past its time limit" in job.error
 

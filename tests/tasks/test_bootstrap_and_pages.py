@@ -2,7 +2,7 @@ import pytest
 from django.core.management import call_command
 
 from annotation.models import Example
-from leaderboard.services import read_seed_rows
+from leaderboard.rows import read_seed_rows
 from tasks.models import Context, ModelVersion, Round, Task
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,9 @@ from django.db import transaction
 from annotation.datasets import DatasetImportError, check_format
 from annotation.importers import FORMATS, SPLITS
 from core.errors import DomainError, InvalidInput
-from leaderboard import cycle, services
+from leaderboard import promotion, training
+from leaderboard.jobs import train_static_model
+from leaderboard.rows import primary_metric
 from leaderboard.static_data import (
     StaticDataError,
     dev_score,
@@ -12,7 +14,6 @@ from leaderboard.static_data import (
     import_static_data,
     parse_source,
     read_static_data,
-    train_static_model,
 )
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 
@@ -55,7 +56,7 @@ class Command(BaseCommand):
                             help="Import as many train rows of each label as the rarest label has (for skewed "
                                  "data such as Davidson: 5.8%% hateful).")
         parser.add_argument("--name", help="The model's name (default: round0-<format>-<YYYYmmdd-HHMM>).")
-        parser.add_argument("--mode", choices=list(services.MODES), default="full",
+        parser.add_argument("--mode", choices=list(training.MODES), default="full",
                             help="full: fine-tune the whole model (default); head: train the head only on a "
                                  "frozen encoder (faster, usually less accurate).")
         parser.add_argument("--epochs", type=int, help="Training epochs (default: the trainer's, 3).")
@@ -86,12 +87,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if limit is not None and limit < 1:
             raise CommandError("--limit must be 1 or more.")
-        name = name or services.default_static_model_name(task_obj, format_name)
+        name = name or training.default_static_model_name(task_obj, format_name)
         if ModelVersion.objects.filter(task=task_obj, name=name).exists():
             raise CommandError(f"Task {task} already has a model named {name!r}; choose another --name.")
         options = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "max_steps": max_steps, "seed": seed}
         try:
-            options = services.check_training_options(mode=mode, **options)
+            options = training.check_training_options(mode=mode, **options)
         except InvalidInput as exc:
             raise CommandError("; ".join(f"--{field.replace('_', '-')}: {' '.join(messages)}"
                                          for field, messages in exc.errors.items())) from None
@@ -127,13 +128,13 @@ class Command(BaseCommand):
                 write(f"  {path} line {error.line}: {error.message}")
             if len(errors) > SHOWN_ERRORS:
                 write(f"  ... and {len(errors) - SHOWN_ERRORS} more")
-        counts = services.static_training_counts(task_obj)
+        counts = training.static_training_counts(task_obj)
         write(f"Round {STATIC_ROUND} now holds " + ", ".join(f"{n} {s}" for s, n in counts.items())
               + " usable examples.")
 
         settings_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in options.items()) or "the trainer's defaults"
         sample = f" (a fixed sample of at most {limit} train examples)" if limit else ""
-        write(f"Training {name} on round {STATIC_ROUND}{sample}: {services.MODES[mode]}, {settings_text}.")
+        write(f"Training {name} on round {STATIC_ROUND}{sample}: {training.MODES[mode]}, {settings_text}.")
         try:
             model = train_static_model(task_obj, name=name, say=write, mode=mode, static_limit=limit,
                                        job_timeout=job_timeout, **options)
@@ -144,12 +145,12 @@ class Command(BaseCommand):
         what, value = dev_score(model)
         shown = f"{value:.3f}" if isinstance(value, int | float) else "- (no dev examples)"
         write(self.style.SUCCESS(f"Registered {model.name} (#{model.pk}): {what} {shown}."))
-        write(f"Evaluation on each round's test split ({services.primary_metric(task_obj)}):")
+        write(f"Evaluation on each round's test split ({primary_metric(task_obj)}):")
         for line in evaluation_table(model):
             write(line)
         if target:
             try:
-                rnd, promoted = cycle.make_target(task_obj, model)
+                rnd, promoted = promotion.make_target(task_obj, model)
             except DomainError as exc:
                 raise CommandError(f"{model.name} was trained, but cannot be a target: {exc.message}") from None
             how = "opened by promotion" if promoted else "open, had no target"
