@@ -8,7 +8,7 @@ For each mode the script builds a fresh database, starts the servers, measures,
 and stops everything it started (also on Ctrl-C or an error):
 
 * embedded: ``gunicorn dynabench.wsgi`` (gthread workers, never --preload: see the
-  "Torch and fork" in the README) on a SQLite file under var/bench/annotation/, no
+  "Torch and fork" in docs/operations.md) on a SQLite file under var/bench/annotation/, no
   broker: predictions run inside the web process, on its inference thread.
 * service:  the same server on PostgreSQL (database ``dynabench_bench``, dropped and
   created here) with the Celery broker and result backend on Redis (db 10 and 11,

@@ -2,7 +2,7 @@
 
 ``sync_batch`` (Celery beat, ``manage.py mturk_sync`` and the admin) is safe to
 run at any time and any number of times. For each HIT it lists MTurk's
-assignments and applies these rules, which the README documents:
+assignments and applies these rules, which docs/crowd.md documents:
 
 1. **Verified** only when MTurk lists the assignment as submitted by the same
    worker, on the same HIT, with the completion token our page issued when the

@@ -8,7 +8,7 @@ housekeeping tasks such as the health check. With no broker configured
 
 Models load in ``worker_process_init``, in each pool child after the fork:
 a process that ran a torch forward pass and then forks gets children that
-hang (README: "Torch and fork"), so the parent never touches torch.
+hang (docs/operations.md: "Torch and fork"), so the parent never touches torch.
 """
 
 import logging

@@ -2,7 +2,7 @@
 """Dynabench settings: one module, configured by the environment.
 
 Unset service variables mean the embedded default: SQLite under ``var/`` and
-Celery tasks run in-process. See the settings table in README.md.
+Celery tasks run in-process. See the settings table in docs/operations.md.
 """
 
 import os

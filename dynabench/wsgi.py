@@ -10,7 +10,7 @@ def _warm_up() -> None:
     """Embedded mode: load the open rounds' target models now, on the model thread,
     so the first example does not wait for a load. This runs where the application is
     imported: each gunicorn worker after its fork (never use --preload, which would
-    load torch in the parent; see README: "Torch and fork"), and runserver's serving process."""
+    load torch in the parent; see docs/operations.md: "Torch and fork"), and runserver's serving process."""
     from annotation.inference import embedded
     from annotation.runtime import warm_up_in_background
 

@@ -26,7 +26,8 @@ and seed match; otherwise either tie is unknown. These are percentile intervals 
 a difference, not tests corrected for the many neighbour pairs on a board: they
 say "these two are not told apart by this test set", not more.
 
-Metrics on the board:
+Metrics on the board (measured when a model is evaluated, ``leaderboard.evaluation``;
+this module only reads what was stored):
 - performance: the task's metric (accuracy, or SQuAD F1 for QA);
 - calibration: the expected calibration error (classification only);
 - throughput: examples/s at batch 32, the median of ``THROUGHPUT_RUNS`` timed

@@ -2,7 +2,7 @@
 
 The registry (``ModelVersion``) sits here, next to ``Round``, because a round's
 target models are part of what a round is; training and evaluating models is the
-business of the apps above (see README, "Architecture").
+business of the apps above (docs/architecture.md).
 """
 
 import json

@@ -16,7 +16,9 @@ this package the library they are written with.
   this process, or the stack's setup and counts in a subprocess);
 - ``bare``: the bare model in a process of its own, timed inside it;
 - ``baselines_tasks``, ``baselines_report``: ``baselines.py``'s per-task runners and
-  its tables.
+  its tables;
+- ``report_sections``: the Markdown blocks of ``bench/RESULTS.md``, one per committed result
+  (``bench/report.py`` writes them).
 
 The scripts run as ``python bench/<name>.py``, so ``bench/`` is on ``sys.path`` and
 this package imports as ``benchlib``. Importing it puts the repository root first on

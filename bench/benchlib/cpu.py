@@ -121,5 +121,7 @@ class CpuMeter:
             "cores": cores(),
             "cpu_s": {name: round(s, 2) for name, s in used.items()},
             "ms_per_example": per,
-            "busy_share": round(machine / (cores() * wall), 3) if wall > 0 else None,
+            # /proc/stat counts clock ticks and is read a moment apart from the wall clock:
+            # on a machine busy on every core the ratio can come out a tick above 1.
+            "busy_share": round(min(1.0, machine / (cores() * wall)), 3) if wall > 0 else None,
         }

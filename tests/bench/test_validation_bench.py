@@ -1,5 +1,5 @@
 """bench/validation.py: its interface (the JSON scripts read), the committed results
-and the README table made from them."""
+and the table in bench/RESULTS.md made from them."""
 
 import json
 import os
@@ -38,8 +38,8 @@ def test_the_committed_results_keep_the_interface_and_meet_the_targets():
     assert [t["met"] for t in document["targets"]] == [True, True, True], document["targets"]
 
 
-def test_the_readme_table_is_the_committed_results():
-    done = bench("--readme", "check")
+def test_the_results_md_table_is_the_committed_results():
+    done = bench("--doc", "check")
     assert done.returncode == 0, done.stderr
 
 

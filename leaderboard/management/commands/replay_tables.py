@@ -5,20 +5,22 @@ from django.core.management.base import BaseCommand, CommandError
 
 from leaderboard.replay.chart import svg_chart
 from leaderboard.replay.report import markdown_tables
-from leaderboard.replay.results import load_reports, with_readme_section
+from leaderboard.replay.results import load_reports, with_doc_section
 
 RESULTS = Path("bench/results/replay")
+DOC = Path("bench/RESULTS.md")
 
 
 class Command(BaseCommand):
     help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
-            "from its report.json, and the README's replay block. --check changes nothing and fails if "
-            "any of them differs from what the reports give.")
+            "from its report.json, and the replay block of bench/RESULTS.md. --check changes nothing and "
+            "fails if any of them differs from what the reports give.")
 
     def add_arguments(self, parser):
         parser.add_argument("--results", default=str(settings.BASE_DIR / RESULTS),
                             help="The folder of replay runs, one <run>/report.json each.")
-        parser.add_argument("--readme", default=str(settings.BASE_DIR / "README.md"))
+        parser.add_argument("--doc", default=str(settings.BASE_DIR / DOC),
+                            help="The file with the replay block (default: bench/RESULTS.md).")
         parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 on a difference.")
 
     def handle(self, *args, **o):
@@ -30,11 +32,13 @@ class Command(BaseCommand):
             base = Path(o["results"]) / folder
             wanted[base / "report.md"] = markdown_tables(report)
             wanted[base / "report.svg"] = svg_chart(report) + "\n"
-        readme = Path(o["readme"])
+        doc = Path(o["doc"])
+        if not doc.is_file():
+            raise CommandError(f"{doc} not found: the replay block lives there (--doc).")
         try:
-            wanted[readme] = with_readme_section(readme.read_text(encoding="utf-8"), reports)
+            wanted[doc] = with_doc_section(doc.read_text(encoding="utf-8"), reports)
         except ValueError as exc:
-            raise CommandError(f"{readme}: {exc}") from None
+            raise CommandError(f"{doc}: {exc}") from None
         stale = [path for path, text in wanted.items()
                  if not path.exists() or path.read_text(encoding="utf-8") != text]
         if o["check"]:

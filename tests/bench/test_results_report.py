@@ -1,0 +1,133 @@
+"""bench/report.py: every table of bench/RESULTS.md is what the committed JSON files in
+bench/results/ give; a changed number makes --check fail naming its block and the write
+mode mends it; a missing marker is a clear failure. The edits happen on copies."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.benchlib import report_sections as sections
+from leaderboard.replay.results import DOC_BEGIN, DOC_END
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "bench" / "RESULTS.md"
+BLOCK = re.compile(r"^<!-- results:([^:\s]+):begin .*?^<!-- results:\1:end -->", re.MULTILINE | re.DOTALL)
+
+
+def report(*args):
+    return subprocess.run([sys.executable, "bench/report.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "DEBUG": "true"})
+
+
+def prose(text: str) -> str:
+    """``text`` without its generated blocks (each replaced by its name)."""
+    return BLOCK.sub(lambda m: f"[block {m.group(1)}]", text)
+
+
+def stale_blocks(stderr: str) -> list[str]:
+    found = re.search(r"stale blocks \(run bench/report\.py\): (.+)", stderr)
+    return found.group(1).split(", ") if found else []
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of bench/results/ and bench/RESULTS.md, and the options that point at it."""
+    results, doc = tmp_path / "results", tmp_path / "RESULTS.md"
+    shutil.copytree(RESULTS, results)
+    shutil.copy(DOC, doc)
+    return results, doc, ["--results", str(results), "--out", str(doc)]
+
+
+def test_results_md_is_what_the_committed_json_gives():
+    done = report("--check")
+    assert done.returncode == 0, done.stderr
+    assert "all 11 blocks agree" in done.stderr
+
+
+def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(copy):
+    results, doc, options = copy
+    committed = DOC.read_text(encoding="utf-8")
+    assert report("--check", *options).returncode == 0
+
+    path = results / "leaderboard.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document["results"]["page-warm"]["median_ms"] = 123.456
+    path.write_text(json.dumps(document), encoding="utf-8")
+    before = doc.read_text(encoding="utf-8")
+    done = report("--check", *options)
+    assert done.returncode == 1
+    assert stale_blocks(done.stderr) == ["leaderboard"], done.stderr
+    assert doc.read_text(encoding="utf-8") == before, "--check changed the file"
+
+    done = report(*options)
+    assert done.returncode == 0, done.stderr
+    assert "rewrote leaderboard (1 of 11 blocks)" in done.stderr
+    after = doc.read_text(encoding="utf-8")
+    assert "| page, cached | 123.5 ms |" in after
+    assert prose(after) == prose(before), "the prose outside the blocks changed"
+    assert report("--check", *options).returncode == 0
+    assert DOC.read_text(encoding="utf-8") == committed, "the committed RESULTS.md was touched"
+
+
+def test_a_missing_marker_is_a_clear_failure_and_nothing_is_written(copy):
+    results, doc, options = copy
+    text = doc.read_text(encoding="utf-8").replace(sections.end_marker("evaluation") + "\n", "")
+    doc.write_text(text, encoding="utf-8")
+    (results / "latency.json").write_text(  # stale too: still not written
+        (results / "latency.json").read_text(encoding="utf-8").replace('"median_ms": 203.067', '"median_ms": 1.0'),
+        encoding="utf-8")
+
+    done = report("--check", *options)
+    assert done.returncode == 1
+    assert "block evaluation: missing markers" in done.stderr and "results:evaluation:end" in done.stderr
+    assert stale_blocks(done.stderr) == ["latency"]
+
+    done = report(*options)
+    assert done.returncode == 1 and "nothing written" in done.stderr
+    assert "block evaluation: missing markers" in done.stderr
+    assert doc.read_text(encoding="utf-8") == text
+
+
+def test_markers_of_an_unknown_block_fail(copy):
+    _, doc, options = copy
+    doc.write_text(doc.read_text(encoding="utf-8") + f"\n{sections.begin_marker('gone')}\nold\n"
+                   f"{sections.end_marker('gone')}\n", encoding="utf-8")
+    done = report("--check", *options)
+    assert done.returncode == 1 and "block gone: markers of an unknown block" in done.stderr
+
+
+def test_a_missing_result_file_is_named(copy):
+    results, _, options = copy
+    (results / "evaluation.json").unlink()
+    done = report("--check", *options)
+    assert done.returncode == 2 and "evaluation.json not found" in done.stderr
+
+
+def test_the_replay_and_validation_writers_use_the_same_markers():
+    assert DOC_BEGIN == sections.begin_marker("replay") and DOC_END == sections.end_marker("replay")
+    text = DOC.read_text(encoding="utf-8")
+    for name in ("replay", "validation"):
+        assert sections.block_problem(text, name) is None, name
+
+
+def test_replace_block_keeps_what_is_outside_the_markers():
+    text = f"# Title\n\n{sections.begin_marker('x')}\nold\n{sections.end_marker('x')}\n\nThe rest.\n"
+    assert sections.replace_block(text, "x", "new") == text.replace("old", "new")
+    with pytest.raises(ValueError, match="no block 'y'"):
+        sections.replace_block(text, "y", "new")
+
+
+def test_the_prose_quotes_no_measurement():
+    """Numbers belong in the generated blocks: outside them, and outside code, no decimal
+    number, percentage, duration, rate or ratio."""
+    text = re.sub(r"```.*?```", "", prose(DOC.read_text(encoding="utf-8")), flags=re.DOTALL)
+    text = re.sub(r"`[^`]*`", "", text)
+    found = re.findall(r"\d+\.\d+|\d+\s*(?:%|ms\b|s\b|min\b|x\b|/s\b|times\b|points?\b)", text)
+    assert not found, f"numbers in RESULTS.md's prose: {found}"
