@@ -46,8 +46,8 @@ from itertools import islice
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.csvrows import spreadsheet_safe
 from core.errors import InvalidInput
+from core.rows import spreadsheet_safe
 from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Round, Task
 
@@ -518,7 +518,7 @@ def export_examples(
     keys on every line. CSV: one column per record key, nested values (context,
     inputs, target, predictions, validation, metadata) as JSON text, booleans
     as true/false, null as an empty cell; text that a spreadsheet would run as a
-    formula starts with an apostrophe (``core.csvrows.spreadsheet_safe``). JSONL is
+    formula starts with an apostrophe (``core.rows.spreadsheet_safe``). JSONL is
     the exact form.
     """
     if fmt not in EXPORT_FORMATS:

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.csvrows import numbered_records
+from core.rows import RowError, json_object_lines, numbered_records
 
 SPLITS = ("train", "dev", "test")
 SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
@@ -98,21 +98,6 @@ class Record:
         """Context fields and inputs together (what ``model_inputs`` names)."""
         context_fields = self.context["fields"] if self.context else {}
         return {**context_fields, **self.inputs}
-
-
-class RowError(Exception):
-    """A malformed row: yielded (not raised) by the readers."""
-
-    def __init__(self, line: int, message: str):
-        super().__init__(f"line {line}: {message}")
-        self.line = line
-        self.message = message
-
-    def __eq__(self, other):
-        return isinstance(other, RowError) and (self.line, self.message) == (other.line, other.message)
-
-    def __hash__(self):
-        return hash((self.line, self.message))
 
 
 class FormatError(Exception):
@@ -176,18 +161,7 @@ def _extras(row: dict, used) -> dict:
 
 def _jsonl(path) -> Iterator[tuple[int, dict] | RowError]:
     with open(path, encoding="utf-8-sig") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield RowError(number, f"invalid JSON: {exc.msg} (column {exc.colno})")
-                continue
-            if not isinstance(obj, dict):
-                yield RowError(number, f"expected a JSON object, got {type(obj).__name__}")
-                continue
-            yield number, obj
+        yield from json_object_lines(handle)
 
 
 class _CsvRow(dict):

@@ -17,9 +17,9 @@ from rest_framework.views import APIView
 
 from annotation.api import researched_task, round_response
 from annotation.serializers import RoundSerializer
-from core.csvrows import spreadsheet_safe
 from core.errors import Forbidden, InvalidInput, NotFound
 from core.parsers import BoundedMultiPartParser
+from core.rows import spreadsheet_safe
 from core.uploads import MULTIPART_OVERHEAD_BYTES, BoundedUploads
 from leaderboard import promotion
 from leaderboard.evaluation import start_evaluation

@@ -23,19 +23,16 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from core.csvrows import numbered_records
 from core.errors import Conflict, Forbidden, InvalidInput, TooLarge
-from core.parsers import MAX_JSON_DEPTH, json_depth_exceeds
+from core.rows import RowError, json_object_lines, json_type, numbered_records
 
 from .config import TaskConfig
 from .models import Context, Round, Task
@@ -54,16 +51,6 @@ MAX_LISTED_ERRORS = 100
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 OPTIONAL_KEYS = ("external_id", "tag", "metadata")
 CSV_OPTIONAL_COLUMNS = ("external_id", "tag")
-
-
-class RowError(NamedTuple):
-    """A problem with a row of an uploaded file: the line the row starts on, and what is wrong."""
-
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -213,19 +200,18 @@ class _RowChecker:
         # Lines end at "\n" only: JSON strings may hold U+2028 and other characters
         # that str.splitlines() would split at.
         reserved = [key for key in OPTIONAL_KEYS if key not in self.field_names]
-        first = True
-        for line, raw in enumerate(text.split("\n"), 1):
-            if not raw.strip():
-                continue
-            if first and raw.lstrip().startswith("["):
-                self.errors.append(RowError(line, (
-                    "The file is a JSON array; upload JSON lines: one JSON object per line.")))
-                return
-            first = False
+        lines = text.split("\n")
+        first = next((i for i, raw in enumerate(lines, 1) if raw.strip()), None)
+        if first is not None and lines[first - 1].lstrip().startswith("["):
+            self.errors.append(RowError(first, (
+                "The file is a JSON array; upload JSON lines: one JSON object per line.")))
+            return
+        for read in json_object_lines(lines):
             self._counted()
-            item = self._parse_json(line, raw)
-            if item is None:
+            if isinstance(read, RowError):
+                self.errors.append(read)
                 continue
+            line, item = read
             if "fields" in item and "fields" not in self.field_names:
                 unknown = sorted(set(item) - {"fields", *OPTIONAL_KEYS})
                 if unknown:
@@ -238,23 +224,6 @@ class _RowChecker:
             else:
                 fields = {key: value for key, value in item.items() if key not in reserved}
                 self._check(line, fields, {key: item.get(key) for key in reserved})
-
-    def _parse_json(self, line: int, raw: str) -> dict | None:
-        if json_depth_exceeds(raw, MAX_JSON_DEPTH):
-            self.errors.append(RowError(line, f"JSON nested deeper than {MAX_JSON_DEPTH} levels is not accepted."))
-            return None
-        try:
-            item = json.loads(raw, parse_constant=_reject_constant)
-        except json.JSONDecodeError as exc:
-            self.errors.append(RowError(line, f"Not valid JSON: {exc.msg} (column {exc.colno})."))
-            return None
-        except (ValueError, RecursionError) as exc:
-            self.errors.append(RowError(line, f"Not valid JSON: {exc}."))
-            return None
-        if not isinstance(item, dict):
-            self.errors.append(RowError(line, f"Each line must be a JSON object, not {_json_type(item)}."))
-            return None
-        return item
 
     # --- CSV ---
 
@@ -329,7 +298,7 @@ class _RowChecker:
                 problems.append(f"{key}: {problem}")
         if metadata is not None:
             if not isinstance(metadata, dict):
-                problems.append(f"metadata: Must be a JSON object, not {_json_type(metadata)}.")
+                problems.append(f"metadata: Must be a JSON object, not {json_type(metadata)}.")
             elif problem := _json_text_problem(metadata):
                 problems.append(f"metadata: {problem}")
         if isinstance(external_id, str) and external_id:
@@ -349,7 +318,7 @@ def _optional_text_problem(value, max_length: int) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        return f"Must be text, not {_json_type(value)}."
+        return f"Must be text, not {json_type(value)}."
     if len(value) > max_length:
         return f"Must be at most {max_length} characters (got {len(value)})."
     if "\x00" in value:
@@ -382,17 +351,6 @@ def _json_text_problem(value) -> str | None:
             return "Must not contain NUL characters."
         return _unicode_problem(value)
     return None
-
-
-def _json_type(value) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "an array",
-            dict: "an object"}.get(type(value), type(value).__name__)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _count(n: int, noun: str) -> str:

@@ -234,8 +234,8 @@ def test_jsonl_family_errors_have_line_numbers(tmp_path):
     items = list(read_records("anli", path))
     errors = [i for i in items if isinstance(i, RowError)]
     assert [e.line for e in errors] == [2, 3, 6, 7]
-    assert "invalid JSON" in errors[0].message and "missing field 'hypothesis'" in errors[1].message
-    assert "must be text" in errors[2].message and "expected a JSON object" in errors[3].message
+    assert "Not valid JSON" in errors[0].message and "missing field 'hypothesis'" in errors[1].message
+    assert "must be text" in errors[2].message and "Each line must be a JSON object" in errors[3].message
     assert [r.line for r in items if isinstance(r, Record)] == [1, 5]
 
 
@@ -324,7 +324,7 @@ def test_bad_rows_are_reported_and_skipped(demo_tasks, tmp_path):
     assert [str(e) for e in report.errors] == [
         "line 2: target.label: 'foo' is not one of ['entailment', 'neutral', 'contradiction'].",
         "line 3: inputs.hypothesis: Must not be empty.",
-        "line 4: invalid JSON: Expecting property name enclosed in double quotes (column 2)",
+        "line 4: Not valid JSON: Expecting property name enclosed in double quotes (column 2).",
         "line 5: inputs.hypothesis: Must be at most 1000 characters (got 1001).",
     ]
     assert set(nli.examples.values_list("external_uid", flat=True)) == {"u1", "u6"}

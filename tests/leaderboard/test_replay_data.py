@@ -311,7 +311,7 @@ def test_bad_rows_are_counted_not_fatal(nli_dir, hate_dir):
     plan = build_plan("nli", nli_dir, mode="full")
     assert plan.skipped_rows == {"anli/R1/dev.jsonl": 2, "nli/mnli/dev.jsonl": 1}
     assert plan.duplicate_rows == {"nli/snli/dev.jsonl": 1}
-    assert plan.row_errors["anli/R1/dev.jsonl"][0].startswith("line 201: invalid JSON")
+    assert plan.row_errors["anli/R1/dev.jsonl"][0].startswith("line 201: Not valid JSON")
     assert "unknown label '-'" in plan.row_errors["nli/mnli/dev.jsonl"][0]
     assert len(plan.rounds[1].train) + len(plan.rounds[1].dev) == 200
 

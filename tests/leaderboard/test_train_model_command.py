@@ -107,7 +107,7 @@ def test_train_model_imports_round_0_trains_evaluates_and_targets(nli, tmp_path)
     assert static.status == Round.Status.CLOSED and static.opened_at is None  # never opened
 
     # The malformed rows are reported by file and line.
-    assert f"{path} line 37: invalid JSON" in output
+    assert f"{path} line 37: Not valid JSON" in output
     assert f"{path} line 38: unknown label 'maybe'" in output
 
     # The model learned round 0 only, and was evaluated on round 0's test split.

@@ -1,8 +1,8 @@
-"""CSV cells that a spreadsheet would run as formulas stay text (core.csvrows)."""
+"""CSV cells that a spreadsheet would run as formulas stay text (core.rows)."""
 
 import pytest
 
-from core.csvrows import spreadsheet_safe
+from core.rows import spreadsheet_safe
 
 
 @pytest.mark.parametrize(("cell", "safe"), [
