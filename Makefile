@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 DEBUG ?= true
 export DEBUG
 
-.PHONY: run test install migrate demo crowd-demo serve worker worker-inference worker-training beat lint bench clean
+.PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench clean
 
 # The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
 $(VENV)/.installed: requirements.txt
@@ -48,6 +48,19 @@ crowd-demo: demo
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Service mode in one command: web under gunicorn, the inference, training and default
+# workers, and beat (the Procfile, run by honcho), against a local PostgreSQL and Redis.
+# The database is created if missing, migrated and given the demo; the demo's models are
+# trained by the training worker. Scale a process: make services HONCHO_ARGS="-c inference=2".
+SERVICES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dynabench
+SERVICES_REDIS ?= redis://127.0.0.1:6379
+services: install
+	@$(PY) -c 'import sys, psycopg, environ; url = environ.Env.db_url_config("$(SERVICES_DATABASE_URL)"); 	  conn = psycopg.connect(host=url["HOST"], port=url["PORT"] or 5432, user=url["USER"], password=url["PASSWORD"] or None, dbname="postgres", autocommit=True); 	  exists = conn.execute("select 1 from pg_database where datname = %s", (url["NAME"],)).fetchone(); 	  exists or conn.execute("create database " + url["NAME"]); print("database", url["NAME"], "ready")'
+	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 $(PY) manage.py migrate --noinput
+	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 CELERY_RESULT_BACKEND=$(SERVICES_REDIS)/1 	  CACHE_URL=rediscache://$(subst redis://,,$(SERVICES_REDIS))/2 $(PY) manage.py bootstrap_demo --background
+	@echo "Serving on http://$(HOST):$(PORT)  (admin: http://$(HOST):$(PORT)/admin/)"
+	HOST=$(HOST) PORT=$(PORT) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 	  CELERY_RESULT_BACKEND=$(SERVICES_REDIS)/1 CACHE_URL=rediscache://$(subst redis://,,$(SERVICES_REDIS))/2 	  $(VENV)/bin/honcho start $(HONCHO_ARGS)
 
 # Workers: one for everything, or one per queue (scale each on its own machines).
 worker: install
