@@ -38,12 +38,13 @@ def make_token(session: AnnotationSession) -> str:
 
 
 def session_from_token(token: str) -> AnnotationSession:
-    """The working session ``token`` names, with its user and task; else InvalidToken."""
+    """The working session ``token`` names, with its user, its task and the context it
+    was served last (the one its next example is about); else InvalidToken."""
     try:
         key = uuid.UUID(signing.Signer(salt=SALT).unsign(token))
     except (signing.BadSignature, ValueError):
         raise InvalidToken("The session token is not valid.") from None
-    session = AnnotationSession.objects.select_related("user", "task").filter(key=key).first()
+    session = AnnotationSession.objects.select_related("user", "task", "last_context").filter(key=key).first()
     if session is None:
         raise InvalidToken("The session token is not valid.")
     problem = session_problem(session)

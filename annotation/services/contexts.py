@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 
 from core.errors import Conflict, NotFound
 from tasks.models import Context, Round, Task
@@ -20,16 +20,53 @@ def open_round_or_error(task: Task) -> Round:
     return rnd
 
 
-def usable_contexts(task: Task, rnd: Round):
-    """The task's active contexts for ``rnd``: its own, and those for every round."""
-    return Context.objects.filter(task=task, is_active=True).filter(Q(round__isnull=True) | Q(round=rnd))
+def servable_contexts(task: Task):
+    """The task's active contexts for its open round, each annotated with that round's
+    ``round_number``; none when no round is open. The round is found in the same
+    query (a subquery), so serving a context reads the database once."""
+    open_rounds = Round.objects.filter(task=task, status=Round.Status.OPEN).order_by("pk")
+    return (Context.objects.filter(task=task, is_active=True)
+            .filter(Q(round__isnull=True) | Q(round__status=Round.Status.OPEN))
+            .annotate(round_number=Subquery(open_rounds.values("number")[:1]))
+            .filter(round_number__isnull=False))
+
+
+def _pick_least(ranked: list[Context], order: list[str], last_served: int | None) -> Context | None:
+    """Among the 20 least used other than the one served last (that one only when it
+    is the only context there is), one of the ties for the least, at random, so
+    annotators spread out."""
+    pool = [c for c in ranked if c.pk != last_served] or ranked
+    pool = pool[:20]
+    if not pool:
+        return None
+    least = [getattr(pool[0], name) for name in order]
+    return random.choice([c for c in pool if [getattr(c, name) for name in order] == least])
 
 
 def next_context(task: Task, session: AnnotationSession) -> Context:
     """A context by the task's sampling strategy, never the one served last (unless
-    it is the only one). Sets ``round_number`` on it: the round it is served for."""
-    rnd = open_round_or_error(task)
-    candidates = usable_contexts(task, rnd)
+    it is the only one). Sets ``round_number`` on it: the round it is served for.
+
+    Three statements for the default strategy: the candidates (with the open round),
+    then one transaction that counts the serving and remembers it on the session. A
+    context deactivated or deleted between the two is not served: another is chosen."""
+    gone: list[int] = []
+    for _ in range(3):
+        context = _choose(task, session, servable_contexts(task).exclude(pk__in=gone))
+        if context is None:
+            rnd = open_round_or_error(task)
+            raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
+        with transaction.atomic():
+            if Context.objects.filter(pk=context.pk, is_active=True).update(times_used=F("times_used") + 1):
+                AnnotationSession.objects.filter(pk=session.pk).update(last_context=context)
+                session.last_context = context
+                context.times_used += 1
+                return context
+        gone.append(context.pk)
+    raise Conflict(f"The contexts of task {task.slug} are changing right now; ask again.")
+
+
+def _choose(task: Task, session: AnnotationSession, candidates) -> Context | None:
     strategy = task.parsed_config.context_sampling
     if strategy == "uniform":
         if session.last_context_id:
@@ -37,30 +74,7 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
             if others.exists():
                 candidates = others
         count = candidates.count()
-        context = candidates.order_by("pk")[random.randrange(count)] if count else None
-    else:
-        order = ["times_fooled", "times_used"] if strategy == "least_fooled" else ["times_used"]
-        # The 21 least used hold the 20 least used other than the last served one; that
-        # one stays only when it is the only context there is. Ranked on the counters
-        # alone (no texts decoded), then the chosen context is read whole.
-        context = None
-        for _ in range(3):  # again if the chosen one was deactivated or deleted meanwhile
-            ranked = list(candidates.order_by(*order, "pk").values_list("pk", *order)[:21])
-            pool = [row for row in ranked if row[0] != session.last_context_id] or ranked
-            pool = pool[:20]
-            if not pool:
-                break
-            # Among the ties for the least, pick at random so annotators spread out.
-            pk = random.choice([row for row in pool if row[1:] == pool[0][1:]])[0]
-            context = candidates.filter(pk=pk).first()
-            if context is not None:
-                break
-    if context is None:
-        raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
-    with transaction.atomic():
-        Context.objects.filter(pk=context.pk).update(times_used=F("times_used") + 1)
-        AnnotationSession.objects.filter(pk=session.pk).update(last_context=context)
-    session.last_context = context
-    context.times_used += 1
-    context.round_number = rnd.number
-    return context
+        return candidates.order_by("pk")[random.randrange(count)] if count else None
+    order = ["times_fooled", "times_used"] if strategy == "least_fooled" else ["times_used"]
+    # The 21 least used hold the 20 least used other than the last served one.
+    return _pick_least(list(candidates.order_by(*order, "pk")[:21]), order, session.last_context_id)

@@ -1,9 +1,9 @@
 """Writing an example against the live model, and what its author can do with it.
 
-The hot path of the platform is ``create_example``: three reads (the open round
-with its target models, the context; the caller's session comes with the token),
-the model's answer from the inference thread or queue, then one write
-transaction. Nothing is stored unless the model answered and the round is still
+The hot path of the platform is ``create_example``: one read (the open round
+with its target models; the caller's session comes with the token, and with it
+the context it was served last, which is the one written about), the model's
+answer from the inference thread or queue, then one write transaction. Nothing is stored unless the model answered and the round is still
 open when the transaction runs.
 """
 
@@ -103,6 +103,15 @@ def _context_id(value) -> int:
     return value
 
 
+def _written_context(task: Task, session: AnnotationSession, context_id: int) -> Context | None:
+    """The active context ``context_id`` of ``task``. Usually it is the one the session
+    was served last, which a token's session brings along (no query of its own)."""
+    if session.last_context_id == context_id:
+        context = session.last_context
+        return context if context is not None and context.task_id == task.pk and context.is_active else None
+    return Context.objects.filter(pk=context_id, task=task, is_active=True).first()
+
+
 def create_example(task: Task, user, *, context_id, inputs, target, session: AnnotationSession | None = None,
                    metadata: dict | None = None,
                    within_transaction: Callable[[Created], None] | None = None) -> Created:
@@ -115,13 +124,13 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     rnd, models = open_round_with_models(task)
     if rnd is None:
         raise Conflict(f"Task {task.slug} has no open round: collection is closed.")
-    context = Context.objects.filter(pk=_context_id(context_id), task=task, is_active=True).first()
+    session = sessions.current_session(user, task, session)
+    context = _written_context(task, session, _context_id(context_id))
     if context is None or context.round_id not in (None, rnd.pk):
         raise InvalidInput.field("context", f"Context {context_id} is not an active context of "
                                             f"{task.slug} round {rnd.number}.")
     inputs = config.clean_inputs(inputs)
     target = config.clean_target(target, context.fields)
-    session = sessions.current_session(user, task, session)
     problem = sessions.mode_problem(session, "create")
     if problem:
         raise Forbidden(problem)

@@ -135,8 +135,8 @@ def test_other_sampling_strategies(live_tasks, client_for, annotator, strategy):
 
 @pytest.mark.parametrize("gone", ["deactivated", "deleted"])
 def test_a_context_that_goes_away_while_it_is_chosen_is_not_served(live_tasks, annotator, monkeypatch, gone):
-    """The ranking and the read of the chosen context are two queries: a context
-    deactivated or deleted between them is not served, and another one is."""
+    """A context deactivated or deleted between the read of the candidates and the
+    serving's count is not served, and another one is."""
     import random
 
     from annotation.services import contexts, sessions
@@ -148,16 +148,18 @@ def test_a_context_that_goes_away_while_it_is_chosen_is_not_served(live_tasks, a
 
     def choose_then_remove(rows):
         row = real_choice(rows)
-        if not chosen:  # the first pick goes away before it is read
-            queryset = Context.objects.filter(pk=row[0])
+        if not chosen:  # the first pick goes away before it is counted
+            queryset = Context.objects.filter(pk=row.pk)
             queryset.update(is_active=False) if gone == "deactivated" else queryset.delete()
-        chosen.append(row[0])
+        chosen.append(row.pk)
         return row
 
     monkeypatch.setattr(contexts.random, "choice", choose_then_remove)
     served = contexts.next_context(task, session)
     assert len(chosen) == 2 and served.pk == chosen[1] != chosen[0]
-    assert served.is_active
+    assert served.is_active and served.round_number == task.open_round().number
+    assert AnnotationSession.objects.get(pk=session.pk).last_context_id == served.pk
+    assert Context.objects.get(pk=served.pk).times_used == 1
 
 
 def test_the_session_token_authenticates_without_cookies(live_tasks, client_for, annotator, anonymous):

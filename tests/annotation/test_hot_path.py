@@ -76,27 +76,66 @@ def test_bump_session_returns_the_stored_counters(live_tasks, annotator):
         sessions.bump(session, examples_written=1, last_context=1)
 
 
-def test_create_example_query_budget(live_tasks, annotator):
-    """Token lookup, open round with models, context; then one write transaction."""
+def statements(queries) -> list[str]:
+    """The SQL statements run, by kind, leaving out the savepoints that the test's own
+    transaction turns each ``atomic()`` into (a request outside a test has none)."""
+    kinds = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    return [k for k in kinds if k not in ("SAVEPOINT", "RELEASE")]
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "203.0.113.9"])
+def test_an_example_costs_eleven_statements_from_next_context_to_stored(live_tasks, annotator, address):
+    """GET contexts/next, then POST examples, with a token (the MTurk and API path).
+
+    Serving (4): the token's session with its user, task and last context; the
+    candidates with the open round; the serving's count and the session's last
+    context. Writing (7, and 1 more when the model was fooled): the token's session
+    (the context written about comes with it); the open round with its models; in
+    one transaction the round's lock, the example, its model link, (the context's
+    fooled count,) the session's counters and their stored values read back. A
+    client off this machine adds one: the address its account was seen at.
+    """
     from rest_framework.test import APIClient
 
-    task = live_tasks["nli"]
-    session = sessions.start_session(annotator, task)
-    client = APIClient()
+    session = sessions.start_session(annotator, live_tasks["nli"])
+    client = APIClient(REMOTE_ADDR=address)
     client.credentials(HTTP_X_DYNABENCH_TOKEN=make_token(session))
-    context = client.get("/api/tasks/nli/contexts/next/").json()
-    with CaptureQueriesContext(connection) as queries:
-        response = client.post("/api/tasks/nli/examples/", {
-            "context": context["id"], "inputs": {"hypothesis": "Someone is outdoors."},
-            "target": {"label": "neutral"}}, format="json")
-    assert response.status_code == 201, response.content
-    sql = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # Reads: the token's session (with user and task), the open round with its models, the
-    # context; in the write transaction the round's lock and the session's counters.
-    assert sql.count("SELECT") == 5, queries.captured_queries
-    writes = [s for s in sql if s in ("INSERT", "UPDATE")]
-    fooled = response.json()["fooled"]
-    assert len(writes) == 3 + int(fooled)  # example, its model link, session counters (+ context)
+    client.get("/api/tasks/nli/contexts/next/")  # a first serving loads the model
+    for i in range(3):
+        with CaptureQueriesContext(connection) as served:
+            context = client.get("/api/tasks/nli/contexts/next/").json()
+        with CaptureQueriesContext(connection) as written:
+            response = client.post("/api/tasks/nli/examples/", {
+                "context": context["id"], "inputs": {"hypothesis": f"Someone is outdoors {i}."},
+                "target": {"label": "neutral"}}, format="json")
+        assert response.status_code == 201, response.content
+        assert statements(served) == ["SELECT", "SELECT", "UPDATE", "UPDATE"], served.captured_queries
+        fooled = response.json()["fooled"]
+        remote = address != "127.0.0.1"
+        expected = ["SELECT"] + ["INSERT"] * remote + ["SELECT", "SELECT", "INSERT", "INSERT"] \
+            + ["UPDATE"] * fooled + ["UPDATE", "SELECT"]
+        assert statements(written) == expected, written.captured_queries
+        assert len(statements(served)) + len(statements(written)) == 11 + fooled + remote
+    stored = Example.objects.order_by("pk").last()
+    assert stored.context_id == context["id"] and stored.inputs == {"hypothesis": "Someone is outdoors 2."}
+    assert AnnotationSession.objects.get(pk=session.pk).examples_written == 3
+
+
+def test_a_context_other_than_the_one_served_is_read_and_checked(live_tasks, client_for, annotator):
+    """The served context comes with the token; any other is looked up and must be the task's and active."""
+    from tasks.models import Context
+
+    client = client_for(annotator)
+    served = client.get("/api/tasks/nli/contexts/next/").json()
+    other = Context.objects.filter(task=live_tasks["nli"], is_active=True).exclude(pk=served["id"]).first()
+    body = {"inputs": {"hypothesis": "A person sits."}, "target": {"label": "neutral"}}
+    assert client.post("/api/tasks/nli/examples/", {**body, "context": other.pk}, format="json").status_code == 201
+    Context.objects.filter(pk=served["id"]).update(is_active=False)  # retired after it was served
+    response = client.post("/api/tasks/nli/examples/", {**body, "context": served["id"]}, format="json")
+    assert response.status_code == 400 and list(response.json()["errors"]) == ["context"]
+    foreign = Context.objects.exclude(task=live_tasks["nli"]).first()
+    response = client.post("/api/tasks/nli/examples/", {**body, "context": foreign.pk}, format="json")
+    assert response.status_code == 400 and list(response.json()["errors"]) == ["context"]
 
 
 def test_embedded_predictions_run_on_one_inference_thread(live_tasks, monkeypatch):
