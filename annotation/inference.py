@@ -6,7 +6,9 @@ Two ways to run them, chosen by the deployment:
 * **Service mode** (a broker is configured): the ``annotation.predict`` task on
   the ``inference`` queue and ``annotation.explain`` on the ``explain`` queue. The
   worker pushes its answer onto a Redis list the web request waits on
-  (``core.replies``), up to ``INFERENCE_TIMEOUT``.
+  (``core.replies``), up to ``INFERENCE_TIMEOUT``. At most ``EXPLANATION_QUEUE_MAX``
+  explanations are in flight across all web processes (``core.slots``); one more
+  is a 503 at once.
 * **Embedded mode** (no broker): in this process, on its model thread and in its
   explanation lane (``annotation.runtime``, where the models run either way).
 
@@ -29,6 +31,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from celery import current_app
 from django.conf import settings
 
+from core import replies, slots
 from core.errors import InvalidInput, Unavailable, queue_errors
 from tasks.jobs import celery_task
 from tasks.registry import TargetModel, open_round_with_models
@@ -146,8 +149,20 @@ def _call(task, runner, *args, what: str = "model answer", executor=None, queue:
     require_consumer(queue)
     if not settings.INFERENCE_REPLY_URL:
         return _call_through_result_backend(task, *args, what=what, queue=queue)
-    from core import replies
+    if executor is None:
+        return _call_through_reply_list(task, *args, what=what, queue=queue)
+    # A bounded lane (explanations, ``executor`` in embedded mode): here the bound holds
+    # across every web process, and a slot is held while the call waits on the queue.
+    try:
+        with slots.slot(settings.INFERENCE_REPLY_URL, queue, settings.EXPLANATION_QUEUE_MAX,
+                        ttl=settings.INFERENCE_TIMEOUT + replies.SOCKET_MARGIN):
+            return _call_through_reply_list(task, *args, what=what, queue=queue)
+    except slots.Full as full:
+        raise InferenceUnavailable(f"{full.held} {what}s are already waiting for a model; nothing was stored. "
+                                   "Try again in a few seconds.", retry_after=5) from None
 
+
+def _call_through_reply_list(task, *args, what: str, queue: str):
     key = replies.new_key(task.name)
     sent = task.apply_async(args=args, kwargs={"reply_to": key}, queue=queue, ignore_result=True)
     payload = replies.wait(settings.INFERENCE_REPLY_URL, key, settings.INFERENCE_TIMEOUT)

@@ -271,8 +271,9 @@ EXPLANATION_STEPS = (5, 10, 20, 50)
 # process's model thread has predictions queued or running.
 EXPLANATION_PASS_STEPS = _at_least("EXPLANATION_PASS_STEPS", 1, lambda n: env.int(n, default=10))
 EXPLANATION_YIELD_MS = _at_least("EXPLANATION_YIELD_MS", 0, lambda n: env.float(n, default=200.0))
-# Embedded mode: explanations waiting or running per web process; one more gets a 503
-# with Retry-After at once (near saturation they would otherwise time out one by one).
+# Explanations waiting or running: per web process in embedded mode, across every web
+# process in service mode (core.slots); one more gets a 503 with Retry-After at once
+# (near saturation they would otherwise time out one by one).
 EXPLANATION_QUEUE_MAX = _at_least("EXPLANATION_QUEUE_MAX", 1, lambda n: env.int(n, default=8))
 
 # --- Cache ------------------------------------------------------------------
