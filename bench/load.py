@@ -10,25 +10,36 @@ inference,explain -P threads`` (``make worker-inference``). Then, in the same ru
 
 * bare:    the artifact in a process of its own, ``model(**tokenizer(batch))``
            under inference_mode, at batch 1 and batch 32 (examples/s);
-* single:  ``POST /api/tasks/nli/examples/`` one at a time (p50: the reference);
+* single:  ``POST /api/tasks/nli/examples/`` one at a time (p50: the reference), and
+           the web process's CPU per example when nothing contends;
+* statements: SQL statements per example (``GET contexts/next`` + ``POST
+           examples``), counted in a Django process on the mode's database and queue;
 * closed:  ``--annotators`` annotators write without pause for ``--duration``
            seconds (``GET contexts/next``, then ``POST examples``); throughput,
            errors, and the stored rows against the accepted answers;
 * open:    requests arrive at random (Poisson) at ``--rate`` a second (default:
-           half the bare batch-32 throughput) for ``--duration`` seconds, each
-           on a free connection: latency p50/p99, judged against single;
+           half the closed loop's throughput, the platform's own capacity) for
+           ``--duration`` seconds, each on a free connection: latency p50/p99,
+           judged against single;
 * explain: the open loop again with ``--explain-share`` of the arrivals asking
            for an explanation of an example written before: the predictions' p50
-           against the open loop's;
+           against the open loop's, and how many explanations timed out (none
+           should: beyond the bound they are refused at once);
+* capacity: the open loop at 25%, 50% and 75% of the closed throughput
+           (``--capacity-seconds`` each): the highest with p99 under 500 ms and no
+           errors, as annotators at one example per 30 s, per core;
 * scale:   service mode, the inference tier alone (web server stopped):
            ``--scale-callers`` callers ask through the queue without pause while 1,
            then 2 (``--scale-workers``) worker processes serve it, each with
            ``--scale-torch-threads`` torch threads: does throughput add up?
 
-Targets (issue 12): closed-loop throughput at least 70% of bare batch 32, no
-errors, rows = accepted; open loop p50 at most 2x single and p99 under 500 ms;
-explain-mix p50 within 1.2x of the open loop. Prints a table and writes
-bench/results/load.json.
+Targets against the bare model: closed-loop throughput at least 70% of bare
+batch 32, no errors, rows = accepted; open loop p50 at most 2x single and p99
+under 500 ms; explain-mix p50 within 1.2x of the open loop. Targets against the
+platform itself (``platform`` in the JSON): web CPU per example under the closed
+loop at most that of the same requests alone; at most 8 SQL statements per
+example; the open loop at half the closed capacity within the open-loop targets;
+no explanation timing out. Prints a table and writes bench/results/load.json.
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ import time
 from benchlib import RESULTS, stack
 from benchlib.bare import BareModel
 from benchlib.client import Client, Pool, open_loop, poisson_arrivals
-from benchlib.cpu import CpuMeter, named_cpu_seconds, tree_cpu_seconds
+from benchlib.cpu import CpuMeter, cores, named_cpu_seconds, tree_cpu_seconds
 from benchlib.procs import Processes, free_port, machine_load, run_modes
 from benchlib.results import fixed_header, fixed_row, log, write_json
 from benchlib.stats import summary_ms
@@ -52,7 +63,13 @@ TARGETS = {
     "open_p50_ratio": 2.0,
     "open_p99_ms": 500.0,
     "explain_ratio": 1.2,
+    # The platform against itself (the web tier's cost):
+    "web_cpu_closed_over_single": 1.0,  # web CPU per example, closed loop / one at a time
+    "statements_per_example": 8,  # GET contexts/next + POST examples
+    "open_share_of_closed": 0.5,  # the open loop's default rate, of the closed-loop capacity
+    "seconds_per_example": 30.0,  # an annotator's pace, for capacity
 }
+CAPACITY_SHARES = (0.25, 0.5, 0.75)  # of the closed-loop capacity: the open-loop rates tried
 COLUMNS = [
     ("mode", "<9"),
     ("bare b1", ">8.1f"),
@@ -73,18 +90,25 @@ def with_p99(samples: list[float]) -> dict:
     return summary_ms(samples, p99=True)
 
 
-def single_phase(port: int, token: str, hyps: list[str], n: int) -> dict:
+def single_phase(port: int, token: str, hyps: list[str], n: int, meter: CpuMeter | None = None) -> dict:
+    """``n`` examples one at a time, with a pause (no queueing at all): the latency
+    reference, and with ``meter`` the CPU each example costs when nothing contends."""
     client = Client(port, {"X-Dynabench-Token": token})
     times, errors = [], 0
-    for i in range(n + 5):
+    for i in range(5):  # the first few warm the connection and the caches
+        stack.write_one(client, hyps, i)
+    if meter is not None:
+        meter.start()
+    for i in range(5, n + 5):
         status, _, elapsed = stack.write_one(client, hyps, i)
         if status != 201:
             errors += 1
-        elif i >= 5:  # the first few warm the connection and the caches
+        else:
             times.append(elapsed)
-        time.sleep(0.05)  # one at a time, with a pause: no queueing at all
+        time.sleep(0.05)
+    cpu = meter.stop(len(times)) if meter is not None else None
     client.close()
-    return {**summary_ms(times), "errors": errors}
+    return {**summary_ms(times), "errors": errors, "cpu": cpu}
 
 
 def open_phase(
@@ -107,6 +131,8 @@ def open_phase(
     statuses: dict[str, int] = {}
     errors: list[str] = []
 
+    timeouts_and_refusals = [0, 0]  # 503s after INFERENCE_TIMEOUT; 503s at once (a full lane)
+
     def note(kind: str, status: int, data, elapsed: float, ok: int):
         key = f"{kind} {status}"
         with created_lock:
@@ -115,6 +141,9 @@ def open_phase(
                 lat[kind].append(elapsed)
             elif len(errors) < 8:
                 errors.append(f"{key}: {str(data)[:200]}")
+            if status == 503:
+                timed_out = "within" in str(data)  # "No explanation within 30 s ..."
+                timeouts_and_refusals[0 if timed_out else 1] += 1
 
     def arrival(i: int, explain: bool):
         client = pool.client()
@@ -140,11 +169,15 @@ def open_phase(
     schedule = poisson_arrivals(rate, args.duration, seed, explain_share)
     arrivals, wall = open_loop(schedule, arrival)
     bad = sum(v for k, v in statuses.items() if not k.endswith((" 201", " 200")))
+    with created_lock:
+        timeouts, refused_at_once = timeouts_and_refusals[0], timeouts_and_refusals[1]
     return {
         "rate": rate,
         "arrivals": arrivals,
         "wall_s": round(wall, 1),
         "errors": bad,
+        "timeouts": timeouts,
+        "refused_at_once": refused_at_once,
         "statuses": statuses,
         "error_samples": errors,
         "predict": with_p99(lat["predict"]),
@@ -261,10 +294,12 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     rate = args.rate or round(bare["batch32"] / 2, 1)
 
     log(f"single requests: {args.single}")
-    single = single_phase(port, tokens[0], hyps, args.single)
+    single = single_phase(port, tokens[0], hyps, args.single, CpuMeter(cpu_groups(servers)))
+    log("SQL statements per example (Django subprocess, the mode's database and queue)")
+    statements = stack.statements_per_example(env, usernames[0], hyps, args.statement_examples)
 
     phases = set(args.phases.split(","))
-    empty = {"predict": with_p99([]), "errors": 0}
+    empty = {"predict": with_p99([]), "errors": 0, "timeouts": 0, "refused_at_once": 0}
     closed = {
         "throughput_examples_per_s": None,
         "errors": 0,
@@ -278,6 +313,13 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         )
         closed["db_new"] = db["examples_new"]
         closed["db_equals_accepted"] = db["equals_accepted"]
+    capacity_rate = closed["throughput_examples_per_s"]
+    if args.rate:
+        rate = args.rate
+    elif capacity_rate:  # half the platform's own closed-loop capacity, measured above
+        rate = round(capacity_rate * TARGETS["open_share_of_closed"], 1)
+    else:
+        rate = round(bare["batch32"] / 2, 1)
     opened = mixed = empty
     if "open" in phases:
         log(f"open loop: {rate}/s for {args.duration:.0f} s")
@@ -285,7 +327,11 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     if "explain" in phases:
         log(f"open loop with {args.explain_share:.0%} explanations")
         mixed = open_phase(port, tokens[1:], hyps, rate, args, args.explain_share, seed=2)
+    capacity = None
+    if "capacity" in phases and capacity_rate:
+        capacity = capacity_phase(port, tokens[1:], hyps, capacity_rate, args, opened, rate)
     checks = judge(bare, single, closed, opened, mixed)
+    platform = judge_platform(single, closed, opened, mixed, statements, capacity, rate)
     scale = None
     if "scale" in phases and mode == "service":
         for proc in servers:  # nothing else on the queue or on the cores
@@ -301,7 +347,68 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
         "open": opened,
         "explain_mix": mixed,
         "scale_out": scale,
+        "statements": statements,
+        "capacity": capacity,
         "checks": checks,
+        "platform": platform,
+    }
+
+
+def capacity_phase(port: int, tokens: list[str], hyps: list[str], closed_rate: float, args, opened: dict,
+                   open_rate: float) -> dict:
+    """The open loop at shares of the closed-loop capacity (the half already run is
+    reused): the highest rate with p99 under the target and no errors, as annotators
+    writing one example every ``seconds_per_example``, per core."""
+    tried = []
+    for share in CAPACITY_SHARES:
+        offered = round(closed_rate * share, 1)
+        if opened.get("arrivals") and abs(offered - open_rate) < 0.05:
+            found = opened
+        else:
+            log(f"capacity: open loop at {offered}/s ({share:.0%} of closed) for {args.capacity_seconds:.0f} s")
+            shorter = argparse.Namespace(**{**vars(args), "duration": args.capacity_seconds})
+            found = open_phase(port, tokens, hyps, offered, shorter, 0.0, seed=10 + len(tried))
+        tried.append({"share_of_closed": share, "rate": offered, "p50_ms": found["predict"]["p50_ms"],
+                      "p99_ms": found["predict"]["p99_ms"], "errors": found["errors"]})
+    ok = [t for t in tried if t["errors"] == 0 and (t["p99_ms"] or 1e9) < TARGETS["open_p99_ms"]]
+    best = max((t["rate"] for t in ok), default=None)
+    annotators = round(best * TARGETS["seconds_per_example"]) if best else 0
+    return {"tried": tried, "best_rate": best, "annotators": annotators,
+            "annotators_per_core": round(annotators / cores(), 1)}
+
+
+def judge_platform(single: dict, closed: dict, opened: dict, mixed: dict, statements: dict,
+                   capacity: dict | None, rate: float) -> dict:
+    """The four figures against the platform's own targets: web CPU per example under the
+    closed loop against the same requests alone; SQL statements per example; the open
+    loop at half the closed-loop capacity; explanations bounded (no timeouts) with the
+    predictions' p50 within the explain ratio; and capacity."""
+    def web_ms(found):
+        return ((found or {}).get("cpu") or {}).get("ms_per_example", {}) or {}
+
+    alone, loaded = web_ms(single).get("web"), web_ms(closed).get("web")
+    cpu_ratio = round(loaded / alone, 2) if alone and loaded else None
+    open_p50 = opened["predict"]["p50_ms"]
+    open_ratio = round(open_p50 / single["p50_ms"], 2) if open_p50 and single["p50_ms"] else None
+    mix_ratio = round(mixed["predict"]["p50_ms"] / open_p50, 2) if open_p50 and mixed["predict"]["p50_ms"] else None
+    predict_errors = sum(v for k, v in mixed.get("statuses", {}).items()
+                         if k.startswith("predict") and not k.endswith(" 201"))
+    per_example = statements["per_example"]["median"]
+    return {
+        "web_cpu_ms": {"single": alone, "closed": loaded, "closed_over_single": cpu_ratio,
+                       "ok": bool(cpu_ratio and cpu_ratio <= TARGETS["web_cpu_closed_over_single"])},
+        "statements_per_example": {"median": per_example, "max": statements["per_example"]["max"],
+                                   "ok": per_example <= TARGETS["statements_per_example"]},
+        "open_at_half_closed": {"rate": rate, "p50_over_single": open_ratio, "p99_ms": opened["predict"]["p99_ms"],
+                                "errors": opened["errors"],
+                                "ok": bool(open_ratio and open_ratio <= TARGETS["open_p50_ratio"]
+                                           and (opened["predict"]["p99_ms"] or 1e9) < TARGETS["open_p99_ms"]
+                                           and opened["errors"] == 0)},
+        "explain_bounded": {"timeouts": mixed.get("timeouts", 0), "refused_at_once": mixed.get("refused_at_once", 0),
+                            "predict_errors": predict_errors, "predict_p50_over_open": mix_ratio,
+                            "ok": bool(mixed.get("arrivals") and mixed.get("timeouts", 0) == 0 and predict_errors == 0
+                                       and mix_ratio and mix_ratio <= TARGETS["explain_ratio"])},
+        "capacity": capacity,
     }
 
 
@@ -368,6 +475,19 @@ def print_table(results: list[dict]) -> None:
                 f"{'':9} closed-loop CPU ms per example: {parts}; total {per['total']} "
                 f"(cores busy {cpu['busy_share']:.0%})"
             )
+        p = r.get("platform")
+        if p:
+            cpu, sql, op, ex = p["web_cpu_ms"], p["statements_per_example"], p["open_at_half_closed"], p["explain_bounded"]
+            print(f"{'':9} platform: web CPU ms/example closed {cpu['closed']} vs alone {cpu['single']} "
+                  f"(x{cpu['closed_over_single']}, {'ok' if cpu['ok'] else 'MISSED'}); SQL/example {sql['median']} "
+                  f"({'ok' if sql['ok'] else 'MISSED'}); open at {op['rate']}/s p50 x{op['p50_over_single']} single, "
+                  f"p99 {op['p99_ms']} ms ({'ok' if op['ok'] else 'MISSED'}); explain timeouts {ex['timeouts']}, "
+                  f"503 at once {ex['refused_at_once']} ({'ok' if ex['ok'] else 'MISSED'})")
+            if p["capacity"]:
+                c = p["capacity"]
+                print(f"{'':9} capacity: {c['annotators']} annotators at one example per "
+                      f"{TARGETS['seconds_per_example']:.0f} s ({c['annotators_per_core']} per core), "
+                      f"best rate {c['best_rate']}/s of {[t['rate'] for t in c['tried']]}")
         if r.get("scale_out"):
             scale = r["scale_out"]
             parts = [
@@ -392,10 +512,14 @@ def main() -> int:
     )
     parser.add_argument("--explain-share", type=float, default=0.1)
     parser.add_argument("--single", type=int, default=40)
+    parser.add_argument("--statement-examples", type=int, default=30,
+                        help="examples written to count SQL statements per example")
+    parser.add_argument("--capacity-seconds", type=float, default=30.0,
+                        help="seconds per capacity rate (the open loop at shares of the closed capacity)")
     parser.add_argument(
         "--phases",
-        default="closed,open,explain,scale",
-        help="loaded phases to run (bare and single always run; scale: service mode only)",
+        default="closed,open,explain,capacity,scale",
+        help="loaded phases to run (bare, single and statements always run; scale: service mode only)",
     )
     parser.add_argument("--web-workers", type=int, default=1, help="gunicorn worker processes")
     parser.add_argument("--bare-seconds", type=float, default=10.0)

@@ -2,7 +2,8 @@
 
 * ``setup_scratch(folder)``: Django in this process on a scratch SQLite database
   (``evaluation.py``, ``leaderboard.py``);
-* ``main(action)``: the served stack's setup and counts, in a subprocess with a
+* ``main(action)``: the served stack's setup, counts and SQL statements per
+  example, in a subprocess with a
   mode's environment (``stack.run_django`` runs ``python -m benchlib.djangoside
   _setup|_count``), so that the process that drives the load never imports Django.
   It answers one ``BENCH_JSON`` line.
@@ -56,6 +57,8 @@ def main(action: str) -> int:
         result = _setup(cfg)
     elif action == "_drive":
         result = _drive(cfg)
+    elif action == "_statements":
+        result = _statements(cfg)
     else:
         result = _count(cfg)
     answer_json(result)
@@ -203,6 +206,74 @@ def _drive(cfg: dict) -> dict:
         "errors": len(errors),
         "error_samples": errors[:5],
         "latency": summary_ms(times),
+    }
+
+
+def _statements(cfg: dict) -> dict:
+    """SQL statements per example as a served request runs them: ``cfg["examples"]``
+    times ``GET contexts/next`` then ``POST examples`` through Django's test client in
+    this process, on the mode's database and queue (service mode: the running
+    workers answer), with a session token as the load's annotators use. Counted as
+    Django logs them; ``per_example`` leaves out BEGIN and COMMIT (two per write
+    transaction, which ``with_transaction_control`` keeps). The first pairs warm up
+    (the model loads) and are not counted."""
+    import statistics
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from annotation.services import sessions
+    from annotation.tokens import make_token
+    from tasks.models import Task
+
+    task = Task.objects.get(slug=cfg["task"])
+    user = get_user_model().objects.get(username=cfg["username"])
+    token = make_token(sessions.start_session(user, task))
+    client = Client(HTTP_HOST="127.0.0.1", HTTP_X_DYNABENCH_TOKEN=token)  # an allowed host, loopback like the load
+    hyps = cfg["hypotheses"]
+    per_request: dict[str, list[int]] = {name: [] for name in (
+        "contexts_next", "post_example", "contexts_next_data", "post_example_data")}
+    kinds: dict[str, dict[str, int]] = {}
+    fooled = 0
+    def write(i: int):
+        with CaptureQueriesContext(connection) as served:
+            context = client.get(f"/api/tasks/{task.slug}/contexts/next/")
+        with CaptureQueriesContext(connection) as written:
+            created = client.post(f"/api/tasks/{task.slug}/examples/", {
+                "context": context.json()["id"], "inputs": {"hypothesis": hyps[i % len(hyps)]},
+                "target": {"label": ("entailment", "neutral", "contradiction")[i % 3]}},
+                content_type="application/json")
+        return served, context, written, created
+
+    ready_by = time.monotonic() + 120  # embedded mode: this process loads the model first
+    while write(0)[3].status_code == 503 and time.monotonic() < ready_by:
+        time.sleep(0.5)
+    for i in range(1, cfg["examples"] + 1):
+        served, context, written, created = write(i)
+        if context.status_code != 200 or created.status_code != 201:
+            raise RuntimeError(f"statements: answered {context.status_code} / {created.status_code}: "
+                               f"{created.content[:200]!r}")
+        fooled += int(created.json()["fooled"])
+        for name, queries in (("contexts_next", served), ("post_example", written)):
+            per_request[name].append(len(queries.captured_queries))
+            per_request[f"{name}_data"].append(sum(
+                q["sql"].split()[0].upper() not in ("BEGIN", "COMMIT") for q in queries.captured_queries))
+            for query in queries.captured_queries:
+                kind = query["sql"].split()[0].upper()
+                kinds.setdefault(name, {})[kind] = kinds.setdefault(name, {}).get(kind, 0) + 1
+    totals = [a + b for a, b in zip(per_request["contexts_next"], per_request["post_example"], strict=True)]
+    data = [a + b for a, b in zip(per_request["contexts_next_data"], per_request["post_example_data"], strict=True)]
+    n = len(totals)
+    return {
+        "examples": n,
+        "fooled": fooled,
+        "per_example": {"median": statistics.median(data), "max": max(data), "min": min(data)},
+        "with_transaction_control": {"median": statistics.median(totals), "max": max(totals)},
+        "by_request_median": {name: statistics.median(v) for name, v in per_request.items()},
+        "by_kind_mean": {name: {k: round(v / n, 2) for k, v in sorted(found.items())}
+                         for name, found in kinds.items()},
     }
 
 

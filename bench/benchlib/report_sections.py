@@ -218,7 +218,9 @@ def statuses(phase: dict) -> str:
 
 def load_settings(document: dict) -> str:
     args = document["args"]
-    offered = f"{args['rate']:g}/s" if args["rate"] else "half the bare batch-32 throughput"
+    platform = any(r.get("platform") for r in document["results"])  # runs since the platform targets
+    default = "half the closed-loop throughput" if platform else "half the bare batch-32 throughput"
+    offered = f"{args['rate']:g}/s" if args["rate"] else default
     return (
         f"Run at {document['machine']['at']} (load average "
         f"{loadavg(document['machine']['loadavg'])}), modes {args['modes']}, phases {args['phases']}: "
@@ -280,7 +282,40 @@ def load(document: dict) -> str:
     if scale_rows:
         parts += ["Scale-out, the inference tier alone:",
                   markdown_table(["mode", "workers", "examples/s", "p50", "errors", "x one worker"], scale_rows)]
+    platform_rows = [platform_row(r, targets) for r in document["results"] if r.get("platform")]
+    if platform_rows:
+        parts += [
+            "The platform against itself: web CPU per example under the closed loop against the same two "
+            "requests one at a time (target: at most "
+            f"{targets['web_cpu_closed_over_single']:g}x); SQL statements per example (`contexts/next` + "
+            f"`POST examples`, target at most {targets['statements_per_example']}); the open loop at "
+            f"{targets['open_share_of_closed']:.0%} of the closed-loop throughput (p50 at most "
+            f"{targets['open_p50_ratio']:g}x single, p99 under {targets['open_p99_ms']:g} ms, no errors); "
+            "explanations that timed out (target none: beyond the bound they are refused at once) and the "
+            f"predictions' p50 beside them; capacity: annotators at one example per "
+            f"{targets['seconds_per_example']:g} s with p99 under {targets['open_p99_ms']:g} ms.",
+            markdown_table(["mode", "web CPU ms/example, alone / closed", "SQL/example", "open at half closed",
+                            "explanations: timed out, 503 at once; p50 x open", "capacity (per core)"],
+                           platform_rows),
+        ]
     return "\n\n".join(parts) + "\n"
+
+
+def platform_row(r: dict, targets: dict) -> list[str]:
+    p = r["platform"]
+    cpu, sql, op, ex, cap = (p["web_cpu_ms"], p["statements_per_example"], p["open_at_half_closed"],
+                             p["explain_bounded"], p["capacity"])
+    capacity = "not run" if not cap else (f"{cap['annotators']} ({cap['annotators_per_core']}) at "
+                                          f"{cap['best_rate']}/s" if cap["best_rate"] else "none of the rates tried")
+    return [
+        r["mode"],
+        f"{cpu['single']} / {cpu['closed']} ({ratio(cpu['closed_over_single'])}, {verdict(cpu['ok'])})",
+        f"{sql['median']:g} ({verdict(sql['ok'])})",
+        f"{op['rate']:g}/s: p50 {ratio(op['p50_over_single'])} single, p99 {ms(op['p99_ms'])}, "
+        f"{op['errors']} errors ({verdict(op['ok'])})",
+        f"{ex['timeouts']}, {ex['refused_at_once']}; {ratio(ex['predict_p50_over_open'])} ({verdict(ex['ok'])})",
+        capacity,
+    ]
 
 
 # --- bench/leaderboard.py and bench/evaluation.py -------------------------------------

@@ -140,6 +140,12 @@ def setup(env: dict, usernames: list[str]) -> dict:
     return run_django("_setup", env, cfg, timeout=1800)
 
 
+def statements_per_example(env: dict, username: str, hyps: list[str], examples: int) -> dict:
+    """SQL statements per written example, in the served stack's environment (``djangoside._statements``)."""
+    cfg = {"task": TASK, "username": username, "hypotheses": hyps, "examples": examples}
+    return run_django("_statements", env, cfg, timeout=600)
+
+
 def count_examples(env: dict, usernames: list[str]) -> dict:
     """The examples stored for ``usernames``, per user and in total, with the counters."""
     return run_django("_count", env, {"task": TASK, "usernames": usernames}, timeout=300)
