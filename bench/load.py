@@ -291,8 +291,6 @@ def run_mode(mode: str, args, procs: Processes, base_env: dict, hyps: list[str])
     found = bare_model.throughput(pairs, args.bare_seconds)
     bare_model.close()
     bare = {k: round(v, 1) for k, v in found.items()} | {"traced": bare_model.traced}
-    rate = args.rate or round(bare["batch32"] / 2, 1)
-
     log(f"single requests: {args.single}")
     single = single_phase(port, tokens[0], hyps, args.single, CpuMeter(cpu_groups(servers)))
     log("SQL statements per example (Django subprocess, the mode's database and queue)")

@@ -3,8 +3,9 @@
 The hot path of the platform is ``create_example``: one read (the open round
 with its target models; the caller's session comes with the token, and with it
 the context it was served last, which is the one written about), the model's
-answer from the inference thread or queue, then one write transaction. Nothing is stored unless the model answered and the round is still
-open when the transaction runs.
+answer from the inference thread or queue, then one write transaction. Nothing
+is stored unless the model answered and the round is still open when the
+transaction runs.
 """
 
 from __future__ import annotations

@@ -237,6 +237,7 @@ def _statements(cfg: dict) -> dict:
         "contexts_next", "post_example", "contexts_next_data", "post_example_data")}
     kinds: dict[str, dict[str, int]] = {}
     fooled = 0
+
     def write(i: int):
         with CaptureQueriesContext(connection) as served:
             context = client.get(f"/api/tasks/{task.slug}/contexts/next/")
