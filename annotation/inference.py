@@ -79,6 +79,8 @@ def failure(error_type: str, message: str) -> Exception:
         return InvalidInput.field("inputs", message)
     if error_type == "ModelWarmingUp":
         return WarmingUp()
+    if error_type == "StoreUnavailable":  # the artifact store, not the model: retry when it is back
+        return InferenceUnavailable(f"{message.removesuffix('.')}; nothing was stored.", retry_after=30)
     return InferenceFailed(f"The model could not answer ({error_type}: {message}); nothing was stored.",
                            retry_after=30)
 
@@ -242,4 +244,4 @@ def prefetch_models(task) -> bool:
     if now - _prefetched.get(task.pk, -PREFETCH_EVERY) < PREFETCH_EVERY:
         return False
     _prefetched[task.pk] = now
-    return bool(runtime.load_in_background([m.ref() for m in open_round_with_models(task)[1]]))
+    return bool(runtime.load_in_background(open_round_with_models(task)[1]))

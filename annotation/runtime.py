@@ -169,14 +169,16 @@ def _artifact_stamp(model_ref):
     return (found.st_ino, found.st_mtime_ns, found.st_size)
 
 
-def load_in_background(refs) -> list[Future]:
-    """Queue the loading of each of ``refs`` (``ml.ModelRef``) not yet in this process's
-    cache on the model thread, one job per model (a broken artifact delays no other);
-    the Futures of the loads. A model that is already loading is not queued twice."""
+def load_in_background(models: list[TargetModel]) -> list[Future]:
+    """Queue the loading of each of ``models`` not yet in this process's cache on the
+    model thread, one job per model (a broken artifact delays no other); the Futures
+    of the loads. A model that is already loading is not queued twice. The load
+    fetches the artifact from object storage first if it is not on this machine."""
     cache = ml.default_cache()
     thread = model_thread()
     futures = []
-    for model_ref in refs:
+    for model in models:
+        model_ref = model.ref()
         if model_ref in cache:
             continue
         with _lock:
@@ -185,9 +187,9 @@ def load_in_background(refs) -> list[Future]:
                                        or _artifact_stamp(model_ref) != failed[1]):
                 future = None  # a failure answers for itself a while (no reload per request), then it is retried
             if future is None:
-                def load(model_ref=model_ref):
+                def load(model=model, model_ref=model_ref):
                     try:
-                        ml.warm_up([model_ref])
+                        ml.warm_up([model.fetch()])
                     except BaseException:
                         with _lock:
                             entry = _loading.get(model_ref)
@@ -207,7 +209,7 @@ def ensure_loaded(models: list[dict]) -> None:
     if they are not); ``ModelWarmingUp`` if they are still loading then. A load that
     failed raises its error (a broken artifact is the model failing, not warming up)."""
     deadline = time.monotonic() + settings.INFERENCE_WARMUP_WAIT
-    for future in load_in_background([ref(m) for m in models]):
+    for future in load_in_background([TargetModel.from_message(m) for m in models]):
         try:
             future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
@@ -218,7 +220,7 @@ def load_and_wait(models: list[dict], timeout: float) -> int:
     """Load ``models`` on the model thread and wait for them (a promotion preloads the
     next targets); how many were not loaded before. The load's own error is raised;
     ``FutureTimeout`` after ``timeout`` seconds."""
-    futures = load_in_background([ref(m) for m in models])
+    futures = load_in_background([TargetModel.from_message(m) for m in models])
     for future in futures:
         future.result(timeout=timeout)
     return len(futures)
@@ -230,11 +232,11 @@ def warm_up_in_background() -> list[Future]:
     from tasks.registry import open_rounds_target_models
 
     try:
-        refs = [m.ref() for m in open_rounds_target_models()]
+        models = open_rounds_target_models()
     except Exception:  # no database yet (before migrate): the first request loads them
         log.warning("no target models to warm up: the database is not ready")
         return []
-    return load_in_background(refs)
+    return load_in_background(models)
 
 
 # --- the explanation lane --------------------------------------------------------------------

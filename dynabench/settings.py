@@ -9,6 +9,7 @@ import os
 import secrets
 import sys
 import tempfile
+import urllib.parse
 from decimal import Decimal
 from pathlib import Path
 
@@ -418,6 +419,24 @@ CONTENT_SECURITY_POLICY = {
 # The public data sets (``manage.py fetch_data`` fills it): imports, real-data targets, replays, benches.
 DYNABENCH_DATA_DIR = env("DYNABENCH_DATA_DIR", default=str(VAR_DIR / "data"))
 DYNABENCH_MODELS_DIR = Path(env("DYNABENCH_MODELS_DIR", default=str(VAR_DIR / "models")))
+# Where model artifacts, uploaded submissions and replay reports are kept (tasks.artifacts):
+# file:///path (a folder: DYNABENCH_MODELS_DIR, the default) or s3://bucket/prefix, read by
+# every web and worker machine, each through its own local cache of verified downloads.
+DYNABENCH_ARTIFACTS_URL = env("DYNABENCH_ARTIFACTS_URL", default="")
+if DYNABENCH_ARTIFACTS_URL.startswith("file:"):
+    _folder = Path(urllib.parse.unquote(urllib.parse.urlsplit(DYNABENCH_ARTIFACTS_URL).path))
+    if "DYNABENCH_MODELS_DIR" in os.environ and Path(os.environ["DYNABENCH_MODELS_DIR"]) != _folder:
+        raise ImproperlyConfigured(
+            f"DYNABENCH_ARTIFACTS_URL ({DYNABENCH_ARTIFACTS_URL}) and DYNABENCH_MODELS_DIR "
+            f"({os.environ['DYNABENCH_MODELS_DIR']}) name different folders; set one of them.")
+    DYNABENCH_MODELS_DIR = _folder
+    DYNABENCH_ARTIFACTS_URL = ""
+# With s3://: this machine's cache of downloaded artifacts (default <DYNABENCH_MODELS_DIR>/.store-cache),
+# another S3-compatible endpoint (MinIO, Ceph; boto3 reads credentials as usual), and how long
+# a connection may take before the store counts as unreachable (503 on the web, a job retries).
+DYNABENCH_ARTIFACTS_CACHE = env("DYNABENCH_ARTIFACTS_CACHE", default="") or None
+AWS_ENDPOINT_URL_S3 = env("AWS_ENDPOINT_URL_S3", default="")
+ARTIFACTS_CONNECT_TIMEOUT = env.float("ARTIFACTS_CONNECT_TIMEOUT", default=5.0)
 DYNABENCH_BACKBONE = env("DYNABENCH_BACKBONE", default="all-MiniLM-L6-v2")
 # Bounds on a file of contexts uploaded to a round (admin and API; 413 above them).
 CONTEXT_UPLOAD_MAX_BYTES = env.int("CONTEXT_UPLOAD_MAX_BYTES", default=20 * 1024 * 1024)

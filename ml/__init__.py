@@ -38,6 +38,7 @@ _LAZY = {
     "LoadedModel": "artifacts",
     "save_artifact": "artifacts",
     "verify_artifact": "artifacts",
+    "combined_sha256": "artifacts",
     "load_artifact": "artifacts",
     "resolve_backbone": "backbones",
     "get_device": "backbones",
@@ -53,7 +54,14 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from .artifacts import ArtifactInfo, LoadedModel, load_artifact, save_artifact, verify_artifact
+    from .artifacts import (
+        ArtifactInfo,
+        LoadedModel,
+        combined_sha256,
+        load_artifact,
+        save_artifact,
+        verify_artifact,
+    )
     from .backbones import DEFAULT_BACKBONE, get_device, resolve_backbone
     from .explanation import explain
     from .prediction import ModelCache, ModelRef, default_cache, predict, predict_ensemble, warm_up
@@ -83,6 +91,7 @@ __all__ = [
     "ModelCache",
     "ModelRef",
     "TaskSpec",
+    "combined_sha256",
     "default_cache",
     "explain",
     "get_device",

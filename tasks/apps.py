@@ -8,6 +8,10 @@ class TasksConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate, pre_migrate
 
+        from .artifacts import configured
+
+        configured()  # a malformed DYNABENCH_ARTIFACTS_URL stops the process at start, saying why
+
         pre_migrate.connect(_note_permissions, dispatch_uid="tasks-researcher-permissions-before")
         post_migrate.connect(_grant_new_permissions, dispatch_uid="tasks-researcher-permissions")
 

@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from core.errors import Conflict, DomainError
 
+from .artifacts import StoreUnavailable
 from .models import Job
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,19 @@ def _send(job: Job, task) -> None:
         return
     result = task.apply_async(args=[job.pk], queue=job.queue or None)
     Job.objects.filter(pk=job.pk).update(celery_task_id=result.id or "")
+
+
+def _send_later(job: Job, seconds: float) -> None:
+    """Send a job that was queued again, ``seconds`` from now: with the broker's countdown
+    in service mode; on the background runner after a timer in embedded mode. Inline
+    (``JOBS_RUN_INLINE``, the tests) it is left queued for the caller to run."""
+    task = celery_task(job.celery_task_name)
+    if not task.app.conf.task_always_eager:
+        task.apply_async(args=[job.pk], queue=job.queue or None, countdown=seconds)
+    elif not getattr(settings, "JOBS_RUN_INLINE", False):
+        timer = threading.Timer(seconds, _run_in_background, args=(task, job.pk))
+        timer.daemon = True
+        timer.start()
 
 
 def enqueue(job: Job, task, queue: str | None = None) -> None:
@@ -307,6 +321,18 @@ def run_job(job_id: int, work: Callable[[Job, JobReporter], dict]) -> Job:
         log.info("job %s attempt %s stopped: %s", job_id, attempt, exc)
         Job.objects.filter(pk=job_id, status=Job.Status.CANCELLED, finished_at__isnull=True).update(
             finished_at=timezone.now(), log=_log_line("stopped: cancelled"))
+    except StoreUnavailable as exc:  # the artifact store is down: worth another attempt later, not a failure yet
+        if attempt < settings.JOB_MAX_ATTEMPTS and job.celery_task_name:
+            log.warning("job %s attempt %s: %s; queued again in %s s", job_id, attempt, exc, exc.retry_after)
+            again = reporter._mine().update(
+                status=Job.Status.QUEUED, progress=0,
+                log=_log_line(f"{exc} Queued again in {exc.retry_after} s "
+                              f"(attempt {attempt + 1} of {settings.JOB_MAX_ATTEMPTS})."))
+            if again:
+                transaction.on_commit(lambda wait=exc.retry_after: _send_later(job, wait))
+        else:
+            reporter._mine().update(status=Job.Status.FAILED, finished_at=timezone.now(), error=str(exc),
+                                    log=_log_line(f"failed after {attempt} attempt(s): {exc}"))
     except DomainError as exc:  # a refusal with its reason (a submitted model that fails its check): no traceback
         log.info("job %s refused: %s", job_id, exc)
         reporter._mine().update(status=Job.Status.FAILED, finished_at=timezone.now(), error=str(exc),

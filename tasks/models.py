@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from core.errors import InvalidInput
 
+from . import artifacts
 from .config import TASK_TYPES, TaskConfig, validate_task_config
 
 
@@ -299,10 +300,10 @@ class Job(models.Model):
 
 
 def resolve_artifact_path(artifact_path: str) -> Path:
-    """Where a stored artifact path points in this process: a relative one is under
-    this process's DYNABENCH_MODELS_DIR (workers on other machines have their own)."""
-    path = Path(artifact_path)
-    return path if path.is_absolute() else Path(settings.DYNABENCH_MODELS_DIR) / path
+    """Where a stored artifact path points in this process, without fetching it: a
+    relative one is under this process's DYNABENCH_MODELS_DIR (workers on other
+    machines have their own), an s3:// one in this machine's cache (tasks.artifacts)."""
+    return artifacts.local_path(artifact_path)
 
 
 class ModelVersion(models.Model):
@@ -347,4 +348,6 @@ class ModelVersion(models.Model):
 
     @property
     def artifact_dir(self) -> Path:
-        return resolve_artifact_path(self.artifact_path)
+        """The artifact's folder on this machine, downloaded first from object storage
+        if it is not here yet (``tasks.artifacts.ensure_local``)."""
+        return artifacts.ensure_local(self.artifact_path, self.sha256)

@@ -24,6 +24,7 @@ from django.utils.text import slugify
 import ml
 from core.errors import Conflict, InvalidInput
 
+from . import artifacts
 from .models import Job, ModelVersion, Round, Task, resolve_artifact_path
 
 
@@ -41,8 +42,15 @@ class TargetModel:
         return asdict(self)
 
     def ref(self):
-        """The ``ml.ModelRef`` in this process (its own models directory)."""
+        """The ``ml.ModelRef`` in this process (its own models directory or cache),
+        without fetching it."""
         return ml.ModelRef(str(resolve_artifact_path(self.path)), self.sha256)
+
+    def fetch(self):
+        """``ref()``, once the artifact is on this machine (downloaded from object
+        storage if need be: ``tasks.artifacts.ensure_local``)."""
+        artifacts.ensure_local(self.path, self.sha256)
+        return self.ref()
 
     @classmethod
     def from_message(cls, message: dict) -> TargetModel:
@@ -54,7 +62,8 @@ def target_model(model_version: ModelVersion) -> TargetModel:
 
 
 def ref_for(model_version: ModelVersion):
-    return target_model(model_version).ref()
+    """The version's ``ml.ModelRef``, its artifact fetched to this machine first."""
+    return target_model(model_version).fetch()
 
 
 def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel]:
@@ -151,10 +160,12 @@ def register_model(task: Task, info, *, name: str, parent: ModelVersion | None =
             f"not for task {task.slug} ({expected['kind']} {expected['labels']})."
         )
     path = Path(info.path)
-    try:
-        stored = str(path.relative_to(models_root()))
-    except ValueError:
-        stored = str(path)
+    stored = artifacts.publish(path, verified.sha256)  # object storage: uploaded, registered by URL
+    if stored is None:
+        try:
+            stored = str(path.relative_to(models_root()))
+        except ValueError:
+            stored = str(path)
     model = ModelVersion.objects.create(
         task=task, name=name, artifact_path=stored, sha256=verified.sha256,
         backbone=verified.metadata.get("backbone", ""), parent=parent,

@@ -299,3 +299,56 @@ def fake_mturk(monkeypatch, tmp_path):
 
     with FakeMTurk() as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory):
+    """moto's server mode: a real S3 protocol endpoint (HTTP on a free local port), in a
+    process of its own, for the session. Yields its URL; credentials are moto's fakes."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto's S3 server did not start on {url} (exit {proc.poll()})")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def s3_store(s3_endpoint, settings, monkeypatch, tmp_path):
+    """This test's artifact store: a new bucket on the moto endpoint, as s3://<bucket>/store,
+    and a local cache of its own (one machine's)."""
+    from tests.objectstore import S3_CREDENTIALS, new_bucket
+
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    bucket = new_bucket(s3_endpoint)
+    settings.DYNABENCH_ARTIFACTS_URL = f"s3://{bucket}/store"
+    settings.AWS_ENDPOINT_URL_S3 = s3_endpoint
+    settings.DYNABENCH_ARTIFACTS_CACHE = str(tmp_path / "cache-a")
+    return bucket

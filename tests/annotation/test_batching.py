@@ -208,7 +208,7 @@ def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, cl
     assert response.json()["code"] == "warming_up" and "warming up" in response.json()["detail"]
     assert int(response["Retry-After"]) >= 1
     assert Example.objects.count() == 0  # nothing stored
-    for future in runtime.load_in_background([model.ref()]):
+    for future in runtime.load_in_background([model]):
         future.result(timeout=120)  # the load that request queued
     assert model.ref() in ml.default_cache()
     response = client.post("/api/tasks/sentiment/examples/", body, format="json")
@@ -315,7 +315,7 @@ def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks,
     broken = TargetModel(model.id, "later", str(path), model.sha256)
     with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
         inference.predict_with([broken], [{"statement": "Anything."}])
-    [kept] = runtime.load_in_background([broken.ref()])
+    [kept] = runtime.load_in_background([broken])
     assert kept.done() and kept.exception() is not None  # the failure, answered again without a new load
     with pytest.raises(inference.InferenceFailed, match="ArtifactError"):
         inference.predict_with([broken], [{"statement": "Anything."}])

@@ -70,9 +70,31 @@ def worker_mturk(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk):
+def worker_store(s3_endpoint):
+    """The worker's artifact store: a bucket on moto's S3 server. The worker writes what
+    it trains or checks there (s3://<bucket>/ci) and keeps its own cache; this process,
+    another machine, reads those artifacts through the same endpoint into its cache."""
+    from django.conf import settings
+
+    from tests.objectstore import S3_CREDENTIALS, new_bucket
+
+    before = (settings.AWS_ENDPOINT_URL_S3, {name: os.environ.get(name) for name in S3_CREDENTIALS})
+    os.environ.update(S3_CREDENTIALS)
+    settings.AWS_ENDPOINT_URL_S3 = s3_endpoint
+    yield {"url": f"s3://{new_bucket(s3_endpoint)}/ci", "endpoint": s3_endpoint}
+    settings.AWS_ENDPOINT_URL_S3 = before[0]
+    for name, value in before[1].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk, worker_store):
     """A real `celery worker` process, on the test database, all queues (MTurk: the fake),
-    with the threads pool `make worker` uses (predictions batched on its model thread)."""
+    with the threads pool `make worker` uses (predictions batched on its model thread).
+    Its artifacts go to object storage (``worker_store``), through a cache of its own."""
     from django.db import connection
 
     from core import consumers
@@ -83,6 +105,8 @@ def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk)
     env.update(
         DATABASE_URL=database_url(connection.settings_dict),
         DYNABENCH_MODELS_DIR=str(_models_dir),
+        DYNABENCH_ARTIFACTS_URL=worker_store["url"], AWS_ENDPOINT_URL_S3=worker_store["endpoint"],
+        DYNABENCH_ARTIFACTS_CACHE=str(tmp_path_factory.mktemp("worker-artifact-cache")),
         PYTHONUNBUFFERED="1", INFERENCE_WARMUP_WAIT="120",
         MTURK_ENDPOINT_URL=worker_mturk.endpoint_url, AWS_ACCESS_KEY_ID="fake", AWS_SECRET_ACCESS_KEY="fake",
         AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
