@@ -41,6 +41,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from core.errors import DomainError
+from core.progress import Advance, counted
 from leaderboard import promotion, training
 from leaderboard.evaluation import has_finished_evaluation, start_evaluation
 from leaderboard.jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
@@ -129,7 +130,7 @@ def active_training_job(task: Task, name: str = DEMO_MODEL_NAME) -> Job | None:
 
 
 def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | None = None,
-                       background: bool = False, **train_options) -> list[str]:
+                       background: bool = False, advance: Advance | None = None, **train_options) -> list[str]:
     """A round-0 model trained on the shipped seed set (imported into round 0) for
     each task that has none, made the target of the open round once its evaluation
     succeeds. Each is a training job, then an evaluation job; a seed model left
@@ -137,17 +138,18 @@ def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | N
 
     ``background``: queue the jobs and return (``make run`` serves at once; the web
     process runs them, ``tasks.jobs.resume_queued_jobs``). Otherwise wait for them.
-    Returns the models trained now (none with ``background``)."""
+    Returns the models trained now (none with ``background``). ``advance(label, done,
+    total)`` counts the tasks done (``core.progress``)."""
     if background:
         with held_for_the_server():
-            return _ensure_demo_models(slugs, progress, background=True, **train_options)
-    return _ensure_demo_models(slugs, progress, background=False, **train_options)
+            return _ensure_demo_models(slugs, progress, background=True, advance=advance, **train_options)
+    return _ensure_demo_models(slugs, progress, background=False, advance=advance, **train_options)
 
 
-def _ensure_demo_models(slugs, progress, *, background: bool, **train_options) -> list[str]:
+def _ensure_demo_models(slugs, progress, *, background: bool, advance: Advance | None, **train_options) -> list[str]:
     say = progress or (lambda message: None)
     trained = []
-    for slug in slugs:
+    for slug in counted(slugs, "seed models queued" if background else "seed models", advance):
         task = Task.objects.get(slug=slug)
         echo = thinned(lambda line, slug=slug: say(f"{slug}: {line}"))
         model = ModelVersion.objects.filter(task=task, name=DEMO_MODEL_NAME).first()
@@ -256,11 +258,11 @@ def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int,
 
 
 def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progress: Callable[[str], None],
-                       train_options: dict) -> tuple[list[str], list[str]]:
+                       train_options: dict, advance: Advance | None = None) -> tuple[list[str], list[str]]:
     """Round-0 models on real data where the data is there. Returns (models trained,
     the slugs that fall back to the seed model)."""
     trained, fallback = [], []
-    for slug in slugs:
+    for slug in counted(slugs, "real-data models", advance):
         task = Task.objects.get(slug=slug)
         data, reason = real_data_for(slug, data_dir)
         if data is None:
@@ -283,14 +285,14 @@ def ensure_real_models(slugs, *, data_dir: Path | None, limit: int | None, progr
 
 
 def queue_real_models(slugs, *, data_dir: Path | None, limit: int | None, progress: Callable[[str], None],
-                      train_options: dict) -> None:
+                      train_options: dict, advance: Advance | None = None) -> None:
     """``make run``'s real-data targets, as jobs that run after the seed models' (the web
     process runs them in turn): each imports its task's real data into round 0 beside
     the seed set, trains ``round0-real`` there, evaluates it, and makes it the target
     if it beats the seed target on round 0's test set, both scored on the same
     examples (``promotion.compare_with_target``). Tasks without their files, and tasks
     that have the model or its job already, are skipped with a note."""
-    for slug in slugs:
+    for slug in counted(slugs, "real-data models queued", advance):
         task = Task.objects.get(slug=slug)
         data, reason = real_data_for(slug, data_dir)
         if data is None:
@@ -348,12 +350,14 @@ def import_seed_examples(task: Task) -> int:
 
 def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                    train_options: dict | None = None, real_data: bool = False, real_data_limit: int | None = None,
-                   data_dir: Path | None = None, seed_examples: bool = True, background: bool = False) -> DemoReport:
+                   data_dir: Path | None = None, seed_examples: bool = True, background: bool = False,
+                   advance: Advance | None = None) -> DemoReport:
     """``real_data``: see the module docstring; ``data_dir`` defaults to DYNABENCH_DATA_DIR.
     ``seed_examples``: import the shipped seed examples into round 0 (``import_seed_examples``).
     ``background``: queue the seed models' jobs and return (see ``ensure_demo_models``); with
     ``real_data`` too, queue the real-data targets' jobs after them (``queue_real_models``).
-    ``train_options`` apply to every model trained (tests make them tiny)."""
+    ``train_options`` apply to every model trained (tests make them tiny). ``advance(label, done,
+    total)`` counts the tasks set up, then each kind of model, task by task (``core.progress``)."""
     report = DemoReport()
     data_dir = Path(data_dir) if data_dir else default_data_dir()
     # A task that gets real data keeps its round 0 for it: the seed set would mix into
@@ -363,7 +367,7 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
             if real_data and with_models and not background and real_data_for(slug, data_dir)[0] is not None}
     with transaction.atomic():
         ensure_admin(report)
-        for slug in slugs or services.DEFAULT_TASK_SLUGS:
+        for slug in counted(slugs or services.DEFAULT_TASK_SLUGS, "demo tasks set up", advance):
             task, created = services.create_task(services.load_definition(slug))
             if created:
                 report.tasks_created.append(slug)
@@ -376,20 +380,21 @@ def bootstrap_demo(*, slugs=None, with_models: bool = True, progress=None,
                 report.examples_imported[slug] = import_seed_examples(task)
     if with_models and background:
         report.models_trained += ensure_demo_models(slugs or services.DEFAULT_TASK_SLUGS, progress=progress,
-                                                    background=True, **(train_options or {}))
+                                                    background=True, advance=advance, **(train_options or {}))
         if real_data:
             with held_for_the_server():
                 queue_real_models(slugs or services.DEFAULT_TASK_SLUGS, data_dir=data_dir, limit=real_data_limit,
-                                  progress=progress or (lambda message: None), train_options=train_options or {})
+                                  progress=progress or (lambda message: None), train_options=train_options or {},
+                                  advance=advance)
     elif with_models:
         seed_slugs = list(slugs or services.DEFAULT_TASK_SLUGS)
         if real_data:
             report.models_trained, seed_slugs = ensure_real_models(
                 seed_slugs, data_dir=data_dir, limit=real_data_limit,
-                progress=progress or (lambda message: None), train_options=train_options or {})
+                progress=progress or (lambda message: None), train_options=train_options or {}, advance=advance)
             for slug in set(seed_slugs) & real:  # its real data was unusable: the seed model learns the seed set
                 if seed_examples:
                     report.examples_imported[slug] = import_seed_examples(Task.objects.get(slug=slug))
         report.models_trained += ensure_demo_models(seed_slugs, progress=progress, background=background,
-                                                    **(train_options or {}))
+                                                    advance=advance, **(train_options or {}))
     return report

@@ -279,15 +279,22 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
 _STEP_LINE = re.compile(r"epoch \d+/\d+ step (\d+)/(\d+) ")
 
 
+def training_step(line: str) -> tuple[int, int] | None:
+    """(step, total steps) of a training job's step line (``ml.train``'s progress message
+    "epoch 1/3 step 40/300 loss ..."), or None for any other line."""
+    match = _STEP_LINE.search(line)
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def thinned(say: Callable[[str], None], parts: int = 4) -> Callable[[str], None]:
     """``say`` for job logs, passing a training step line only when it starts a new
     quarter (``parts``) of the steps; every other line passes."""
     shown = [-1]
 
     def echo(line: str) -> None:
-        match = _STEP_LINE.search(line)
-        if match:
-            step, total = int(match[1]), int(match[2])
+        steps = training_step(line)
+        if steps:
+            step, total = steps
             part = parts * step // max(total, 1)
             if part == shown[0]:
                 return
@@ -327,5 +334,5 @@ def dev_score(model: ModelVersion) -> tuple[str, float | None]:
 __all__ = [
     "Source", "StaticData", "StaticDataError", "StaticImport", "balanced", "check_fractions", "dev_score",
     "evaluation_table", "hash_splits", "import_static_data", "parse_source",
-    "read_static_data", "split_keys", "thinned",
+    "read_static_data", "split_keys", "thinned", "training_step",
 ]

@@ -62,6 +62,7 @@ from annotation.models import Example
 from annotation.services.examples import create_example
 from annotation.services.validation import validate_example
 from core.errors import DomainError
+from core.progress import Advance, counter
 from leaderboard.models import Evaluation
 from tasks import services as task_services
 from tasks.models import Context, ModelVersion, Task
@@ -158,12 +159,13 @@ def training_settings(options: Options) -> dict:
 class Replay:
     """One seed's replay: the adversarial chain M0..MR, then the static control's chain."""
 
-    def __init__(self, options: Options, plan: ReplayPlan, seed: int, progress: Callable[[str], None] = print):
+    def __init__(self, options: Options, plan: ReplayPlan, seed: int, progress: Callable[[str], None] = print,
+                 model_done: Callable[[], None] = lambda: None):
         check_options(options)
         self.options = options
         self.plan = plan
         self.seed = seed
-        self.say = progress
+        self.say, self.model_done = progress, model_done  # once per model scored
         self.train = training_settings(options)
 
     # --- jobs -------------------------------------------------------------------
@@ -282,8 +284,9 @@ class Replay:
         return results
 
     def scored(self, task: Task, model: ModelVersion, upto_round: int) -> dict:
-        return {"model": model.name, "scores": self.scores(model),
-                "functional": self.functional(task, model, upto_round)}
+        scores, functional = self.scores(model), self.functional(task, model, upto_round)
+        self.model_done()
+        return {"model": model.name, "scores": scores, "functional": functional}
 
     # --- the adversarial chain ---------------------------------------------------
 
@@ -430,15 +433,18 @@ class Replay:
         return out
 
 
-def replay(options: Options, progress: Callable[[str], None] = print) -> dict:
-    """Replay ``options.seeds`` seeds on one data plan; the pooled report (``summary``)."""
+def replay(options: Options, progress: Callable[[str], None] = print, advance: Advance | None = None) -> dict:
+    """Replay ``options.seeds`` seeds on one data plan; the pooled report (``summary``).
+    ``advance(label, done, total)`` counts the models trained and evaluated, every seed's."""
     check_options(options)
     started_at, started = timezone.now(), time.monotonic()
     plan = build_plan(options.task, Path(options.data_dir), mode=options.mode, limit=options.limit,
                       seed=options.seed)
     if options.rounds is not None:
         plan.rounds = plan.rounds[:options.rounds + 1]
-    runs = [Replay(options, plan, options.seed + i, progress).run() for i in range(options.seeds)]
+    per_seed = len(plan.rounds) + (len(plan.rounds) - 1 if options.control == "static" else 0)  # M0..MR, C1..CR
+    done = counter("models trained and evaluated", options.seeds * per_seed, advance)
+    runs = [Replay(options, plan, options.seed + i, progress, done).run() for i in range(options.seeds)]
     return build_report(plan, runs, task=options.task, mode=options.mode, strategy=options.strategy,
                         control=options.control, training=training_settings(options),
                         started_at=started_at.isoformat(), seconds=round(time.monotonic() - started, 1))

@@ -25,7 +25,7 @@ def data_dir() -> Path:
 
 
 @pytest.mark.parametrize("task, first_round, control", [("hate", "DynaHate R1", "static"), ("nli", "ANLI R1", None)])
-def test_replay_smoke(tmp_path, task, first_round, control):
+def test_replay_smoke(tmp_path, capsys, task, first_round, control):
     out = tmp_path / "report.json"
     call_command("replay", task=task, data_dir=str(data_dir()), mode="fast", limit=16, rounds=1, out=str(out),
                  epochs=1, static_epochs=1, job_timeout=600, control=control)
@@ -55,6 +55,7 @@ def test_replay_smoke(tmp_path, task, first_round, control):
     models = list(ModelVersion.objects.filter(task=replay_task).order_by("pk"))
     names = [f"{task}-m0", f"{task}-m1"] + ([f"{task}-control-c1"] if control else [])
     assert [m.name for m in models] == names
+    assert f"models trained and evaluated: {len(names)}/{len(names)} (100%)" in capsys.readouterr().out
     assert all(has_finished_evaluation(m) for m in models)
     assert Evaluation.objects.filter(model_version__in=models).count() == 2 * len(models)  # rounds 0 and 1
     assert not Evaluation.objects.filter(model_version__in=models, metrics__has_key="throughput").exists()

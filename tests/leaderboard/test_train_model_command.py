@@ -123,6 +123,8 @@ def test_train_model_imports_round_0_trains_evaluates_and_targets(nli, tmp_path)
     assert "train: [" in output and "attempt 1 started" in output and "evaluate: [" in output
     assert f"Registered m0 (#{model.pk}): dev accuracy " in output
     assert f"{0:>5}  {by_split['test']:>8}" in output  # the table's round 0 row
+    # Off a terminal, the training steps also come as plain progress lines (core.progress).
+    assert "training m0: 2/2 steps (100%)" in output and "\r" not in output
 
     # --target: the task had no round but 0, so promotion opened round 1 with it.
     first = Round.objects.get(task=nli, number=1)

@@ -133,4 +133,5 @@ def test_bootstrap_demo_in_the_background_says_what_waits(capsys, settings):
     out = capsys.readouterr().out
     assert "nli: training job #" in out and "on round 0's 276 train and 27 dev examples" in out
     assert "4 job(s) wait for the server: it runs them one after another once it starts." in out
+    assert "demo tasks set up: 4/4 (100%)" in out and "seed models queued: 4/4 (100%)" in out  # progress lines
     assert not ModelVersion.objects.exists()

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from annotation.datasets import DatasetImportError, check_format, import_records
 from annotation.importers import FORMATS, SPLITS, FormatError, read_records
 from annotation.models import Example
+from core import progress
 from tasks.models import Task
 
 SHOWN_ERRORS = 20
@@ -33,6 +34,7 @@ class Command(BaseCommand):
                             help="The split, for files without a split column (overrides it if given).")
         parser.add_argument("--strict", action="store_true",
                             help="Write nothing unless every row is good.")
+        progress.add_argument(parser)
 
     def handle(self, *args, path, task, format_name, round_number, split, strict, **options):
         task_obj = Task.objects.filter(slug=task).first()
@@ -51,13 +53,18 @@ class Command(BaseCommand):
             raise CommandError(f"--split is required: {format_name} files have no split column.")
         if round_number is not None and round_number < 0:
             raise CommandError("--round must be 0 (the static data) or more.")
+        shown = progress.Progress.for_command(self, options)
         try:
             check_format(task_obj, format_name)
-            report = import_records(
-                task_obj, read_records(format_name, file), round_number=round_number, split=split,
-                strict=strict,
-                source=Example.Source.SEED if format_name == "seed" else Example.Source.IMPORT,
-            )
+            records = read_records(format_name, file)
+            if shown.enabled:  # a first pass counts the rows, for the bar's total
+                total = sum(1 for _ in read_records(format_name, file))
+                records = shown.iterate(records, f"importing {file.name}", total, "rows")
+            with shown:
+                report = import_records(
+                    task_obj, records, round_number=round_number, split=split, strict=strict,
+                    source=Example.Source.SEED if format_name == "seed" else Example.Source.IMPORT,
+                )
         except DatasetImportError as exc:
             if exc.errors:
                 raise CommandError(

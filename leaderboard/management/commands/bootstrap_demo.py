@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from core import progress
 from leaderboard.demo import DEMO_ADMIN_USERNAME, REAL_DATA_LIMIT, REAL_MODEL_NAME, bootstrap_demo
 from tasks.models import Job
 
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, metavar="N",
                             help=f"With --real-data: at most N rows of each split per task (default "
                                  f"{REAL_DATA_LIMIT}).")
+        progress.add_argument(parser)
 
     def handle(self, *args, **options):
         if options["real_data"] and options["no_models"]:
@@ -38,14 +40,17 @@ class Command(BaseCommand):
         if options["limit"] is not None and options["limit"] < 1:
             raise CommandError("--limit must be 1 or more.")
 
-        def progress(message):
-            self.stdout.write(f"  {message}")
+        shown = progress.Progress.for_command(self, options)
+
+        def say(message):
+            shown.write(f"  {message}")
 
         if options["background"] and options["no_models"]:
             raise CommandError("--background queues the models' jobs: it cannot go with --no-models.")
-        report = bootstrap_demo(with_models=not options["no_models"], progress=progress,
-                                real_data=options["real_data"], real_data_limit=options["limit"],
-                                background=options["background"])
+        with shown:
+            report = bootstrap_demo(with_models=not options["no_models"], progress=say,
+                                    real_data=options["real_data"], real_data_limit=options["limit"],
+                                    background=options["background"], advance=shown.show)
         for slug in report.tasks_created:
             self.stdout.write(f"created task {slug}")
         for name in report.rounds_created:

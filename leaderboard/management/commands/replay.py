@@ -2,6 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core import progress
 from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_dir
 from leaderboard.replay.report import interface_problems, markdown_tables
 from leaderboard.replay.results import write_outputs
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int)
         parser.add_argument("--lr", type=float)
         parser.add_argument("--job-timeout", type=float, help="Seconds to wait for one job (default: no limit).")
+        progress.add_argument(parser)
 
     def handle(self, *args, **o):
         data_dir = o["data_dir"] or default_data_dir()
@@ -64,8 +66,10 @@ class Command(BaseCommand):
             job_timeout=o["job_timeout"],
             train={"epochs": o["epochs"], "static_epochs": o["static_epochs"], "batch_size": o["batch_size"],
                    "lr": o["lr"]})
+        shown = progress.Progress.for_command(self, o)
         try:
-            report = replay(options, progress=self.stdout.write)
+            with shown:
+                report = replay(options, progress=shown.write, advance=shown.show)
         except (ReplayError, ReplayDataError) as exc:
             raise CommandError(str(exc)) from None
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ from django.db import transaction
 
 from annotation.datasets import DatasetImportError, check_format
 from annotation.importers import FORMATS, SPLITS
+from core import progress
 from core.errors import DomainError, InvalidInput
 from leaderboard import promotion, training
 from leaderboard.jobs import train_static_model
@@ -14,6 +15,7 @@ from leaderboard.static_data import (
     import_static_data,
     parse_source,
     read_static_data,
+    training_step,
 )
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 
@@ -71,9 +73,10 @@ class Command(BaseCommand):
                                  "or a new one opens with it; the open round closes).")
         parser.add_argument("--job-timeout", type=float, metavar="SECONDS",
                             help="Give up waiting for a job after this long (the job goes on). Default: wait.")
+        progress.add_argument(parser)
 
     def handle(self, *args, paths, task, format_name, split, dev_fraction, test_fraction, limit, balance, name,
-               mode, epochs, batch_size, lr, max_steps, seed, target, job_timeout, **_):
+               mode, epochs, batch_size, lr, max_steps, seed, target, job_timeout, **rest):
         write = self.stdout.write
         task_obj = Task.objects.filter(slug=task).first()
         if task_obj is None:
@@ -135,9 +138,20 @@ class Command(BaseCommand):
         settings_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in options.items()) or "the trainer's defaults"
         sample = f" (a fixed sample of at most {limit} train examples)" if limit else ""
         write(f"Training {name} on round {STATIC_ROUND}{sample}: {training.MODES[mode]}, {settings_text}.")
+        shown = progress.Progress.for_command(self, rest)
+
+        def say(line):  # the jobs' log lines; the training job's step lines move the bar
+            shown.write(line)
+            steps = training_step(line)
+            if steps:
+                shown.show(f"training {name}", *steps, unit="steps")
+                if steps[0] >= steps[1]:
+                    shown.finish()
+
         try:
-            model = train_static_model(task_obj, name=name, say=write, mode=mode, static_limit=limit,
-                                       job_timeout=job_timeout, **options)
+            with shown:
+                model = train_static_model(task_obj, name=name, say=say, mode=mode, static_limit=limit,
+                                           job_timeout=job_timeout, **options)
         except StaticDataError as exc:
             raise CommandError(str(exc)) from None
         except DomainError as exc:
