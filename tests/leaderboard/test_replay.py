@@ -24,10 +24,15 @@ def data_dir() -> Path:
     return path
 
 
-@pytest.mark.parametrize("task, first_round, control", [("hate", "DynaHate R1", "static"), ("nli", "ANLI R1", None)])
-def test_replay_smoke(tmp_path, capsys, task, first_round, control):
+@pytest.mark.parametrize("task, first_round, control, store", [("hate", "DynaHate R1", "static", "file"),
+                                                                ("nli", "ANLI R1", None, "s3")])
+def test_replay_smoke(tmp_path, capsys, request, task, first_round, control, store):
+    """Hate with the file store; NLI with object storage (moto's S3 server): its models
+    are registered by URL and its report is uploaded beside them."""
+    data = data_dir()
+    bucket = request.getfixturevalue("s3_store") if store == "s3" else None
     out = tmp_path / "report.json"
-    call_command("replay", task=task, data_dir=str(data_dir()), mode="fast", limit=16, rounds=1, out=str(out),
+    call_command("replay", task=task, data_dir=str(data), mode="fast", limit=16, rounds=1, out=str(out),
                  epochs=1, static_epochs=1, job_timeout=600, control=control)
     report = json.loads(out.read_text())
     assert interface_problems(report) == []
@@ -55,7 +60,11 @@ def test_replay_smoke(tmp_path, capsys, task, first_round, control):
     models = list(ModelVersion.objects.filter(task=replay_task).order_by("pk"))
     names = [f"{task}-m0", f"{task}-m1"] + ([f"{task}-control-c1"] if control else [])
     assert [m.name for m in models] == names
-    assert f"models trained and evaluated: {len(names)}/{len(names)} (100%)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    if bucket:
+        assert all(m.artifact_path == f"s3://{bucket}/store/artifacts/{m.sha256}" for m in models)
+        assert f"; stored s3://{bucket}/store/replays/" in printed
+    assert f"models trained and evaluated: {len(names)}/{len(names)} (100%)" in printed
     assert all(has_finished_evaluation(m) for m in models)
     assert Evaluation.objects.filter(model_version__in=models).count() == 2 * len(models)  # rounds 0 and 1
     assert not Evaluation.objects.filter(model_version__in=models, metrics__has_key="throughput").exists()

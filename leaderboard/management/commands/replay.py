@@ -1,12 +1,14 @@
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from core import progress
 from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_dir
 from leaderboard.replay.report import interface_problems, markdown_tables
 from leaderboard.replay.results import write_outputs
 from leaderboard.replay.run import CONTROLS, STRATEGIES, Options, ReplayError, replay
+from tasks import artifacts
 
 
 class Command(BaseCommand):
@@ -74,10 +76,16 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         out.parent.mkdir(parents=True, exist_ok=True)
         paths = write_outputs(report, out)
+        try:  # with object storage the report goes beside the models too
+            stored = artifacts.publish_files(list(paths.values()), folder=(
+                f"replays/{timezone.now():%Y%m%d-%H%M%S}-{out.parent.name or 'replay'}-{out.stem}"))
+        except artifacts.StoreUnavailable as exc:
+            raise CommandError(f"The report is written at {out}, but not stored: {exc}") from None
         problems = interface_problems(report)
         if problems:  # written all the same, to be read; but a script would trip on it
             raise CommandError(f"The report at {out} lacks its interface: " + "; ".join(problems))
         self.stdout.write(markdown_tables(report))
         self.stdout.write(f"Replay of {report['task']} ({report['mode']}, {report['strategy']}, "
                           f"{len(report['seeds'])} seed(s)) took {report['seconds']:.0f} s. "
-                          f"Wrote {', '.join(str(p) for p in paths.values())}.")
+                          f"Wrote {', '.join(str(p) for p in paths.values())}"
+                          + (f"; stored {', '.join(stored)}." if stored else "."))
