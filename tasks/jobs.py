@@ -184,30 +184,6 @@ def requeue(job: Job) -> None:
     transaction.on_commit(lambda: _send(job, celery_task(job.celery_task_name)))
 
 
-def describe_progress(job: Job) -> str:
-    """Where an active job stands, in words a page can show: its place in the queue and
-    when it should start (``Job.estimated_start``), or how far it is and the time left."""
-    kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation",
-            Job.Kind.CHECK_SUBMISSION: "check"}.get(
-        job.kind, job.get_kind_display().lower())
-    what = f"{kind} job #{job.pk}"
-    if job.status == Job.Status.QUEUED:
-        position = job.queue_position()
-        text = f"{what} is queued, {'next' if position == 1 else f'number {position}'} in line"
-        start = job.estimated_start()
-        if start is not None:
-            text += f", to start in about {_minutes((start - timezone.now()).total_seconds())}"
-        return text
-    left = job.seconds_left
-    return f"{what} is {job.progress}% done" + (f", about {_minutes(left)} left" if left is not None else "")
-
-
-def _minutes(seconds: float) -> str:
-    from .templatetags.dynabench_format import hours_minutes
-
-    return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"
-
-
 def resume_queued_jobs() -> list[int]:
     """Embedded mode: send every queued job to this process's background runner, and
     the running ones whose process stopped.

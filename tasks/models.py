@@ -298,6 +298,27 @@ class Job(models.Model):
             wait += left if left is not None else typical[job.kind]
         return timezone.now() + timedelta(seconds=wait)
 
+    def describe_progress(self) -> str:
+        """Where an active job stands, in words a page can show: its place in the queue and
+        when it should start (``estimated_start``), or how far it is and the time left."""
+        from .templatetags.dynabench_format import hours_minutes
+
+        def minutes(seconds: float) -> str:
+            return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"
+
+        kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation",
+                Job.Kind.CHECK_SUBMISSION: "check"}.get(self.kind, self.get_kind_display().lower())
+        what = f"{kind} job #{self.pk}"
+        if self.status == Job.Status.QUEUED:
+            position = self.queue_position()
+            text = f"{what} is queued, {'next' if position == 1 else f'number {position}'} in line"
+            start = self.estimated_start()
+            if start is not None:
+                text += f", to start in about {minutes((start - timezone.now()).total_seconds())}"
+            return text
+        left = self.seconds_left
+        return f"{what} is {self.progress}% done" + (f", about {minutes(left)} left" if left is not None else "")
+
 
 def resolve_artifact_path(artifact_path: str) -> Path:
     """Where a stored artifact path points in this process, without fetching it: a

@@ -23,7 +23,6 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from tasks.config import EXTRACTIVE_QA
-from tasks.jobs import describe_progress
 from tasks.models import Context, Job, ModelVersion, Round, Task
 from tasks.registry import open_round_with_models, target_model
 from tasks.roles import is_researcher
@@ -47,7 +46,7 @@ def waiting_for_target(task: Task) -> str:
     """Why an open round without a target cannot take examples yet, and when it will."""
     job = target_job(task)
     if job is not None:
-        return (f"Its model is being prepared: {describe_progress(job)}. Writing opens once the model is "
+        return (f"Its model is being prepared: {job.describe_progress()}. Writing opens once the model is "
                 "trained and evaluated.")
     return ("No model is being trained for it: a researcher must train one and make it the target "
             "(the task page's \"Train the next target model\").")
