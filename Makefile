@@ -55,12 +55,15 @@ test: install
 # trained by the training worker. Scale a process: make services HONCHO_ARGS="-c inference=2".
 SERVICES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dynabench
 SERVICES_REDIS ?= redis://127.0.0.1:6379
+SERVICES_BROKER ?= $(SERVICES_REDIS)/0
+SERVICES_RESULTS ?= $(SERVICES_REDIS)/1
+SERVICES_CACHE ?= rediscache://$(subst redis://,,$(SERVICES_REDIS))/2
 services: install
 	@$(PY) -c 'import sys, psycopg, environ; url = environ.Env.db_url_config("$(SERVICES_DATABASE_URL)"); 	  conn = psycopg.connect(host=url["HOST"], port=url["PORT"] or 5432, user=url["USER"], password=url["PASSWORD"] or None, dbname="postgres", autocommit=True); 	  exists = conn.execute("select 1 from pg_database where datname = %s", (url["NAME"],)).fetchone(); 	  exists or conn.execute("create database " + url["NAME"]); print("database", url["NAME"], "ready")'
-	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 $(PY) manage.py migrate --noinput
-	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 CELERY_RESULT_BACKEND=$(SERVICES_REDIS)/1 	  CACHE_URL=rediscache://$(subst redis://,,$(SERVICES_REDIS))/2 $(PY) manage.py bootstrap_demo --background
+	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER) $(PY) manage.py migrate --noinput
+	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER) CELERY_RESULT_BACKEND=$(SERVICES_RESULTS) 	  CACHE_URL=$(SERVICES_CACHE) $(PY) manage.py bootstrap_demo --background
 	@echo "Serving on http://$(HOST):$(PORT)  (admin: http://$(HOST):$(PORT)/admin/)"
-	HOST=$(HOST) PORT=$(PORT) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_REDIS)/0 	  CELERY_RESULT_BACKEND=$(SERVICES_REDIS)/1 CACHE_URL=rediscache://$(subst redis://,,$(SERVICES_REDIS))/2 	  $(VENV)/bin/honcho start $(HONCHO_ARGS)
+	HOST=$(HOST) PORT=$(PORT) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER) 	  CELERY_RESULT_BACKEND=$(SERVICES_RESULTS) CACHE_URL=$(SERVICES_CACHE) $(VENV)/bin/honcho start $(HONCHO_ARGS)
 
 # Workers: one for everything, or one per queue (scale each on its own machines).
 worker: install
