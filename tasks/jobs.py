@@ -77,6 +77,7 @@ def create_job(kind: str, *, params: dict | None = None, task=None, user=None, r
 RUNNER_NAME = "dynabench-jobs"
 _embedded_runner: ThreadPoolExecutor | None = None
 _runner_lock = threading.Lock()
+_task_modules_lock = threading.Lock()
 
 
 def _runner() -> ThreadPoolExecutor:
@@ -167,8 +168,11 @@ def celery_task(name: str):
 
     if name not in current_app.tasks:
         # A process that has imported no task module yet (a web process at start):
-        # the apps' task modules are found as a worker finds them.
-        current_app.loader.import_default_modules()
+        # the apps' task modules are found as a worker finds them, by one thread while
+        # the others wait (two importing at once left one without the tasks registered).
+        with _task_modules_lock:
+            if name not in current_app.tasks:
+                current_app.loader.import_default_modules()
     return current_app.tasks[name]
 
 
