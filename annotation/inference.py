@@ -16,8 +16,9 @@ Either way the caller sends model references (``tasks.registry.TargetModel``), s
 nobody queries the database to answer. What goes wrong becomes: no answer in time or
 the queue down (``InferenceUnavailable``, 503 with Retry-After), no worker consuming
 the queue at all (``NoWorker``, 503 at once: the workers' heartbeats,
-``core.consumers``), the model still loading (``WarmingUp``, 503 ``warming_up``), the
-model failing (``InferenceFailed``, 503 with the reason), input the model refuses
+``core.consumers``), the explanation lane full (``Busy``, 503 ``busy`` at once), the
+model still loading (``WarmingUp``, 503 ``warming_up``), the artifact store unreachable
+(503 with Retry-After), the model failing (``InferenceFailed``, 503 with the reason), input the model refuses
 (``InvalidInput``, 400). Nothing here imports torch.
 """
 
@@ -43,6 +44,12 @@ log = logging.getLogger(__name__)
 
 class InferenceUnavailable(Unavailable):
     """No model answer in time (no worker, overloaded), or the job queue is down."""
+
+
+class Busy(InferenceUnavailable):
+    """The bounded lane (explanations) is full: refused at once, before any wait."""
+
+    code = "busy"
 
 
 class NoWorker(Unavailable):
@@ -146,7 +153,7 @@ def _call(task, runner, *args, what: str = "model answer", executor=None, queue:
         try:
             future = executor.submit(runner, *args)
         except runtime.LaneFull as exc:
-            raise InferenceUnavailable(exc.message, retry_after=exc.retry_after) from None
+            raise Busy(exc.message, retry_after=exc.retry_after) from None
         return _wait(future, what)
     require_consumer(queue)
     if not settings.INFERENCE_REPLY_URL:
@@ -160,7 +167,7 @@ def _call(task, runner, *args, what: str = "model answer", executor=None, queue:
                         ttl=settings.INFERENCE_TIMEOUT + replies.SOCKET_MARGIN):
             return _call_through_reply_list(task, *args, what=what, queue=queue)
     except slots.Full as full:
-        raise InferenceUnavailable(f"{full.held} {what}s are already waiting for a model; nothing was stored. "
+        raise Busy(f"{full.held} {what}s are already waiting for a model; nothing was stored. "
                                    "Try again in a few seconds.", retry_after=5) from None
 
 

@@ -141,9 +141,9 @@ def open_phase(
                 lat[kind].append(elapsed)
             elif len(errors) < 8:
                 errors.append(f"{key}: {str(data)[:200]}")
-            if status == 503:
-                timed_out = "within" in str(data)  # "No explanation within 30 s ..."
-                timeouts_and_refusals[0 if timed_out else 1] += 1
+            if status == 503:  # a full lane is refused at once with the code "busy"; a timeout is not
+                refused = isinstance(data, dict) and data.get("code") == "busy"
+                timeouts_and_refusals[1 if refused else 0] += 1
 
     def arrival(i: int, explain: bool):
         client = pool.client()

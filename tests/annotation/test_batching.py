@@ -410,6 +410,7 @@ def test_a_full_explanation_lane_refuses_at_once_and_frees_its_places(live_tasks
         assert refused.status_code == 503, refused.content
         assert refused["Retry-After"] == "5"
         assert "explanations are already waiting" in refused.json()["detail"]
+        assert refused.json()["code"] == "busy"  # told apart from a timeout (code "unavailable")
         assert "explanation" not in Example.objects.get(pk=created["id"]).metadata
     finally:
         gate.set()

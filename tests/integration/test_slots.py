@@ -80,9 +80,9 @@ def test_an_explanation_beyond_the_bound_is_refused_at_once_in_service_mode(cele
     while slots.held(settings.INFERENCE_REPLY_URL, "explain", ttl=60) == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     started = time.monotonic()
-    with pytest.raises(inference.InferenceUnavailable, match="already waiting") as refused:
+    with pytest.raises(inference.Busy, match="already waiting") as refused:
         inference.explain_with(model, inputs, None, 4)
-    assert time.monotonic() - started < 1.0 and refused.value.retry_after == 5
+    assert time.monotonic() - started < 1.0 and refused.value.retry_after == 5 and refused.value.code == "busy"
     explaining.join(timeout=120)
     assert done["first"]["n_steps"] == 50  # the one in flight was answered
     assert inference.explain_with(model, inputs, None, 4)["n_steps"] == 4  # and the slot is free again
