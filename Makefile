@@ -46,8 +46,12 @@ run: demo
 crowd-demo: demo
 	$(PY) manage.py crowd_demo --port $(PORT)
 
+# The suite in several processes (pytest-xdist; one per core, at most 4): each has its own
+# test database and cache; the integration group runs in one of them (it shares a worker).
+# One process: make test TEST_PROCESSES=0
+TEST_PROCESSES ?= auto
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_PROCESSES) --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
 
 # Service mode in one command: web under gunicorn, the inference, training and default
 # workers, and beat (the Procfile, run by honcho), against a local PostgreSQL and Redis.

@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # several test processes share the cores: one torch thread each
+    os.environ.setdefault("DYNABENCH_TORCH_THREADS", "1")
 
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -36,6 +38,38 @@ def pytest_configure(config):
         from django.conf import settings
 
         settings.DYNABENCH_DATA_DIR = DATA_DIR_FOR_TESTS  # read before this file was: pytest-django set up first
+    _own_redis_cache_per_test_process()
+
+
+# Redis databases no test process takes for its cache: make services' defaults (0-2) and
+# tests/browser/test_services_browser.py's (3-5).
+_RESERVED_REDIS_DBS = {0, 1, 2, 3, 4, 5}
+
+
+def _own_redis_cache_per_test_process():
+    """With pytest-xdist (make test), each test process after the first gets a Redis
+    database of its own for the cache: tests empty the cache (FLUSHDB), which would wipe
+    another process's throttle counts and boards mid-test. Processes it starts (a Celery
+    worker) inherit it through CACHE_URL. The first process keeps the one configured."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    from django.conf import settings
+
+    cache = settings.CACHES["default"]
+    if worker == "gw0" or "redis" not in cache["BACKEND"].lower():
+        return
+    from urllib.parse import urlsplit
+
+    from django.test import override_settings
+
+    urls = [cache["LOCATION"], settings.CELERY_BROKER_URL, settings.CELERY_RESULT_BACKEND,
+            getattr(settings, "INFERENCE_REPLY_URL", "")]
+    used = {int(urlsplit(u).path.strip("/") or 0) for u in urls if u and u.startswith(("redis://", "rediss://"))}
+    free = [n for n in range(15, -1, -1) if n not in used | _RESERVED_REDIS_DBS]
+    number = free[(int(worker.removeprefix("gw")) - 1) % len(free)]
+    parts = urlsplit(cache["LOCATION"])
+    location = parts._replace(path=f"/{number}").geturl()
+    override_settings(CACHES={"default": {**cache, "LOCATION": location}}).enable()
+    os.environ["CACHE_URL"] = f"rediscache://{parts.netloc}/{number}"
 
 INTEGRATION = os.environ.get("DYNABENCH_INTEGRATION") == "1"
 PASSWORD = "correct horse battery staple 42"
@@ -43,6 +77,11 @@ PASSWORD = "correct horse battery staple 42"
 
 def pytest_collection_modifyitems(config, items):
     if INTEGRATION:
+        # One test process runs them all (make test's --dist loadgroup): the Celery worker
+        # they share consumes the broker's queues, and would take another process's tasks.
+        for item in items:
+            if "integration" in item.keywords:
+                item.add_marker(pytest.mark.xdist_group("integration"))
         return
     skip = pytest.mark.skip(
         reason="integration test: set DYNABENCH_INTEGRATION=1 with DATABASE_URL (PostgreSQL) and "
