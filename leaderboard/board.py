@@ -75,7 +75,7 @@ from django.db.models import Q
 
 from core.errors import InvalidInput
 from ml import scoring
-from tasks.models import ModelVersion, Round, Task
+from tasks.models import ModelVersion, Round, Task, resolve_artifact_path
 from tasks.roles import is_researcher
 
 from . import dynascore
@@ -86,6 +86,7 @@ from .evaluation import (
     dataset_seed,
     evaluated_model_ids,
     metric_replicates,
+    parameters_key,
     unpack,
 )
 from .models import Evaluation
@@ -122,21 +123,25 @@ def _metric(value, interval=None) -> dict:
 
 
 def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
-    """Parameter counts by model id, cached per artifact (one cache round trip)."""
-    keys = {m.pk: f"dynabench:parameters:{m.sha256}" for m in models}
+    """Parameter counts by model id, cached per artifact (one cache round trip; an
+    evaluation puts them there). A count not cached is read from the artifact where this
+    machine has it, never downloaded for a page: an artifact in object storage that is
+    not here shows no count until its evaluation stores one."""
+    keys = {m.pk: parameters_key(m.sha256) for m in models}
     found = cache.get_many(list(keys.values()))
     counts = {}
     for model in models:
         count = found.get(keys[model.pk])
-        if count is None:
+        local = resolve_artifact_path(model.artifact_path)
+        if count is None and local.is_dir():
             from ml.submissions import parameter_count
 
             try:
-                count = parameter_count(model.artifact_dir)
+                count = parameter_count(local)
             except Exception:
                 count = -1
             cache.set(keys[model.pk], count, None)
-        counts[model.pk] = count if count >= 0 else None
+        counts[model.pk] = count if count is not None and count >= 0 else None
     return counts
 
 

@@ -221,15 +221,23 @@ def model_memory_mb(ref, inputs: list[dict]) -> float | None:
     return found
 
 
+def parameters_key(sha256: str) -> str:
+    """The shared cache's key of an artifact's parameter count (the boards show it)."""
+    return f"dynabench:parameters:{sha256}"
+
+
 def parameters_mb(ref) -> float | None:
-    """The model's float32 parameters and buffers, in MB (a size, not a measurement)."""
+    """The model's float32 parameters and buffers, in MB (a size, not a measurement).
+    The count goes to the shared cache too, so a web process need not read the artifact."""
     try:
         from ml.submissions import parameter_count
 
-        path = getattr(ref, "path", None) or ref
-        return round(parameter_count(path) * 4 / 1e6, 1)
+        count = parameter_count(getattr(ref, "path", None) or ref)
     except Exception:
         return None
+    if getattr(ref, "sha256", None):
+        cache.set(parameters_key(ref.sha256), count, None)
+    return round(count * 4 / 1e6, 1)
 
 
 def score_rows(task: Task, model: ModelVersion, rows: list[dict], batch_size: int = 32,

@@ -265,3 +265,19 @@ def test_with_the_file_store_a_report_stays_where_it_was_written(tmp_path):
     report = tmp_path / "report.json"
     report.write_text("{}\n")
     assert artifacts.publish_files([report], "replays/x") == [] and report.read_text() == "{}\n"
+
+
+def test_a_board_never_downloads_an_artifact_and_shows_the_count_its_evaluation_stored(registered, machine_b):
+    from django.core.cache import cache
+
+    from leaderboard.board import _parameters_of
+    from leaderboard.evaluation import parameters_key, parameters_mb
+    from tasks.registry import ref_for
+
+    cache.delete(parameters_key(registered.sha256))
+    assert _parameters_of([registered]) == {registered.pk: None}  # not on this machine: no count, no download
+    assert not machine_b.exists()
+    size = parameters_mb(ref_for(registered))  # what the evaluation (on a worker) measures
+    count = cache.get(parameters_key(registered.sha256))
+    assert size == round(count * 4 / 1e6, 1) and count > 1000
+    assert _parameters_of([registered]) == {registered.pk: count}
