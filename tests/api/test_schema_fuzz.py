@@ -103,10 +103,14 @@ def move_new_ids_far_away(models):
     with connection.cursor() as cursor:
         for model in models:
             table = model._meta.db_table
+            # Past the world's own rows too: an earlier case's sequence is not reset by the
+            # flush between cases, so this world's rows may already be FAR_AWAY or more.
+            largest = model.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+            start = FAR_AWAY if largest < FAR_AWAY else largest + FAR_AWAY
             if connection.vendor == "postgresql":
-                cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [table, FAR_AWAY])
+                cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [table, start])
             else:
-                cursor.execute("UPDATE sqlite_sequence SET seq = %s WHERE name = %s", [FAR_AWAY, table])
+                cursor.execute("UPDATE sqlite_sequence SET seq = %s WHERE name = %s", [start, table])
 
 
 def refine(schema: dict, world: dict) -> dict:
