@@ -46,12 +46,19 @@ run: demo
 crowd-demo: demo
 	$(PY) manage.py crowd_demo --port $(PORT)
 
-# The suite in several processes (pytest-xdist; one per core, at most 4): each has its own
-# test database and cache; the integration group runs in one of them (it shares a worker).
-# One process: make test TEST_PROCESSES=0
+# The suite in several processes (pytest-xdist; one per core, at most 4), each with its own
+# test database and cache. With DYNABENCH_INTEGRATION=1 (.ci/run) the integration group runs
+# after them in one process: its tests share one Celery worker, which would take another
+# process's tasks from the broker. One process for all: make test TEST_PROCESSES=0
 TEST_PROCESSES ?= auto
+XDIST := -n $(TEST_PROCESSES) --maxprocesses 4
 test: install
-	$(PY) -m pytest -n $(TEST_PROCESSES) --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
+ifeq ($(DYNABENCH_INTEGRATION),1)
+	$(PY) -m pytest $(XDIST) -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -m integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+else
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+endif
 
 # Service mode in one command: web under gunicorn, the inference, training and default
 # workers, and beat (the Procfile, run by honcho), against a local PostgreSQL and Redis.
