@@ -138,8 +138,7 @@ def test_a_tampered_or_truncated_object_is_refused_and_never_loaded(registered, 
     tamper(s3_endpoint, s3_store, registered, "model.safetensors", body)
     with pytest.raises(ml.ArtifactError, match="is not the registered artifact: sha256 mismatch for model.safetensors"):
         ref_for(registered)
-    assert nothing_cached(machine_b)
-    assert ref_for.__name__ and not any(machine_b.parent.glob("cache-b/*"))  # nothing half-downloaded either
+    assert nothing_cached(machine_b)  # nothing half-downloaded either: the temporary folder is gone
 
 
 def test_a_rewritten_metadata_file_is_refused_before_any_name_in_it_is_used(registered, machine_b, s3_store,
