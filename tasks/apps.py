@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.servers.basehttp import WSGIRequestHandler
 
 
 class TasksConfig(AppConfig):
@@ -11,9 +12,20 @@ class TasksConfig(AppConfig):
         from .artifacts import configured
 
         configured()  # a malformed DYNABENCH_ARTIFACTS_URL stops the process at start, saying why
+        _answer_kept_alive_connections_at_once()
 
         pre_migrate.connect(_note_permissions, dispatch_uid="tasks-researcher-permissions-before")
         post_migrate.connect(_grant_new_permissions, dispatch_uid="tasks-researcher-permissions")
+
+
+def _answer_kept_alive_connections_at_once():
+    """Django's development server (``runserver``, and the tests' live server) sends a
+    response's headers and its body in two writes. With Nagle's algorithm on, the body of
+    every response after the first on a kept-alive connection waits for the client's
+    delayed ACK: about 40 ms a request on Linux, far more than the request itself. So its
+    connections set TCP_NODELAY (the standard library's switch for a stream handler), as
+    gunicorn's do already."""
+    WSGIRequestHandler.disable_nagle_algorithm = True
 
 
 # The permission ids that existed when this migrate began (by database): only those
