@@ -13,6 +13,8 @@ hang (docs/operations.md: "Torch and fork"), so the parent never touches torch.
 
 import logging
 import os
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
@@ -65,13 +67,37 @@ def split_cores_between_pool_processes(sender=None, **_kwargs):
     log.info("torch intra-op threads per pool process: %d (%d processes)", threads, processes)
 
 
+# How long a solo or threads worker waits for its models before it takes tasks anyway
+# (each task then waits INFERENCE_WARMUP_WAIT, or answers "warming up").
+WORKER_WARMUP_LIMIT = 300.0
+
+
 @worker_ready.connect
 def load_models_in_solo_worker(sender=None, **_kwargs):
     """The solo and threads pools (one process that never forks) send no
-    ``worker_process_init``: warm the cache once the worker is ready."""
+    ``worker_process_init``: load the open rounds' target models once the worker is
+    ready, and wait for them. Celery sends this signal before its consumer's loop reads
+    the first message, so the worker takes no task until it can answer one: a worker
+    added beside a warm one under load leaves the queue to it meanwhile, where it used to
+    take tasks and answer "warming up" to each. Its heartbeat (``start_heartbeat``, the
+    next receiver) starts after the wait too, so the web counts it once it can answer."""
     name = _pool_name(getattr(sender, "controller", None) or sender)
     if "solo" in name or "thread" in name:
-        warm_up_models()
+        wait_for_models(warm_up_models(), WORKER_WARMUP_LIMIT)
+
+
+def wait_for_models(futures, limit: float) -> None:
+    """Wait up to ``limit`` seconds in all for the loads; a load that failed or runs
+    longer is logged (its predictions answer for it) and the worker goes on."""
+    deadline = time.monotonic() + limit
+    for future in futures:
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            log.warning("a target model is still loading after %.1f s: taking tasks anyway", limit)
+            return
+        except Exception:  # noqa: BLE001 - logged by the load's own callback; it answers for itself
+            continue
 
 
 _heartbeat = None
@@ -130,11 +156,14 @@ def load_models_in_child(**_kwargs):
     connections.close_all()  # before the fix-up's receiver, which runs after this one
 
 
-def warm_up_models() -> None:
-    """Start loading the open rounds' target models on the model thread."""
+def warm_up_models() -> list:
+    """Start loading the open rounds' target models on the model thread; the loads'
+    Futures."""
     from annotation.runtime import warm_up_in_background
 
-    for future in warm_up_in_background():
+    futures = warm_up_in_background()
+    for future in futures:
         future.add_done_callback(lambda done: log.info(
             "worker process %s: a target model %s", os.getpid(),
             "loaded" if done.exception() is None else f"failed to load: {done.exception()}"))
+    return futures

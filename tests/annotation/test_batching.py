@@ -266,7 +266,9 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
 def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_parent_does_not(live_tasks,
                                                                                             monkeypatch):
     """worker_ready in a prefork parent must not touch torch (its children load theirs
-    in worker_process_init, after the fork); solo and threads workers load there."""
+    in worker_process_init, after the fork); solo and threads workers load there, and
+    the receiver returns only once the models are loaded: the worker's loop, which
+    takes the first task, starts after it."""
     import ml
     from dynabench import celery as worker_signals
     from tasks.registry import open_rounds_target_models
@@ -286,8 +288,23 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
                         ("celery.concurrency.thread:TaskPool", True)):
         ml.default_cache().clear()
         worker_signals.load_models_in_solo_worker(sender=Consumer(pool))
-        runtime.model_thread().call(lambda: None).result(timeout=300)  # whatever was queued has run
         assert all(ref in ml.default_cache() for ref in refs) is loads and len(refs) == 4, pool
+        runtime.model_thread().call(lambda: None).result(timeout=300)  # whatever was queued has run
+        assert all(ref in ml.default_cache() for ref in refs) is loads, pool
+
+
+def test_a_worker_waits_for_its_models_within_a_limit_and_past_a_failed_load(caplog):
+    from concurrent.futures import Future
+
+    from dynabench.celery import wait_for_models
+
+    failed, loaded, never = Future(), Future(), Future()
+    failed.set_exception(RuntimeError("broken artifact"))
+    loaded.set_result(None)
+    started = time.monotonic()
+    wait_for_models([failed, loaded, never], limit=0.3)  # a failure is passed over; the stuck load is given up on
+    assert 0.25 <= time.monotonic() - started < 5
+    assert "still loading after 0.3 s: taking tasks anyway" in caplog.text
 
 
 def test_a_pass_giving_the_wrong_number_of_answers_fails_its_requests_instead_of_misaligning_them():
