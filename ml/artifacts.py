@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,12 +69,42 @@ class LoadedModel:
     inference_forward: Any = field(default=None, repr=False)
 
 
+# Digests this process computed, by the file's identity and times: a file that is still the
+# same inode with the same size, mtime and ctime has the same bytes (any write, rename over
+# it or change of its times sets a new ctime, which no user can set), so it is not read
+# again; a weights file is hundreds of MB. As git's index does, a digest is kept only when
+# the file's ctime is older than the read by STABLE_AFTER: a write later in the same clock
+# tick as the recorded times could not be told apart.
+STABLE_AFTER = 2.0
+_MEMO_MAX = 256
+_digests: dict[tuple, str] = {}
+_digests_lock = threading.Lock()
+
+
+def _identity(found: os.stat_result) -> tuple:
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
 def file_sha256(path: Path) -> str:
+    """The file's sha256: read whole, unless this process read the very same file before."""
+    before = os.stat(path)
+    key = _identity(before)
+    with _digests_lock:
+        known = _digests.get(key)
+    if known is not None:
+        return known
+    started = time.time()
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
+    found = digest.hexdigest()
+    if _identity(os.stat(path)) == key and before.st_ctime_ns / 1e9 < started - STABLE_AFTER:
+        with _digests_lock:
+            if len(_digests) >= _MEMO_MAX:
+                _digests.pop(next(iter(_digests)))
+            _digests[key] = found
+    return found
 
 
 def combined_sha256(files: dict[str, str]) -> str:

@@ -152,3 +152,73 @@ def test_save_overwrite_swaps_atomically(sentiment_model, sentiment_spec, tmp_pa
     assert first.sha256 == second.sha256  # same weights and tokenizer, same digest
     assert verify_artifact(target).metadata["metrics"] == {"note": "again"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
+
+
+def _counting_opens(monkeypatch):
+    """Count the files ``ml.artifacts`` opens (the reads a digest costs)."""
+    import builtins
+
+    import ml.artifacts as artifacts
+
+    opened = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(artifacts, "open", counting_open, raising=False)
+    return opened
+
+
+def test_a_file_hashed_before_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    import hashlib
+    import os
+    import time
+
+    import ml.artifacts as artifacts
+
+    monkeypatch.setattr(artifacts, "STABLE_AFTER", 0.0)  # a file written just now counts as settled
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"a" * 4096)
+    time.sleep(0.05)
+    opened = _counting_opens(monkeypatch)
+    first = file_sha256(path)
+    assert file_sha256(path) == first == hashlib.sha256(b"a" * 4096).hexdigest()
+    assert len(opened) == 1  # the second digest came from the memo
+    # Rewritten in place with the same size and its old modification time put back: the
+    # change time moves anyway, so the file is read again and the new digest found.
+    before = os.stat(path)
+    time.sleep(0.05)
+    with open(path, "r+b") as fh:
+        fh.write(b"b")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size and os.stat(path).st_mtime_ns == before.st_mtime_ns
+    assert file_sha256(path) == hashlib.sha256(b"b" + b"a" * 4095).hexdigest() != first
+    assert len(opened) == 2
+
+
+def test_a_file_changed_within_the_last_seconds_is_read_every_time(tmp_path, monkeypatch):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"fresh")
+    opened = _counting_opens(monkeypatch)
+    assert file_sha256(path) == file_sha256(path)
+    assert len(opened) == 2  # too recent to trust its times: a write in the same clock tick would not show
+
+
+def test_tampering_after_a_verification_is_still_refused(artifact_copy, monkeypatch):
+    import os
+    import time
+
+    import ml.artifacts as artifacts
+
+    monkeypatch.setattr(artifacts, "STABLE_AFTER", 0.0)
+    time.sleep(0.05)
+    verify_artifact(artifact_copy)  # every digest now known to this process
+    weights = artifact_copy / "model.safetensors"
+    before = os.stat(weights)
+    with open(weights, "r+b") as fh:
+        fh.seek(-16, 2)
+        fh.write(b"\x01" * 16)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(ArtifactError, match="sha256 mismatch for model.safetensors"):
+        verify_artifact(artifact_copy)
