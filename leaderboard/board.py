@@ -34,9 +34,10 @@ this module only reads what was stored):
   passes (the scoring pass, then passes over up to ``THROUGHPUT_SAMPLE`` examples);
   one at a time is kept too, as ``throughput_batch1``;
 - memory: measured, MiB: the peak resident memory that loading the model and a
-  batch-32 forward pass add to a fresh interpreter (``ml.memory``; the same
-  runtime overhead for every model). The float32 parameter size is kept apart
-  (``parameters_mb``, and the parameter count column);
+  batch-32 forward pass add to a process that holds torch and transformers' shared
+  model code (``ml.memory``; the same runtime overhead for every model). The
+  float32 parameter size is kept apart (``parameters_mb``, and the parameter count
+  column);
 - robustness and fairness: the share of answers unchanged under seeded typos,
   and under name and gender-word swaps (``ml.scoring``), on each dataset's whole
   test set, or a seeded sample of ``PERTURBED_SAMPLE`` examples of a larger one

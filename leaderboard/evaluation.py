@@ -207,8 +207,8 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
 
 def model_memory_mb(ref, inputs: list[dict]) -> float | None:
     """The model's memory in inference, MiB: the peak resident memory that loading it
-    and a batch-32 forward pass add to a fresh interpreter (``ml.memory``). Measured
-    once per artifact (a few seconds: the child imports torch), then cached."""
+    and a batch-32 forward pass add to a process that holds torch (``ml.memory``).
+    Measured once per artifact, then cached."""
     from ml.memory import inference_memory_mb
 
     sha256 = getattr(ref, "sha256", None)

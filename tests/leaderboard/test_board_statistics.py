@@ -79,7 +79,7 @@ def test_the_board_carries_the_spread_of_every_metric_into_the_dynascore(boarded
 def test_memory_is_measured_not_the_parameter_size(boarded):  # noqa: F811
     task, models = boarded
     metrics = Evaluation.objects.filter(model_version=models[0]).first().metrics
-    # A fresh interpreter's peak resident memory for loading the model and a batch of 32:
+    # The peak resident memory that loading the model and a batch of 32 add to a process with torch:
     # more than the float32 weights alone, which stay a column of their own.
     assert metrics["memory_mb"] is not None and metrics["parameters_mb"] is not None
     assert metrics["memory_mb"] > metrics["parameters_mb"] > 1
