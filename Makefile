@@ -51,7 +51,7 @@ crowd-demo: demo
 # after them in one process: its tests share one Celery worker, which would take another
 # process's tasks from the broker. One process for all: make test TEST_PROCESSES=0
 TEST_PROCESSES ?= auto
-XDIST := -n $(TEST_PROCESSES) --maxprocesses 4
+XDIST := -n $(TEST_PROCESSES) --maxprocesses 4 --dist worksteal
 test: install
 ifeq ($(DYNABENCH_INTEGRATION),1)
 	$(PY) -m pytest $(XDIST) -m "not integration" $(PYTEST_ARGS)
