@@ -45,6 +45,8 @@ BLOCKS = {
     "load-run1": ("load-run1.json", sections.load),
     "load": ("load.json", sections.load),
     "load-rate20": ("load-rate20.json", sections.load),
+    "load-scale-before": ("load-scale-before.json", sections.load),
+    "load-scale": ("load-scale.json", sections.load),
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),

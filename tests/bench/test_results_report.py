@@ -48,7 +48,7 @@ def copy(tmp_path):
 def test_results_md_is_what_the_committed_json_gives():
     done = report("--check")
     assert done.returncode == 0, done.stderr
-    assert "all 11 blocks agree" in done.stderr
+    assert "all 13 blocks agree" in done.stderr
 
 
 def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(copy):
@@ -68,7 +68,7 @@ def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(
 
     done = report(*options)
     assert done.returncode == 0, done.stderr
-    assert "rewrote leaderboard (1 of 11 blocks)" in done.stderr
+    assert "rewrote leaderboard (1 of 13 blocks)" in done.stderr
     after = doc.read_text(encoding="utf-8")
     assert "| page, cached | 123.5 ms |" in after
     assert prose(after) == prose(before), "the prose outside the blocks changed"
@@ -131,3 +131,13 @@ def test_the_prose_quotes_no_measurement():
     text = re.sub(r"`[^`]*`", "", text)
     found = re.findall(r"\d+\.\d+|\d+\s*(?:%|ms\b|s\b|min\b|x\b|/s\b|times\b|points?\b)", text)
     assert not found, f"numbers in RESULTS.md's prose: {found}"
+
+
+def test_a_phase_a_load_run_left_out_reads_not_run_never_fail():
+    """A scale-out-only run (``--phases scale``) judges no loop it did not run."""
+    block = sections.load(json.loads((RESULTS / "load-scale.json").read_text(encoding="utf-8")))
+    targets = block.split("| mode | closed loop | open loop | explain mix |")[1].split("\n\n")[0]
+    assert "| service | n/a | n/a | n/a |" in targets and "FAIL" not in targets
+    platform = block.split("capacity (per core) |")[1]
+    assert "| not run | not run | not run |" in platform
+    assert "| service | 2 |" in block.split("Scale-out, the inference tier alone:")[1]
