@@ -189,6 +189,8 @@ def start_servers(mode: str, args, procs: Processes, env: dict) -> tuple[int, di
     """gunicorn, and in service mode the inference workers: (port, their commands, the
     processes)."""
     port = free_port()
+    if args.web_torch_threads:  # the process that runs the model: gunicorn embedded, the workers in service mode
+        env = {**env, "DYNABENCH_TORCH_THREADS": str(args.web_torch_threads)}
     threads = max(16, args.annotators + 16)
     gunicorn = stack.gunicorn_command(port, args.web_workers, threads)
     web, _ = stack.start_web(
@@ -520,6 +522,9 @@ def main() -> int:
         help="loaded phases to run (bare, single and statements always run; scale: service mode only)",
     )
     parser.add_argument("--web-workers", type=int, default=1, help="gunicorn worker processes")
+    parser.add_argument("--web-torch-threads", type=int, default=0,
+                        help="DYNABENCH_TORCH_THREADS of the model's process (gunicorn embedded, the "
+                             "inference workers in service mode); 0: the platform's default")
     parser.add_argument("--bare-seconds", type=float, default=10.0)
     parser.add_argument("--window-ms", type=float, default=0.0, help="INFERENCE_BATCH_WINDOW_MS")
     parser.add_argument("--max-batch", type=int, default=32, help="INFERENCE_MAX_BATCH")

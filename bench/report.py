@@ -16,7 +16,8 @@ The blocks (``BLOCKS``) and the files they are made from, under ``--results``: e
 ``bench/<name>.py``'s JSON, ``<name>.json``, rendered by ``benchlib.report_sections``;
 ``baselines`` with ``bench/benchlib/baselines_report.py``'s renderer, ``validation``
 with ``bench/validation.py``'s, and ``replay`` from every ``replay/<run>/report.json``
-with ``leaderboard.replay.results``' (what ``manage.py replay_tables`` writes).
+with ``leaderboard.replay.results``' (what ``manage.py replay_tables`` writes), and
+``load-threads`` from every ``load-threads/*.json`` (runs of ``bench/load.py`` side by side).
 Running a benchmark writes its JSON; this script then makes RESULTS.md agree with it.
 Exit status: 0 when the file agrees (or was rewritten), 1 on a stale or missing block,
 2 when a file is not there.
@@ -47,6 +48,7 @@ BLOCKS = {
     "load-rate20": ("load-rate20.json", sections.load),
     "load-scale-before": ("load-scale-before.json", sections.load),
     "load-scale": ("load-scale.json", sections.load),
+    "load-threads": ("load-threads/*.json", sections.load_runs),
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),
@@ -66,6 +68,13 @@ def render(results: Path) -> dict[str, str]:
                 raise FileNotFoundError(f"no replay reports under {display_path(results / 'replay')} "
                                         "(<run>/report.json)")
             blocks[name] = renderer(reports)
+            continue
+        if "*" in source:  # several runs side by side, by file name
+            paths = sorted(results.glob(source))
+            if not paths:
+                raise FileNotFoundError(f"no files {display_path(results / source)}: run bench/load.py "
+                                        "with --out there or restore the committed files")
+            blocks[name] = renderer({path.stem: json.loads(path.read_text(encoding="utf-8")) for path in paths})
             continue
         path = results / source
         if not path.is_file():

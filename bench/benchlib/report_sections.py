@@ -227,8 +227,14 @@ def load_settings(document: dict) -> str:
         f"{args['annotators']} annotators, {args['duration']:g} s a phase, open loop at {offered}, "
         f"explanations {args['explain_share']:.0%} of the explain mix's arrivals, {args['web_workers']} web "
         f"worker(s), {args['workers']} inference worker(s), batches of at most {args['max_batch']}, "
-        f"window {args['window_ms']:g} ms."
+        f"window {args['window_ms']:g} ms{torch_threads(args)}."
     )
+
+
+def torch_threads(args: dict) -> str:
+    """The model process's torch threads where the run set them (``--web-torch-threads``)."""
+    threads = args.get("web_torch_threads")
+    return f", {threads} torch thread(s) in the model's process" if threads else ""
 
 
 def load(document: dict) -> str:
@@ -301,6 +307,34 @@ def load(document: dict) -> str:
                            platform_rows),
         ]
     return "\n\n".join(parts) + "\n"
+
+
+def load_runs(documents: dict[str, dict]) -> str:
+    """``load-threads/*.json``: several runs of ``bench/load.py`` side by side, one row per
+    run and mode in the order they ran, with what the runs set apart (the model process's
+    torch threads) and the closed and open loops' figures."""
+    rows = []
+    runs = sorted(documents.items(), key=lambda item: item[1]["machine"]["at"])
+    for name, document in runs:
+        threads = document["args"].get("web_torch_threads") or "default"
+        for r in document["results"]:
+            closed, opened = r["closed"], r["open"]
+            cpu = (closed.get("cpu") or {}).get("ms_per_example") or {}
+            rows.append([
+                f"`{name}`", document["machine"]["at"], f"{document['machine']['loadavg'][0]:g}", r["mode"],
+                str(threads), rate(closed["throughput_examples_per_s"]), ms(closed["create_example"]["p50_ms"]),
+                ms(closed["create_example"]["p95_ms"]), f"{cpu['web']:g}" if cpu.get("web") else "n/a",
+                f"{opened.get('rate', r['rate']):g}/s", ms(opened["predict"]["p50_ms"]),
+                ms(opened["predict"]["p99_ms"]), str(closed["errors"] + opened["errors"]),
+            ])
+    first = runs[0][1]["args"]
+    return "\n\n".join([
+        f"{len(runs)} runs, modes {first['modes']}, phases {first['phases']}: {first['annotators']} annotators "
+        f"in the closed loop, {first['duration']:g} s a phase, {first['web_workers']} web worker(s).",
+        markdown_table(["run", "ended at", "load average (1 min) at the end", "mode", "torch threads", "closed loop (ex/s)",
+                        "`POST examples` p50", "p95", "web CPU ms/example", "open rate", "open p50",
+                        "open p99", "errors"], rows),
+    ]) + "\n"
 
 
 def platform_row(r: dict, phases: set[str]) -> list[str]:

@@ -48,7 +48,7 @@ def copy(tmp_path):
 def test_results_md_is_what_the_committed_json_gives():
     done = report("--check")
     assert done.returncode == 0, done.stderr
-    assert "all 13 blocks agree" in done.stderr
+    assert "all 14 blocks agree" in done.stderr
 
 
 def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(copy):
@@ -68,7 +68,7 @@ def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(
 
     done = report(*options)
     assert done.returncode == 0, done.stderr
-    assert "rewrote leaderboard (1 of 13 blocks)" in done.stderr
+    assert "rewrote leaderboard (1 of 14 blocks)" in done.stderr
     after = doc.read_text(encoding="utf-8")
     assert "| page, cached | 123.5 ms |" in after
     assert prose(after) == prose(before), "the prose outside the blocks changed"
@@ -108,6 +108,20 @@ def test_a_missing_result_file_is_named(copy):
     (results / "evaluation.json").unlink()
     done = report("--check", *options)
     assert done.returncode == 2 and "evaluation.json not found" in done.stderr
+
+
+def test_runs_side_by_side_come_one_row_each_in_the_order_they_ran_and_none_is_named(copy):
+    results, _, options = copy
+    runs = sorted((results / "load-threads").glob("*.json"))
+    block = sections.load_runs({path.stem: json.loads(path.read_text(encoding="utf-8")) for path in runs})
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(runs) >= 2
+    ended = [row.split(" | ")[1] for row in rows]
+    assert ended == sorted(ended)
+    for path in runs:
+        path.unlink()
+    done = report("--check", *options)
+    assert done.returncode == 2 and "no files" in done.stderr and "load-threads" in done.stderr
 
 
 def test_the_replay_and_validation_writers_use_the_same_markers():
