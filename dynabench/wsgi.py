@@ -6,6 +6,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dynabench.settings")
 application = get_wsgi_application()
 
 
+def _one_torch_thread_beside_the_request_threads() -> None:
+    """Embedded mode: the model's passes run on one torch thread unless
+    ``DYNABENCH_TORCH_THREADS`` says otherwise. The web process's request threads need
+    cores too; under load one torch thread gave the same throughput with a lower
+    median latency (bench/RESULTS.md: "The web process's torch threads"). Service mode
+    runs no model here, and its workers share their cores out themselves."""
+    from annotation.inference import embedded
+
+    if embedded():
+        os.environ.setdefault("DYNABENCH_TORCH_THREADS", "1")
+
+
 def _warm_up() -> None:
     """Embedded mode: load the open rounds' target models now, on the model thread,
     so the first example does not wait for a load. This runs where the application is
@@ -36,5 +48,6 @@ def _resume_jobs() -> None:
         logging.getLogger(__name__).info("resumed queued jobs %s on the background job thread", sent)
 
 
+_one_torch_thread_beside_the_request_threads()
 _warm_up()
 _resume_jobs()

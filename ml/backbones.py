@@ -129,9 +129,10 @@ def positive_int_from_env(name: str, error: type[Exception]) -> int | None:
 def configure_torch_threads() -> int | None:
     """Apply ``$DYNABENCH_TORCH_THREADS`` (intra-op threads) if set; return it.
 
-    Measured on a 2-core machine with other busy processes: a forward pass took
-    25 ms with 1 thread and 160 ms with torch's default 2 (idle machine: ~10 ms
-    either way).  Where several worker processes share few cores, set it to 1.
+    Torch's default is a thread per core, which several busy processes on few cores
+    contend for (bench/RESULTS.md, "One torch thread"): a web process in embedded
+    mode defaults to 1 (``dynabench/wsgi.py``), a worker to its share of the cores
+    (``dynabench/celery.py``).
     """
     threads = positive_int_from_env("DYNABENCH_TORCH_THREADS", ArtifactError)
     if threads is None:

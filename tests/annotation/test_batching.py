@@ -223,8 +223,10 @@ def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, cl
 
 
 @pytest.mark.django_db
-def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks):
+def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks, monkeypatch):
     import importlib
+
+    monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "1")  # what the reload would set, put back after
 
     import ml
 
@@ -237,6 +239,21 @@ def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks):
     importlib.reload(dynabench.wsgi)  # what a fresh gunicorn worker or runserver does
     runtime.model_thread().call(lambda: None).result(timeout=300)
     assert all(ref in ml.default_cache() for ref in refs) and len(refs) == 4
+
+
+@pytest.mark.django_db
+def test_an_embedded_web_process_runs_its_model_on_one_torch_thread_unless_told_otherwise(monkeypatch):
+    import importlib
+
+    import dynabench.wsgi
+
+    monkeypatch.setenv("DYNABENCH_WARM_UP", "0")
+    monkeypatch.delenv("DYNABENCH_TORCH_THREADS", raising=False)  # put back as it was after the test
+    importlib.reload(dynabench.wsgi)  # what a fresh gunicorn worker or runserver does
+    assert os.environ["DYNABENCH_TORCH_THREADS"] == "1"
+    monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "2")
+    importlib.reload(dynabench.wsgi)
+    assert os.environ["DYNABENCH_TORCH_THREADS"] == "2"
 
 
 @pytest.mark.django_db
