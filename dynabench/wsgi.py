@@ -6,16 +6,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dynabench.settings")
 application = get_wsgi_application()
 
 
-def _one_torch_thread_beside_the_request_threads() -> None:
-    """Embedded mode: the model's passes run on one torch thread unless
-    ``DYNABENCH_TORCH_THREADS`` says otherwise. The web process's request threads need
-    cores too; under load one torch thread gave the same throughput with a lower
-    median latency (bench/RESULTS.md: "The web process's torch threads"). Service mode
+def _a_core_left_for_the_request_threads() -> None:
+    """Embedded mode: the model runs on one torch thread fewer than the process has
+    cores (at least one) unless ``DYNABENCH_TORCH_THREADS`` says otherwise, so the
+    request threads keep a core. On two cores, one torch thread gave the same
+    throughput under load with a lower median latency (bench/RESULTS.md: "The web
+    process's torch threads"). Training jobs this process runs share the setting: a
+    process that serves annotators does not give all its cores to a job. Service mode
     runs no model here, and its workers share their cores out themselves."""
     from annotation.inference import embedded
 
     if embedded():
-        os.environ.setdefault("DYNABENCH_TORCH_THREADS", "1")
+        os.environ.setdefault("DYNABENCH_TORCH_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
 
 
 def _warm_up() -> None:
@@ -48,6 +50,6 @@ def _resume_jobs() -> None:
         logging.getLogger(__name__).info("resumed queued jobs %s on the background job thread", sent)
 
 
-_one_torch_thread_beside_the_request_threads()
+_a_core_left_for_the_request_threads()
 _warm_up()
 _resume_jobs()

@@ -242,14 +242,19 @@ def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks, monke
 
 
 @pytest.mark.django_db
-def test_an_embedded_web_process_runs_its_model_on_one_torch_thread_unless_told_otherwise(monkeypatch):
+def test_an_embedded_web_process_leaves_a_core_to_its_request_threads_unless_told_otherwise(monkeypatch):
     import importlib
 
     import dynabench.wsgi
 
     monkeypatch.setenv("DYNABENCH_WARM_UP", "0")
     monkeypatch.delenv("DYNABENCH_TORCH_THREADS", raising=False)  # put back as it was after the test
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     importlib.reload(dynabench.wsgi)  # what a fresh gunicorn worker or runserver does
+    assert os.environ["DYNABENCH_TORCH_THREADS"] == "7"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.delenv("DYNABENCH_TORCH_THREADS")
+    importlib.reload(dynabench.wsgi)
     assert os.environ["DYNABENCH_TORCH_THREADS"] == "1"
     monkeypatch.setenv("DYNABENCH_TORCH_THREADS", "2")
     importlib.reload(dynabench.wsgi)
