@@ -4,9 +4,9 @@ The request still goes through the Celery queue (routing, workers, revocation,
 monitoring as usual); only the answer comes back another way: the task pushes
 it onto a Redis list named by the caller, which waits with one ``BLPOP``.
 Waiting through Celery's Redis result backend instead costs a subscribe, a read
-of the stored meta, the pub/sub message and an unsubscribe per call, which on
-the 2-core benchmark machine was a few milliseconds of a ~13 ms model pass
-(bench/annotation.py). A reply list expires after ``REPLY_TTL`` seconds, so an
+of the stored meta, the pub/sub message and an unsubscribe per call, a share of
+a small model's pass worth saving (bench/annotation.py compares the two). A reply
+list expires after ``REPLY_TTL`` seconds, so an
 answer nobody waits for any more (the caller timed out) does not linger.
 """
 

@@ -223,7 +223,7 @@ def _range(shape, number, path, what):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
     # Headers and body go out in two writes: without TCP_NODELAY the body of each reply on a
-    # kept-alive connection waits about 40 ms for the client's delayed ACK.
+    # kept-alive connection waits for the client's delayed ACK.
     disable_nagle_algorithm = True
     timeout = 30
 

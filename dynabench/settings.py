@@ -149,8 +149,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 # Persistent connections, SQLite included: opening one costs the connect and the
-# PRAGMAs, and closing the last SQLite connection checkpoints the WAL. Per request
-# that was about 6 ms of a 30 ms create-example call (bench/annotation.py).
+# PRAGMAs, and closing the last SQLite connection checkpoints the WAL: a good share
+# of a create-example call when done per request.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -185,7 +185,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_TRACK_STARTED = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery closes the worker's database connection around every task unless told to
-# reuse it; a PostgreSQL reconnect costs about 9 ms, more than a small task.
+# reuse it; a PostgreSQL reconnect can cost more than a small task.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=100)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Where the inference worker pushes each answer for the web request waiting on it
@@ -255,9 +255,9 @@ ADDRESS_HASH_KEY = env.str("ADDRESS_HASH_KEY", default="") or SECRET_KEY
 # Dynamic batching (annotation.batching), in the embedded model thread and in the
 # inference worker: predictions waiting while a pass runs, or arriving within this
 # window after the first, share the next forward pass, up to this many examples.
-# bench/load.py measured the defaults: a window of 0 batched as much under load (the
-# requests that arrive during a pass) and answered single requests 5-8 ms sooner
-# than 2 ms (a sleeping model thread wakes late: it must win the GIL back).
+# A window of 0 batches as much under load (the requests that arrive during a pass)
+# and answers single requests sooner than a window of a few ms (a sleeping model
+# thread wakes late: it must win the GIL back); bench/load.py's --window-ms compares.
 INFERENCE_BATCH_WINDOW_MS = _at_least("INFERENCE_BATCH_WINDOW_MS", 0, lambda n: env.float(n, default=0.0))
 INFERENCE_MAX_BATCH = _at_least("INFERENCE_MAX_BATCH", 1, lambda n: env.int(n, default=32))
 # A prediction for a model that is still loading waits this long for it, then gets a

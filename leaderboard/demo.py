@@ -17,7 +17,7 @@ there for one epoch as a job, evaluated, and made the target of the next round:
 round 1 if it has no target yet (a fresh demo), else, when an earlier plain demo
 left the seed model as round 1's target, a promotion opens round 2 with it (an
 open round's target never changes under its annotators). QA keeps the seed model:
-fine-tuning on SQuAD runs at about 2 questions/s on 2 CPU cores; train one with
+fine-tuning on SQuAD is slow on a few CPU cores; train one with
 ``manage.py train_model --task qa --format squad .../squad/dev-v1.1.json --limit 500
 --epochs 1 --target`` (split by article). A task whose files are absent keeps
 the seed model too, with a note.
@@ -65,10 +65,9 @@ from .training import DEMO_MODEL_NAME
 
 DEMO_ADMIN_USERNAME = "admin"
 REAL_MODEL_NAME = "round0-real"
-# At most this many rows of each split. 4,000 training rows for one epoch take about
-# 2 minutes on 2 idle CPU cores (32-40 examples/s); on cores shared with
-# other work we measured 12 NLI pairs/s (bench/baselines.py) and, under a heavy
-# neighbour, 3.5/s: then it is 6 to 20 minutes a task.
+# At most this many rows of each split: one epoch of them takes minutes a task on two
+# idle CPU cores, and several times longer on cores shared with other work
+# (bench/baselines.py measures training speed).
 REAL_DATA_LIMIT = 4000
 REAL_DATA_TRAINING = {"epochs": 1, "batch_size": 16, "lr": 5e-5, "seed": 0}
 
@@ -86,7 +85,7 @@ class RealData:
     balance: bool = False
 
 
-QA_NOTE = ("SQuAD fine-tuning runs at about 2 questions/s on 2 CPU cores; train one with manage.py train_model "
+QA_NOTE = ("SQuAD fine-tuning is slow on a CPU, so QA keeps the seed model; train one with manage.py train_model "
            "--task qa --format squad <data>/squad/dev-v1.1.json --limit 500 --epochs 1 --target")
 
 

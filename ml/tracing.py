@@ -3,11 +3,11 @@
 An eager transformers forward pass is hundreds of small torch calls. Each one
 releases the GIL and takes it back, so a model thread that shares its process with
 busy Python threads (a web server's request threads, a worker's pool threads)
-waits for the lock hundreds of times per pass. Measured here (2 cores): a batch-8
-pass took 45 ms alone and 3.6 s next to four busy Python threads.
+waits for the lock hundreds of times per pass: next to a few busy Python threads a
+pass can take many times as long as alone.
 
-A TorchScript trace runs the whole pass in C++ and releases the GIL once. Next to
-the same four threads the traced pass took 64 ms, and alone it is no slower than
+A TorchScript trace runs the whole pass in C++ and releases the GIL once: next to
+the same threads it stays close to its time alone, and alone it is no slower than
 the eager one. Traces share the eager model's parameter tensors (no second copy of
 the weights); explanations and training keep using the eager model, which they
 need for gradients.

@@ -22,7 +22,7 @@ def _answer_kept_alive_connections_at_once():
     """Django's development server (``runserver``, and the tests' live server) sends a
     response's headers and its body in two writes. With Nagle's algorithm on, the body of
     every response after the first on a kept-alive connection waits for the client's
-    delayed ACK: about 40 ms a request on Linux, far more than the request itself. So its
+    delayed ACK, far longer on Linux than the request itself. So its
     connections set TCP_NODELAY (the standard library's switch for a stream handler), as
     gunicorn's do already."""
     WSGIRequestHandler.disable_nagle_algorithm = True
