@@ -49,6 +49,7 @@ BLOCKS = {
     "load-scale-before": ("load-scale-before.json", sections.load),
     "load-scale": ("load-scale.json", sections.load),
     "load-threads": ("load-threads/*.json", sections.load_runs),
+    "load-defaults": ("load-defaults.json", sections.load),
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),
