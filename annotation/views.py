@@ -74,6 +74,9 @@ def task_page_context(request, slug) -> dict:
     return {
         "task": task, "rounds": rounds, "open_round": open_round, "config": task.parsed_config,
         "chart": mark_safe(chart),  # built from numbers only, see tasks/charts.py
+        # A fresh demo's seed models train for minutes: say so rather than show a bare dash.
+        "waiting_for_target": (examples.waiting_for_target(task)
+                               if open_round is not None and not open_round.target_names else ""),
     }
 
 

@@ -96,12 +96,31 @@ def test_task_page_shows_rounds_and_counters(demo_tasks, client, django_assert_m
     Example.objects.create(task=task, round=task.open_round(), inputs={"statement": "imported"},
                            target={"label": "hateful"}, fooled=True, source="import", external_uid="x1")
     assert retracted.pk  # neither the retracted nor the imported example counts
-    with django_assert_max_num_queries(4):  # task, rounds with counts, target models (+ session)
+    # task, rounds with counts, target models, the job preparing one (the round has none) (+ session)
+    with django_assert_max_num_queries(5):
         page = client.get("/tasks/hate/").content.decode()
     assert "Content warning" in page
     assert "<td>10</td>" in page and "<td>4</td>" in page and "<td>3</td>" in page
     assert "40%" in page and "30%" in page
     assert client.get("/tasks/nope/").status_code == 404
+
+
+def test_the_task_page_says_why_the_open_round_has_no_target_yet_and_how_far_its_job_is(demo_tasks, client):
+    from tasks.jobs import create_job
+    from tasks.models import Job
+
+    notice = "Round 1 has no target model yet."
+    page = client.get("/tasks/nli/").content.decode()
+    assert notice in page and "No model is being trained for it" in page
+    job = create_job(Job.Kind.TRAIN_MODEL, task=demo_tasks["nli"])
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING, progress=40)
+    page = client.get("/tasks/nli/").content.decode()
+    assert notice in page and f"training job #{job.pk} is 40% done" in page
+    other = client.get("/tasks/hate/").content.decode()  # another task's page tells of its own jobs only
+    assert notice in other and "No model is being trained for it" in other and f"job #{job.pk}" not in other
+    model = ModelVersion.objects.create(task=demo_tasks["nli"], name="target", artifact_path="x", sha256="0" * 64)
+    demo_tasks["nli"].open_round().target_models.add(model)
+    assert notice not in client.get("/tasks/nli/").content.decode()
 
 
 def test_pages_are_not_frameable_by_default(demo_tasks, client):
