@@ -88,8 +88,15 @@ def _runner() -> ThreadPoolExecutor:
         return _embedded_runner
 
 
+_pending = 0  # jobs handed to the background thread and not yet finished there
+_idle = threading.Condition()
+
+
 def _run_in_background(task, job_id: int) -> None:
+    global _pending
+
     def run():
+        global _pending
         close_old_connections()
         try:
             task.apply(args=[job_id], throw=False)
@@ -97,8 +104,21 @@ def _run_in_background(task, job_id: int) -> None:
             log.exception("embedded job %s", job_id)
         finally:
             close_old_connections()
+            with _idle:
+                _pending -= 1
+                _idle.notify_all()
 
+    with _idle:
+        _pending += 1
     _runner().submit(run)
+
+
+def wait_for_background_jobs(timeout: float) -> bool:
+    """Embedded mode: wait until this process's background job thread has finished every
+    job handed to it (the jobs those jobs queue run inside them), its database work
+    included; False if ``timeout`` seconds pass first."""
+    with _idle:
+        return _idle.wait_for(lambda: _pending == 0, timeout)
 
 
 _held = threading.local()

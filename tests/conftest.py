@@ -111,6 +111,22 @@ def _celery_mode(request):
     app.conf.task_always_eager, app.conf.task_eager_propagates, settings.JOBS_RUN_INLINE = before
 
 
+@pytest.fixture(autouse=True)
+def _background_jobs_done(request):
+    """A test on the embedded background job thread ends only once that thread is idle,
+    before its database is flushed: the in-memory SQLite test database locks whole
+    tables, so a job still writing would fail the flush and leave its rows to the next
+    test. (This fixture takes the database first, so its teardown runs before the flush.)"""
+    if "background_jobs" not in request.keywords:
+        yield
+        return
+    request.getfixturevalue("transactional_db")
+    yield
+    from tasks.jobs import wait_for_background_jobs
+
+    assert wait_for_background_jobs(300), "the background job thread was still busy 300 s after the test"
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fast_password_hashing():
     """Real hashing costs ~0.3 s a user; tests create many users."""

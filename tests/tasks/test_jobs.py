@@ -228,7 +228,7 @@ def test_embedded_mode_runs_jobs_on_a_background_thread():
         job.refresh_from_db()
         assert job.status == Job.Status.RUNNING  # the caller did not wait for it
         gate.set()
-        jobs._runner().submit(lambda: None).result(timeout=20)  # one runner thread: the job is done
+        assert jobs.wait_for_background_jobs(20), "the job did not finish on the runner thread"
     finally:
         gate.set()
         task_module.health_check = original
