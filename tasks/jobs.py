@@ -117,7 +117,8 @@ def _run_in_background(task, job_id: int) -> None:
 def wait_for_background_jobs(timeout: float) -> bool:
     """Embedded mode: wait until this process's background job thread has finished every
     job handed to it (the jobs those jobs queue run inside them), its database work
-    included; False if ``timeout`` seconds pass first."""
+    included; False if ``timeout`` seconds pass first. A retry still waiting on its
+    timer (``_send_later``) is not handed to the thread yet, so it is not waited for."""
     with _idle:
         return _idle.wait_for(lambda: _pending == 0, timeout)
 
