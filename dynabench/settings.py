@@ -241,6 +241,10 @@ def _at_least(name: str, low, cast):
     return value
 
 
+# An evaluation's throughput is the median of this many timed passes at batch 32: the
+# scoring pass, then passes over a sample of the test set (the board shows their spread).
+EVALUATION_TIMED_PASSES = _at_least("EVALUATION_TIMED_PASSES", 1, lambda n: env.int(n, default=5))
+
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
 # How long an example the validation queue served stays the validator's to answer.

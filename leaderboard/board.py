@@ -30,7 +30,7 @@ Metrics on the board (measured when a model is evaluated, ``leaderboard.evaluati
 this module only reads what was stored):
 - performance: the task's metric (accuracy, or SQuAD F1 for QA);
 - calibration: the expected calibration error (classification only);
-- throughput: examples/s at batch 32, the median of ``THROUGHPUT_RUNS`` timed
+- throughput: examples/s at batch 32, the median of ``EVALUATION_TIMED_PASSES`` timed
   passes (the scoring pass, then passes over up to ``THROUGHPUT_SAMPLE`` examples);
   one at a time is kept too, as ``throughput_batch1``;
 - memory: measured, MiB: the peak resident memory that loading the model and a

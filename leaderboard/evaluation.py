@@ -136,9 +136,6 @@ def metric_replicates(replicates: dict, blob) -> dict[str, np.ndarray]:
 PERTURBED_SAMPLE = 500  # examples perturbed per dataset: all of a smaller one, else a seeded sample
 
 
-THROUGHPUT_RUNS = 5  # timed passes: the scoring pass and this many less one over a sample
-
-
 THROUGHPUT_SAMPLE = 256  # examples in each further timed pass
 
 
@@ -159,7 +156,7 @@ def perturbed_sample(n: int) -> list[int]:
 
 
 def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int]) -> dict:
-    """Throughput (batched, timed ``THROUGHPUT_RUNS`` times, and one at a time), the
+    """Throughput (batched, timed ``EVALUATION_TIMED_PASSES`` times, and one at a time), the
     model's memory in inference (``model_memory_mb``), and the consistency of its
     answers under typos (robustness) and name and gender-word swaps (fairness) on the
     ``perturbed_sample``, each example perturbed with its own seeded generator
@@ -168,7 +165,7 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
     positions; returns the metrics."""
     runs = [details["throughput"]] if details.get("throughput") else []
     sample = [row["inputs"] for row in rows[:THROUGHPUT_SAMPLE]]
-    while sample and len(runs) < THROUGHPUT_RUNS:
+    while sample and len(runs) < settings.EVALUATION_TIMED_PASSES:
         started = time.perf_counter()
         ml.predict(ref, sample)
         runs.append(len(sample) / max(time.perf_counter() - started, 1e-9))

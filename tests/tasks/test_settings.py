@@ -131,7 +131,7 @@ def test_makemigrations_needs_no_secret_but_serving_does(tmp_path):
 
 @pytest.mark.parametrize("name, value", [("INFERENCE_MAX_BATCH", "0"), ("EXPLANATION_PASS_STEPS", "0"),
                                          ("INFERENCE_BATCH_WINDOW_MS", "-1"), ("EXPLANATION_YIELD_MS", "-5"),
-                                         ("EXPLANATION_QUEUE_MAX", "0")])
+                                         ("EXPLANATION_QUEUE_MAX", "0"), ("EVALUATION_TIMED_PASSES", "0")])
 def test_inference_settings_out_of_range_stop_the_start_with_their_name(tmp_path, name, value):
     result = run_settings(tmp_path, DEBUG="true", **{name: value})
     assert result.returncode != 0
