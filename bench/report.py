@@ -17,7 +17,8 @@ The blocks (``BLOCKS``) and the files they are made from, under ``--results``: e
 ``baselines`` with ``bench/benchlib/baselines_report.py``'s renderer, ``validation``
 with ``bench/validation.py``'s, and ``replay`` from every ``replay/<run>/report.json``
 with ``leaderboard.replay.results``' (what ``manage.py replay_tables`` writes), and
-``load-threads`` from every ``load-threads/*.json`` (runs of ``bench/load.py`` side by side).
+``load-threads`` from every ``load-threads/*.json`` and ``load-explain`` from every
+``load-explain/*.json`` (runs of ``bench/load.py`` side by side).
 Running a benchmark writes its JSON; this script then makes RESULTS.md agree with it.
 Exit status: 0 when the file agrees (or was rewritten), 1 on a stale or missing block,
 2 when a file is not there.
@@ -50,6 +51,7 @@ BLOCKS = {
     "load-scale": ("load-scale.json", sections.load),
     "load-threads": ("load-threads/*.json", sections.load_runs),
     "load-defaults": ("load-defaults.json", sections.load),
+    "load-explain": ("load-explain/*.json", sections.explain_runs),
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),

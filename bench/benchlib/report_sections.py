@@ -337,6 +337,40 @@ def load_runs(documents: dict[str, dict]) -> str:
     ]) + "\n"
 
 
+def explain_runs(documents: dict[str, dict]) -> str:
+    """``load-explain/*.json``: runs of ``bench/load.py``'s open loop and explain mix side
+    by side, one row per run and mode in the order they ran: the model process's torch
+    threads, the open loop, the predictions beside the explanations against it, and the
+    explanations themselves."""
+    rows = []
+    runs = sorted(documents.items(), key=lambda item: item[1]["machine"]["at"])
+    for name, document in runs:
+        threads = document["args"].get("web_torch_threads") or "default"
+        for r in document["results"]:
+            opened, mixed = r["open"], r["explain_mix"]
+            over = (mixed["predict"]["p50_ms"] / opened["predict"]["p50_ms"]
+                    if mixed["predict"]["p50_ms"] and opened["predict"]["p50_ms"] else None)
+            rows.append([
+                f"`{name}`", document["machine"]["at"], f"{document['machine']['loadavg'][0]:g}", r["mode"],
+                str(threads), ms(r["single"]["p50_ms"]), f"{opened.get('rate', r['rate']):g}/s",
+                ms(opened["predict"]["p50_ms"]), ms(opened["predict"]["p99_ms"]), ms(mixed["predict"]["p50_ms"]),
+                ratio(round(over, 2) if over else None), ms(mixed["predict"]["p99_ms"]),
+                f"{mixed['explain']['n']}: p50 {ms(mixed['explain']['p50_ms'])}",
+                str(mixed.get("timeouts", 0)), str(mixed.get("refused_at_once", 0)),
+                str(opened["errors"] + mixed["errors"]),
+            ])
+    first = runs[0][1]["args"]
+    return "\n\n".join([
+        f"{len(runs)} runs, modes {first['modes']}, phases {first['phases']}: {first['duration']:g} s a phase, "
+        f"explanations {first['explain_share']:.0%} of the explain mix's arrivals, {first['web_workers']} web "
+        f"worker(s), {first['workers']} inference worker(s).",
+        markdown_table(["run", "ended at", "load average (1 min) at the end", "mode", "torch threads", "single p50",
+                        "open rate", "open p50", "open p99", "explain mix p50", "x open", "explain mix p99",
+                        "explanations", "timed out", "refused at once (503)", "errors (any status not expected)"],
+                       rows),
+    ]) + "\n"
+
+
 def platform_row(r: dict, phases: set[str]) -> list[str]:
     """One mode's figures against the platform's own targets; a phase the run left out
     is "not run", never a fail."""

@@ -48,7 +48,7 @@ def copy(tmp_path):
 def test_results_md_is_what_the_committed_json_gives():
     done = report("--check")
     assert done.returncode == 0, done.stderr
-    assert "all 15 blocks agree" in done.stderr
+    assert "all 16 blocks agree" in done.stderr
 
 
 def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(copy):
@@ -68,7 +68,7 @@ def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(
 
     done = report(*options)
     assert done.returncode == 0, done.stderr
-    assert "rewrote leaderboard (1 of 15 blocks)" in done.stderr
+    assert "rewrote leaderboard (1 of 16 blocks)" in done.stderr
     after = doc.read_text(encoding="utf-8")
     assert "| page, cached | 123.5 ms |" in after
     assert prose(after) == prose(before), "the prose outside the blocks changed"
@@ -155,3 +155,17 @@ def test_a_phase_a_load_run_left_out_reads_not_run_never_fail():
     platform = block.split("capacity (per core) |")[1]
     assert "| not run | not run | not run |" in platform
     assert "| service | 2 |" in block.split("Scale-out, the inference tier alone:")[1]
+
+
+def test_explain_mix_runs_come_one_row_each_with_the_ratio_to_their_own_open_loop(copy):
+    results, _, _ = copy
+    runs = {path.stem: json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted((results / "load-explain").glob("*.json"))}
+    block = sections.explain_runs(runs)
+    rows = [line.split(" | ") for line in block.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(runs) >= 2
+    assert [row[1] for row in rows] == sorted(row[1] for row in rows)  # in the order they ran
+    for row in rows:
+        result = runs[row[0].strip("| `")]["results"][0]
+        expected = result["explain_mix"]["predict"]["p50_ms"] / result["open"]["predict"]["p50_ms"]
+        assert row[10] == f"{expected:.2f}x"
