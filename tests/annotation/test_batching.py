@@ -271,7 +271,7 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
     runtime.ensure_loaded([model.message()])
     done = {}
     explaining = threading.Thread(target=lambda: done.setdefault(
-        "explanation", (inference.explain_with(model, inputs, None, 50), time.monotonic())))
+        "explanation", (inference.explain_with(model, inputs, None, 20), time.monotonic())))
     explaining.start()
     time.sleep(0.05)  # the explanation is running on its own thread
     predicted = []
@@ -280,7 +280,7 @@ def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
         predicted.append(time.monotonic())
     explaining.join(timeout=120)
     explanation, finished = done["explanation"]
-    assert explanation["n_steps"] == 50
+    assert explanation["n_steps"] == 20
     assert max(predicted) < finished  # three predictions answered while it was still explaining
 
 
