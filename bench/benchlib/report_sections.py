@@ -309,24 +309,30 @@ def load(document: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _run_rows(runs: list[tuple[str, dict]]):
+    """(the row's first cells: run, when it ended, the load then, mode, torch threads;
+    the mode's results) for each run and mode, in the order given."""
+    for name, document in runs:
+        machine, threads = document["machine"], document["args"].get("web_torch_threads") or "default"
+        for r in document["results"]:
+            yield [f"`{name}`", machine["at"], f"{machine['loadavg'][0]:g}", r["mode"], str(threads)], r
+
+
 def load_runs(documents: dict[str, dict]) -> str:
     """``load-threads/*.json``: several runs of ``bench/load.py`` side by side, one row per
     run and mode in the order they ran, with what the runs set apart (the model process's
     torch threads) and the closed and open loops' figures."""
     rows = []
     runs = sorted(documents.items(), key=lambda item: item[1]["machine"]["at"])
-    for name, document in runs:
-        threads = document["args"].get("web_torch_threads") or "default"
-        for r in document["results"]:
-            closed, opened = r["closed"], r["open"]
-            cpu = (closed.get("cpu") or {}).get("ms_per_example") or {}
-            rows.append([
-                f"`{name}`", document["machine"]["at"], f"{document['machine']['loadavg'][0]:g}", r["mode"],
-                str(threads), rate(closed["throughput_examples_per_s"]), ms(closed["create_example"]["p50_ms"]),
-                ms(closed["create_example"]["p95_ms"]), f"{cpu['web']:g}" if cpu.get("web") else "n/a",
-                f"{opened.get('rate', r['rate']):g}/s", ms(opened["predict"]["p50_ms"]),
-                ms(opened["predict"]["p99_ms"]), str(closed["errors"] + opened["errors"]),
-            ])
+    for head, r in _run_rows(runs):
+        closed, opened = r["closed"], r["open"]
+        cpu = (closed.get("cpu") or {}).get("ms_per_example") or {}
+        rows.append([
+            *head, rate(closed["throughput_examples_per_s"]), ms(closed["create_example"]["p50_ms"]),
+            ms(closed["create_example"]["p95_ms"]), f"{cpu['web']:g}" if cpu.get("web") else "n/a",
+            f"{opened.get('rate', r['rate']):g}/s", ms(opened["predict"]["p50_ms"]),
+            ms(opened["predict"]["p99_ms"]), str(closed["errors"] + opened["errors"]),
+        ])
     first = runs[0][1]["args"]
     return "\n\n".join([
         f"{len(runs)} runs, modes {first['modes']}, phases {first['phases']}: {first['annotators']} annotators "
@@ -344,21 +350,18 @@ def explain_runs(documents: dict[str, dict]) -> str:
     explanations themselves."""
     rows = []
     runs = sorted(documents.items(), key=lambda item: item[1]["machine"]["at"])
-    for name, document in runs:
-        threads = document["args"].get("web_torch_threads") or "default"
-        for r in document["results"]:
-            opened, mixed = r["open"], r["explain_mix"]
-            over = (mixed["predict"]["p50_ms"] / opened["predict"]["p50_ms"]
-                    if mixed["predict"]["p50_ms"] and opened["predict"]["p50_ms"] else None)
-            rows.append([
-                f"`{name}`", document["machine"]["at"], f"{document['machine']['loadavg'][0]:g}", r["mode"],
-                str(threads), ms(r["single"]["p50_ms"]), f"{opened.get('rate', r['rate']):g}/s",
-                ms(opened["predict"]["p50_ms"]), ms(opened["predict"]["p99_ms"]), ms(mixed["predict"]["p50_ms"]),
-                ratio(round(over, 2) if over else None), ms(mixed["predict"]["p99_ms"]),
-                f"{mixed['explain']['n']}: p50 {ms(mixed['explain']['p50_ms'])}",
-                str(mixed.get("timeouts", 0)), str(mixed.get("refused_at_once", 0)),
-                str(opened["errors"] + mixed["errors"]),
-            ])
+    for head, r in _run_rows(runs):
+        opened, mixed = r["open"], r["explain_mix"]
+        over = (mixed["predict"]["p50_ms"] / opened["predict"]["p50_ms"]
+                if mixed["predict"]["p50_ms"] and opened["predict"]["p50_ms"] else None)
+        rows.append([
+            *head, ms(r["single"]["p50_ms"]), f"{opened.get('rate', r['rate']):g}/s",
+            ms(opened["predict"]["p50_ms"]), ms(opened["predict"]["p99_ms"]), ms(mixed["predict"]["p50_ms"]),
+            ratio(round(over, 2) if over else None), ms(mixed["predict"]["p99_ms"]),
+            f"{mixed['explain']['n']}: p50 {ms(mixed['explain']['p50_ms'])}",
+            str(mixed.get("timeouts", 0)), str(mixed.get("refused_at_once", 0)),
+            str(opened["errors"] + mixed["errors"]),
+        ])
     first = runs[0][1]["args"]
     return "\n\n".join([
         f"{len(runs)} runs, modes {first['modes']}, phases {first['phases']}: {first['duration']:g} s a phase, "
