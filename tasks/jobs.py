@@ -93,11 +93,15 @@ _pending = 0  # jobs handed to the background thread and not yet finished there
 _idle = threading.Condition()
 
 
-def _run_in_background(task, job_id: int) -> None:
+def _count_pending(change: int) -> None:
     global _pending
+    with _idle:
+        _pending += change
+        _idle.notify_all()
 
+
+def _run_in_background(task, job_id: int) -> None:
     def run():
-        global _pending
         close_old_connections()
         try:
             task.apply(args=[job_id], throw=False)
@@ -105,13 +109,14 @@ def _run_in_background(task, job_id: int) -> None:
             log.exception("embedded job %s", job_id)
         finally:
             close_old_connections()
-            with _idle:
-                _pending -= 1
-                _idle.notify_all()
+            _count_pending(-1)
 
-    with _idle:
-        _pending += 1
-    _runner().submit(run)
+    _count_pending(+1)
+    try:
+        _runner().submit(run)
+    except BaseException:  # not handed over (the runner is shut down at exit): nothing to wait for
+        _count_pending(-1)
+        raise
 
 
 def wait_for_background_jobs(timeout: float) -> bool:

@@ -224,7 +224,7 @@ def test_embedded_mode_runs_jobs_on_a_background_thread():
     task_module.health_check = slow_check
     try:
         enqueue(job, health_check_job)  # autocommit: sent at once, to the runner thread
-        assert not gate.is_set() and started.wait(20), "the job did not start on the runner thread"
+        assert started.wait(20), "the job did not start on the runner thread"
         job.refresh_from_db()
         assert job.status == Job.Status.RUNNING  # the caller did not wait for it
         gate.set()
@@ -235,6 +235,21 @@ def test_embedded_mode_runs_jobs_on_a_background_thread():
     job.refresh_from_db()
     assert ran_on and ran_on[0].startswith(jobs.RUNNER_NAME), ran_on
     assert job.status == Job.Status.SUCCEEDED, job.error
+
+
+def test_a_job_the_shut_down_runner_refuses_is_not_waited_for(monkeypatch):
+    """At interpreter exit the runner takes no more work: the refused job is not counted
+    as pending, so nothing waits the whole timeout for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tasks import jobs
+
+    closed = ThreadPoolExecutor(max_workers=1)
+    closed.shutdown()
+    monkeypatch.setattr(jobs, "_embedded_runner", closed)
+    with pytest.raises(RuntimeError):
+        jobs._run_in_background(health_check_job, 1)
+    assert jobs.wait_for_background_jobs(0.1)
 
 
 def test_job_api_shows_jobs_to_their_task_researchers_only(demo_tasks, researcher, other_researcher, annotator,
