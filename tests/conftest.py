@@ -6,9 +6,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # several test processes share the cores: one torch thread each
     os.environ.setdefault("DYNABENCH_TORCH_THREADS", "1")
-# Two timed passes per evaluation (the default five give the board a steadier median;
-# tests check how they are taken and stored, not the number): for processes the tests
-# start, and in this one through _fewer_timed_passes.
+# Two timed passes per evaluation (_fewer_timed_passes says why): here for the processes
+# the tests start; _fewer_timed_passes sets it in this one, whose settings are loaded.
 TIMED_PASSES = 2
 os.environ.setdefault("EVALUATION_TIMED_PASSES", str(TIMED_PASSES))
 
@@ -135,7 +134,9 @@ def _background_jobs_done(request):
 @pytest.fixture(autouse=True, scope="session")
 def _fewer_timed_passes():
     """An evaluation times its throughput twice here, not five times: the timed passes
-    over a small test set are the larger part of an evaluation's time."""
+    over a small test set are the larger part of an evaluation's time, and the tests
+    check how the passes are taken and stored, not how many (the default five give the
+    board a steadier median)."""
     from django.conf import settings
 
     before = settings.EVALUATION_TIMED_PASSES
