@@ -357,7 +357,7 @@ def explain_runs(documents: dict[str, dict]) -> str:
         rows.append([
             *head, ms(r["single"]["p50_ms"]), f"{opened.get('rate', r['rate']):g}/s",
             ms(opened["predict"]["p50_ms"]), ms(opened["predict"]["p99_ms"]), ms(mixed["predict"]["p50_ms"]),
-            ratio(round(over, 2) if over else None), ms(mixed["predict"]["p99_ms"]),
+            ratio(over), ms(mixed["predict"]["p99_ms"]),
             f"{mixed['explain']['n']}: p50 {ms(mixed['explain']['p50_ms'])}",
             str(mixed.get("timeouts", 0)), str(mixed.get("refused_at_once", 0)),
             str(opened["errors"] + mixed["errors"]),
