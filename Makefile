@@ -15,16 +15,18 @@ export DEBUG
 .PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench clean
 
 # The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
-# pip byte-compiles what it installs one file at a time, most of an install's time;
-# compileall does the same on every core. (Compiled here, not on first import: where
-# PYTHONDONTWRITEBYTECODE is set, every process would compile torch again.) As with pip,
-# a file that does not compile is skipped (torch ships one written for Python 3.12).
+# pip installs without byte-compiling (it compiles every file, one at a time: most of an
+# install's time); Python compiles each module the first time it is imported and keeps
+# the bytecode, which is a small part of what is installed (torch's tests, its compiler
+# and most of transformers' models are never imported). So the processes make starts may
+# write bytecode, even where the environment sets PYTHONDONTWRITEBYTECODE: there, every
+# process would compile torch again on import.
+unexport PYTHONDONTWRITEBYTECODE
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (torch 2.13.0 wheels and Django 5.2); set PYTHON=/path/to/python3.11")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
-	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') > /dev/null || true
 	touch $@
 
 install: $(VENV)/.installed
