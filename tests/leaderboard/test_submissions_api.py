@@ -41,12 +41,15 @@ def _own_models_dir(settings, tmp_path):
 
 def model_zip(artifact_dir, *, extra: dict | None = None, config: dict | None = None) -> bytes:
     """The HF files of a trained artifact (what a submitter uploads), zipped in a folder;
-    ``config`` changes config.json."""
+    ``config`` changes config.json. The weights are stored uncompressed (deflating 90 MB
+    took seconds per archive, and float weights hardly compress); the rest is deflated."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(artifact_dir.iterdir()):
             if path.name == "config.json" and config:
                 zf.writestr(f"my-model/{path.name}", json.dumps({**json.loads(path.read_text()), **config}))
+            elif path.suffix == ".safetensors":
+                zf.write(path, f"my-model/{path.name}", compress_type=zipfile.ZIP_STORED)
             elif path.name != "metadata.json":
                 zf.write(path, f"my-model/{path.name}")
         for name, content in (extra or {}).items():
