@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifacts import METADATA_FILE, LoadedModel, load_artifact
+from .artifacts import METADATA_FILE, LoadedModel, load_artifact, verify_artifact
 from .backbones import positive_int_from_env
 from .errors import ArtifactError, InputError, MLError
 from .spec import TaskSpec
@@ -57,7 +57,10 @@ class ModelCache:
     hashes first; a failed verification raises :class:`ArtifactError` and caches
     nothing.  If an artifact's metadata.json changes on disk (a new artifact renamed
     into the same path) the cached model is dropped and the new one loaded and
-    verified.  Concurrent requests for the same model load it once.
+    verified; unless the files there verify to the sha256 of the model already
+    loaded (the same artifact written again: registered anew, or downloaded again into a
+    worker's cache), which is then kept without loading it a second time.  Concurrent
+    requests for the same model load it once.
     """
 
     def __init__(self, max_size: int | None = None, *, device: Any = None):
@@ -70,6 +73,8 @@ class ModelCache:
         self._key_locks: dict[tuple[str, str | None], threading.Lock] = {}
         self.loads = 0
         self.hits = 0
+        #: Models kept after their files changed on disk and verified to the same sha256.
+        self.reverified = 0
 
     @staticmethod
     def _key(ref: ModelRef) -> tuple[str, str | None]:
@@ -77,11 +82,13 @@ class ModelCache:
 
     @staticmethod
     def _stamp(path: str) -> Any:
+        """What tells a metadata.json written again from the one loaded: the change
+        time too, as a copy may keep the modification time and get the freed inode."""
         try:
             st = os.stat(Path(path) / METADATA_FILE)
         except OSError:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
     def get(self, ref: ModelRef | str | os.PathLike) -> LoadedModel:
         ref = _as_ref(ref)
@@ -101,7 +108,14 @@ class ModelCache:
                     self._entries.move_to_end(key)
                     self.hits += 1
                     return entry[1]
-                self._entries.pop(key, None)
+                previous = self._entries.pop(key, None)
+            if previous is not None and _same_artifact(key[0], ref.sha256, previous[1]):
+                with self._lock:
+                    self.reverified += 1
+                    self._entries[key] = (stamp, previous[1])
+                    self._entries.move_to_end(key)
+                    self._key_locks.pop(key, None)
+                return previous[1]
             loaded = load_artifact(key[0], ref.sha256, device=self.device)
             with self._lock:
                 self.loads += 1
@@ -130,6 +144,13 @@ class ModelCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def _same_artifact(path: str, expected_sha256: str | None, loaded: LoadedModel) -> bool:
+    """Whether the files at ``path``, changed since ``loaded`` was loaded from there,
+    verify to ``loaded``'s sha256: byte for byte the model already in memory. Files
+    that fail verification raise :class:`ArtifactError`, as loading them would."""
+    return verify_artifact(path, expected_sha256).sha256 == loaded.sha256
 
 
 _default_cache: ModelCache | None = None

@@ -131,6 +131,27 @@ def test_replaced_artifact_is_reloaded_and_verified(sentiment_model, nli_model, 
     assert cache.loads == 2
 
 
+def test_the_same_artifact_written_again_is_verified_and_kept_but_a_tampered_one_is_refused(sentiment_model, tmp_path):
+    path = tmp_path / "current"
+    shutil.copytree(sentiment_model.path, path)
+    ref = ModelRef(str(path), sentiment_model.sha256)
+    cache = ModelCache(max_size=2)
+    first = cache.get(ref)
+    shutil.rmtree(path)
+    shutil.copytree(sentiment_model.path, path)  # registered anew: new files, the same bytes
+    assert cache.get(ref) is first
+    assert (cache.loads, cache.reverified) == (1, 1)
+    assert cache.get(ref) is first and cache.hits == 1  # its new files are the ones on record now
+    shutil.rmtree(path)
+    shutil.copytree(sentiment_model.path, path)
+    with open(path / "model.safetensors", "r+b") as fh:  # written again, and tampered with
+        fh.seek(-16, 2)
+        fh.write(b"\x01" * 16)
+    with pytest.raises(ml.ArtifactError, match="model.safetensors"):
+        cache.get(ref)
+    assert len(cache) == 0 and (cache.loads, cache.reverified) == (1, 1)
+
+
 def test_wrong_sha256_in_ref_is_refused(sentiment_model, nli_model, cache):
     with pytest.raises(ml.ArtifactError, match="sha256 mismatch"):
         ml.predict(
