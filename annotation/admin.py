@@ -81,6 +81,19 @@ class ExampleAdmin(TaskScopedAdmin):
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
 
+    # Through the services, which keep the round counters in step.
+    def save_model(self, request, obj, form, change):
+        if "split" in form.changed_data:
+            example_services.move_to_split(obj, obj.split)
+        if "metadata" in form.changed_data:
+            obj.save(update_fields=["metadata", "updated_at"])
+
+    def delete_model(self, request, obj):
+        example_services.delete_examples(Example.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        example_services.delete_examples(queryset)
+
 
 @admin.register(Validation)
 class ValidationAdmin(TaskScopedAdmin):

@@ -54,6 +54,7 @@ from tasks.models import Context, Round, Task
 from .exporting import ANNOTATOR_METADATA_KEY, RECORD_KEYS, example_record, iter_jsonl
 from .importers import FORMATS, SPLITS, FormatError, Record, RowError
 from .models import Example
+from .services import counters
 
 BATCH_SIZE = 1000
 MAX_ID_LENGTH = 200
@@ -379,6 +380,8 @@ class _Importer:
             example.validations_flagged = validation.get("flagged", 0)
             if platform["annotator"]:
                 metadata[ANNOTATOR_METADATA_KEY] = platform["annotator"]
+        # bulk_create does not call save(), which sets these
+        example.queue_priority, example.queue_priority_adaptive = example.queue_priorities()
         return example
 
     def write(self, rows: list[_Row]) -> None:
@@ -396,7 +399,9 @@ class _Importer:
                     [self.new_context(row, key) for key, row in pending], batch_size=self.batch_size)
                 for (key, _row), context in zip(pending, contexts, strict=True):
                     self.contexts[key][1] = context.pk
-                Example.objects.bulk_create([self.new_example(row) for row in rows], batch_size=self.batch_size)
+                examples = Example.objects.bulk_create([self.new_example(row) for row in rows],
+                                                       batch_size=self.batch_size)
+                counters.record_new(examples)
         except IntegrityError:
             # Someone else wrote some of these rows meanwhile: go row by row.
             for key, _row in pending:
@@ -425,7 +430,7 @@ class _Importer:
             example = self.new_example(row)
             try:
                 with transaction.atomic():
-                    example.save()
+                    example.save()  # which counts it
             except IntegrityError:
                 self.report.skipped_duplicates += 1
                 continue

@@ -1,8 +1,13 @@
 import uuid
+from collections import Counter, defaultdict
 
 from django.conf import settings
-from django.db import models
+from django.db import IntegrityError, models, transaction
+from django.db.models import Count, F, Q
 from django.utils import timezone
+
+QUEUE_STEP = 2**20
+QUEUE_VOTES_CAP = QUEUE_STEP - 1
 
 
 class Example(models.Model):
@@ -66,6 +71,16 @@ class Example(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="examples", help_text="The sitting it was written in.")
+    provisional = models.BooleanField(
+        default=False, help_text="Written in an MTurk assignment that MTurk has not confirmed yet (its session is "
+                                 "provisional): it is not collected, not counted and not validated until then.")
+    queue_priority = models.BigIntegerField(
+        null=True, blank=True, editable=False,
+        help_text="Its place in the validation queue, lowest first; empty when it is not waiting for validation "
+                  "(annotation.queue).")
+    queue_priority_adaptive = models.BigIntegerField(
+        null=True, blank=True, editable=False,
+        help_text="Its place in the queue of a validator whose reliability is known (adaptive validation).")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -81,10 +96,83 @@ class Example(models.Model):
             models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
             models.Index(fields=["task", "validation_status", "fooled"]),
+            # The validation queue: the next item is the first entry of one of these.
+            models.Index(fields=["task", "queue_priority", "id"], condition=models.Q(queue_priority__isnull=False),
+                         name="example_validation_queue"),
+            models.Index(fields=["task", "queue_priority_adaptive", "id"],
+                         condition=models.Q(queue_priority_adaptive__isnull=False),
+                         name="example_validation_queue_known"),
         ]
 
     def __str__(self):
         return f"{self.task.slug} example {self.pk}"
+
+    def save(self, *args, **kwargs):
+        """Every save keeps the example's place in the validation queue and the round
+        counters (``RoundCounts``, ``WriterCounts``) in step with its state, whatever
+        fields it writes: the row and its counters change in one transaction."""
+        update_fields = kwargs.get("update_fields")
+        touched = None if update_fields is None else {self._meta.get_field(name).name for name in update_fields}
+        if touched is None or touched & QUEUE_INPUTS:
+            self.queue_priority, self.queue_priority_adaptive = self.queue_priorities()
+            if touched is not None:
+                kwargs["update_fields"] = {*update_fields, "queue_priority", "queue_priority_adaptive"}
+        if touched is not None and not touched & COUNTED_INPUTS:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            before = None if self._state.adding else self._counted_before()
+            super().save(*args, **kwargs)
+            after = _example_snapshot(self)
+            _tally_example(self.pk, before, after)
+            self._counted = after
+
+    def delete(self, *args, **kwargs):
+        with transaction.atomic():
+            forget_examples([self])
+            return super().delete(*args, **kwargs)
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        if COUNTED_ATTNAMES <= set(field_names):
+            instance._counted = _example_snapshot(instance)  # what it adds to the counters as loaded
+        return instance
+
+    def refresh_from_db(self, *args, **kwargs):
+        super().refresh_from_db(*args, **kwargs)
+        self.__dict__.pop("_counted", None)  # read again from the row at the next save
+
+    def _counted_before(self) -> "ExampleSnapshot | None":
+        """What the stored row adds to the counters (as loaded, or read now)."""
+        if "_counted" in self.__dict__:
+            return self._counted
+        row = type(self).objects.filter(pk=self.pk).values(*COUNTED_ATTNAMES).first()
+        return _example_snapshot(type(self)(**row)) if row else None
+
+    def in_validation_queue(self) -> bool:
+        """Whether the example waits for validators: written on the platform, pending,
+        not retracted or flagged, and not in an unconfirmed MTurk assignment."""
+        return (self.source == self.Source.ANNOTATION and self.validation_status == self.ValidationStatus.PENDING
+                and not self.retracted and not self.flagged and not self.provisional)
+
+    def queue_priorities(self) -> tuple[int | None, int | None]:
+        """Its places in the validation queue, lowest served first (None: not queued).
+
+        Model-fooling examples first, then those that did not fool it, then those no
+        model answered; within each, the fewest validations first (``queue_priority``).
+        A validator whose reliability is known gets, after the fooling rank, the
+        examples whose posterior is farthest from a coin toss first, where their vote
+        is most likely to decide (``queue_priority_adaptive``, posterior distance in
+        steps of 1/2000). Ties go to the oldest (the lowest id)."""
+        if not self.in_validation_queue():
+            return None, None
+        fooled_rank = {True: 0, False: 1, None: 2}[self.fooled]
+        votes = min(self.validations_total, QUEUE_VOTES_CAP)
+        posterior = 0.5 if self.decision_posterior is None else self.decision_posterior
+        undecidedness = round((0.5 - min(abs(posterior - 0.5), 0.5)) * 2000)  # 0 (sure) .. 1000 (coin toss)
+        return (fooled_rank * QUEUE_STEP + votes,
+                (fooled_rank * QUEUE_STEP + undecidedness) * QUEUE_STEP + votes)
 
     @property
     def validations_total(self) -> int:
@@ -137,10 +225,41 @@ class Validation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["example", "validator"], name="one_validation_per_validator"),
         ]
+        indexes = [
+            # A validator's answered-but-undecided items (served first by the queue): a few rows.
+            models.Index(fields=["validator", "example"], condition=models.Q(label=""),
+                         name="validation_undecided"),
+        ]
 
     def __str__(self):
         said = self.label or "(blind answer only)"
         return f"{self.validator} says {said} on example {self.example_id}"
+
+    def save(self, *args, **kwargs):
+        """Every save keeps the round counters in step: the decisions and blind answers
+        on collected examples, and the counted votes the reliability model reads."""
+        with transaction.atomic():
+            before = None
+            if not self._state.adding:
+                before = self.__dict__.get("_counted")
+                if before is None:
+                    row = type(self).objects.filter(pk=self.pk).values(*VALIDATION_COUNTED_ATTNAMES).first()
+                    before = _validation_snapshot(type(self)(**row)) if row else None
+            super().save(*args, **kwargs)
+            after = _validation_snapshot(self)
+            _tally_validation(self.example, before, after)
+            self._counted = after
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        if VALIDATION_COUNTED_ATTNAMES <= set(field_names):
+            instance._counted = _validation_snapshot(instance)
+        return instance
+
+    def refresh_from_db(self, *args, **kwargs):
+        super().refresh_from_db(*args, **kwargs)
+        self.__dict__.pop("_counted", None)
 
 
 class ValidationClaim(models.Model):
@@ -299,3 +418,225 @@ class ValidatorReliability(models.Model):
 
     def __str__(self):
         return f"{self.validator} on {self.task.slug}: {self.accuracy:.1%} ({self.votes} votes)"
+
+
+class RoundCounts(models.Model):
+    """The numbers a round's pages show, kept as counters beside the rows
+    (``services.counters``): each write that changes one updates it in the same
+    transaction, and ``manage.py reconcile_counts`` recounts them from the rows.
+
+    *Collected* examples were written on the platform (``source="annotation"``), not
+    retracted, and not in an unconfirmed MTurk assignment (``Example.provisional``).
+    *Usable* examples, by split, are those training and evaluation read: verified, not
+    flagged, not retracted, of any source. Signed: a counter that drifted below zero
+    never fails a write; the reconcile repairs it."""
+
+    round = models.OneToOneField("tasks.Round", on_delete=models.CASCADE, primary_key=True, related_name="counts")
+    collected = models.BigIntegerField(default=0)
+    fooled = models.BigIntegerField(default=0, help_text="Collected examples that fooled the model.")
+    verified = models.BigIntegerField(default=0, help_text="Collected examples validated correct.")
+    verified_fooled = models.BigIntegerField(default=0)
+    rejected = models.BigIntegerField(default=0, help_text="Collected examples validated incorrect.")
+    rejected_fooled = models.BigIntegerField(default=0)
+    decisions = models.BigIntegerField(default=0, help_text="Validators' decisions on collected examples, "
+                                                            "counted towards the outcome or not.")
+    blind_answers = models.BigIntegerField(default=0, help_text="Blind answers on collected examples.")
+    blind_agreeing = models.BigIntegerField(default=0, help_text="Those that agreed with the writer's answer.")
+    counted_votes = models.BigIntegerField(
+        default=0, help_text="Counted correct/incorrect decisions of validators (not researchers) on written "
+                             "examples: what the reliability model learns from.")
+    usable_train = models.BigIntegerField(default=0)
+    usable_dev = models.BigIntegerField(default=0)
+    usable_test = models.BigIntegerField(default=0)
+    usable_fooled_train = models.BigIntegerField(default=0)
+    usable_fooled_dev = models.BigIntegerField(default=0)
+    usable_fooled_test = models.BigIntegerField(default=0)
+    reconciled_at = models.DateTimeField(null=True, blank=True, help_text="When the rows were last recounted.")
+
+    class Meta:
+        verbose_name_plural = "round counts"
+
+    def __str__(self):
+        return f"counts of round {self.round_id}"
+
+
+class WriterCounts(models.Model):
+    """One writer's counters in one round (``services.counters``): their collected
+    examples, how many fooled the model and were verified, and the blind answers
+    validators gave to them."""
+
+    round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="writer_counts")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    collected = models.BigIntegerField(default=0)
+    fooled = models.BigIntegerField(default=0)
+    verified = models.BigIntegerField(default=0)
+    verified_fooled = models.BigIntegerField(default=0)
+    blind_answers = models.BigIntegerField(default=0)
+    blind_agreeing = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "writer counts"
+        constraints = [models.UniqueConstraint(fields=["round", "annotator"], name="one_count_per_round_writer")]
+        indexes = [models.Index(fields=["round", "-verified_fooled", "-fooled", "annotator"],
+                                name="writer_counts_ranking")]
+
+    def __str__(self):
+        return f"counts of {self.annotator_id} in round {self.round_id}"
+
+
+# --- keeping the counters ------------------------------------------------------------------
+# What each example and each validation adds to its round's counters, and the F() updates
+# that move them. Example.save and Validation.save call these; services.counters adds the
+# bulk paths (imports, deletes) and the reconcile.
+
+VERIFIED, REJECTED = Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED
+SPLITS = tuple(Example.Split.values)
+DECISIONS = (Validation.Label.CORRECT, Validation.Label.INCORRECT)
+EXAMPLE_COUNTS = ("collected", "fooled", "verified", "verified_fooled", "rejected", "rejected_fooled",
+                  *(f"usable_{split}" for split in SPLITS), *(f"usable_fooled_{split}" for split in SPLITS))
+VALIDATION_COUNTS = ("decisions", "blind_answers", "blind_agreeing")
+ROUND_COUNTS = (*EXAMPLE_COUNTS, *VALIDATION_COUNTS, "counted_votes")
+WRITER_COUNTS = ("collected", "fooled", "verified", "verified_fooled", "blind_answers", "blind_agreeing")
+# The example fields its counters and its place in the queue depend on.
+COUNTED_INPUTS = frozenset({"round", "annotator", "source", "retracted", "provisional", "fooled",
+                            "validation_status", "flagged", "split"})
+COUNTED_ATTNAMES = frozenset({"id", "round_id", "annotator_id", "source", "retracted", "provisional", "fooled",
+                              "validation_status", "flagged", "split"})
+QUEUE_INPUTS = frozenset({"source", "validation_status", "retracted", "flagged", "provisional", "fooled",
+                          "validations_correct", "validations_incorrect", "validations_flagged",
+                          "decision_posterior"})
+VALIDATION_COUNTED_ATTNAMES = frozenset({"id", "example_id", "label", "blind_answer", "blind_agrees", "counted",
+                                         "mode"})
+
+
+def is_collected(example) -> bool:
+    """Written on the platform, not retracted, and not in an unconfirmed MTurk assignment."""
+    return example.source == Example.Source.ANNOTATION and not example.retracted and not example.provisional
+
+
+def example_share(example) -> Counter:
+    """What ``example`` adds to its round's counters by its own fields."""
+    share = Counter()
+    fooled = example.fooled is True
+    if is_collected(example):
+        verified, rejected = example.validation_status == VERIFIED, example.validation_status == REJECTED
+        share.update(collected=1, fooled=fooled, verified=verified, verified_fooled=verified and fooled,
+                     rejected=rejected, rejected_fooled=rejected and fooled)
+    if example.validation_status == VERIFIED and not example.flagged and not example.retracted:
+        share[f"usable_{example.split}"] += 1
+        share[f"usable_fooled_{example.split}"] += fooled
+    return +share
+
+
+class ExampleSnapshot:
+    __slots__ = ("round_id", "annotator_id", "collected", "share")
+
+    def __init__(self, example):
+        self.round_id, self.annotator_id = example.round_id, example.annotator_id
+        self.collected, self.share = is_collected(example), example_share(example)
+
+
+def _example_snapshot(example) -> ExampleSnapshot:
+    return ExampleSnapshot(example)
+
+
+class Tally:
+    """Counter changes gathered for one write: by round, and by round and writer."""
+
+    def __init__(self):
+        self.rounds: dict[int, Counter] = defaultdict(Counter)
+        self.writers: dict[tuple[int, int], Counter] = defaultdict(Counter)
+
+    def add(self, round_id: int, annotator_id: int | None, share: Counter, sign: int = 1) -> None:
+        for name, n in share.items():
+            self.rounds[round_id][name] += sign * n
+            if annotator_id is not None and name in WRITER_COUNTS:
+                self.writers[(round_id, annotator_id)][name] += sign * n
+
+    def apply(self) -> None:
+        """Move the counters by the gathered changes (``F()`` updates, in the caller's transaction)."""
+        for round_id, delta in sorted(self.rounds.items()):
+            _bump(RoundCounts, {"round_id": round_id}, delta)
+        for (round_id, annotator_id), delta in sorted(self.writers.items()):
+            _bump(WriterCounts, {"round_id": round_id, "annotator_id": annotator_id}, delta)
+
+
+def _bump(model, key: dict, delta: Counter) -> None:
+    changes = {name: F(name) + n for name, n in delta.items() if n}
+    if not changes or model.objects.filter(**key).update(**changes):
+        return
+    try:
+        with transaction.atomic():
+            model.objects.create(**key)
+    except IntegrityError:
+        pass  # made meanwhile by another writer
+    model.objects.filter(**key).update(**changes)
+
+
+def validation_totals(example_ids) -> dict[int, Counter]:
+    """What each example's validations add to the counters while it is collected."""
+    rows = (Validation.objects.filter(example_id__in=list(example_ids)).order_by().values("example_id")
+            .annotate(n_decisions=Count("pk", filter=~Q(label="")),
+                      n_blind=Count("pk", filter=Q(blind_answer__isnull=False)),
+                      n_agreeing=Count("pk", filter=Q(blind_answer__isnull=False, blind_agrees=True))))
+    return {row["example_id"]: +Counter(decisions=row["n_decisions"], blind_answers=row["n_blind"],
+                                        blind_agreeing=row["n_agreeing"]) for row in rows}
+
+
+def _tally_example(pk: int, before: ExampleSnapshot | None, after: ExampleSnapshot) -> None:
+    tally = Tally()
+    if before is not None:
+        tally.add(before.round_id, before.annotator_id, before.share, -1)
+    tally.add(after.round_id, after.annotator_id, after.share)
+    if before is not None and (before.collected or after.collected) and (
+            before.collected != after.collected
+            or (before.round_id, before.annotator_id) != (after.round_id, after.annotator_id)):
+        was = before.collected
+        validations = validation_totals([pk]).get(pk)  # (a new example has none)
+        if validations:
+            if was:
+                tally.add(before.round_id, before.annotator_id, validations, -1)
+            if after.collected:
+                tally.add(after.round_id, after.annotator_id, validations)
+    tally.apply()
+
+
+def forget_examples(examples) -> None:
+    """``examples`` are about to be deleted: they and their validations leave the counters."""
+    examples = list(examples)
+    validations = validation_totals([e.pk for e in examples if is_collected(e)])
+    tally = Tally()
+    for example in examples:
+        tally.add(example.round_id, example.annotator_id, example_share(example), -1)
+        if example.pk in validations:
+            tally.add(example.round_id, example.annotator_id, validations[example.pk], -1)
+    counted = (Validation.objects.filter(example__in=[e.pk for e in examples], example__source=Example.Source.ANNOTATION,
+                                         counted=True, mode=Validation.Mode.USER, label__in=DECISIONS)
+               .order_by().values("example__round_id").annotate(n=Count("pk")))
+    for row in counted:
+        tally.rounds[row["example__round_id"]]["counted_votes"] -= row["n"]
+    tally.apply()
+
+
+def _validation_snapshot(validation) -> Counter:
+    """What a validation adds, if its example is collected (decisions, blind answers) or
+    written on the platform (counted votes)."""
+    blind = validation.blind_answer is not None
+    return +Counter(decisions=bool(validation.label), blind_answers=blind,
+                    blind_agreeing=blind and validation.blind_agrees is True,
+                    counted_votes=validation.counted and validation.mode == Validation.Mode.USER
+                    and validation.label in DECISIONS)
+
+
+def _tally_validation(example, before: Counter | None, after: Counter) -> None:
+    delta = Counter(after)
+    delta.subtract(before or Counter())
+    if not any(delta.values()):
+        return
+    tally = Tally()
+    if not is_collected(example):
+        delta = Counter({name: n for name, n in delta.items() if name == "counted_votes"})
+    if example.source != Example.Source.ANNOTATION:
+        delta.pop("counted_votes", None)
+    tally.add(example.round_id, example.annotator_id, delta)
+    tally.apply()

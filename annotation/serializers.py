@@ -302,7 +302,7 @@ class RoundStatsFieldsMixin(serializers.Serializer):
 
 
 class RoundSerializer(RoundStatsFieldsMixin, serializers.ModelSerializer):
-    """A round with its counts (from ``services.stats.with_counts``)."""
+    """A round with its counts (its counters, through ``services.stats.with_counts``)."""
 
     task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     target_models = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
@@ -342,7 +342,9 @@ class RoundStatsSerializer(serializers.Serializer):
     blind_agreement = serializers.FloatField(allow_null=True,
                                              help_text="Share of blind answers that agreed with the writer's.")
     target_models = serializers.ListField(child=serializers.CharField())
-    annotators = AnnotatorStatsSerializer(many=True)
+    annotators = AnnotatorStatsSerializer(
+        many=True, help_text="The writers with the most verified model-fooling examples (at most 100).")
+    annotators_total = serializers.IntegerField(help_text="How many writers have collected examples in the round.")
 
 
 class RoundCreateSerializer(serializers.Serializer):

@@ -25,7 +25,7 @@ from tasks.models import Task
 
 from . import runtime
 from .idempotency import prune
-from .services import reliability
+from .services import counters, reliability
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +94,10 @@ def refit_due_reliability() -> int:
     for task in due:
         reliability.refit(task)
     return len(due)
+
+
+@shared_task(name="annotation.reconcile_counts")
+def reconcile_counts() -> int:
+    """Recount every round's counters from the rows and repair drift (on the beat
+    schedule); how many counters were repaired."""
+    return len(counters.reconcile())

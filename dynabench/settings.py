@@ -204,6 +204,10 @@ CELERY_BEAT_SCHEDULE = {
     "mturk-pay-bonuses": {"task": "crowd.pay_bonuses", "schedule": 600.0},
     "refit-reliability": {"task": "annotation.refit_due_reliability",
                           "schedule": float(env.int("RELIABILITY_REFIT_SECONDS", default=600))},
+    # The pages' counters are kept by every write; this recount repairs what went around
+    # the services (annotation.services.counters). It reads every row: daily by default.
+    "reconcile-counts": {"task": "annotation.reconcile_counts",
+                         "schedule": float(env.int("COUNTS_RECONCILE_SECONDS", default=86400))},
 }
 # Adaptive validation (annotation.services.reliability): a task's validator reliability
 # model is refitted after this many new counted votes (and by beat, above); a validator

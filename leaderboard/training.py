@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count
 
 import ml
+from annotation.services import counters
 from core.errors import Conflict, DomainError, InvalidInput
 from tasks.jobs import JobReporter, create_job, enqueue_by_name
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
@@ -258,9 +258,10 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     numbers = collection_rounds(task, rounds)
     if selection not in SELECTIONS:
         raise InvalidInput.field("selection", f"Must be one of {sorted(SELECTIONS)}.")
-    available = usable_examples(task, split="train", rounds=numbers, fooling_only=selection == "fooling").count()
+    usable = counters.task_totals(task, numbers=numbers)
+    available = usable["usable_fooled_train" if selection == "fooling" else "usable_train"]
     if include_static:
-        available += usable_examples(task, split="train", rounds=[STATIC_ROUND]).count()
+        available += counters.task_totals(task, numbers=[STATIC_ROUND])["usable_train"]
     if not available and not (import_data and include_static):
         raise Conflict(f"Task {task.slug} has no usable training examples in the chosen rounds "
                        f"({SELECTIONS[selection]}; round 0 {'included' if include_static else 'left out'}). "
@@ -298,12 +299,8 @@ def check_training_options(*, mode: str = "full", **options) -> dict:
 
 def static_training_counts(task: Task) -> dict[str, int]:
     """Round 0's usable examples per split (what a round-0 model learns from and is tested on)."""
-    counts = dict.fromkeys(("train", "dev", "test"), 0)
-    rows = (usable_examples(task, split=None, rounds=[STATIC_ROUND])
-            .order_by().values_list("split").annotate(n=Count("pk")))
-    for split, n in rows:
-        counts[split] = n
-    return counts
+    totals = counters.task_totals(task, numbers=[STATIC_ROUND])
+    return {split: totals[f"usable_{split}"] for split in ("train", "dev", "test")}
 
 
 def unique_model_name(task: Task, base: str) -> str:
@@ -322,11 +319,11 @@ def usable_training_counts(task: Task) -> dict:
     """What each "train next" choice would learn from: round 0's train and dev examples,
     and the collection rounds' usable (verified, unflagged, unretracted) train and dev
     examples, all of them and those that fooled the model."""
-    numbers = collection_rounds(task, None)
     static = static_training_counts(task)
-    collected = usable_examples(task, split=None, rounds=numbers).exclude(split="test")
-    return {"static": static["train"] + static["dev"], "verified": collected.count(),
-            "fooling": collected.filter(fooled=True).count()}
+    collected = counters.task_totals(task, numbers=collection_rounds(task, None))
+    return {"static": static["train"] + static["dev"],
+            "verified": collected["usable_train"] + collected["usable_dev"],
+            "fooling": collected["usable_fooled_train"] + collected["usable_fooled_dev"]}
 
 
 def start_static_training(task: Task, *, name: str, mode: str = "full", static_limit: int | None = None,

@@ -100,13 +100,13 @@ def _count_pending(change: int) -> None:
         _idle.notify_all()
 
 
-def _run_in_background(task, job_id: int) -> None:
+def _run_in_background(task, *args) -> None:
     def run():
         close_old_connections()
         try:
-            task.apply(args=[job_id], throw=False)
+            task.apply(args=list(args), throw=False)
         except Exception:  # recorded on the job by run_job; never kill the runner thread
-            log.exception("embedded job %s", job_id)
+            log.exception("embedded task %s%s", task.name, args)
         finally:
             close_old_connections()
             _count_pending(-1)
@@ -208,6 +208,18 @@ def send_task(name: str, *args) -> None:
     housekeeping tasks that are not jobs. Called by a lower app that must not import
     the higher one's task module."""
     celery_task(name).delay(*args)
+
+
+def send_task_in_background(name: str, *args) -> None:
+    """Like ``send_task``, for housekeeping that must not hold up its caller (a refit
+    after a vote): in embedded mode it runs on the process's background job thread,
+    not in the request (inline only under ``JOBS_RUN_INLINE``, the tests)."""
+    task = celery_task(name)
+    if task.app.conf.task_always_eager and not getattr(settings, "JOBS_RUN_INLINE", False) \
+            and not threading.current_thread().name.startswith(RUNNER_NAME):
+        _run_in_background(task, *args)
+        return
+    task.delay(*args)
 
 
 def requeue(job: Job) -> None:

@@ -28,7 +28,7 @@ from tasks.registry import open_round_with_models, target_model
 from tasks.roles import is_researcher
 
 from ..inference import explain_with, predict_with
-from ..models import AnnotationSession, Example
+from ..models import AnnotationSession, Example, forget_examples
 from . import sessions
 
 MAX_REASON_LENGTH = 500
@@ -146,6 +146,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
         task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
         inputs=inputs, target=target, prediction=result, model_predictions=members, fooled=fooled,
         latency_ms=round(latency_ms, 2), metadata=metadata or {}, session=session,
+        provisional=session.provisional,
     )
     example.signature = example_signature(example)
     answered = {int(k) for k in members}
@@ -260,4 +261,26 @@ def unflag_example(example: Example, user) -> Example:
         example.flagged = False
         example.metadata = {**example.metadata, "unflagged": {"by": user.pk, "at": timezone.now().isoformat()}}
         example.save(update_fields=["flagged", "metadata", "updated_at"])
+    return example
+
+
+@transaction.atomic
+def delete_examples(examples) -> int:
+    """Delete ``examples`` (a queryset) with their validations; the counters forget
+    them in the same transaction. How many were deleted."""
+    doomed = list(examples.select_for_update(of=("self",)).order_by("pk"))
+    forget_examples(doomed)
+    Example.objects.filter(pk__in=[e.pk for e in doomed]).delete()
+    return len(doomed)
+
+
+@transaction.atomic
+def move_to_split(example: Example, split: str) -> Example:
+    """A researcher moves the example to another split (train, dev, test)."""
+    if split not in Example.Split.values:
+        raise InvalidInput.field("split", f"Must be one of {', '.join(Example.Split.values)}.")
+    example = Example.objects.select_for_update().get(pk=example.pk)
+    if example.split != split:
+        example.split = split
+        example.save(update_fields=["split", "updated_at"])
     return example

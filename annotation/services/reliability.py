@@ -10,12 +10,15 @@ EM). Here it meets the database:
   for anything, here either. Researchers' decisions are the known truths (anchors).
   Strata: whether the example fooled the model, so that writers of model-fooling
   examples (more often wrong) get a prior of their own.
-- **When it is refitted.** By a job (``annotation.refit_reliability``), not on every
-  vote: after ``RELIABILITY_REFIT_VOTES`` new counted votes on an adaptive task
-  (queued once the vote commits), and by beat every ``RELIABILITY_REFIT_SECONDS`` for
-  every task with new votes (fixed-policy tasks too, so that their researchers see
-  the estimates before they switch). A fit reads every vote of the task; ``bench/validation.py``
-  measures what the EM costs. Between fits a new validator counts at the prior.
+- **When it is refitted.** By a job (``annotation.refit_reliability``), never inside
+  the request that cast a vote: after ``RELIABILITY_REFIT_VOTES`` new counted votes on
+  an adaptive task (queued once the vote commits; without a broker, on the process's
+  background job thread), and by beat every ``RELIABILITY_REFIT_SECONDS`` for every
+  task with new votes (fixed-policy tasks too, so that their researchers see the
+  estimates before they switch). What is new comes from the rounds' ``counted_votes``
+  counters against the last fit's count, not from counting votes. A fit reads every
+  vote of the task; ``bench/validation.py`` measures what the EM costs. Between fits a
+  new validator counts at the prior.
 - **What a fit changes.** Only the estimates. A decided example is never decided
   again by a refit: decisions are taken at vote time, under the example's row lock,
   and only a researcher changes one afterwards.
@@ -31,11 +34,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from tasks.jobs import send_task
+from tasks.jobs import send_task_in_background
 from tasks.models import Task
 
 from .. import reliability as R
 from ..models import Example, ReliabilityFit, Validation, ValidatorReliability
+from . import counters
 
 log = logging.getLogger(__name__)
 
@@ -168,35 +172,32 @@ def _stratum_of(fooled) -> str:
 
 
 def votes_since_fit(task: Task) -> int:
-    fitted_at = (ReliabilityFit.objects.filter(task=task).values_list("fitted_at", flat=True).first())
-    votes = counted_votes(task)
-    return votes.count() if fitted_at is None else votes.filter(decided_at__gt=fitted_at).count()
+    """Counted votes on ``task`` that its last fit did not read: the rounds' counters
+    (``counters.task_totals``) against the fit's count, never a count of the votes."""
+    fitted = ReliabilityFit.objects.filter(task=task).values_list("votes", flat=True).first() or 0
+    return max(0, counters.task_totals(task)["counted_votes"] - fitted)
 
 
 def refit_when_due(task: Task) -> None:
     """After a counted vote on an adaptive task: queue a refit once enough new votes
-    came in since the last one (after the vote commits)."""
+    came in since the last one (after the vote commits). Never inside the request:
+    without a broker it goes to the process's background job thread."""
     if votes_since_fit(task) >= settings.RELIABILITY_REFIT_VOTES:
         transaction.on_commit(lambda: _send_refit(task.pk))
 
 
 def _send_refit(task_id: int) -> None:
     try:
-        send_task("annotation.refit_reliability", task_id)
+        send_task_in_background("annotation.refit_reliability", task_id)
     except Exception:  # the vote is stored already; the beat's refit comes later
         log.exception("could not refit the reliability of task %s now", task_id)
 
 
 def tasks_due_for_refit():
-    """Tasks with counted votes newer than their last fit (for the beat). Fixed-policy
-    tasks too: their researchers see the estimates, and the cost forecast of switching."""
-    due = []
-    for task in Task.objects.all():
-        fitted_at = ReliabilityFit.objects.filter(task=task).values_list("fitted_at", flat=True).first()
-        newer = counted_votes(task) if fitted_at is None else counted_votes(task).filter(decided_at__gt=fitted_at)
-        if newer.exists():
-            due.append(task)
-    return due
+    """Tasks with counted votes their last fit did not read (for the beat): a few
+    counter rows per task. Fixed-policy tasks too: their researchers see the
+    estimates, and the cost forecast of switching."""
+    return [task for task in Task.objects.order_by("pk") if votes_since_fit(task) > 0]
 
 
 def validator_rows(task: Task):

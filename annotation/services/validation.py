@@ -38,8 +38,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, JSONField, OuterRef, Subquery, Value
-from django.db.models.functions import Abs, Coalesce
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -64,38 +63,36 @@ COUNTER = {
 
 
 def validation_queue(task: Task, user):
-    """Examples ``user`` may validate: those they answered blind and have not decided
-    yet first, then model-fooling ones, then those with the fewest validations (on an
-    adaptive task, for a validator whose reliability is known: those closest to a
-    decision).
+    """Examples ``user`` may validate, in the order the queue serves them: model-fooling
+    ones first, then those with the fewest validations (on an adaptive task, for a
+    validator whose reliability is known: those closest to a decision), the oldest
+    first among equals (``Example.queue_priorities``).
     Never their own, never retracted, flagged or decided ones, never twice, never one
-    from an MTurk assignment that MTurk has not confirmed yet. Each
-    carries ``my_blind_answer`` (their stored blind answer, or None)."""
-    mine = Validation.objects.filter(example=OuterRef("pk"), validator=user)
-    queue = (
-        Example.objects.filter(task=task, retracted=False, flagged=False,
-                               validation_status=Example.ValidationStatus.PENDING,
-                               source=Example.Source.ANNOTATION)
-        .exclude(session__provisional=True)  # written in an MTurk assignment MTurk has not confirmed yet
+    from an MTurk assignment that MTurk has not confirmed yet: exactly those have a
+    queue priority. The next item is the first entry of a partial index on it, not a
+    sort of the task's pending examples. (Those they answered blind and have not
+    decided yet come before all of these: ``next_for``.)"""
+    decided_by_me = Validation.objects.filter(example=OuterRef("pk"), validator=user).exclude(label="")
+    known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
+    priority = "queue_priority_adaptive" if known else "queue_priority"
+    return (
+        Example.objects.filter(task=task, **{f"{priority}__isnull": False})
         .exclude(annotator=user)
         .exclude(annotator__in=trust.same_person(user))  # accounts at the writer's address count as the writer
-        .exclude(Exists(mine.exclude(label="")))
-        .annotate(
-            started=Exists(mine.filter(label="")),
-            my_blind_answer=Subquery(mine.values("blind_answer")[:1], output_field=JSONField()),
-            n_validations=F("validations_correct") + F("validations_incorrect") + F("validations_flagged"),
-        )
+        .exclude(Exists(decided_by_me))
         .select_related("context", "round", "task")
+        .order_by(priority, "pk")
     )
-    if task.parsed_config.adaptive_validation and reliability.is_known(task, user):
-        # A validator whose reliability is known gets the examples closest to a
-        # decision first (the posterior farthest from a coin toss): their vote is worth
-        # most there. Newcomers get the fresh ones, where their votes build their record.
-        closeness = Abs(Coalesce(F("decision_posterior"), Value(0.5)) - Value(0.5))
-        return queue.order_by(F("started").desc(), F("fooled").desc(nulls_last=True), closeness.desc(),
-                              "n_validations", "created_at", "pk")
-    return queue.order_by(F("started").desc(), F("fooled").desc(nulls_last=True), "n_validations",
-                          "created_at", "pk")
+
+
+def started_for(task: Task, user):
+    """The examples of ``task`` that ``user`` answered blind and has not decided yet,
+    still waiting for validation (their own unanswered validations: a few rows)."""
+    return (Validation.objects.filter(validator=user, label="", example__task=task,
+                                      example__queue_priority__isnull=False)
+            .exclude(example__annotator__in=trust.same_person(user))
+            .select_related("example__context", "example__round", "example__task")
+            .order_by("example__queue_priority", "example_id"))
 
 
 class NotAssigned(Conflict):
@@ -115,10 +112,18 @@ def assign(example: Example, user) -> ValidationClaim:
 
 
 def next_for(task: Task, user) -> Example | None:
-    """The queue's next example for ``user`` (``validation_queue``), assigned to them."""
-    example = validation_queue(task, user).first()
-    if example is not None:
-        assign(example, user)
+    """The next example for ``user``, assigned to them: one they answered blind and have
+    not decided yet, else the queue's first (``validation_queue``). It carries
+    ``my_blind_answer`` (their stored blind answer, or None)."""
+    started = started_for(task, user).first()
+    if started is not None:
+        example, example.my_blind_answer = started.example, started.blind_answer
+    else:
+        example = validation_queue(task, user).first()
+        if example is None:
+            return None
+        example.my_blind_answer = None
+    assign(example, user)
     return example
 
 
@@ -235,6 +240,8 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         _check_can_validate(example, user)
         owner = is_researcher(user, example.task)
         existing = Validation.objects.filter(example=example, validator=user).first()
+        if existing is not None:
+            existing.example = example  # the locked row: its save counts on it
         if existing is not None and existing.label:
             raise Conflict("You have already validated this example.")
         if not owner and example.validation_status != Example.ValidationStatus.PENDING:
@@ -313,11 +320,18 @@ def confirm_session(session: AnnotationSession) -> int:
     with transaction.atomic():
         AnnotationSession.objects.filter(pk=session.pk).update(provisional=False)
         session.provisional = False
+        # What it wrote is collected from now on: counted, and served to validators.
+        for example_id in (Example.objects.filter(session=session, provisional=True).order_by("pk")
+                           .values_list("pk", flat=True)):
+            example = _locked_example(example_id)
+            example.provisional = False
+            example.save(update_fields=["provisional", "updated_at"])
         waiting = (Validation.objects.filter(session=session, counted=False,
                                              not_counted_because=Validation.NotCounted.PROVISIONAL)
                    .exclude(label="").select_related("validator").order_by("decided_at", "pk"))
         for validation in waiting.select_for_update(of=("self",)):
             example = _locked_example(validation.example_id)
+            validation.example = example
             if example.validation_status != Example.ValidationStatus.PENDING or example.retracted:
                 continue
             validation.not_counted_because = trust.why_not_counted(example, validation.validator, session)

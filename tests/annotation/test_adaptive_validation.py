@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from annotation import reliability as R
-from annotation.models import Example, ReliabilityFit, Validation, ValidatorReliability
+from annotation.models import ReliabilityFit, Validation, ValidatorReliability
 from annotation.services import reliability, validation
 from core.errors import Conflict
 from tasks.config import validate_task_config
@@ -228,10 +228,11 @@ def test_known_validators_get_the_examples_closest_to_a_decision(demo_tasks, ann
     task = adaptive(demo_tasks["sentiment"])
     fresh = write(task, annotator, text="fresh", fooled=False)
     close = write(task, annotator, text="close", fooled=False)
-    Example.objects.filter(pk=close.pk).update(decision_posterior=0.995, validations_correct=1)
+    close.decision_posterior, close.validations_correct = 0.995, 1
+    close.save()  # saving moves it in the queue
     far = write(task, annotator, text="far", fooled=False)
-    Example.objects.filter(pk=far.pk).update(decision_posterior=0.6, validations_correct=1,
-                                             validations_incorrect=1)
+    far.decision_posterior, far.validations_correct, far.validations_incorrect = 0.6, 1, 1
+    far.save()
     expert = known(task, account("expert", "198.51.100.130"))
     assert [e.pk for e in validation.validation_queue(task, expert)] == [close.pk, far.pk, fresh.pk]
     newcomer = account("newcomer", "198.51.100.131")

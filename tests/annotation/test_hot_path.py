@@ -84,23 +84,29 @@ def statements(queries) -> list[str]:
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "203.0.113.9"])
-def test_an_example_costs_eleven_statements_from_next_context_to_stored(live_tasks, annotator, address):
+def test_an_example_costs_thirteen_statements_from_next_context_to_stored(live_tasks, annotator, address):
     """GET contexts/next, then POST examples, with a token (the MTurk and API path).
 
     Serving (4): the token's session with its user, task and last context; the
     candidates with the open round; the serving's count and the session's last
-    context. Writing (7, and 1 more when the model was fooled): the token's session
+    context. Writing (9, and 1 more when the model was fooled): the token's session
     (the context written about comes with it); the open round with its models; in
-    one transaction the round's lock, the example, its model link, (the context's
-    fooled count,) the session's counters and their stored values read back. A
-    client off this machine adds one: the address its account was seen at.
+    one transaction the round's lock, the example, the round's and the writer's
+    counters, its model link, (the context's fooled count,) the session's counters
+    and their stored values read back. A client off this machine adds one: the
+    address its account was seen at. (A writer's first example in a round also
+    creates their counter row.)
     """
     from rest_framework.test import APIClient
 
     session = sessions.start_session(annotator, live_tasks["nli"])
     client = APIClient(REMOTE_ADDR=address)
     client.credentials(HTTP_X_DYNABENCH_TOKEN=make_token(session))
-    client.get("/api/tasks/nli/contexts/next/")  # a first serving loads the model
+    context = client.get("/api/tasks/nli/contexts/next/").json()  # a first serving loads the model
+    first = client.post("/api/tasks/nli/examples/", {  # the writer's first: their counter row is made
+        "context": context["id"], "inputs": {"hypothesis": "Someone is indoors."},
+        "target": {"label": "neutral"}}, format="json")
+    assert first.status_code == 201, first.content
     for i in range(3):
         with CaptureQueriesContext(connection) as served:
             context = client.get("/api/tasks/nli/contexts/next/").json()
@@ -112,13 +118,13 @@ def test_an_example_costs_eleven_statements_from_next_context_to_stored(live_tas
         assert statements(served) == ["SELECT", "SELECT", "UPDATE", "UPDATE"], served.captured_queries
         fooled = response.json()["fooled"]
         remote = address != "127.0.0.1"
-        expected = ["SELECT"] + ["INSERT"] * remote + ["SELECT", "SELECT", "INSERT", "INSERT"] \
+        expected = ["SELECT"] + ["INSERT"] * remote + ["SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE", "INSERT"] \
             + ["UPDATE"] * fooled + ["UPDATE", "SELECT"]
         assert statements(written) == expected, written.captured_queries
-        assert len(statements(served)) + len(statements(written)) == 11 + fooled + remote
+        assert len(statements(served)) + len(statements(written)) == 13 + fooled + remote
     stored = Example.objects.order_by("pk").last()
     assert stored.context_id == context["id"] and stored.inputs == {"hypothesis": "Someone is outdoors 2."}
-    assert AnnotationSession.objects.get(pk=session.pk).examples_written == 3
+    assert AnnotationSession.objects.get(pk=session.pk).examples_written == 4
 
 
 def test_a_context_other_than_the_one_served_is_read_and_checked(live_tasks, client_for, annotator):

@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from annotation.models import Example, Validation
+from annotation.services import counters
 from annotation.services.examples import retract_example
 from annotation.services.stats import round_stats
 
@@ -53,9 +54,11 @@ def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, cli
     fooling = make_example(task, annotator, fooled=True, text="fooling")
     fooling_validated = make_example(task, annotator, fooled=True, text="fooling, validated once")
     Validation.objects.create(example=fooling_validated, validator=users(1, "x")[0], label="correct")
-    Example.objects.filter(pk=fooling_validated.pk).update(validations_correct=1)
+    fooling_validated.validations_correct = 1
+    fooling_validated.save()  # saving keeps its queue place in step
     retracted = make_example(task, annotator, fooled=True, text="retracted")
-    Example.objects.filter(pk=retracted.pk).update(retracted=True)
+    retracted.retracted = True
+    retracted.save()
     own = make_example(task, second_annotator, fooled=True, text="mine")
     make_example(task, None, fooled=True, text="imported", source="import")
 
@@ -63,7 +66,8 @@ def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, cli
     client.get("/api/tasks/sentiment/validations/next/")  # warm the sign-in session
     order = []
     for _ in range(3):
-        with django_assert_num_queries(6):  # sign-in session, user, task, the queue's head, its claim, ownership
+        # sign-in session, user, task, their own undecided answers, the queue's head, its claim, ownership
+        with django_assert_num_queries(7):
             item = client.get("/api/tasks/sentiment/validations/next/").json()
         order.append(item["id"])
         # Blind: neither the writer's answer, nor the model's, nor whether it fooled the model.
@@ -311,6 +315,11 @@ def test_round_stats_on_a_constructed_scenario(demo_tasks, annotator, second_ann
                               label="correct")
     Validation.objects.create(example=a1[1], validator=v3, blind_answer={"label": "negative"}, blind_agrees=False,
                               label="incorrect")
+    # Saving keeps the counters; the queryset updates above went around it: a recount repairs them.
+    repaired = {(d.name, d.annotator_id): (d.stored, d.actual) for d in counters.reconcile(task)}
+    assert repaired[("collected", None)] == (7, 6) and repaired[("verified", None)] == (0, 3)
+    assert repaired[("collected", annotator.pk)] == (5, 4) and ("blind_answers", None) not in repaired
+    assert counters.reconcile(task) == []  # once repaired, a recount finds nothing
 
     with django_assert_max_num_queries(8):
         stats = anonymous.get("/api/tasks/sentiment/rounds/1/stats/").json()
