@@ -38,7 +38,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -72,14 +71,16 @@ def validation_queue(task: Task, user):
     queue priority. The next item is the first entry of a partial index on it, not a
     sort of the task's pending examples. (Those they answered blind and have not
     decided yet come before all of these: ``next_for``.)"""
-    decided_by_me = Validation.objects.filter(example=OuterRef("pk"), validator=user).exclude(label="")
+    # Subqueries that run once per call, not once per row: the examples they decided, the
+    # accounts that count as them.
+    decided_by_me = Validation.objects.filter(validator=user).exclude(label="").values("example_id")
     known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
     priority = "queue_priority_adaptive" if known else "queue_priority"
     return (
         Example.objects.filter(task=task, **{f"{priority}__isnull": False})
         .exclude(annotator=user)
         .exclude(annotator__in=trust.same_person(user))  # accounts at the writer's address count as the writer
-        .exclude(Exists(decided_by_me))
+        .exclude(pk__in=decided_by_me)
         .select_related("context", "round", "task")
         .order_by(priority, "pk")
     )

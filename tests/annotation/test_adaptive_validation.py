@@ -326,3 +326,36 @@ def test_concurrent_votes_on_an_adaptive_example_decide_it_once(demo_tasks, anno
     assert example.validations_correct == 2  # two known validators reach 0.998; the rest came too late
     assert Validation.objects.filter(example=example).exclude(label="").count() == 2
     assert refused == ["This example has been decided already."] * 4
+
+
+@pytest.mark.background_jobs
+@pytest.mark.django_db(transaction=True)
+def test_without_a_broker_a_refit_runs_on_the_background_thread_not_in_the_vote(demo_tasks, annotator, settings,
+                                                                                 monkeypatch):
+    """The vote that makes a refit due answers at once; the refit runs on the process's
+    background job thread (``make run``), never inside the request that cast the vote."""
+    from tasks import jobs
+
+    settings.RELIABILITY_REFIT_VOTES = 1
+    task = adaptive(demo_tasks["sentiment"])
+    started, gate, ran_on = threading.Event(), threading.Event(), []
+    original = reliability.refit
+
+    def slow_refit(of_task):
+        ran_on.append(threading.current_thread().name)
+        started.set()
+        gate.wait(10)
+        return original(of_task)
+
+    monkeypatch.setattr(reliability, "refit", slow_refit)
+    example = write(task, annotator, text="due")
+    try:
+        vote(account("due-voter", "198.51.100.150"), example)  # returns while the refit is parked
+        assert started.wait(20), "the refit did not start on the background thread"
+        assert not ReliabilityFit.objects.filter(task=task, fitted_at__isnull=False).exists()
+        gate.set()
+        assert jobs.wait_for_background_jobs(20), "the refit did not finish"
+    finally:
+        gate.set()
+    assert ran_on and ran_on[0].startswith(jobs.RUNNER_NAME), ran_on
+    assert ReliabilityFit.objects.get(task=task).votes == 1
