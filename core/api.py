@@ -23,7 +23,9 @@ Django's, DRF's and the job queue's become statuses:
        over its bounds (``TooLarge``)
 415    a body in a media type the endpoint does not read
 429    throttled, or too many failed sign-ins (``Retry-After`` says when to retry)
-503    model, worker, broker or database unavailable (``Unavailable``), with ``Retry-After``
+503    model, worker, broker or database unavailable (``Unavailable``), or a query past
+       ``REQUEST_QUERY_TIMEOUT`` stopped (``QueryTimeout``, code ``query_timeout``),
+       with ``Retry-After``
 =====  =====================================================================
 """
 
@@ -42,7 +44,7 @@ from django.views.defaults import server_error as django_server_error
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from . import errors
+from . import errors, query_ceiling
 from .exceptions import ConflictError, GoneError, InvalidLines, PayloadTooLarge, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,9 @@ def as_api_exception(exc: BaseException) -> BaseException:
         log.warning("job queue unavailable: %s: %s", type(exc).__name__, exc)
         return ServiceUnavailable("The job queue is unreachable right now; nothing was stored. Try again shortly.")
     if isinstance(exc, DatabaseUnavailable):
+        stopped = query_ceiling.stopped_error(exc)
+        if stopped is not None:  # logged with the request's path by the middleware
+            return as_api_exception(stopped)
         log.exception("database unavailable")
         return ServiceUnavailable("The database is busy or unreachable; nothing was stored. Try again shortly.")
     return exc

@@ -87,6 +87,13 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
+class QueryTimeout(Unavailable):
+    """A query of a web request ran past ``REQUEST_QUERY_TIMEOUT`` and the database
+    stopped it (``core.query_ceiling``); narrower requests, or a later try, may pass."""
+
+    code = "query_timeout"
+
+
 class TooMany(DomainError):
     """A per-user or per-address limit is reached; ``retry_after`` seconds until it frees."""
 

@@ -53,17 +53,20 @@ ERROR_DESCRIPTIONS = {
     413: "The request body is too large.",
     415: "The body is in a media type this endpoint does not read.",
     429: "Too many requests; `Retry-After` says when to retry.",
-    503: "A model, worker, the job queue or the database is unavailable; `Retry-After` says when to retry.",
+    503: ("A model, worker, the job queue or the database is unavailable, or a database query ran past the "
+          "request's limit and was stopped (code `query_timeout`: try again, or narrow the request); "
+          "`Retry-After` says when to retry."),
 }
 
 
 class AutoSchema(SpectacularAutoSchema):
     """drf-spectacular's schema, plus the error statuses every endpoint can answer.
 
-    Every operation documents 401, 403 and 429 (authentication runs, permissions
-    and throttles apply, on every endpoint); 404 where the path names a resource
+    Every operation documents 401, 403, 429 and 503 (authentication runs, permissions
+    and throttles apply, and every query is under ``REQUEST_QUERY_TIMEOUT``, on every
+    endpoint); 404 where the path names a resource
     or the list is paginated; 400, 413 and 415 where a body is read. A view adds its
-    own (409, 503) with ``extend_schema(responses=...)`` or by number in
+    own (409) with ``extend_schema(responses=...)`` or by number in
     ``error_statuses``. All share the ``Error`` body, unless the view documents its
     own body for a status (``FileError`` for 400s about a file's lines); 429 and 503
     carry ``Retry-After``. The session-token scheme is listed only where a session token
@@ -75,7 +78,7 @@ class AutoSchema(SpectacularAutoSchema):
         if operation is None:
             return None
         parameters = {p.get("name") for p in operation.get("parameters", [])}
-        codes = {401, 403, 429, *getattr(self.view, "error_statuses", ())}
+        codes = {401, 403, 429, 503, *getattr(self.view, "error_statuses", ())}
         if "{" in self.path or "page" in parameters:
             codes.add(404)
         if "page" in parameters:

@@ -104,6 +104,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.middleware.text_charset_only",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "core.middleware.QueryCeilingMiddleware",  # after the static files, before the first query
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -251,6 +252,11 @@ EVALUATION_TIMED_PASSES = _at_least("EVALUATION_TIMED_PASSES", 1, lambda n: env.
 
 # Seconds a web request waits for an inference result before answering 503.
 INFERENCE_TIMEOUT = env.float("INFERENCE_TIMEOUT", default=30.0)
+# Seconds any one database statement of a web request (pages, API, admin) may run: past
+# it the database stops the statement and the request answers 503 (code query_timeout,
+# Retry-After), so a slow query cannot hold a web worker (core.query_ceiling). Celery
+# workers, the embedded job thread and management commands are not limited. 0: no limit.
+REQUEST_QUERY_TIMEOUT = _at_least("REQUEST_QUERY_TIMEOUT", 0, lambda n: env.float(n, default=30.0))
 # How long an example the validation queue served stays the validator's to answer.
 VALIDATION_CLAIM_SECONDS = env.int("VALIDATION_CLAIM_SECONDS", default=30 * 60)
 # A site account's validation decisions count only once the account is this old (seconds):
