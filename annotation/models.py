@@ -1,3 +1,4 @@
+# Long on purpose: the examples, their validations, and the counters their save() keeps in step with them, in one module (the counters must move in the same transaction as every save).
 import uuid
 from collections import Counter, defaultdict
 

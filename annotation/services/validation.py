@@ -38,6 +38,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -71,16 +72,16 @@ def validation_queue(task: Task, user):
     queue priority. The next item is the first entry of a partial index on it, not a
     sort of the task's pending examples. (Those they answered blind and have not
     decided yet come before all of these: ``next_for``.)"""
-    # Subqueries that run once per call, not once per row: the examples they decided, the
-    # accounts that count as them.
-    decided_by_me = Validation.objects.filter(validator=user).exclude(label="").values("example_id")
     known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
     priority = "queue_priority_adaptive" if known else "queue_priority"
     return (
         Example.objects.filter(task=task, **{f"{priority}__isnull": False})
+        # Their own validation of each walked example, by a join on its unique key: left
+        # out when they decided it (an undecided blind answer stays in).
+        .annotate(mine=FilteredRelation("validations", condition=Q(validations__validator=user)))
+        .filter(Q(mine__isnull=True) | Q(mine__label=""))
         .exclude(annotator=user)
         .exclude(annotator__in=trust.same_person(user))  # accounts at the writer's address count as the writer
-        .exclude(pk__in=decided_by_me)
         .select_related("context", "round", "task")
         .order_by(priority, "pk")
     )
