@@ -96,7 +96,8 @@ class Example(models.Model):
         indexes = [
             models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
-            models.Index(fields=["task", "validation_status", "fooled"]),
+            # In creation order within each status (the HIT preview's latest verified fooling example).
+            models.Index(fields=["task", "validation_status", "created_at"], name="example_task_status_created"),
             # The validation queue: the next item is the first entry of one of these.
             models.Index(fields=["task", "queue_priority", "id"], condition=models.Q(queue_priority__isnull=False),
                          name="example_validation_queue"),

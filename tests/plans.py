@@ -46,7 +46,7 @@ def _aliases(sql: str) -> dict[str, str]:
     return found
 
 
-def _sqlite_problems(sql: str, params: tuple) -> list[str]:
+def _sqlite_problems(sql: str, params: tuple, sorts: bool) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
         rows = cursor.fetchall()
@@ -54,7 +54,8 @@ def _sqlite_problems(sql: str, params: tuple) -> list[str]:
     nodes = {row[0]: (row[1], row[3]) for row in rows}
     sorted_by_temp_tree = any("TEMP B-TREE FOR ORDER BY" in detail for _, detail in nodes.values())
     limited = re.search(r"\bLIMIT\s+\d+", sql, re.IGNORECASE) is not None
-    problems = []
+    problems = [f"sorted, not walked in order: {detail}" for _, detail in nodes.values()
+                if not sorts and "TEMP B-TREE FOR ORDER BY" in detail]
     for node_id, (_parent, detail) in nodes.items():
         scan = re.match(r"SCAN (\S+)", detail)
         if scan and aliases.get(scan.group(1)) in BIG_TABLES:
@@ -79,7 +80,7 @@ def _sqlite_subtree(nodes: dict, root: int) -> list[str]:
     return out
 
 
-def _pg_problems(sql: str, params: tuple) -> list[str]:
+def _pg_problems(sql: str, params: tuple, sorts: bool) -> list[str]:
     import json
 
     with transaction.atomic(), connection.cursor() as cursor:
@@ -99,6 +100,8 @@ def _pg_problems(sql: str, params: tuple) -> list[str]:
     def walk(node, limited=False):
         big = node.get("Relation Name") in BIG_TABLES
         kind = node.get("Node Type", "")
+        if kind in ("Sort", "Incremental Sort") and not sorts:
+            problems.append(f"sorted, not walked in order: {kind} by {node.get('Sort Key')}")
         if kind == "Seq Scan" and big:
             problems.append(f"full scan: Seq Scan on {node['Relation Name']}")
         if kind in ("Index Scan", "Index Only Scan") and big and "Index Cond" not in node and not limited:
@@ -117,22 +120,23 @@ def _pg_problems(sql: str, params: tuple) -> list[str]:
     return problems
 
 
-def problems_of(sql: str, params: tuple = ()) -> list[str]:
-    """What is wrong with one statement's plan ([] when nothing is)."""
+def problems_of(sql: str, params: tuple = (), *, sorts: bool = True) -> list[str]:
+    """What is wrong with one statement's plan ([] when nothing is). ``sorts=False``: a
+    sort is wrong too (a statement that should walk an index in its order)."""
     if not sql.lstrip().upper().startswith("SELECT"):
         return []
     if connection.vendor == "postgresql":
-        return _pg_problems(sql, params)
-    return _sqlite_problems(sql, params)
+        return _pg_problems(sql, params, sorts)
+    return _sqlite_problems(sql, params, sorts)
 
 
-def plan_problems(run: Callable[[], object]) -> list[str]:
+def plan_problems(run: Callable[[], object], *, sorts: bool = True) -> list[str]:
     """Run ``run`` (a request, a service call), EXPLAIN every SELECT it ran, and list
     each problem with the statement it was found in."""
     with captured() as statements:
         run()
     found = []
     for sql, params in statements:
-        for problem in problems_of(sql, params):
+        for problem in problems_of(sql, params, sorts=sorts):
             found.append(f"{problem}\n    in: {sql[:400]}")
     return found

@@ -70,3 +70,21 @@ def test_the_check_fails_on_a_full_scan_and_on_a_count_run_once_per_row(study):
         n_validations=Coalesce(Subquery(decided, output_field=IntegerField()), Value(0)))
     found = problems_of(*quadratic.query.sql_with_params())
     assert any(p.startswith("subquery once per row") or p.startswith("full scan") for p in found), found
+
+
+def test_the_queue_and_the_hit_preview_walk_an_index_in_its_order(study):
+    """No sort of the task's pending or verified examples: the first row of an index."""
+    from crowd.views import _sample
+
+    task, validators = study
+    for queue in (validation.validation_queue(task, validators[0]),
+                  validation.validation_queue(adaptive(task), known(task, validators[1]))):
+        assert not problems_of(*queue[:1].query.sql_with_params(), sorts=False)
+    found = plan_problems(lambda: _sample(task), sorts=False)
+    assert not found, "\n".join(found)
+
+
+def test_the_sort_check_can_fail(study):
+    task, _ = study
+    by_text = Example.objects.filter(task=task).order_by("latency_ms")[:1]
+    assert any(p.startswith("sorted") for p in problems_of(*by_text.query.sql_with_params(), sorts=False))
