@@ -81,6 +81,11 @@ class Example(models.Model):
             models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
             models.Index(fields=["task", "validation_status", "fooled"]),
+            # What changed since a watermark (decisions, flags, retractions bump updated_at): the
+            # crowd's quality check and bonus run read only that (crowd.sync, crowd.bonuses).
+            models.Index(fields=["task", "updated_at"], name="example_task_updated"),
+            # One writer's examples of a task (the crowd's quality of the writers it judges again).
+            models.Index(fields=["annotator", "task"], name="example_annotator_task"),
         ]
 
     def __str__(self):
@@ -295,6 +300,8 @@ class ValidatorReliability(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_reliability_per_validator")]
+        # The estimates refitted since a watermark (the crowd's quality check of validation batches).
+        indexes = [models.Index(fields=["task", "fitted_at"], name="reliability_task_fitted")]
         verbose_name_plural = "validator reliabilities"
 
     def __str__(self):
