@@ -104,6 +104,11 @@ class Example(models.Model):
             models.Index(fields=["task", "queue_priority_adaptive", "id"],
                          condition=models.Q(queue_priority_adaptive__isnull=False),
                          name="example_validation_queue_known"),
+            # What changed since a watermark (decisions, flags, retractions bump updated_at): the
+            # crowd's quality check and bonus run read only that (crowd.sync, crowd.bonuses).
+            models.Index(fields=["task", "updated_at"], name="example_task_updated"),
+            # One writer's examples of a task (the crowd's quality of the writers it judges again).
+            models.Index(fields=["annotator", "task"], name="example_annotator_task"),
         ]
 
     def __str__(self):
@@ -416,6 +421,8 @@ class ValidatorReliability(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_reliability_per_validator")]
+        # The estimates refitted since a watermark (the crowd's quality check of validation batches).
+        indexes = [models.Index(fields=["task", "fitted_at"], name="reliability_task_fitted")]
         verbose_name_plural = "validator reliabilities"
 
     def __str__(self):

@@ -32,6 +32,15 @@ How it is paid (the ledger first):
    with the reason, and the site's admins get an e-mail: a person must look.
 5. Every settlement keeps a note of how its amount was reached: a $0 row says
    which examples did not count and why.
+
+What a run reads (``crowd.watermarks``): only the assignments that can have
+changed since the last run: approved since, with a model-fooling example
+stamped since (decided, flagged, retracted), or whose deadline
+(``Assignment.bonus_settle_by``, noted when a run first finds one waiting) passed
+since. A settled assignment never comes back. The first run, and
+``pay_bonuses(full=True)`` (``mturk_pay_bonuses --full``), walk every assignment
+still to settle; both settle the same assignments, at the same runs, with the
+same rules (``settle``).
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from django.utils import timezone
 from annotation.models import Example
 from annotation.services.examples import signature_ok
 
-from . import mturk
+from . import mturk, watermarks
 from .models import Assignment, Batch, BonusPayment
 
 logger = logging.getLogger(__name__)
@@ -91,6 +100,18 @@ def fooling_examples(assignment: Assignment):
                                   retracted=False, source=Example.Source.ANNOTATION)
 
 
+def deadline(assignment: Assignment, now=None):
+    """When the assignment is settled at the latest, whatever is still undecided: its
+    auto-approval time, else its submission plus the batch's auto-approval delay. With
+    no time known, ``now`` stands for the submission (None when ``now`` is None: no
+    fixed deadline)."""
+    submitted = assignment.submitted_at or assignment.finished_at or now
+    if assignment.auto_approval_at is None and submitted is None:
+        return None
+    return assignment.auto_approval_at or (
+        submitted + timedelta(seconds=assignment.hit.batch.auto_approval_delay_seconds))
+
+
 def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     """The assignment's ledger row, written once it can be settled; None while it waits."""
     now = now or timezone.now()
@@ -100,8 +121,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     # for a researcher's decision like a pending one, until the deadline.
     undecided = (Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED)
     pending = [e for e in examples if e.validation_status in undecided and not e.flagged]
-    cutoff = assignment.auto_approval_at or (
-        (assignment.submitted_at or assignment.finished_at or now) + timedelta(seconds=batch.auto_approval_delay_seconds))
+    cutoff = deadline(assignment, now)
     if pending and now < cutoff:
         return None
     verified = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged]
@@ -217,20 +237,69 @@ def _paid(payment: BonusPayment, note: str = "") -> bool:
     return bool(_mine(payment).update(status=BonusPayment.Status.PAID, paid_at=timezone.now(), last_error=note))
 
 
-def pay_bonuses(batch_id: int | None = None) -> BonusReport:
-    report = BonusReport()
-    now = timezone.now()
-    assignments = Assignment.objects.select_related("hit__batch", "worker", "session").filter(
+BONUS_WATERMARK = "bonuses"
+
+
+def settleable():
+    """Assignments whose bonus is still to settle: approved, MTurk-verified, of a
+    writing batch with a bonus, and no ledger row yet (a settled one never comes back)."""
+    return Assignment.objects.select_related("hit__batch", "worker", "session").filter(
         status=Assignment.Status.APPROVED, verified_at__isnull=False, worker__verified_at__isnull=False,
         hit__batch__mode=Batch.Mode.CREATE, hit__batch__bonus_per_example__gt=0).exclude(
         bonuses__reason=BonusPayment.Reason.VERIFIED_FOOLING)
-    if batch_id is not None:
-        assignments = assignments.filter(hit__batch_id=batch_id)
-    for assignment in assignments:
+
+
+def changed_since(since, now) -> set[int]:
+    """The assignments whose settlement may have changed since ``since`` (ids): approved
+    since, with a model-fooling example stamped since (decided, flagged, retracted),
+    or whose deadline (``Assignment.bonus_settle_by``) passed since. Each read through
+    an index on its stamp: it costs what changed, not the history."""
+    approved = Assignment.objects.filter(status=Assignment.Status.APPROVED, decided_at__gte=since).order_by()
+    due = Assignment.objects.filter(bonus_settle_by__gte=since, bonus_settle_by__lte=now).order_by()
+    tasks = sorted(set(Batch.objects.filter(mode=Batch.Mode.CREATE, bonus_per_example__gt=0).order_by()
+                       .values_list("task_id", flat=True)))
+    examples = (Example.objects.filter(task_id__in=tasks, updated_at__gte=since, fooled=True,
+                                       source=Example.Source.ANNOTATION, session__isnull=False)
+                .order_by().values("session_id"))
+    touched = Assignment.objects.filter(session_id__in=examples).order_by()
+    return {pk for found in (approved, due, touched) for pk in found.values_list("pk", flat=True)}
+
+
+def settle_all(assignments, now, report: BonusReport) -> None:
+    """Settle each of ``assignments`` that can be settled; remember the deadline of each
+    that waits, so that the run after it passes finds it."""
+    for assignment in assignments.order_by("pk"):
         if settle(assignment, now) is None:
             report.waiting += 1
+            settle_by = deadline(assignment)
+            if settle_by != assignment.bonus_settle_by:
+                Assignment.objects.filter(pk=assignment.pk).update(bonus_settle_by=settle_by)
         else:
             report.settled += 1
+
+
+def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusReport:
+    """Settle what can be settled, then send the due ledger rows.
+
+    A run settles only the assignments that may have changed since the last run
+    (``changed_since``, from the ``bonuses`` watermark; ``crowd.watermarks``); the
+    first run, and a ``full`` one, walk every assignment still to settle. A run for
+    one batch reads the same changes, of that batch only, and leaves the watermark
+    where it is. ``waiting`` counts the assignments this run looked at and left
+    waiting."""
+    report = BonusReport()
+    now = timezone.now()  # the new mark: taken before anything is read
+    since = None if full else watermarks.read_from(watermarks.get(BONUS_WATERMARK))
+    assignments = settleable()
+    if batch_id is not None:
+        assignments = assignments.filter(hit__batch_id=batch_id)
+    if since is None:
+        settle_all(assignments, now, report)
+    else:
+        for chunk in watermarks.chunks(sorted(changed_since(since, now))):
+            settle_all(assignments.filter(pk__in=chunk), now, report)
+    if batch_id is None:
+        watermarks.advance(BONUS_WATERMARK, now)
     due = BonusPayment.objects.select_related("assignment__worker").filter(
         status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED], next_attempt_at__lte=timezone.now())
     if batch_id is not None:

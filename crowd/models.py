@@ -116,6 +116,10 @@ class Batch(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="When its HITs stop taking workers.")
     finished_at = models.DateTimeField(null=True, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
+    quality_checked_until = models.DateTimeField(
+        null=True, blank=True,
+        help_text="The quality check's watermark: evidence stamped before this (less an overlap) was judged "
+                  "already; the next check re-judges only workers whose evidence changed since. Empty: judge all.")
 
     class Meta:
         ordering = ["-created_at"]
@@ -182,13 +186,23 @@ class Assignment(models.Model):
         help_text="When MTurk listed this (assignment, worker, HIT) as submitted with our completion token.")
     decided_at = models.DateTimeField(null=True, blank=True)
     feedback = models.CharField(max_length=1024, blank=True, help_text="Sent to the worker with the decision.")
+    bonus_settle_by = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When its bonus is settled at the latest (crowd.bonuses.deadline), written once a bonus run "
+                  "found it waiting: a later run finds the deadlines that passed since it last ran.")
 
     class Meta:
         ordering = ["-accepted_at"]
         constraints = [
             models.UniqueConstraint(fields=["assignment_id", "worker"], name="assignment_unique_per_worker"),
         ]
-        indexes = [models.Index(fields=["status", "deadline"])]
+        indexes = [
+            models.Index(fields=["status", "deadline"]),
+            # What changed since a watermark: confirmations (quality), approvals and deadlines (bonuses).
+            models.Index(fields=["verified_at"], name="assignment_verified_at"),
+            models.Index(fields=["status", "decided_at"], name="assignment_status_decided"),
+            models.Index(fields=["bonus_settle_by"], name="assignment_bonus_settle_by"),
+        ]
 
     def __str__(self):
         return f"{self.assignment_id} by {self.worker.worker_id}"
@@ -229,6 +243,8 @@ class BonusPayment(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["assignment", "reason"], name="one_bonus_per_assignment_and_reason"),
         ]
+        # The rows due for a (re)try: pending or failed, next_attempt_at passed.
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="bonus_due")]
 
     def __str__(self):
         return f"${self.amount} to {self.assignment.worker.worker_id} ({self.get_status_display()})"
@@ -311,3 +327,15 @@ class RequesterAccount(models.Model):
 
     def __str__(self):
         return "sandbox account" if self.sandbox else "live account"
+
+
+class Watermark(models.Model):
+    """How far a periodic job has read what changed: its next run reads only what was
+    stamped since ``until`` (less an overlap, for work committed late). One row per
+    job; the bonus run's is ``bonuses`` (``crowd.bonuses``)."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    until = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.name} read until {self.until:%Y-%m-%d %H:%M:%S}"

@@ -22,7 +22,9 @@ assignments and applies these rules, which docs/crowd.md documents:
 6. With a quality threshold set, a worker whose examples of the batch's task are
    validated correct less often than it (once enough are decided) is blocked on
    that task only (``workers.task_block``); blocks on every task stay with
-   superusers.
+   superusers. Each sync judges again only the workers whose evidence changed
+   since the batch's last check (``quality_blocks``), so a check costs what
+   changed, not the task's history.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ from datetime import UTC, datetime
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from annotation.services import sessions, validation
 
-from . import mturk, workers
+from . import mturk, watermarks, workers
 from .assignments import SUBMITTED_MESSAGE, completion_ok
 from .models import Assignment, Batch, WorkerIdentity
 
@@ -173,7 +176,7 @@ def _sync_batch(batch: Batch) -> SyncReport:
                 break  # try again at the next sync
     report.returned += _mark_returned(batch, now)
     if batch.quality_block_threshold is not None:
-        report.task_blocked += _quality_blocks(batch, report)
+        report.task_blocked += quality_blocks(batch, report)
     if _finish_if_done(batch, now, report):
         report.finished_batches += 1
     Batch.objects.filter(pk=batch.pk).update(
@@ -199,32 +202,53 @@ def _end(assignment: Assignment, reason: str) -> None:
     sessions.end_session(assignment.session, reason)
 
 
-def _quality_blocks(batch: Batch, report: SyncReport) -> int:
+def quality_blocks(batch: Batch, report: SyncReport) -> int:
     """Rule 6, over the batch's MTurk-verified workers only, on the batch's task only: a
     writing batch blocks writers whose examples are validated correct too rarely; a
     validation batch blocks validators whose votes the reliability model weighs at
-    next to nothing (``annotation.services.reliability.spammer_like``)."""
-    count = 0
+    next to nothing (``annotation.services.reliability.spammer_like``).
+
+    From the batch's watermark (``Batch.quality_checked_until``; ``crowd.watermarks``):
+    only the workers whose evidence changed since the last check are judged again
+    (``workers.changed_since``), each from their own rows; the first check judges every
+    worker of the batch. The new mark is taken before anything is read, and kept only
+    when every block was given (a worker MTurk could not block yet is judged again)."""
+    mark = timezone.now()
+    since = watermarks.read_from(batch.quality_checked_until)
     candidates = WorkerIdentity.objects.filter(
         pk__in=Assignment.objects.filter(hit__batch=batch, verified_at__isnull=False).values("worker"),
         soft_blocked_at__isnull=True, hard_blocked_at__isnull=True).exclude(task_blocks__task=batch.task_id)
-    if batch.mode == Batch.Mode.VALIDATE:
-        # Validators are judged by their votes: the reliability estimate's weight.
-        blocked = [(identity, f"Validation votes on {batch.task.slug} carry next to no evidence (estimated "
-                              f"weight {weight:.2f} over {votes} votes: the same answer to everything, or "
-                              f"answers at random; batch {batch.pk}).")
-                   for identity, weight, votes in workers.uninformative_validators(candidates, batch.task)]
+    validators = batch.mode == Batch.Mode.VALIDATE
+    if since is None:
+        groups = [candidates]
     else:
-        blocked = [(identity, f"Examples of {batch.task.slug} validated correct less often than "
-                              f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")
-                   for identity in workers.below_threshold(candidates, batch.quality_block_threshold,
-                                                           task=batch.task)]
+        changed = workers.changed_since(batch.task, since, validators=validators)
+        groups = [candidates.filter(user_id__in=chunk) for chunk in watermarks.chunks(sorted(changed))]
+    blocked = []
+    for identities in groups:
+        if validators:
+            # Validators are judged by their votes: the reliability estimate's weight.
+            blocked += [(identity, f"Validation votes on {batch.task.slug} carry next to no evidence (estimated "
+                                   f"weight {weight:.2f} over {votes} votes: the same answer to everything, or "
+                                   f"answers at random; batch {batch.pk}).")
+                        for identity, weight, votes in workers.uninformative_validators(identities, batch.task)]
+        else:
+            blocked += [(identity, f"Examples of {batch.task.slug} validated correct less often than "
+                                   f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")
+                        for identity in workers.below_threshold(identities, batch.quality_block_threshold,
+                                                                task=batch.task)]
+    count, complete = 0, True
     for identity, reason in blocked:
         try:
             workers.task_block(identity, batch.task, reason, sandbox=batch.sandbox, batch=batch)
             count += 1
         except mturk.MTurkError as exc:
+            complete = False
             report.errors.append(f"soft block {identity.worker_id}: {exc}")
+    if complete:
+        Batch.objects.filter(Q(quality_checked_until__isnull=True) | Q(quality_checked_until__lt=mark),
+                             pk=batch.pk).update(quality_checked_until=mark)
+        batch.quality_checked_until = mark
     return count
 
 

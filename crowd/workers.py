@@ -14,6 +14,11 @@ and the admin is for staff only).
   gives it, so a researcher's threshold keeps a worker out of their own task's
   HITs and no other; the task's researchers may lift it.
 - Hard block: ``CreateWorkerBlock``, the requester-wide block on MTurk.
+
+Quality: ``with_quality`` annotates a page of identities (the admin);
+``below_threshold`` and ``uninformative_validators`` judge a set of workers, each
+from their own rows; ``changed_since`` says whose evidence changed since a
+watermark, so that the sync judges only those (``crowd.sync.quality_blocks``).
 """
 
 from __future__ import annotations
@@ -27,14 +32,15 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annotation.models import Example, Validation
+from annotation.models import Example, Validation, ValidatorReliability
 from annotation.services import reliability
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
 
 from . import mturk
-from .models import Qualification, TaskBlock, WorkerIdentity
+from .models import Assignment, Qualification, TaskBlock, WorkerIdentity
+from .watermarks import chunks
 
 WORKER_ID = re.compile(r"A[A-Z0-9]{5,63}")
 BLOCK_QUALIFICATION = "block"
@@ -200,17 +206,74 @@ def agreement(identity) -> float | None:
     return identity.agreeing / identity.judged if identity.judged else None
 
 
+def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
+    """The users whose quality evidence on ``task`` may have changed since ``since``: as
+    writers, the authors of the task's examples stamped since (a decision, a flag, a
+    retraction); as validators, those whose reliability estimate was refitted since;
+    either way, the workers with an assignment on the task that MTurk confirmed since
+    (their work counts from then on). Read through indexes on the stamps, so it costs
+    what changed, not the task's history."""
+    # Every task's confirmations since (few), its own picked here: a filter on the task
+    # in the query could lead the planner through all of the task's assignments.
+    confirmed = {user for user, task_id in Assignment.objects.filter(verified_at__gte=since).order_by()
+                 .values_list("worker__user_id", "hit__batch__task_id") if task_id == task.pk}
+    if validators:
+        refitted = ValidatorReliability.objects.filter(task=task, fitted_at__gte=since).order_by()
+        return confirmed | set(refitted.values_list("validator_id", flat=True))
+    written = (Example.objects.filter(task=task, updated_at__gte=since, source=Example.Source.ANNOTATION,
+                                      annotator__isnull=False)
+               .order_by().values_list("annotator_id", flat=True).distinct())
+    return confirmed | set(written)
+
+
+def decided_rows(user_ids, task: Task | None = None):
+    """Per user of ``user_ids``: their examples (of ``task``, if given) from MTurk-confirmed
+    assignments that are decided, and how many of those were verified."""
+    # The statuses are counted, not filtered on: the writers' own rows are found through
+    # the (annotator, task) index, never through the task's decided examples.
+    examples = Example.objects.filter(
+        annotator_id__in=user_ids, source=Example.Source.ANNOTATION,
+        # Only work from assignments MTurk confirmed (as in with_quality).
+        session__mturk_assignment__verified_at__isnull=False)
+    if task is not None:
+        examples = examples.filter(task=task)
+    decided = [Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED]
+    return (examples.order_by().values("annotator_id")
+            .annotate(decided=Count("pk", filter=Q(validation_status__in=decided)),
+                      verified=Count("pk", filter=Q(validation_status=Example.ValidationStatus.VERIFIED))))
+
+
+def decided_counts(user_ids, task: Task | None = None) -> dict[int, tuple[int, int]]:
+    """For each of ``user_ids``: (decided, verified), as ``decided_rows`` counts them, from
+    those users' own rows only (the index on the examples' annotator and task)."""
+    counts = {}
+    for chunk in chunks(user_ids):
+        counts.update({row["annotator_id"]: (row["decided"], row["verified"])
+                       for row in decided_rows(chunk, task)})
+    return counts
+
+
 def uninformative_validators(identities, task: Task) -> list[tuple[WorkerIdentity, float, int]]:
-    """Those of ``identities`` whose validation votes on ``task`` carry next to no
-    evidence by the reliability model, with their weight and vote count (one query)."""
-    rows = {row.validator_id: row for row in reliability.spammer_like(task)}
+    """Those of ``identities`` (a queryset) whose validation votes on ``task`` carry next
+    to no evidence by the reliability model, with their weight and vote count (two
+    queries: those identities' estimates, then the identities)."""
+    rows = {row.validator_id: row
+            for row in reliability.spammer_like(task).filter(validator_id__in=identities.values("user_id"))}
+    if not rows:
+        return []
     return [(identity, rows[identity.user_id].weight, rows[identity.user_id].votes)
             for identity in identities.filter(user_id__in=list(rows))]
 
 
 def below_threshold(identities, threshold: float, task: Task | None = None) -> list[WorkerIdentity]:
-    """Those of ``identities`` (a queryset) whose verified examples (of ``task``, if
-    given), once enough are decided, are validated correct less often than
-    ``threshold`` (one query)."""
-    return [identity for identity in with_quality(identities, task)
-            if identity.decided >= QUALITY_MIN_DECIDED and correct_share(identity) < threshold]
+    """Those of ``identities`` whose verified examples (of ``task``, if given), once
+    ``QUALITY_MIN_DECIDED`` are decided, are validated correct less often than
+    ``threshold``; each counted from their own examples (``decided_counts``)."""
+    identities = list(identities)
+    counts = decided_counts([identity.user_id for identity in identities], task)
+    below = []
+    for identity in identities:
+        decided, verified = counts.get(identity.user_id, (0, 0))
+        if decided >= QUALITY_MIN_DECIDED and verified / decided < threshold:
+            below.append(identity)
+    return below
