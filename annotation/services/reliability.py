@@ -31,7 +31,7 @@ import time
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
 from tasks.jobs import send_task_in_background
@@ -227,17 +227,18 @@ def validation_forecast(task: Task) -> dict:
     a written example fooled the model, and how often a decided fooling example was
     verified."""
     config = task.parsed_config
+    totals = counters.task_totals(task)  # collected examples: counters, not a count
+    collected, fooled = totals["collected"], totals["fooled"]
+    decided_fooling_n = totals["verified_fooled"] + totals["rejected_fooled"]
+    verified_fooling = totals["verified_fooled"]
     written = Example.objects.filter(task=task, source=Example.Source.ANNOTATION, retracted=False)
-    collected = written.count()
-    fooled = written.filter(fooled=True).count()
-    decided_fooling = written.filter(fooled=True, validation_status__in=[Example.ValidationStatus.VERIFIED,
-                                                                          Example.ValidationStatus.REJECTED])
-    decided_fooling_n = decided_fooling.count()
-    verified_fooling = decided_fooling.filter(validation_status=Example.ValidationStatus.VERIFIED).count()
-    owner_decided = Validation.objects.filter(example__task=task, mode=Validation.Mode.OWNER).exclude(label="")
+    # The newest decided examples (an index on the task's updated_at, walked until enough
+    # are found), each checked by a join for a researcher's decision.
     decided = (written.filter(validation_status__in=[Example.ValidationStatus.VERIFIED,
                                                      Example.ValidationStatus.REJECTED])
-               .exclude(pk__in=owner_decided.values("example_id")).order_by("-updated_at")
+               .annotate(by_researcher=FilteredRelation("validations", condition=Q(
+                   validations__mode=Validation.Mode.OWNER) & ~Q(validations__label="")))
+               .filter(by_researcher__isnull=True).order_by("-updated_at")
                .values_list("pk", "fooled")[:FORECAST_HISTORY])
     history = dict(decided)
     sequences: dict[int, list[tuple[int, bool]]] = {pk: [] for pk in history}
