@@ -81,6 +81,19 @@ class Example(models.Model):
             models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
             models.Index(fields=["task", "validation_status", "fooled"]),
+            # The examples list (GET /api/tasks/<slug>/examples/) pages newest id first under
+            # any mix of its filters (round, split, status): each mix has an index that
+            # starts with exactly its filters and ends with id, so a page is an index walk
+            # (no sort of the task's examples, no scan) whatever the task's size. A round
+            # belongs to one task: the round's indexes need no task column.
+            models.Index(fields=["task", "-id"], name="example_list_task"),
+            models.Index(fields=["task", "split", "-id"], name="example_list_task_split"),
+            models.Index(fields=["task", "validation_status", "-id"], name="example_list_task_status"),
+            models.Index(fields=["task", "split", "validation_status", "-id"], name="example_list_task_split_st"),
+            models.Index(fields=["round", "-id"], name="example_list_round"),
+            models.Index(fields=["round", "split", "-id"], name="example_list_round_split"),
+            models.Index(fields=["round", "validation_status", "-id"], name="example_list_round_status"),
+            models.Index(fields=["round", "split", "validation_status", "-id"], name="example_list_round_split_st"),
         ]
 
     def __str__(self):
