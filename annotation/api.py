@@ -14,6 +14,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from core.errors import Forbidden, InvalidInput, NotFound
+from core.pagination import KeysetPagination
 from tasks import services as task_services
 from tasks.models import ModelVersion, Round
 from tasks.roles import is_researcher
@@ -27,6 +28,8 @@ from .serializers import (
     ExampleCreatedSerializer,
     ExampleCreateSerializer,
     ExampleDetailSerializer,
+    ExampleListQuerySerializer,
+    ExampleRowSerializer,
     ExampleStateSerializer,
     ExplainSerializer,
     ExplanationSerializer,
@@ -43,7 +46,7 @@ from .serializers import (
     ValidationItemSerializer,
     ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, reliability, sessions, stats, validation
+from .services import contexts, examples, listing, reliability, sessions, stats, validation
 from .tokens import make_token
 
 
@@ -99,18 +102,50 @@ class NextContext(AnnotationView):
         return Response(NextContextSerializer(context).data)
 
 
-class ExampleCreate(AnnotationView):
-    """Write an example: the round's target model answers, and the example is stored
-    with its answer and whether it fooled the model."""
-    token_scope = "create"
+class TaskExamples(generics.GenericAPIView):
+    """A task's examples: annotators write one (POST, with the ``examples`` throttle; a
+    session token of the task works), its researchers list them (GET; a session token
+    is 403 there, as on every endpoint that is not part of annotating)."""
 
-    throttle_classes = [ScopedRateThrottle]
+    permission_classes = [permissions.IsAuthenticated]
+    pagination_class = KeysetPagination
     throttle_scope = "examples"
-    error_statuses = (409, 503)
+    error_statuses = {"POST": (409,)}
+
+    @property
+    def token_scope(self):
+        return "create" if self.request.method == "POST" else None
+
+    def get_throttles(self):
+        return [ScopedRateThrottle()] if self.request.method == "POST" else super().get_throttles()
+
+    def get_serializer_class(self):  # what the browsable API's forms show
+        return ExampleCreateSerializer if self.request.method == "POST" else ExampleRowSerializer
+
+    @extend_schema(parameters=[ExampleListQuerySerializer], responses={200: ExampleRowSerializer(many=True)})
+    def get(self, request, slug):
+        """The task's examples, newest first, a page at a time (follow the ``next`` and
+        ``previous`` links), by round, split and validation status (a retracted example
+        keeps its status). For the task's researchers: 403 for anyone else who may see
+        the task. A bad filter, parameter or cursor is 400; a round the task lacks, 404."""
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(ExampleRowSerializer(page, many=True).data)
+
+    def get_queryset(self):
+        task = task_for(self.request, self.kwargs["slug"])
+        if not listing.may_list_examples(self.request.user, task):
+            raise Forbidden(f"Only the researchers of task {task.slug} list its examples.")
+        query = ExampleListQuerySerializer(data=self.request.query_params)
+        query.is_valid(raise_exception=True)
+        filters = query.validated_data
+        return listing.task_examples(task, round_number=filters.get("round"), split=filters.get("split"),
+                                     status=filters.get("status"))
 
     @extend_schema(request=ExampleCreateSerializer, parameters=[idempotency_key_parameter()],
                    responses={201: ExampleCreatedSerializer})
     def post(self, request, slug):
+        """Write an example: the round's target model answers, and the example is stored
+        with its answer and whether it fooled the model."""
         task = task_for(request, slug)
         payload = ExampleCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)

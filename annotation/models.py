@@ -94,10 +94,7 @@ class Example(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
-            # In creation order within each status (the HIT preview's latest verified fooling example).
-            models.Index(fields=["task", "validation_status", "created_at"], name="example_task_status_created"),
             # The validation queue: the next item is the first entry of one of these.
             models.Index(fields=["task", "queue_priority", "id"], condition=models.Q(queue_priority__isnull=False),
                          name="example_validation_queue"),
@@ -109,6 +106,20 @@ class Example(models.Model):
             models.Index(fields=["task", "updated_at"], name="example_task_updated"),
             # One writer's examples of a task (the crowd's quality of the writers it judges again).
             models.Index(fields=["annotator", "task"], name="example_annotator_task"),
+            # The examples list (GET /api/tasks/<slug>/examples/) pages newest id first under
+            # any mix of its filters (round, split, status): each mix has an index that
+            # starts with exactly its filters and ends with id, so a page is an index walk
+            # (no sort of the task's examples, no scan) whatever the task's size; the HIT preview's
+            # latest verified fooling example walks (task, validation_status, -id) too. A round
+            # belongs to one task: the round's indexes need no task column.
+            models.Index(fields=["task", "-id"], name="example_list_task"),
+            models.Index(fields=["task", "split", "-id"], name="example_list_task_split"),
+            models.Index(fields=["task", "validation_status", "-id"], name="example_list_task_status"),
+            models.Index(fields=["task", "split", "validation_status", "-id"], name="example_list_task_split_st"),
+            models.Index(fields=["round", "-id"], name="example_list_round"),
+            models.Index(fields=["round", "split", "-id"], name="example_list_round_split"),
+            models.Index(fields=["round", "validation_status", "-id"], name="example_list_round_status"),
+            models.Index(fields=["round", "split", "validation_status", "-id"], name="example_list_round_split_st"),
         ]
 
     def __str__(self):

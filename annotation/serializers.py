@@ -17,11 +17,13 @@ from core.fields import (
 )
 from tasks.models import Round
 
+from .exporting import anonymise
 from .models import Example, Validation
 from .services import reliability, trust
 from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
+MAX_ROUND_NUMBER = 2**31 - 1  # Round.number is a 32-bit column
 
 
 class SessionSerializer(serializers.Serializer):
@@ -250,6 +252,82 @@ class ExampleDetailSerializer(serializers.ModelSerializer):
     @extend_schema_field(DecisionSerializer)
     def get_decision(self, obj) -> dict:
         return DecisionSerializer(reliability.decision_state(obj)).data
+
+
+class ExampleListQuerySerializer(serializers.Serializer):
+    """The examples list's filters, from the query string. A value outside a filter's
+    set, a filter given twice and a parameter the list does not take are 400s that
+    name the parameter and what it takes (a typo never reads as "no filter")."""
+
+    PAGE_PARAMETERS = ("cursor", "page_size", "format")
+
+    round = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_ROUND_NUMBER,
+        help_text="A round number of the task (0 is the static round); 404 if the task has no such round.")
+    split = serializers.ChoiceField(
+        required=False, choices=Example.Split.choices,
+        error_messages={"invalid_choice": f'"{{input}}" is not a split: one of {", ".join(Example.Split.values)}.'})
+    status = serializers.ChoiceField(
+        required=False, choices=Example.ValidationStatus.choices,
+        error_messages={"invalid_choice": f'"{{input}}" is not a validation status: one of '
+                                          f'{", ".join(Example.ValidationStatus.values)} (a retracted example '
+                                          f'keeps its status and says "retracted": true).'},
+        help_text="The validation status. Retracted examples are listed under theirs, with `retracted` true.")
+
+    def to_internal_value(self, data):
+        errors = {}
+        for name in data:
+            if name not in self.fields and name not in self.PAGE_PARAMETERS:
+                taken = ", ".join([*self.fields, *self.PAGE_PARAMETERS[:2]])
+                errors[name] = [f"Not a parameter of this list: it takes {taken}."]
+            elif len(data.getlist(name)) > 1:
+                errors[name] = ["Give it once."]
+            elif data.get(name) == "" and isinstance(self.fields.get(name), serializers.ChoiceField):
+                errors[name] = [self.fields[name].error_messages["invalid_choice"].format(input="")]
+        if errors:
+            raise serializers.ValidationError(errors)
+        round_text = data.get("round")
+        if round_text is not None and not (round_text.isascii() and round_text.isdigit()):
+            raise serializers.ValidationError({"round": [f"Must be a round number: a whole number from 0 to "
+                                                         f"{MAX_ROUND_NUMBER}."]})
+        return super().to_internal_value(data)
+
+
+class ExampleRowSerializer(serializers.Serializer):
+    """An example as the task's researchers list it (``services.listing.task_examples``):
+    what an export needs, with the annotator as a pseudonym (the one exports and round
+    statistics use) and, for researchers, by username."""
+
+    id = serializers.IntegerField()
+    uid = serializers.UUIDField()
+    external_uid = serializers.SerializerMethodField(help_text="Its id in the source it was imported from.")
+    round = serializers.IntegerField(source="round.number")
+    split = serializers.ChoiceField(choices=Example.Split.choices)
+    source = serializers.ChoiceField(choices=Example.Source.choices, help_text="Written here, imported or seed.")
+    context = serializers.IntegerField(source="context_id", allow_null=True, help_text="The context's id.")
+    inputs = serializers.JSONField(help_text="What the annotator wrote, by input field.")
+    target = serializers.JSONField(help_text="The writer's answer.")
+    prediction = serializers.JSONField(allow_null=True, help_text="The round's (ensemble) prediction.")
+    fooled = serializers.BooleanField(allow_null=True, help_text="Null when no model answered.")
+    validation_status = serializers.ChoiceField(choices=Example.ValidationStatus.choices)
+    validations_correct = serializers.IntegerField()
+    validations_incorrect = serializers.IntegerField()
+    validations_flagged = serializers.IntegerField()
+    retracted = serializers.BooleanField()
+    flagged = serializers.BooleanField()
+    flag_reason = serializers.CharField(allow_blank=True)
+    annotator = serializers.SerializerMethodField(
+        help_text="A pseudonym, the same as in exports and round statistics; for an imported example, the one "
+                  "its export carried.")
+    annotator_username = serializers.CharField(
+        allow_null=True, help_text="The writer's username; null for an imported example, or a deleted account.")
+    created_at = serializers.DateTimeField()
+
+    def get_external_uid(self, obj) -> str | None:
+        return obj.external_uid or None
+
+    def get_annotator(self, obj) -> str | None:
+        return anonymise(obj.annotator_id) or obj.exported_annotator
 
 
 class ValidatorReliabilitySerializer(serializers.Serializer):

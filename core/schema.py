@@ -64,10 +64,12 @@ class AutoSchema(SpectacularAutoSchema):
 
     Every operation documents 401, 403, 429 and 503 (authentication runs, permissions
     and throttles apply, and every query is under ``REQUEST_QUERY_TIMEOUT``, on every
-    endpoint); 404 where the path names a resource
-    or the list is paginated; 400, 413 and 415 where a body is read. A view adds its
-    own (409) with ``extend_schema(responses=...)`` or by number in
-    ``error_statuses``. All share the ``Error`` body, unless the view documents its
+    endpoint); 404 where the path names a resource or the list is paginated by page
+    number; 400 where the list is paginated (a bad page, page size or cursor); 400, 413
+    and 415 where a body is read. A view adds its own (409) with
+    ``extend_schema(responses=...)`` or by number in ``error_statuses`` (a tuple, or a
+    dict of tuples by method where one view answers several). All share the ``Error``
+    body, unless the view documents its
     own body for a status (``FileError`` for 400s about a file's lines); 429 and 503
     carry ``Retry-After``. The session-token scheme is listed only where a session token
     is accepted (views with a ``token_scope``).
@@ -78,10 +80,13 @@ class AutoSchema(SpectacularAutoSchema):
         if operation is None:
             return None
         parameters = {p.get("name") for p in operation.get("parameters", [])}
-        codes = {401, 403, 429, 503, *getattr(self.view, "error_statuses", ())}
+        declared = getattr(self.view, "error_statuses", ())
+        if isinstance(declared, dict):  # by method, where one view answers several
+            declared = declared.get(self.method, ())
+        codes = {401, 403, 429, 503, *declared}
         if "{" in self.path or "page" in parameters:
             codes.add(404)
-        if "page" in parameters:
+        if "page" in parameters or "cursor" in parameters:
             codes.add(400)
         if self.method in ("POST", "PUT", "PATCH"):
             codes |= {400, 413, 415}

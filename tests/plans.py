@@ -85,6 +85,9 @@ def _pg_problems(sql: str, params: tuple, sorts: bool) -> list[str]:
 
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
+        if not sorts:  # price sorts out too: a Sort left is one no index order can replace
+            for setting in ("enable_sort", "enable_incremental_sort", "enable_bitmapscan"):
+                cursor.execute(f"SET LOCAL {setting} = off")
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         plan = cursor.fetchone()[0]
     if isinstance(plan, str):

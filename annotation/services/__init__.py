@@ -5,7 +5,8 @@
 - ``examples``: writing an example (predict, fooled, store), explaining,
   retracting, flagging;
 - ``validation``: the validation queue, blind answers, decisions;
-- ``stats``: per-round counts and rates, computed from the examples.
+- ``stats``: per-round counts and rates, computed from the examples;
+- ``listing``: a task's examples as its researchers list them (filters, keyset pages).
 
 Services raise ``core.errors`` domain errors and know nothing of HTTP; every write
 is one transaction, and counters move with ``F()`` updates, never with a

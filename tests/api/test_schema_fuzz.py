@@ -11,8 +11,9 @@ A JSON schema cannot say which fields and labels a given task takes or which
 context and example ids exist: those are the task config's rules and the
 database's contents, checked at run time. So the published schema is refined for
 the fuzzing, never loosened: path parameters pinned to real ids (and to the
-sentiment task), the sentiment task's input field and labels written in, task
-configs drawn from valid ones, and an uploaded file of contexts that fits the task.
+sentiment task), list cursors to ones the server gives, the sentiment task's input
+field and labels written in, task configs drawn from valid ones, and an uploaded
+file of contexts that fits the task.
 Everything else comes from the published schema as it is.
 
 It runs schemathesis's own engine (the CLI: the examples, coverage and fuzzing
@@ -21,6 +22,7 @@ for CI: ``FUZZ_EXAMPLES`` generated requests per operation and persona (default
 12), with a fixed seed for repeatability.
 """
 
+import base64
 import copy
 import json
 import os
@@ -85,8 +87,10 @@ def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_resear
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": model.pk, "rounds": None}, task=task,
                      user=researcher)
     move_new_ids_far_away([Example, Job, type(model)])
+    cursors = [base64.b64encode(f"{direction}p={e.pk}".encode()).decode()
+               for e in examples for direction in ("", "r=1&")]
     return {"context_ids": context_ids, "example_ids": [e.pk for e in examples], "personas": personas,
-            "other_ids": [model.pk, job.pk], "model_id": model.pk}
+            "other_ids": [model.pk, job.pk], "model_id": model.pk, "cursors": cursors}
 
 
 FAR_AWAY = 10**12
@@ -119,11 +123,16 @@ def refine(schema: dict, world: dict) -> dict:
     pinned = {"slug": {"type": "string", "enum": ["sentiment"]},
               "id": {"type": "integer", "enum": world["example_ids"] + world["other_ids"]},
               "number": {"type": "integer", "enum": [1, 2]}}
+    # A keyset cursor is the server's own too: it names a row the list has reached, and
+    # the valid ones are those it gives (here, at each of the world's examples, both ways).
+    cursor = {"type": "string", "enum": world["cursors"]}
     for item in refined["paths"].values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] in pinned:
                     parameter["schema"] = pinned[parameter["name"]]
+                if parameter["in"] == "query" and parameter["name"] == "cursor":
+                    parameter["schema"] = cursor
     components = refined["components"]["schemas"]
     components["AnswerRequest"] = {
         "type": "object", "required": ["label"], "additionalProperties": False,

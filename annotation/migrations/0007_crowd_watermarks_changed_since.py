@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0007_hit_preview_index'),
+        ('annotation', '0006_counters_and_queue'),
     ]
 
     operations = [
