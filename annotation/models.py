@@ -81,6 +81,15 @@ class Example(models.Model):
             models.Index(fields=["round", "split"]),
             models.Index(fields=["round", "source", "retracted"]),
             models.Index(fields=["task", "validation_status", "fooled"]),
+            # The admin's list: one task's examples, newest first; and the search by external uid.
+            # (On PostgreSQL a GIN index on the words of ``inputs`` serves the admin's text
+            # search: migration 0006 creates it there only.)
+            models.Index(fields=["task", "created_at"], name="example_task_created"),
+            models.Index(fields=["validation_status", "created_at"], name="example_status_created"),
+            # Few rows are flagged or retracted: these lists need not walk the others.
+            models.Index(fields=["created_at"], condition=models.Q(flagged=True), name="example_flagged_created"),
+            models.Index(fields=["created_at"], condition=models.Q(retracted=True), name="example_retracted_created"),
+            models.Index(fields=["external_uid"], name="example_external_uid"),
         ]
 
     def __str__(self):
@@ -137,6 +146,7 @@ class Validation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["example", "validator"], name="one_validation_per_validator"),
         ]
+        indexes = [models.Index(fields=["created_at", "id"], name="validation_created")]  # the admin's order
 
     def __str__(self):
         said = self.label or "(blind answer only)"
@@ -222,7 +232,10 @@ class AnnotationSession(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["user", "task", "-created_at"])]
+        indexes = [
+            models.Index(fields=["user", "task", "-created_at"]),
+            models.Index(fields=["created_at", "id"], name="session_created"),  # the admin's order
+        ]
 
     def __str__(self):
         return f"{self.user} on {self.task.slug} ({self.created_at:%Y-%m-%d %H:%M})"
@@ -295,6 +308,7 @@ class ValidatorReliability(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_reliability_per_validator")]
+        indexes = [models.Index(fields=["task", "-votes", "-id"], name="reliability_task_votes")]  # the admin's order
         verbose_name_plural = "validator reliabilities"
 
     def __str__(self):

@@ -188,7 +188,10 @@ class Assignment(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["assignment_id", "worker"], name="assignment_unique_per_worker"),
         ]
-        indexes = [models.Index(fields=["status", "deadline"])]
+        indexes = [
+            models.Index(fields=["status", "deadline"]),
+            models.Index(fields=["accepted_at", "id"], name="assignment_accepted"),  # the admin's order
+        ]
 
     def __str__(self):
         return f"{self.assignment_id} by {self.worker.worker_id}"
@@ -229,6 +232,7 @@ class BonusPayment(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["assignment", "reason"], name="one_bonus_per_assignment_and_reason"),
         ]
+        indexes = [models.Index(fields=["created_at", "id"], name="bonus_created")]  # the admin's order
 
     def __str__(self):
         return f"${self.amount} to {self.assignment.worker.worker_id} ({self.get_status_display()})"
