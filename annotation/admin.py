@@ -7,10 +7,12 @@ Researchers who are not superusers see only their own tasks' rows.
 """
 
 from django.contrib import admin, messages
+from django.db import connection, connections
+from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from tasks.admin import TASK_FILTER, TaskScopedAdmin, run_service_action
+from tasks.admin import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
 from .models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
@@ -62,18 +64,49 @@ DECIDED_FIELDS = [
 ]
 
 
+# The text search of examples on PostgreSQL: the words of what was written (``inputs``,
+# its field names included), by this configuration. Migration 0009 indexes exactly this
+# expression (a GIN index, on PostgreSQL only); the search must use the same one to be
+# served by it (tests/tasks/test_admin_lists.py reads the plan).
+INPUTS_TEXT_SEARCH_CONFIG = "english"
+
+
+def inputs_text_search(queryset, text: str):
+    """``(queryset, Q)``: the examples whose inputs hold the words of ``text`` (web search
+    syntax: quotes, or, -word), on PostgreSQL; Q is None on other databases."""
+    if connections[queryset.db].vendor != "postgresql":
+        return queryset, None
+    from django.contrib.postgres.search import SearchQuery, SearchVector
+
+    queryset = queryset.alias(inputs_words=SearchVector("inputs", config=INPUTS_TEXT_SEARCH_CONFIG))
+    return queryset, Q(inputs_words=SearchQuery(text, config=INPUTS_TEXT_SEARCH_CONFIG, search_type="websearch"))
+
+
 @admin.register(Example)
 class ExampleAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "split", "source", "fooled", "validation_status",
                     "retracted", "flagged", "created_at"]
-    list_filter = [TASK_FILTER, "source", "split", "fooled", "validation_status", "retracted", "flagged"]
+    # No date hierarchy (its years and months are distinct values over every example): the
+    # date filter's choices are fixed ranges, served by the created_at index.
+    list_filter = [TASK_FILTER, "source", "split", "fooled", "validation_status", "retracted", "flagged",
+                   ("created_at", admin.DateFieldListFilter)]
     list_select_related = ["task", "round__task"]
-    search_fields = ["uid", "external_uid", "annotator__username"]
+    sortable_by = ["created_at"]  # the orders an index serves
+    search_fields = exact_search_fields = ["uid", "external_uid", "annotator__username"]
     fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
     readonly_fields = DECIDED_FIELDS
     inlines = [ValidationInline]
     actions = [export_jsonl, flag_examples, unflag_examples]
-    date_hierarchy = "created_at"
+
+    @property
+    def search_help_text(self):
+        exact = "An example's uid, external uid, or its writer's username (exact)"
+        if connection.vendor == "postgresql":
+            return f"{exact}; or words of what was written (\"a phrase\", or, -word)."
+        return f"{exact}."
+
+    def text_search(self, queryset, text):
+        return inputs_text_search(queryset, text)
 
     def has_add_permission(self, request):
         return False  # examples are written through the annotation flow or imported
@@ -101,9 +134,11 @@ class ValidationAdmin(TaskScopedAdmin):
     list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "counted",
                     "not_counted_because", "created_at"]
     list_filter = ["label", "mode", "blind_agrees", "counted", "not_counted_because",
-                   ("example__task", admin.RelatedOnlyFieldListFilter)]
+                   ("example__task", ScopedRelatedFilter)]
     list_select_related = ["example__task", "validator"]
-    search_fields = ["validator__username", "reason"]
+    sortable_by = ["created_at"]
+    search_fields = exact_search_fields = ["validator__username", "example__uid"]
+    search_help_text = "A validator's username, or the uid of the example (exact)."
 
     def has_add_permission(self, request):
         return False
@@ -124,10 +159,13 @@ def revoke_sessions(modeladmin, request, queryset):
 @admin.register(AnnotationSession)
 class AnnotationSessionAdmin(TaskScopedAdmin):
     list_display = ["__str__", "user", "task", "examples_written", "examples_fooled", "validations_done",
-                    "revoked_at", "last_seen_at"]
+                    "revoked_at", "last_seen_at", "created_at"]
     list_filter = [TASK_FILTER, ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user", "task"]
-    search_fields = ["user__username", "mturk_assignment_id"]
+    sortable_by = ["created_at"]
+    # An MTurk assignment's session is found from the assignment's page (crowd), by its id.
+    search_fields = exact_search_fields = ["user__username", "key"]
+    search_help_text = "A username, or the session's key (exact)."
     actions = [revoke_sessions]
 
     def get_readonly_fields(self, request, obj=None):
@@ -163,8 +201,11 @@ class ValidatorReliabilityAdmin(ReadOnlyAdmin):
                     "specificity_pct", "weight_shown", "fitted_at"]
     list_filter = [TASK_FILTER]
     list_select_related = ["validator", "task"]
-    search_fields = ["validator__username"]
-    ordering = ["task", "-votes"]
+    search_fields = exact_search_fields = ["validator__username"]
+    search_help_text = "A validator's username (exact)."
+    # The order of an index (by the task's name, every row would be read and sorted); sorting
+    # by a column reads the task's validators, not the examples.
+    ordering = ["task_id", "-votes", "-id"]
 
     @admin.display(description="accuracy", ordering="accuracy")
     def accuracy_pct(self, obj):

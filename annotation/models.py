@@ -120,6 +120,15 @@ class Example(models.Model):
             models.Index(fields=["round", "split", "-id"], name="example_list_round_split"),
             models.Index(fields=["round", "validation_status", "-id"], name="example_list_round_status"),
             models.Index(fields=["round", "split", "validation_status", "-id"], name="example_list_round_split_st"),
+            # The admin's list: one task's examples, newest first; and the search by external uid.
+            # (On PostgreSQL a GIN index on the words of ``inputs`` serves the admin's text
+            # search: migration 0009 creates it there only.)
+            models.Index(fields=["task", "created_at"], name="example_task_created"),
+            models.Index(fields=["validation_status", "created_at"], name="example_status_created"),
+            # Few rows are flagged or retracted: these lists need not walk the others.
+            models.Index(fields=["created_at"], condition=models.Q(flagged=True), name="example_flagged_created"),
+            models.Index(fields=["created_at"], condition=models.Q(retracted=True), name="example_retracted_created"),
+            models.Index(fields=["external_uid"], name="example_external_uid"),
         ]
 
     def __str__(self):
@@ -247,6 +256,7 @@ class Validation(models.Model):
             # A validator's answered-but-undecided items (served first by the queue): a few rows.
             models.Index(fields=["validator", "example"], condition=models.Q(label=""),
                          name="validation_undecided"),
+            models.Index(fields=["created_at", "id"], name="validation_created"),  # the admin's order
         ]
 
     def __str__(self):
@@ -359,7 +369,10 @@ class AnnotationSession(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["user", "task", "-created_at"])]
+        indexes = [
+            models.Index(fields=["user", "task", "-created_at"]),
+            models.Index(fields=["created_at", "id"], name="session_created"),  # the admin's order
+        ]
 
     def __str__(self):
         return f"{self.user} on {self.task.slug} ({self.created_at:%Y-%m-%d %H:%M})"
@@ -432,8 +445,11 @@ class ValidatorReliability(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_reliability_per_validator")]
-        # The estimates refitted since a watermark (the crowd's quality check of validation batches).
-        indexes = [models.Index(fields=["task", "fitted_at"], name="reliability_task_fitted")]
+        indexes = [
+            # The estimates refitted since a watermark (the crowd's quality check of validation batches).
+            models.Index(fields=["task", "fitted_at"], name="reliability_task_fitted"),
+            models.Index(fields=["task", "-votes", "-id"], name="reliability_task_votes"),  # the admin's order
+        ]
         verbose_name_plural = "validator reliabilities"
 
     def __str__(self):

@@ -24,7 +24,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
-from tasks.admin import TASK_FILTER, TaskScopedAdmin
+from tasks.admin import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, TaskScopedAdmin
 from tasks.models import Task
 
 from . import bonuses, budgets, costs, mturk, publishing, sync, workers
@@ -316,9 +316,11 @@ class AssignmentAdmin(TaskScopedAdmin):
     task_path = "hit__batch__task"
     list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "verified_at",
                     "decided_at", "feedback"]
-    list_filter = ["status", ("hit__batch", admin.RelatedOnlyFieldListFilter)]
+    list_filter = ["status", ("hit__batch", ScopedRelatedFilter)]
     list_select_related = ["worker", "hit__batch", "session"]
-    search_fields = ["assignment_id", "worker__worker_id"]
+    sortable_by = ["accepted_at"]  # the order an index serves
+    search_fields = exact_search_fields = ["assignment_id", "worker__worker_id"]
+    search_help_text = "An MTurk assignment id or worker id (exact)."
     readonly_fields = [f.name for f in Assignment._meta.fields]
 
     @admin.display(description="batch")
@@ -420,7 +422,8 @@ class TaskBlockAdmin(TaskScopedAdmin):
     list_display = ["worker", "task", "sandbox", "batch", "reason", "blocked_at"]
     list_filter = ["sandbox", TASK_FILTER]
     list_select_related = ["worker", "task"]
-    search_fields = ["worker__worker_id"]
+    search_fields = exact_search_fields = ["worker__worker_id"]
+    search_help_text = "An MTurk worker id (exact)."
     readonly_fields = [f.name for f in TaskBlock._meta.fields]
     actions = [lift_task_blocks]
 
@@ -458,9 +461,12 @@ class BonusPaymentAdmin(TaskScopedAdmin):
     task_path = "assignment__hit__batch__task"
     list_display = ["id", "worker", "batch", "amount", "example_count", "status", "attempts", "paid_at",
                     "note", "last_error"]
-    list_filter = ["status", ZeroSettlementFilter, ("assignment__hit__batch", admin.RelatedOnlyFieldListFilter)]
+    list_filter = ["status", ZeroSettlementFilter, ("assignment__hit__batch", ScopedRelatedFilter)]
     list_select_related = ["assignment__worker", "assignment__hit"]
-    search_fields = ["assignment__worker__worker_id", "assignment__assignment_id", "unique_request_token"]
+    sortable_by = ["id"]
+    search_fields = exact_search_fields = ["assignment__worker__worker_id", "assignment__assignment_id",
+                                           "unique_request_token"]
+    search_help_text = "An MTurk worker id, assignment id or bonus request token (exact)."
     readonly_fields = [f.name for f in BonusPayment._meta.fields]
 
     @admin.display(description="worker")
@@ -551,7 +557,7 @@ def notify_workers(modeladmin, request, queryset):
 
 
 @admin.register(WorkerIdentity)
-class WorkerIdentityAdmin(admin.ModelAdmin):
+class WorkerIdentityAdmin(LargeListAdmin):
     """Worker identities span tasks, so only superusers manage them."""
 
     list_display = ["worker_id", "user", "sandbox", "verified_at", "soft_blocked_at", "hard_blocked_at",
@@ -559,7 +565,8 @@ class WorkerIdentityAdmin(admin.ModelAdmin):
     list_filter = ["sandbox", ("verified_at", admin.EmptyFieldListFilter),
                    ("soft_blocked_at", admin.EmptyFieldListFilter), ("hard_blocked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user"]
-    search_fields = ["worker_id", "user__username"]
+    search_fields = exact_search_fields = ["worker_id", "user__username"]
+    search_help_text = "An MTurk worker id, or the account's username (exact)."
     raw_id_fields = ["user"]
     readonly_fields = [f.name for f in WorkerIdentity._meta.fields]  # money follows these: no hand edits
     actions = [soft_block, soft_unblock, hard_block, hard_unblock, notify_workers]

@@ -202,6 +202,7 @@ class Assignment(models.Model):
             models.Index(fields=["verified_at"], name="assignment_verified_at"),
             models.Index(fields=["status", "decided_at"], name="assignment_status_decided"),
             models.Index(fields=["bonus_settle_by"], name="assignment_bonus_settle_by"),
+            models.Index(fields=["accepted_at", "id"], name="assignment_accepted"),  # the admin's order
         ]
 
     def __str__(self):
@@ -243,8 +244,11 @@ class BonusPayment(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["assignment", "reason"], name="one_bonus_per_assignment_and_reason"),
         ]
-        # The rows due for a (re)try: pending or failed, next_attempt_at passed.
-        indexes = [models.Index(fields=["status", "next_attempt_at"], name="bonus_due")]
+        indexes = [
+            # The rows due for a (re)try: pending or failed, next_attempt_at passed.
+            models.Index(fields=["status", "next_attempt_at"], name="bonus_due"),
+            models.Index(fields=["created_at", "id"], name="bonus_created"),  # the admin's order
+        ]
 
     def __str__(self):
         return f"${self.amount} to {self.assignment.worker.worker_id} ({self.get_status_display()})"

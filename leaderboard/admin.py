@@ -15,7 +15,14 @@ from django.utils.html import format_html, format_html_join
 from core.errors import DomainError
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
-from tasks.admin import ModelVersionAdmin, TaskAdmin, run_service_action
+from tasks.admin import (
+    TASK_FILTER,
+    LargeListAdmin,
+    ModelVersionAdmin,
+    ScopedRelatedFilter,
+    TaskAdmin,
+    run_service_action,
+)
 from tasks.models import Job, Task
 
 from . import cycle
@@ -161,9 +168,9 @@ ModelVersionAdmin.extend(
 
 
 @admin.register(Evaluation)
-class EvaluationAdmin(admin.ModelAdmin):
+class EvaluationAdmin(LargeListAdmin):
     list_display = ["__str__", "model_version", "round", "split", "num_examples", "model_error_rate", "created_at"]
-    list_filter = ["split", ("model_version__task", admin.RelatedOnlyFieldListFilter)]
+    list_filter = ["split", ("model_version__task", ScopedRelatedFilter)]
     list_select_related = ["model_version__task", "round__task"]
     readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "intervals", "model_error_rate",
                        "job", "created_at"]
@@ -202,7 +209,7 @@ class SubmissionAdmin(ModelVersionAdmin):
     evaluation stands (its latest job, linked)."""
 
     list_display = ["name", "task", "created_by", "is_public", "status", "evaluation", "created_at"]
-    list_filter = [("task", admin.RelatedOnlyFieldListFilter), "is_public", "status"]
+    list_filter = [TASK_FILTER, "is_public", "status"]
     list_select_related = ["task", "created_by"]
     search_fields = ["name", "created_by__username", "sha256"]
     actions = [evaluate_models, _set_visibility(False), _set_visibility(True)]

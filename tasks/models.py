@@ -173,7 +173,13 @@ class Context(models.Model):
                 name="context_external_id_unique_per_task",
             ),
         ]
-        indexes = [models.Index(fields=["task", "is_active", "times_used"])]
+        indexes = [
+            models.Index(fields=["task", "is_active", "times_used"]),
+            # The admin's list: one task's contexts in order, and the search by external id or tag.
+            models.Index(fields=["task", "id"], name="context_task_id"),
+            models.Index(fields=["external_id"], name="context_external_id"),
+            models.Index(fields=["tag"], name="context_tag"),
+        ]
 
     def __str__(self):
         first = next(iter(self.fields.values()), "") if isinstance(self.fields, dict) else ""

@@ -504,7 +504,7 @@ def test_uploaded_markup_is_escaped_on_admin_pages(nli, round1, client, research
     upload(nli, round1, jsonl({"premise": SCRIPT, "external_id": "x"}), researcher, filename="a.jsonl")
     client.force_login(researcher)
     context = Context.objects.get(external_id="x")
-    for url in (reverse("admin:tasks_context_changelist") + "?q=alert",
+    for url in (reverse("admin:tasks_context_changelist") + "?q=x",  # its external id
                 reverse("admin:tasks_context_change", args=[context.pk])):
         content = client.get(url).content.decode()
         assert "&lt;script&gt;alert(1)" in content and SCRIPT not in content
