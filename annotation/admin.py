@@ -130,11 +130,11 @@ class ExampleAdmin(TaskScopedAdmin):
 
 @admin.register(Validation)
 class ValidationAdmin(TaskScopedAdmin):
-    task_path = "example__task"
+    task_path = "task"
     list_display = ["__str__", "example", "validator", "label", "blind_agrees", "mode", "counted",
                     "not_counted_because", "created_at"]
     list_filter = ["label", "mode", "blind_agrees", "counted", "not_counted_because",
-                   ("example__task", ScopedRelatedFilter)]
+                   ("task", ScopedRelatedFilter)]
     list_select_related = ["example__task", "validator"]
     sortable_by = ["created_at"]
     search_fields = exact_search_fields = ["validator__username", "example__uid"]

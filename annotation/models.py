@@ -221,6 +221,8 @@ class Validation(models.Model):
         OWNER = "owner", "Owner (decides at once)"
 
     example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="validations")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="+", editable=False,
+                             help_text="The example's task (set on save): a task's validations without a join.")
     validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="validations")
     label = models.CharField(max_length=10, choices=Label.choices, blank=True,
                              help_text="Empty until the validator decides (after their blind answer).")
@@ -257,6 +259,7 @@ class Validation(models.Model):
             models.Index(fields=["validator", "example"], condition=models.Q(label=""),
                          name="validation_undecided"),
             models.Index(fields=["created_at", "id"], name="validation_created"),  # the admin's order
+            models.Index(fields=["task", "created_at", "id"], name="validation_task_created"),  # ... by task
         ]
 
     def __str__(self):
@@ -266,6 +269,8 @@ class Validation(models.Model):
     def save(self, *args, **kwargs):
         """Every save keeps the round counters in step: the decisions and blind answers
         on collected examples, and the counted votes the reliability model reads."""
+        if self.task_id is None:
+            self.task_id = self.example.task_id
         with transaction.atomic():
             before = None
             if not self._state.adding:

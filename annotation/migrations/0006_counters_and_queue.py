@@ -71,7 +71,8 @@ def fill(apps, schema_editor):
                         n_collected=Count("pk"), n_fooled=Count("pk", filter=Q(fooled=True)),
                         n_verified=Count("pk", filter=Q(validation_status="verified")),
                         n_verified_fooled=Count("pk", filter=Q(fooled=True, validation_status="verified")))):
-            writers[row.pop("annotator_id")] = {name.removeprefix("n_"): n for name, n in row.items()}
+            annotator = row.pop("annotator_id")
+            writers[annotator] = {name.removeprefix("n_"): n for name, n in row.items()}
         for row in (Validation.objects.filter(on_collected, example__round=rnd, example__annotator__isnull=False,
                                               blind_answer__isnull=False).order_by()
                     .values("example__annotator_id")

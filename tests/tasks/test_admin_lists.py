@@ -48,7 +48,7 @@ class Rows:
                     target={"label": "neutral"}, external_uid=f"ext-{self.task.pk}-{self.made + i}",
                     created_at=start + timedelta(seconds=self.made + i)) for i in range(n)])
         examples = Example.objects.filter(task=self.task).order_by("-pk")[:n]
-        Validation.objects.bulk_create([Validation(example=e, validator=u, label="correct")
+        Validation.objects.bulk_create([Validation(example=e, task_id=e.task_id, validator=u, label="correct")
                                         for e, u in zip(examples, users, strict=True)])
         sessions = AnnotationSession.objects.bulk_create(
             [AnnotationSession(user=u, task=self.task, created_at=start) for u in users])
