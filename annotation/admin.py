@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from tasks.admin import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
+from tasks.admin_lists import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
 from .models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability

@@ -24,7 +24,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
-from tasks.admin import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, TaskScopedAdmin
+from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, TaskScopedAdmin
 from tasks.models import Task
 
 from . import bonuses, budgets, costs, mturk, publishing, sync, workers

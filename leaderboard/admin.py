@@ -15,14 +15,8 @@ from django.utils.html import format_html, format_html_join
 from core.errors import DomainError
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
-from tasks.admin import (
-    TASK_FILTER,
-    LargeListAdmin,
-    ModelVersionAdmin,
-    ScopedRelatedFilter,
-    TaskAdmin,
-    run_service_action,
-)
+from tasks.admin import ModelVersionAdmin, TaskAdmin
+from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, run_service_action
 from tasks.models import Job, Task
 
 from . import cycle

@@ -86,7 +86,7 @@ def lists(task, example):
         (Example, {"created_at__gte": week}), (Example, {"q": str(example.uid)}),
         (Example, {"q": example.external_uid}), (Example, {"q": "annotator"}), (Example, {"q": "not-a-uuid"}),
         (Example, {"q": "words"}),
-        (Validation, {}), (Validation, {"example__task__id__exact": task.pk, "label__exact": "correct"}),
+        (Validation, {}), (Validation, {"task__id__exact": task.pk, "label__exact": "correct"}),
         (Validation, {"q": str(example.uid)}), (Validation, {"q": "v1"}),
         (AnnotationSession, {}), (AnnotationSession, {"task__id__exact": task.pk, "revoked_at__isempty": "1"}),
         (AnnotationSession, {"q": "annotator"}),

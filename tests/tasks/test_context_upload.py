@@ -412,7 +412,7 @@ def test_api_stores_markup_as_text(nli, round1, researcher, client_for):
 def test_the_schema_documents_the_upload(client):
     schema = client.get("/api/schema/?format=json").json()
     operation = schema["paths"]["/api/tasks/{slug}/rounds/{number}/contexts/"]["post"]
-    assert set(operation["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429"}
+    assert set(operation["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429", "503"}
     request = operation["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"].rsplit("/", 1)[1]
     file_field = schema["components"]["schemas"][request]["properties"]["file"]
     assert (file_field["type"], file_field["format"]) == ("string", "binary")
