@@ -15,9 +15,18 @@ from django.utils import timezone
 from tasks.admin_lists import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
 
 from .exporting import iter_jsonl
-from .models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
+from .models import (
+    AnnotationSession,
+    Example,
+    ReliabilityFit,
+    Validation,
+    ValidatorReliability,
+    VouchedValidator,
+)
 from .services import examples as example_services
+from .services import gold
 from .services import reliability as reliability_services
+from .services import trust as trust_services
 
 
 class ValidationInline(admin.TabularInline):
@@ -56,10 +65,23 @@ def unflag_examples(modeladmin, request, queryset):
                        lambda e: example_services.unflag_example(e, request.user), "Unflagged")
 
 
+@admin.action(description="Make gold items: the writer is right")
+def gold_correct(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset.select_related("task"),
+                       lambda e: gold.mark(e.pk, request.user, "correct"), "Made gold (writer right)")
+
+
+@admin.action(description="Make gold items: the writer is wrong")
+def gold_incorrect(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset.select_related("task"),
+                       lambda e: gold.mark(e.pk, request.user, "incorrect"), "Made gold (writer wrong)")
+
+
 DECIDED_FIELDS = [
     "uid", "external_uid", "task", "round", "context", "annotator", "source", "inputs", "target",
     "model_predictions", "prediction", "fooled", "retracted", "flagged", "flag_reason", "flagged_by",
-    "validation_status", "validations_correct", "validations_incorrect", "validations_flagged", "latency_ms",
+    "validation_status", "gold_verdict", "validations_correct", "validations_incorrect", "validations_flagged",
+    "latency_ms",
     "signature", "created_at", "updated_at",
 ]
 
@@ -96,7 +118,7 @@ class ExampleAdmin(TaskScopedAdmin):
     fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
     readonly_fields = DECIDED_FIELDS
     inlines = [ValidationInline]
-    actions = [export_jsonl, flag_examples, unflag_examples]
+    actions = [export_jsonl, flag_examples, unflag_examples, gold_correct, gold_incorrect]
 
     @property
     def search_help_text(self):
@@ -154,6 +176,23 @@ class ValidationAdmin(TaskScopedAdmin):
 def revoke_sessions(modeladmin, request, queryset):
     ended = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
     modeladmin.message_user(request, f"Ended {ended} session(s).", messages.SUCCESS)
+
+
+@admin.register(VouchedValidator)
+class VouchedValidatorAdmin(TaskScopedAdmin):
+    """Validators a task's researchers vouch for: their votes count on the task."""
+
+    list_display = ["validator", "task", "vouched_by", "created_at"]
+    list_filter = [TASK_FILTER]
+    fields = ["task", "validator"]
+    search_fields = exact_search_fields = ["validator__username"]
+    raw_id_fields = ["validator"]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        trust_services.vouch(obj.task, obj.validator, request.user)
 
 
 @admin.register(AnnotationSession)

@@ -1,3 +1,4 @@
+# Long on purpose: every annotation endpoint in one module, each a thin adapter over a service, in the order of the URL table.
 """REST endpoints of the annotation loop (paths kept stable for scripts).
 
 Views parse input, call a service and serialise its result; the services raise
@@ -33,6 +34,7 @@ from .serializers import (
     ExampleStateSerializer,
     ExplainSerializer,
     ExplanationSerializer,
+    GoldSerializer,
     NextContextSerializer,
     ReasonSerializer,
     RevealSerializer,
@@ -46,7 +48,7 @@ from .serializers import (
     ValidationItemSerializer,
     ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, listing, reliability, sessions, stats, validation
+from .services import contexts, examples, gold, listing, reliability, sessions, stats, validation
 from .tokens import make_token
 
 
@@ -198,6 +200,27 @@ class ExampleFlag(AnnotationView):
         params = ReasonSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         example = examples.flag_example(example_for(request, pk), request.user, params.validated_data["reason"])
+        return Response(ExampleStateSerializer(example).data)
+
+
+class ExampleGold(APIView):
+    """Make the example a known-answer (gold) item with its true verdict ("correct": the
+    writer's answer is right; "incorrect": wrong), as the caller's researcher decision
+    on it: the task's researchers only. The validation queue mixes gold items in at the
+    task config's ``validation.gold_rate``, and validators' answers on them are the
+    evidence for their trust (docs/crowd.md)."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    error_statuses = (409,)
+
+    @extend_schema(request=GoldSerializer, responses={200: ExampleStateSerializer})
+    def post(self, request, pk):
+        params = GoldSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        example = example_for(request, pk)
+        if not is_researcher(request.user, example.task):
+            raise Forbidden("Only the task's researchers mark gold items.")
+        example = gold.mark(example.pk, request.user, params.validated_data["verdict"])
         return Response(ExampleStateSerializer(example).data)
 
 

@@ -19,7 +19,7 @@ class Example(models.Model):
         VERIFIED = "verified", "Verified correct"
         REJECTED = "rejected", "Rejected (label incorrect)"
         FLAGGED = "flagged", "Flagged"
-        ESCALATED = "escalated", "Undecided after the most votes: waits for a researcher"
+        ESCALATED = "escalated", "Waits for a researcher (undecided after the most votes, or flagged on a paid example)"
 
     class Source(models.TextChoices):
         ANNOTATION = "annotation", "Written on the platform"
@@ -64,6 +64,12 @@ class Example(models.Model):
         null=True, blank=True,
         help_text="Adaptive validation: the probability that the writer's answer is right, after the last "
                   "counted vote (annotation.reliability).")
+    gold_verdict = models.CharField(
+        max_length=10, blank=True, default="", choices=[("correct", "The writer is right"),
+                                                        ("incorrect", "The writer is wrong")],
+        help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation "
+                  "queue mixes gold items in (the task config's validation.gold_rate); answers on them are the "
+                  "evidence for a validator's trust (annotation.services.gold).")
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
     signature = models.CharField(
         max_length=64, blank=True,
@@ -98,6 +104,8 @@ class Example(models.Model):
             # The validation queue: the next item is the first entry of one of these.
             models.Index(fields=["task", "queue_priority", "id"], condition=models.Q(queue_priority__isnull=False),
                          name="example_validation_queue"),
+            # The task's gold items (a few hundred at most): the queue picks one among them.
+            models.Index(fields=["task", "id"], condition=~models.Q(gold_verdict=""), name="example_gold_items"),
             models.Index(fields=["task", "queue_priority_adaptive", "id"],
                          condition=models.Q(queue_priority_adaptive__isnull=False),
                          name="example_validation_queue_known"),
@@ -234,11 +242,16 @@ class Validation(models.Model):
                                        help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
     session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="validations", help_text="The sitting the decision was made in.")
+    gold_agrees = models.BooleanField(
+        null=True, blank=True, help_text="On a gold item: whether the decision matches the researchers' verdict "
+                                         "(a flag never does).")
     class NotCounted(models.TextChoices):
         COUNTED = "", "(counted)"
         PROVISIONAL = "provisional", "Made in an MTurk assignment that MTurk has not confirmed yet"
         NEW_ACCOUNT = "new_account", "The validator's account was too new"
-        UNTRUSTED = "untrusted", "A paid example, and the validator had not earned trust on the task"
+        UNTRUSTED = "untrusted", "The validator had not earned trust on the task"
+        GOLD = "gold", "A known-answer (gold) item: the answer is evidence about the validator"
+        FAILED_GOLD = "failed_gold", "The validator failed too many of the task's gold items"
 
     counted = models.BooleanField(
         default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
@@ -260,6 +273,9 @@ class Validation(models.Model):
                          name="validation_undecided"),
             models.Index(fields=["created_at", "id"], name="validation_created"),  # the admin's order
             models.Index(fields=["task", "created_at", "id"], name="validation_task_created"),  # ... by task
+            # The task's answers on gold items since a time (the crowd's quality check).
+            models.Index(fields=["task", "decided_at"], condition=models.Q(gold_agrees__isnull=False),
+                         name="validation_gold_answers"),
         ]
 
     def __str__(self):
@@ -328,6 +344,25 @@ class AccountAddress(models.Model):
 
     def __str__(self):
         return f"{self.user} at {self.address_hash[:12]}…"
+
+
+class VouchedValidator(models.Model):
+    """A validator a task's researcher vouches for (their own lab's annotators, say): a
+    researcher's decision, so trusted on the task without a record of checked answers
+    (``services.trust.standing``). Their weight in the adaptive fit is still capped at a
+    newcomer's until gold items or researchers' decisions support more."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="+")
+    validator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    vouched_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "validator"], name="one_vouch_per_task_validator")]
+
+    def __str__(self):
+        return f"{self.validator} vouched for on {self.task}"
 
 
 class AnnotationSession(models.Model):

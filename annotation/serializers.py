@@ -1,3 +1,4 @@
+# Long on purpose: the annotation API's request and response shapes in one catalogue, which the schema is generated from.
 """Request and response shapes of the annotation API.
 
 Request serializers check the shape (types, sizes); what a task accepts (its input
@@ -131,6 +132,11 @@ class ReasonSerializer(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
 
 
+class GoldSerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(choices=["correct", "incorrect"],
+                                      help_text="Whether the writer's answer is right.")
+
+
 class ValidationCreateSerializer(serializers.Serializer):
     label = StrictChoiceField(choices=["correct", "incorrect", "flagged"])
     reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default="")
@@ -204,6 +210,8 @@ class ValidationItemSerializer(serializers.ModelSerializer):
         return obj.fooled if self._shown(obj) else None
 
     def get_votes_so_far(self, obj) -> int:
+        if obj.gold_verdict:  # a gold item: the users' decisions, not the researchers' verdict
+            return obj.validations.filter(mode=Validation.Mode.USER).exclude(label="").count()
         return obj.validations_correct + obj.validations_incorrect + obj.validations_flagged
 
 
@@ -360,7 +368,17 @@ class ValidatedSerializer(serializers.Serializer):
     session = SessionSerializer()
 
     def get_note(self, obj) -> str:
+        if obj.shown is not None:  # a gold item: told as any other decision
+            return trust.explain(Validation(example=obj.example, validator=obj.validation.validator,
+                                            not_counted_because=obj.shown["not_counted_because"]))
         return trust.explain(obj.validation)
+
+    def to_representation(self, obj):
+        data = super().to_representation(obj)
+        if getattr(obj, "shown", None) is not None:
+            data.update(example=obj.shown["example"], counted=obj.shown["counted"],
+                        not_counted_because=obj.shown["not_counted_because"])
+        return data
 
 
 class RoundStatsFieldsMixin(serializers.Serializer):

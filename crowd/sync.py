@@ -232,6 +232,11 @@ def quality_blocks(batch: Batch, report: SyncReport) -> int:
                                    f"weight {weight:.2f} over {votes} votes: the same answer to everything, or "
                                    f"answers at random; batch {batch.pk}).")
                         for identity, weight, votes in workers.uninformative_validators(identities, batch.task)]
+            flagged = {identity.pk for identity, _reason in blocked}
+            blocked += [(identity, f"Validation decisions on {batch.task.slug} disagree with the researchers' own "
+                                   f"answers on too many checked items (batch {batch.pk}).")
+                        for identity in workers.failed_gold_validators(identities, batch.task)
+                        if identity.pk not in flagged]
         else:
             blocked += [(identity, f"Examples of {batch.task.slug} validated correct less often than "
                                    f"{batch.quality_block_threshold:.0%} (batch {batch.pk}).")

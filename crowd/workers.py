@@ -33,7 +33,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotation.models import Example, Validation, ValidatorReliability
-from annotation.services import reliability
+from annotation.services import reliability, trust
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
@@ -211,7 +211,7 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
     writers, the authors of the task's examples stamped since (a decision, a flag, a
     retraction); as validators, those whose reliability estimate was refitted since;
     either way, the workers with an assignment on the task that MTurk confirmed since
-    (their work counts from then on). Read through indexes on the stamps, so it costs
+    (their work counts from then on), and validators who answered gold items since. Read through indexes on the stamps, so it costs
     what changed, not the task's history."""
     # Every task's confirmations since (few), its own picked here: a filter on the task
     # in the query could lead the planner through all of the task's assignments.
@@ -219,7 +219,9 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
                  .values_list("worker__user_id", "hit__batch__task_id") if task_id == task.pk}
     if validators:
         refitted = ValidatorReliability.objects.filter(task=task, fitted_at__gte=since).order_by()
-        return confirmed | set(refitted.values_list("validator_id", flat=True))
+        on_gold = Validation.objects.filter(task=task, gold_agrees__isnull=False, decided_at__gte=since).order_by()
+        return (confirmed | set(refitted.values_list("validator_id", flat=True))
+                | set(on_gold.values_list("validator_id", flat=True)))
     written = (Example.objects.filter(task=task, updated_at__gte=since, source=Example.Source.ANNOTATION,
                                       annotator__isnull=False)
                .order_by().values_list("annotator_id", flat=True).distinct())
@@ -263,6 +265,14 @@ def uninformative_validators(identities, task: Task) -> list[tuple[WorkerIdentit
         return []
     return [(identity, rows[identity.user_id].weight, rows[identity.user_id].votes)
             for identity in identities.filter(user_id__in=list(rows))]
+
+
+def failed_gold_validators(identities, task: Task) -> list[WorkerIdentity]:
+    """Those of ``identities`` (a queryset) who failed ``task``'s gold items
+    (``trust.failed_gold``): those with a gold answer are judged, one query each."""
+    answered = Validation.objects.filter(task=task, gold_agrees__isnull=False).values("validator_id")
+    return [identity for identity in identities.filter(user_id__in=answered).select_related("user")
+            if trust.failed_gold(task, identity.user)]
 
 
 def below_threshold(identities, threshold: float, task: Task | None = None) -> list[WorkerIdentity]:

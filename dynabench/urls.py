@@ -50,6 +50,7 @@ api_patterns = [
     path("examples/<int:pk>/retract/", annotation_api.ExampleRetract.as_view(), name="example-retract"),
     path("examples/<int:pk>/flag/", annotation_api.ExampleFlag.as_view(), name="example-flag"),
     path("examples/<int:pk>/unflag/", annotation_api.ExampleUnflag.as_view(), name="example-unflag"),
+    path("examples/<int:pk>/gold/", annotation_api.ExampleGold.as_view(), name="example-gold"),
     path("examples/<int:pk>/blind-answer/", annotation_api.BlindAnswer.as_view(), name="example-blind-answer"),
     path("examples/<int:pk>/reveal/", annotation_api.ExampleReveal.as_view(), name="example-reveal"),
     path("examples/<int:pk>/validations/", annotation_api.ExampleValidate.as_view(), name="example-validate"),

@@ -38,7 +38,14 @@ METRICS = ["exact_match", "string_f1"]
 # ``target_confidence`` (``annotation.reliability``), and by a researcher after
 # ``max_votes`` votes without a decision.
 VALIDATION_POLICIES = ["fixed", "adaptive"]
-VALIDATION_DEFAULTS = {"policy": "fixed", "target_confidence": 0.998, "min_votes": 1, "max_votes": 5}
+VALIDATION_DEFAULTS = {"policy": "fixed", "target_confidence": 0.998, "min_votes": 1, "max_votes": 5,
+                       "gold_rate": 0.1}
+# Whose votes decide: ``decides`` "all" examples (the default) or only "paid" ones
+# need a trusted validator (``annotation.services.trust``); ``gold_*``: below
+# ``gold_min_agreement`` on at least ``gold_min_answers`` gold items, a validator's
+# votes stop counting on the task (and a crowd worker is blocked there).
+TRUST_DEFAULTS = {"min_answers": 20, "min_agreement": 0.8, "decides": "all", "gold_min_answers": 5,
+                  "gold_min_agreement": 0.6}
 
 # The sizes a submitted model's config.json may declare (``ml.submissions.ConfigBounds``,
 # whose defaults apply to the names a task's ``model_limits`` leaves out), and the
@@ -108,6 +115,9 @@ CONFIG_SCHEMA = {
             "properties": {
                 "min_answers": {"type": "integer", "minimum": 1, "maximum": 10000},
                 "min_agreement": {"type": "number", "minimum": 0.5, "maximum": 1},
+                "decides": {"enum": ["all", "paid"]},
+                "gold_min_answers": {"type": "integer", "minimum": 1, "maximum": 10000},
+                "gold_min_agreement": {"type": "number", "minimum": 0, "maximum": 1},
             },
         },
         "validation": {
@@ -118,6 +128,7 @@ CONFIG_SCHEMA = {
                 "target_confidence": {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1},
                 "min_votes": {"type": "integer", "minimum": 1, "maximum": 20},
                 "max_votes": {"type": "integer", "minimum": 1, "maximum": 20},
+                "gold_rate": {"type": "number", "minimum": 0, "maximum": 1},
             },
         },
         "model_limits": {
@@ -136,7 +147,7 @@ DEFAULTS = {
     "context_sampling": "least_used",
     "max_input_length": 1000,
     "blind_validation": True,
-    "validator_trust": {"min_answers": 20, "min_agreement": 0.8},
+    "validator_trust": TRUST_DEFAULTS,
     "validation": VALIDATION_DEFAULTS,
     "model_limits": {},
 }
@@ -159,10 +170,11 @@ class TaskConfig:
     context_sampling: str = "least_used"
     max_input_length: int = 1000
     blind_validation: bool = True
-    # Who may decide an example written in a paid HIT (besides researchers and the MTurk
-    # workers of a validation batch): a site account with at least ``min_answers`` blind
-    # answers on examples that trusted votes decided, agreeing with those decisions at
-    # ``min_agreement`` or more (``annotation.services.trust``).
+    # Who may decide an example (besides researchers and the MTurk workers of a
+    # validation batch): a site account with at least ``min_answers`` answers on gold
+    # items and blind answers on examples that trusted votes decided, agreeing at
+    # ``min_agreement`` or more and better than always giving one answer would
+    # (``annotation.services.trust``); ``TRUST_DEFAULTS``.
     validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
     # How examples are decided (``VALIDATION_POLICIES``): the policy and, for
     # ``adaptive``, its target confidence and vote bounds.

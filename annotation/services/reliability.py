@@ -30,6 +30,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
@@ -38,10 +39,11 @@ from tasks.jobs import send_task_in_background
 from tasks.models import Task
 
 from .. import reliability as R
-from ..models import Example, ReliabilityFit, Validation, ValidatorReliability
-from . import counters
+from ..models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
+from . import counters, trust
 
 log = logging.getLogger(__name__)
+User = get_user_model()
 
 DECISIONS = [Validation.Label.CORRECT, Validation.Label.INCORRECT]
 
@@ -63,6 +65,26 @@ def counted_votes(task: Task):
     """The task's counted decisions by validators who were not deciding as researchers."""
     return Validation.objects.filter(example__task=task, example__source=Example.Source.ANNOTATION,
                                      counted=True, mode=Validation.Mode.USER, label__in=DECISIONS)
+
+
+def learning_votes(task: Task) -> list[tuple]:
+    """The votes the fit learns from, as (example, validator, label, decided_at, fooled):
+    only those it has reason to trust. Counted decisions by validators of a confirmed
+    MTurk validation batch or by accounts that earned trust on the task
+    (``trust.standing``), and every decision on a gold item (checked against the
+    researchers' verdict, an anchor). Other votes are stored and shown, but a ring of
+    accounts that vote together on their own examples teaches the fit nothing."""
+    fields = ("example_id", "validator_id", "label", "decided_at", "example__fooled")
+    counted = list(counted_votes(task).values_list(*fields, "session__mturk_assignment_id", "session__mode",
+                                                   "session__provisional"))
+    vouched = {validator for _e, validator, _l, _d, _f, assignment, mode, provisional in counted
+               if assignment and mode == AnnotationSession.Mode.VALIDATE and not provisional}
+    trusted = vouched | {validator for validator in {row[1] for row in counted} - vouched
+                         if trust.standing(task, User(pk=validator)).trusted}
+    rows = [row[:5] for row in counted if row[1] in trusted]
+    rows += list(Validation.objects.filter(task=task, gold_agrees__isnull=False, label__in=DECISIONS,
+                                           mode=Validation.Mode.USER).values_list(*fields))
+    return rows
 
 
 def _as_reliability(row: ValidatorReliability) -> R.Reliability:
@@ -124,10 +146,10 @@ def refit(task: Task) -> ReliabilityFit:
     with transaction.atomic():
         ReliabilityFit.objects.get_or_create(task=task)
         fit_row = ReliabilityFit.objects.select_for_update().get(task=task)
-        rows = list(counted_votes(task).values_list("example_id", "validator_id", "label", "decided_at",
-                                                    "example__fooled"))
+        total = counters.task_totals(task)["counted_votes"]  # what triggers a refit: see votes_since_fit
+        rows = learning_votes(task)
         newest = max((decided for _e, _v, _l, decided, _f in rows if decided), default=None)
-        if fit_row.fitted_at and fit_row.votes == len(rows) and (newest is None or newest <= fit_row.fitted_at):
+        if fit_row.fitted_at and fit_row.votes == total and (newest is None or newest <= fit_row.fitted_at):
             return fit_row  # nothing new since the last fit
         anchored = (Example.objects.filter(task=task, validations__mode=Validation.Mode.OWNER,
                                            validations__label__in=DECISIONS,
@@ -135,13 +157,22 @@ def refit(task: Task) -> ReliabilityFit:
                                                                   Example.ValidationStatus.REJECTED])
                     .values_list("pk", "validation_status", "fooled").distinct())
         anchors = {pk: status == Example.ValidationStatus.VERIFIED for pk, status, _ in anchored}
+        anchors.update({pk: verdict == Validation.Label.CORRECT
+                        for pk, verdict in gold_items(task).values_list("pk", "gold_verdict")})
         strata = {pk: _stratum_of(fooled) for pk, _, fooled in anchored}
         strata.update({example: _stratum_of(fooled) for example, _v, _l, _d, fooled in rows})
         votes = [R.Vote(example, validator, label == Validation.Label.CORRECT)
                  for example, validator, label, _d, _f in rows]
+        checked = {validator for example, validator, _l, _d, _f in rows if example in anchors}
         fit_started = time.perf_counter()
         fitted = R.fit(votes, anchors=anchors, strata=strata)
         fit_seconds = time.perf_counter() - fit_started
+        newcomer = R.Reliability.newcomer()
+        for validator, rel in list(fitted.reliabilities.items()):
+            if validator not in checked and rel.strength > newcomer.strength:
+                # No gold item or researcher's decision supports this weight: capped.
+                fitted.reliabilities[validator] = R.Reliability(
+                    newcomer.s_hits, newcomer.s_misses, newcomer.t_hits, newcomer.t_misses, votes=rel.votes)
         overall = fitted.overall_prior_right
         intervals = R.accuracy_intervals(fitted.reliabilities, overall, seed=task.pk)
         now = timezone.now()
@@ -156,7 +187,7 @@ def refit(task: Task) -> ReliabilityFit:
             stored, update_conflicts=True, unique_fields=["task", "validator"],
             update_fields=["s_hits", "s_misses", "t_hits", "t_misses", "votes", "sensitivity", "specificity",
                            "accuracy", "accuracy_low", "accuracy_high", "weight", "fitted_at"])
-        fit_row.fitted_at, fit_row.votes, fit_row.anchors = now, len(votes), len(anchors)
+        fit_row.fitted_at, fit_row.votes, fit_row.anchors = now, total, len(anchors)
         fit_row.validators, fit_row.iterations, fit_row.converged = len(stored), fitted.iterations, fitted.converged
         fit_row.prior_right = {str(k): v for k, v in fitted.prior_right.items()}
         fit_row.overall_prior_right, fit_row.fit_seconds = overall, fit_seconds
@@ -165,6 +196,10 @@ def refit(task: Task) -> ReliabilityFit:
     log.info("reliability of %s: %d votes, %d validators, %d anchors, %d EM iterations, %.3f s",
              task.slug, len(votes), len(stored), len(anchors), fitted.iterations, fit_row.seconds)
     return fit_row
+
+
+def gold_items(task: Task):
+    return Example.objects.filter(task=task).exclude(gold_verdict="")
 
 
 def _stratum_of(fooled) -> str:

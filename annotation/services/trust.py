@@ -28,16 +28,18 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import combinations
 
 from django.conf import settings
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from ..models import AccountAddress, AnnotationSession, Example, Validation
+from ..models import AccountAddress, AnnotationSession, Example, Validation, VouchedValidator
 
 NotCounted = Validation.NotCounted
 
@@ -85,6 +87,18 @@ def counts_as_writer(validator, example: Example) -> bool:
     return same_person(validator).filter(user_id=example.annotator_id).exists()
 
 
+def two_people(validator_ids) -> bool:
+    """Whether ``validator_ids`` hold at least two accounts that are not one person (no
+    address in common): a paid example is decided by users only so."""
+    ids = set(validator_ids)
+    if len(ids) < 2:
+        return False
+    seen: dict[int, set[str]] = {pk: set() for pk in ids}
+    for user_id, hashed in AccountAddress.objects.filter(user_id__in=ids).values_list("user_id", "address_hash"):
+        seen[user_id].add(hashed)
+    return any(not (seen[a] & seen[b]) for a, b in combinations(sorted(ids), 2))
+
+
 def is_paid(example: Example) -> bool:
     """Whether the example was written in an MTurk assignment (it can earn money)."""
     return bool(example.session_id and example.session.mturk_assignment_id)
@@ -98,13 +112,17 @@ def is_batch_validator(session: AnnotationSession | None) -> bool:
 
 @dataclass(frozen=True)
 class Standing:
-    """A validator's record on a task: blind answers on examples decided by trusted
-    votes, and how many of them agree with the decision."""
+    """A validator's record on a task: answers on gold items and blind answers on
+    examples they could not have decided themselves (``reference_decisions``), how many
+    agree with the truth, and how many a validator who always gave one answer (always
+    "the writer is right", or always "wrong") would have got right."""
 
     answers: int
     agreeing: int
     min_answers: int
     min_agreement: float
+    constant: int = 0  # what the better of the two constant answers would agree on
+    vouched: bool = False  # a researcher of the task vouched for them
 
     @property
     def agreement(self) -> float | None:
@@ -112,17 +130,26 @@ class Standing:
 
     @property
     def trusted(self) -> bool:
-        return self.answers >= self.min_answers and self.agreeing >= self.min_agreement * self.answers
+        return self.vouched or self.earned
+
+    @property
+    def earned(self) -> bool:
+        return (self.answers >= self.min_answers and self.agreeing >= self.min_agreement * self.answers
+                and self.agreeing > self.constant)
 
     def describe(self) -> str:
+        if self.vouched:
+            return "a researcher of the task vouched for you"
         rate = f"{self.agreement:.0%}" if self.answers else "-"
-        return (f"{self.answers} blind answers on decided examples, {rate} agreeing "
-                f"(trust needs {self.min_answers} at {self.min_agreement:.0%})")
+        return (f"{self.answers} answers on checked items, {rate} agreeing "
+                f"(trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
+                "giving one answer would get)")
 
 
 def reference_decisions(task: Task):
     """The task's examples decided by votes the validator could not have bought: a
-    researcher's decision, or a paid example's (decided only by trusted votes)."""
+    researcher's decision (gold items among them), or a paid example's (decided only
+    by trusted votes)."""
     by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER).exclude(label="")
     return (Example.objects.filter(task=task, validation_status__in=[Example.ValidationStatus.VERIFIED,
                                                                      Example.ValidationStatus.REJECTED])
@@ -130,15 +157,52 @@ def reference_decisions(task: Task):
 
 
 def standing(task: Task, user) -> Standing:
-    """``user``'s record on ``task`` against the task's ``validator_trust`` rule (one query)."""
+    """``user``'s record on ``task`` against the task's ``validator_trust`` rule (one
+    query): each answer on a gold item against its verdict, and each blind answer on a
+    reference decision their own vote did not help decide, against that decision."""
     rule = task.parsed_config.validator_trust
     verified, rejected = Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED
-    record = (Validation.objects.filter(validator=user, blind_agrees__isnull=False,
-                                        example__in=reference_decisions(task))
-              .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=(
-                  Q(blind_agrees=True, example__validation_status=verified)
-                  | Q(blind_agrees=False, example__validation_status=rejected)))))
-    return Standing(record["answers"], record["agreeing"], rule["min_answers"], float(rule["min_agreement"]))
+    on_gold = Q(gold_agrees__isnull=False)
+    blind = (Q(gold_agrees__isnull=True, blind_agrees__isnull=False, counted=False)
+             | Q(gold_agrees__isnull=True, blind_agrees__isnull=False, label=""))
+    record = (Validation.objects.filter(validator=user, task=task)
+              .filter(on_gold | (blind & Q(example__in=reference_decisions(task))))
+              .aggregate(answers=Count("pk"),
+                         agreeing=Count("pk", filter=(Q(gold_agrees=True) | (Q(gold_agrees__isnull=True) & (
+                             Q(blind_agrees=True, example__validation_status=verified)
+                             | Q(blind_agrees=False, example__validation_status=rejected))))),
+                         right=Count("pk", filter=(Q(gold_agrees__isnull=False, example__gold_verdict="correct")
+                                                   | Q(gold_agrees__isnull=True,
+                                                       example__validation_status=verified)))))
+    answers, right = record["answers"], record["right"]
+    return Standing(answers, record["agreeing"], rule["min_answers"], float(rule["min_agreement"]),
+                    constant=max(right, answers - right),
+                    vouched=VouchedValidator.objects.filter(task=task, validator=user).exists())
+
+
+def vouch(task: Task, validator, researcher) -> VouchedValidator:
+    """``researcher`` vouches for ``validator`` on ``task``: their votes count there (a
+    researcher's decision)."""
+    if not is_researcher(researcher, task):
+        raise Forbidden("Only the task's researchers vouch for validators.")
+    row, _ = VouchedValidator.objects.get_or_create(task=task, validator=validator,
+                                                    defaults={"vouched_by": researcher})
+    return row
+
+
+def gold_record(task: Task, user) -> tuple[int, int]:
+    """(answers, agreeing): ``user``'s decisions on the task's gold items."""
+    row = (Validation.objects.filter(validator=user, task=task, gold_agrees__isnull=False)
+           .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=Q(gold_agrees=True))))
+    return row["answers"], row["agreeing"]
+
+
+def failed_gold(task: Task, user) -> bool:
+    """Whether ``user`` failed the task's gold items: at least ``gold_min_answers`` of
+    them, agreeing with fewer than ``gold_min_agreement`` of those."""
+    rule = task.parsed_config.validator_trust
+    answers, agreeing = gold_record(task, user)
+    return answers >= int(rule["gold_min_answers"]) and agreeing < float(rule["gold_min_agreement"]) * answers
 
 
 def account_too_new(user) -> bool:
@@ -155,21 +219,32 @@ def why_not_counted(example: Example, validator, session: AnnotationSession | No
         return NotCounted.COUNTED
     if session is not None and session.provisional:
         return NotCounted.PROVISIONAL
+    if failed_gold(example.task, validator):
+        return NotCounted.FAILED_GOLD
     if is_batch_validator(session):
         return NotCounted.COUNTED
     if account_too_new(validator):
         return NotCounted.NEW_ACCOUNT
-    if is_paid(example) and not standing(example.task, validator).trusted:
+    if needs_trust(example) and not standing(example.task, validator).trusted:
         return NotCounted.UNTRUSTED
     return NotCounted.COUNTED
+
+
+def needs_trust(example: Example) -> bool:
+    """Whether only trusted votes decide ``example``: every example (the task config's
+    ``validator_trust.decides`` "all", the default), or only paid ones ("paid")."""
+    return example.task.parsed_config.validator_trust.get("decides", "all") == "all" or is_paid(example)
 
 
 EXPLANATIONS = {
     NotCounted.PROVISIONAL: "Your decision is stored; it counts once MTurk confirms your assignment.",
     NotCounted.NEW_ACCOUNT: "Your decision is stored, but it does not decide the example: votes count once an "
                             "account is {age} old.",
-    NotCounted.UNTRUSTED: "Your decision is stored, but it does not decide this example: examples that earn "
-                          "money are decided by validators who have earned trust on the task ({standing}).",
+    NotCounted.UNTRUSTED: "Your decision is stored, but it does not decide this example: examples are decided "
+                          "by validators who have earned trust on the task ({standing}).",
+    NotCounted.FAILED_GOLD: "Your decision is stored, but your decisions no longer count on this task: too many "
+                            "of them disagreed with the researchers' own answers on checked items.",
+    NotCounted.GOLD: "",
 }
 
 

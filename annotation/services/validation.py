@@ -47,7 +47,7 @@ from tasks.roles import is_researcher
 
 from ..models import AnnotationSession, Example, Validation, ValidationClaim
 from ..reliability import ESCALATED, decide
-from . import reliability, sessions, trust
+from . import gold, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 
 OWNER_OUTCOME = {
@@ -90,8 +90,8 @@ def validation_queue(task: Task, user):
 def started_for(task: Task, user):
     """The examples of ``task`` that ``user`` answered blind and has not decided yet,
     still waiting for validation (their own unanswered validations: a few rows)."""
-    return (Validation.objects.filter(validator=user, label="", example__task=task,
-                                      example__queue_priority__isnull=False)
+    return (Validation.objects.filter(Q(example__queue_priority__isnull=False) | ~Q(example__gold_verdict=""),
+                                      validator=user, label="", task=task)
             .exclude(example__annotator__in=trust.same_person(user))
             .select_related("example__context", "example__round", "example__task")
             .order_by("example__queue_priority", "example_id"))
@@ -121,7 +121,7 @@ def next_for(task: Task, user) -> Example | None:
     if started is not None:
         example, example.my_blind_answer = started.example, started.blind_answer
     else:
-        example = validation_queue(task, user).first()
+        example = gold.pick(task, user) or validation_queue(task, user).first()
         if example is None:
             return None
         example.my_blind_answer = None
@@ -174,7 +174,8 @@ def give_blind_answer(example_id: int, user, answer) -> Validation:
     """Store ``user``'s own answer to the example, before they see the writer's."""
     example = _locked_example(example_id)
     _check_can_validate(example, user)
-    if example.validation_status != Example.ValidationStatus.PENDING and not is_researcher(user, example.task):
+    if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
+            and not is_researcher(user, example.task)):
         raise Conflict("This example has been decided already.")
     config = example.task.parsed_config
     context_fields = example.context.fields if example.context_id else None
@@ -220,6 +221,10 @@ class Validated:
     example: Example
     validation: Validation
     session: AnnotationSession
+    # On a gold item, what the validator is told: the example as though it were still
+    # waiting, and whether the decision counts as it would on any other item
+    # (``gold.masked_state``): nothing in the answer sets a gold item apart.
+    shown: dict | None = None
 
 
 def validate_example(example_id: int, user, *, label: str, reason: str = "",
@@ -246,7 +251,8 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
             existing.example = example  # the locked row: its save counts on it
         if existing is not None and existing.label:
             raise Conflict("You have already validated this example.")
-        if not owner and example.validation_status != Example.ValidationStatus.PENDING:
+        on_gold = bool(example.gold_verdict) and not owner
+        if not owner and not on_gold and example.validation_status != Example.ValidationStatus.PENDING:
             raise Conflict("This example has been decided already.")
         _check_assigned(example, user, answered=existing is not None)
         if not may_see_target(example, user, blind_answer_given=existing is not None):
@@ -256,12 +262,18 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         now = timezone.now()
         session = sessions.current_session(user, example.task, session)
         because = trust.why_not_counted(example, user, session)
+        shown = None
+        gold_agrees = None
+        if on_gold:  # evidence about the validator: decides nothing, told as any other decision
+            shown = {"counted": not because, "not_counted_because": because}
+            because, gold_agrees = Validation.NotCounted.GOLD, label == example.gold_verdict
         counted = not because
         if existing is not None:
             existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
             existing.session, existing.counted, existing.not_counted_because = session, counted, because
+            existing.gold_agrees = gold_agrees
             existing.save(update_fields=["label", "mode", "reason", "decided_at", "session", "counted",
-                                         "not_counted_because"])
+                                         "not_counted_because", "gold_agrees"])
             validation = existing
         else:
             try:
@@ -269,13 +281,15 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
                     validation = Validation.objects.create(example=example, validator=user, label=label,
                                                            mode=mode, reason=reason, decided_at=now,
                                                            session=session, counted=counted,
-                                                           not_counted_because=because)
+                                                           not_counted_because=because, gold_agrees=gold_agrees)
             except IntegrityError as exc:  # a concurrent duplicate from the same user
                 raise Conflict("You have already validated this example.") from exc
         if counted:
             _count(example, label, owner=owner)
         sessions.bump(session, validations_done=1)
-        validated = Validated(example, validation, session)
+        if shown is not None:
+            shown["example"] = gold.masked_state(example, validation, shown["counted"])
+        validated = Validated(example, validation, session, shown)
         if within_transaction is not None:
             within_transaction(validated)
     return validated
@@ -289,12 +303,35 @@ def _count(example: Example, label: str, *, owner: bool) -> None:
     config = example.task.parsed_config
     if owner:
         example.validation_status = OWNER_OUTCOME[label]
-    elif config.adaptive_validation:
-        example.validation_status = _decide_adaptive(example)
-        reliability.refit_when_due(example.task)
     else:
-        example.validation_status = _decide(example, config.num_matching_validations)
+        before = example.validation_status
+        if config.adaptive_validation:
+            outcome = _decide_adaptive(example)
+            reliability.refit_when_due(example.task)
+        else:
+            outcome = _decide(example, config.num_matching_validations)
+        example.validation_status = _paid_outcome(example, before, outcome)
     example.save(update_fields=[field, "validation_status", "decision_posterior", "updated_at"])
+
+
+DECIDED_LABEL = {Example.ValidationStatus.VERIFIED: Validation.Label.CORRECT,
+                 Example.ValidationStatus.REJECTED: Validation.Label.INCORRECT,
+                 Example.ValidationStatus.FLAGGED: Validation.Label.FLAGGED}
+
+
+def _paid_outcome(example: Example, before: str, outcome: str) -> str:
+    """The users' outcome on an example that can earn money, under two more rules: it
+    is decided only when the votes on the winning side come from at least two
+    validators who are not one person (``trust.two_people``), whatever the posterior
+    says; and users' flags do not settle it at $0: a flagged paid example goes to the
+    researchers (escalated)."""
+    if outcome == before or outcome not in DECIDED_LABEL or not trust.is_paid(example):
+        return outcome
+    side = (Validation.objects.filter(example=example, counted=True, mode=Validation.Mode.USER,
+                                      label=DECIDED_LABEL[outcome]).values_list("validator_id", flat=True))
+    if not trust.two_people(side):
+        return before
+    return Example.ValidationStatus.ESCALATED if outcome == Example.ValidationStatus.FLAGGED else outcome
 
 
 def _decide_adaptive(example: Example) -> str:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from annotation import reliability as R
 from annotation.models import ReliabilityFit, Validation, ValidatorReliability
-from annotation.services import reliability, validation
+from annotation.services import reliability, trust, validation
 from core.errors import Conflict
 from tasks.config import validate_task_config
 
@@ -22,7 +22,11 @@ pytestmark = pytest.mark.django_db
 
 
 def adaptive(task, **rule):
-    task.config = {**task.config, "validation": {"policy": "adaptive", **rule}}
+    """The adaptive policy, on a task where any aged account decides unpaid examples
+    (``validator_trust.decides: "paid"``): what is tested here is the policy's
+    arithmetic; who may decide is tested in test_trust and test_gold."""
+    task.config = {**task.config, "validation": {"policy": "adaptive", **rule},
+                   "validator_trust": {**task.config.get("validator_trust", {}), "decides": "paid"}}
     task.save()
     task.refresh_from_db()
     return task
@@ -52,12 +56,14 @@ def test_the_validation_object_is_checked_with_clear_errors():
     config = validate_task_config("classification", sentiment_config(policy="adaptive", target_confidence=0.99,
                                                                       max_votes=4))
     assert config.adaptive_validation
-    assert config.validation == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1, "max_votes": 4}
+    assert config.validation == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1, "max_votes": 4,
+                                 "gold_rate": 0.1}
     assert validate_task_config("classification", sentiment_config()).validation["policy"] == "fixed"
     for bad, says in [({"policy": "majority"}, "config.validation.policy"),
                       ({"target_confidence": 0.5}, "config.validation.target_confidence"),
                       ({"target_confidence": 1}, "config.validation.target_confidence"),
                       ({"max_votes": 0}, "config.validation.max_votes"),
+                      ({"gold_rate": 1.5}, "config.validation.gold_rate"),
                       ({"min_votes": 4, "max_votes": 3}, "min_votes (4) is more than max_votes (3)"),
                       ({"quorum": 2}, "Additional properties are not allowed")]:
         with pytest.raises(ValidationError) as error:
@@ -147,15 +153,18 @@ def test_a_decided_example_never_changes_except_by_a_researcher(demo_tasks, anno
     assert example.validation_status == "rejected"
 
 
-def test_spammers_lose_their_weight_and_then_decide_nothing(demo_tasks, annotator, settings):
+def test_spammers_lose_their_weight_and_then_decide_nothing(demo_tasks, annotator, researcher, settings):
     """An always-"correct" account and a coin-tossing one vote beside three careful
-    validators on 60 examples, a third of them mislabelled; the fit learns from the
-    stored votes and researchers' decisions. Afterwards a mislabelled example that the
-    spammers both call correct stays undecided."""
+    validators on 60 examples, a third of them mislabelled; all five are vouched for,
+    so the fit learns from their votes, and from a researcher's decisions on 15 of the
+    examples (the anchors that let a weight grow past a newcomer's). Afterwards a
+    mislabelled example that the spammers both call correct stays undecided."""
     settings.RELIABILITY_REFIT_VOTES = 10_000  # the test refits when it says so
     task = demo_tasks["sentiment"]  # fixed policy while the history is written: 3 matching votes
     careful = [account(f"careful{i}", f"198.51.100.{90 + i}") for i in range(3)]
     always, coin = account("always", "198.51.100.98"), account("coin", "198.51.100.99")
+    for voter in (always, coin, *careful):
+        trust.vouch(task, voter, researcher)
     import random
 
     toss = random.Random(7)
@@ -173,8 +182,10 @@ def test_spammers_lose_their_weight_and_then_decide_nothing(demo_tasks, annotato
             else:
                 label = "incorrect" if wrong else "correct"
             vote(voter, example, label, answer={"label": "positive"})
+        if i % 4 == 0:
+            validation.validate_example(example.pk, researcher, label="incorrect" if wrong else "correct")
     fit_row = reliability.refit(task)
-    assert fit_row.votes == Validation.objects.filter(counted=True).exclude(label="").count()
+    assert fit_row.votes == Validation.objects.filter(counted=True, mode="user").exclude(label="").count()
     rows = {row.validator.username: row for row in reliability.validator_rows(task)}
     assert rows["always"].weight < 0.2 and rows["coin"].weight < 0.4
     assert min(rows[f"careful{i}"].weight for i in range(3)) > 1.5
@@ -209,11 +220,13 @@ def test_an_adaptive_tasks_paid_examples_obey_the_trust_rules(demo_tasks, annota
     assert ReliabilityFit.objects.get(task=task).votes == 0
 
 
-def test_a_refit_is_queued_after_enough_new_votes(demo_tasks, annotator, settings,
+def test_a_refit_is_queued_after_enough_new_votes(demo_tasks, annotator, researcher, settings,
                                                   django_capture_on_commit_callbacks):
     settings.RELIABILITY_REFIT_VOTES = 3
     task = adaptive(demo_tasks["sentiment"])
     voters = [account(f"v{i}", f"198.51.100.{120 + i}") for i in range(3)]
+    for voter in voters:  # the fit learns only from votes it has reason to trust
+        trust.vouch(task, voter, researcher)
     for i, voter in enumerate(voters):
         with django_capture_on_commit_callbacks(execute=True) as queued:
             vote(voter, write(task, annotator, text=f"example {i}"))

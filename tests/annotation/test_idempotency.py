@@ -71,9 +71,12 @@ def test_a_failed_write_records_nothing_so_a_retry_can_succeed(live_tasks, clien
 
 
 def answered_blind(task, author, validator_client):
-    """An example by ``author`` that the validator has answered blind: ready for a decision."""
+    """An example by ``author`` that the validator has answered blind: ready for a decision
+    that counts (a researcher of the task vouches for the validator)."""
+    from annotation.models import VouchedValidator
     from annotation.services.validation import assign
 
+    VouchedValidator.objects.get_or_create(task=task, validator=validator_client.user)
     example = Example.objects.create(task=task, round=task.open_round(), annotator=author,
                                      inputs={"statement": "x"}, target={"label": "positive"}, fooled=True)
     assign(example, validator_client.user)  # the validation queue served it to them

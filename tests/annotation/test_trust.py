@@ -99,7 +99,7 @@ def test_sock_puppets_signed_up_at_the_writers_address_cannot_validate_the_write
 
 
 def test_an_account_seen_at_the_writers_address_later_counts_as_the_writer(demo_tasks, annotator, second_annotator):
-    task = demo_tasks["sentiment"]
+    task = with_trust_rule(demo_tasks["sentiment"], decides="paid")  # any aged account decides unpaid ones
     example = write(task, annotator)
     trust.record_address(annotator, "2001:db8:5:6::17")
     trust.record_address(second_annotator, "198.51.100.1")
@@ -126,7 +126,7 @@ def test_a_loopback_address_links_no_one():
 
 def test_votes_of_fresh_sign_ups_are_stored_but_decide_nothing(demo_tasks, annotator, settings):
     settings.VALIDATOR_MIN_ACCOUNT_AGE = 24 * 3600
-    task = demo_tasks["sentiment"]
+    task = with_trust_rule(demo_tasks["sentiment"], decides="paid")  # aged accounts decide unpaid ones
     example = write(task, annotator, label="negative")  # mislabelled, and it "fooled" the model
     before = round_stats(task.open_round())
     puppets = [sign_up(f"fresh{i}", f"198.51.100.{10 + i}") for i in range(3)]
@@ -196,7 +196,7 @@ def with_trust_rule(task, **rule):
 
 
 def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, annotator, researcher):
-    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75)
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75, decides="paid")
     candidate = account("candidate", "198.51.100.30")
     # A clique of puppets deciding each other's unpaid examples earns nothing.
     clique = [account(f"clique{i}", f"198.51.100.{40 + i}") for i in range(3)]
@@ -208,15 +208,16 @@ def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, 
         assert example.validation_status == "verified"
     assert trust.standing(task, candidate).answers == 0 and not trust.standing(task, candidate).trusted
     # Blind answers on examples a researcher decided do count, and so does disagreement.
+    # The writer is right on two and wrong on two; the candidate agrees on three.
     references = [write(task, annotator, text=f"reference {i}") for i in range(4)]
     for i, example in enumerate(references):
         validation.assign(example, candidate)
-        validation.give_blind_answer(example.pk, candidate, {"label": "positive" if i else "negative"})
+        validation.give_blind_answer(example.pk, candidate, {"label": "positive" if i == 0 else "negative"})
     assert trust.standing(task, candidate).answers == 0  # not decided yet
-    for example in references:
-        validation.validate_example(example.pk, researcher, label="correct")
+    for i, example in enumerate(references):
+        validation.validate_example(example.pk, researcher, label="correct" if i < 2 else "incorrect")
     record = trust.standing(task, candidate)
-    assert (record.answers, record.agreeing, record.trusted) == (4, 3, True)
+    assert (record.answers, record.agreeing, record.constant, record.trusted) == (4, 3, 2, True)
     # Now the candidate's vote decides a paid example; an untrusted one's does not.
     example = paid(task, annotator)
     assert vote(candidate, example).counted
@@ -233,7 +234,7 @@ def test_a_validator_who_disagrees_with_the_decisions_stays_untrusted(demo_tasks
         validation.validate_example(example.pk, researcher, label="correct")
     record = trust.standing(task, careless)
     assert (record.answers, record.agreeing, record.trusted) == (5, 3, False)
-    assert "5 blind answers" in record.describe() and "60%" in record.describe()
+    assert "5 answers on checked items" in record.describe() and "60%" in record.describe()
 
 
 def test_a_researcher_decides_a_paid_example_at_once(demo_tasks, annotator, researcher):
@@ -252,6 +253,9 @@ def test_the_trust_rule_is_part_of_the_checked_task_config():
     base = {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
             "labels": [{"name": "a"}, {"name": "b"}]}
     config = validate_task_config("classification", {**base, "validator_trust": {"min_answers": 5}})
-    assert config.validator_trust == {"min_answers": 5, "min_agreement": 0.8}
+    assert config.validator_trust == {"min_answers": 5, "min_agreement": 0.8, "decides": "all",
+                                      "gold_min_answers": 5, "gold_min_agreement": 0.6}
+    with pytest.raises(ValidationError, match="decides"):
+        validate_task_config("classification", {**base, "validator_trust": {"decides": "nobody"}})
     with pytest.raises(ValidationError, match="min_agreement"):
         validate_task_config("classification", {**base, "validator_trust": {"min_agreement": 0.3}})

@@ -17,6 +17,16 @@ from annotation.services.stats import round_stats
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _any_aged_account_decides(demo_tasks):
+    """These tests count and decide with plain accounts: every demo task lets any aged
+    account decide unpaid examples (``validator_trust.decides: "paid"``). Who may
+    decide under the default rule is tested in test_trust and test_gold."""
+    for task in demo_tasks.values():
+        task.config = {**task.config, "validator_trust": {"decides": "paid"}}
+        task.save()
+
+
 def make_example(task, annotator, *, fooled, label="positive", text="A statement", source="annotation", rnd=None):
     return Example.objects.create(
         task=task, round=rnd or task.open_round(), context=task.contexts.first(), annotator=annotator, source=source,
@@ -50,6 +60,8 @@ def validate(client, example, label, *, answer="positive"):
 
 def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, client_for, django_assert_num_queries):
     task = demo_tasks["sentiment"]
+    task.config = {**task.config, "validation": {"gold_rate": 0}}  # a gold draw would be one query more
+    task.save()
     plain = make_example(task, annotator, fooled=False, text="plain")
     fooling = make_example(task, annotator, fooled=True, text="fooling")
     fooling_validated = make_example(task, annotator, fooled=True, text="fooling, validated once")
