@@ -116,7 +116,7 @@ def signup(request):
         next_url = "/"
     if request.method == "POST":
         limiter = ratelimit.signup_by_address()
-        address = ratelimit.client_ip(request)
+        address = ratelimit.client_address(request)
         wait = limiter.retry_after(address)
         if wait:
             return too_many(request, wait, "sign-ups from this address")

@@ -326,8 +326,9 @@ REST_FRAMEWORK = {
     # a client cannot pick its own by sending the header.
     "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        # DRF's, counting anonymous clients by address_key (IPv6 by its /64).
+        "core.ratelimit.AnonRateThrottle",
+        "core.ratelimit.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="120/min"),
