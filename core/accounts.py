@@ -1,10 +1,12 @@
 """Sign-up, sign-in and API tokens, with limits against guessing and bulk sign-ups.
 
-- Sign-in (the page and ``POST /api/auth/token/``): after
+- Sign-in (the page, the admin's and ``POST /api/auth/token/``): after
   ``LOGIN_FAILURES_PER_ACCOUNT`` failed attempts on an account, or
   ``LOGIN_FAILURES_PER_ADDRESS`` from an address, within
-  ``LOGIN_FAILURE_WINDOW`` seconds, both answer 429 with ``Retry-After`` until the
-  window ends, without checking the password. A success clears the account's count.
+  ``LOGIN_FAILURE_WINDOW`` seconds, they answer 429 with ``Retry-After`` until the
+  window ends, without checking the password. A try is counted before its password
+  is checked, in one atomic step (``ratelimit.login_attempt``): tries sent in
+  parallel get no more checks than the limit. A success clears the account's count.
 - Sign-up: at most ``SIGNUPS_PER_ADDRESS`` attempts per address per ``SIGNUP_WINDOW``.
 - Signing out ends the annotation sessions (and their tokens) opened in that
   sign-in; a password change ends all of the user's (see ``annotation``).
@@ -36,14 +38,10 @@ class ThrottledLoginView(LoginView):
     """Django's sign-in page, refusing (429) after too many failures."""
 
     def post(self, request, *args, **kwargs):
-        wait = ratelimit.login_retry_after(request, request.POST.get("username"))
+        wait = ratelimit.login_attempt(request, request.POST.get("username"))
         if wait:
             return too_many(request, wait, "failed sign-ins")
-        return super().post(request, *args, **kwargs)
-
-    def form_invalid(self, form):
-        ratelimit.login_failed(self.request, self.request.POST.get("username"))
-        return super().form_invalid(form)
+        return super().post(request, *args, **kwargs)  # a wrong password stays counted
 
     def form_valid(self, form):
         ratelimit.login_succeeded(self.request, form.get_user().get_username())
@@ -56,15 +54,13 @@ def admin_login(request, extra_context=None):
 
     username = request.POST.get("username") if request.method == "POST" else None
     if username is not None:
-        wait = ratelimit.login_retry_after(request, username)
+        wait = ratelimit.login_attempt(request, username)
         if wait:
             return too_many(request, wait, "failed sign-ins")
     response = admin.site.login(request, extra_context)
-    if username is not None:
-        if response.status_code == 200:  # the form again: the credentials did not sign in
-            ratelimit.login_failed(request, username)
-        elif request.user.is_authenticated:
-            ratelimit.login_succeeded(request, username)
+    # The form again (200): the credentials did not sign in, and the try stays counted.
+    if username is not None and response.status_code != 200 and request.user.is_authenticated:
+        ratelimit.login_succeeded(request, username)
     return response
 
 
@@ -86,15 +82,15 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
 
     def post(self, request, *args, **kwargs):
         username = request.data.get("username") if hasattr(request.data, "get") else None
-        wait = ratelimit.login_retry_after(request, username)
+        wait = ratelimit.login_attempt(request, username)
         if wait:
             raise exceptions.Throttled(wait, detail=f"Too many failed sign-ins; try again in {wait} s.")
         try:
             response = super().post(request, *args, **kwargs)
         except exceptions.ValidationError as exc:
             if exc.get_codes() != {"non_field_errors": ["authorization"]}:
+                ratelimit.login_not_checked(request, username)
                 raise  # a field is missing or malformed: 400
-            ratelimit.login_failed(request, username)
             raise exceptions.AuthenticationFailed("Unable to sign in with the username and password given.") from None
         ratelimit.login_succeeded(request, username)
         user = self.credentials.validated_data["user"]
@@ -117,10 +113,9 @@ def signup(request):
     if request.method == "POST":
         limiter = ratelimit.signup_by_address()
         address = ratelimit.client_address(request)
-        wait = limiter.retry_after(address)
+        wait = limiter.take(address)  # checked and counted in one step: parallel sign-ups get no more
         if wait:
             return too_many(request, wait, "sign-ups from this address")
-        limiter.hit(address)
         form = UserCreationForm(request.POST)
         if form.is_valid():
             user = form.save()

@@ -139,6 +139,16 @@ class Limiter:
             return None
         return self.retry_after(identity) or 1
 
+    def give_back(self, identity: str) -> None:
+        """Uncount one event ``take`` counted (a sign-in try that was no failure)."""
+        count_key, _ = self._keys(identity)
+        try:
+            cache.decr(count_key)
+        except ValueError:  # the window ended meanwhile: nothing left to give back
+            pass
+        except Exception:
+            log.warning("rate-limit cache unavailable; %s not given back", self.scope, exc_info=True)
+
     def reset(self, identity: str) -> None:
         try:
             cache.delete_many(list(self._keys(identity)))
@@ -171,19 +181,26 @@ def _account_at(request, username) -> str:
     return f"{normalise_username(username)}\x00{client_address(request)}"
 
 
-def login_retry_after(request, username) -> int | None:
-    """Seconds until this account, from this address, may try to sign in again (the
-    account's failures from this address, and this address's failures on any account)."""
-    waits = [login_by_account().retry_after(_account_at(request, username)),
-             login_by_address().retry_after(client_address(request))]
+def login_attempt(request, username) -> int | None:
+    """Count one sign-in try on this account from this address, and from this address on
+    any account, *before* the password is checked: None when it may be checked, else the
+    seconds to wait. Each count is one atomic step (``Limiter.take``), so twenty tries sent
+    at once get the limit's worth of password checks, not twenty. A try that turns out no
+    failure is given back (``login_succeeded``, ``login_not_checked``)."""
+    waits = [login_by_account().take(_account_at(request, username)),
+             login_by_address().take(client_address(request))]
     waits = [w for w in waits if w]
     return max(waits) if waits else None
 
 
-def login_failed(request, username) -> None:
-    login_by_account().hit(_account_at(request, username))
-    login_by_address().hit(client_address(request))
+def login_not_checked(request, username) -> None:
+    """The try counted by ``login_attempt`` checked no password (a malformed request)."""
+    login_by_account().give_back(_account_at(request, username))
+    login_by_address().give_back(client_address(request))
 
 
 def login_succeeded(request, username) -> None:
+    """A right password: the account's count from this address starts again, and the
+    try is given back to the address's count."""
     login_by_account().reset(_account_at(request, username))
+    login_by_address().give_back(client_address(request))

@@ -7,6 +7,7 @@ from django.core.cache import cache
 from django.test import RequestFactory
 
 from core.ratelimit import address_key, client_address
+from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +78,46 @@ def test_the_anonymous_api_throttle_counts_a_slash_64_as_one_client(demo_tasks):
         AnonRateThrottle.THROTTLE_RATES = original
     assert codes == [200, 200, 200, 429]
     assert elsewhere == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("door", ["/api/auth/token/", "/accounts/login/", "/admin/login/"])
+def test_twenty_wrong_passwords_at_once_get_at_most_the_limit_of_tries(door, settings):
+    """The lockout counts a try before the password is checked, in one atomic step: a
+    script that sends twenty guesses at once gets the limit's worth of answers, not twenty."""
+    import threading
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    get_user_model().objects.create_user("target", password="the-real-password-123")
+    settings.LOGIN_FAILURES_PER_ACCOUNT, settings.LOGIN_FAILURES_PER_ADDRESS = 5, 100
+    barrier, codes, lock = threading.Barrier(20), [], threading.Lock()
+
+    def guess(n):
+        client = Client()
+        barrier.wait()
+        code = client.post(door, {"username": "target", "password": f"guess-{n}"}, REMOTE_ADDR="198.51.100.20").status_code
+        with lock:
+            codes.append(code)
+
+    threads = [threading.Thread(target=guess, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    checked = [code for code in codes if code != 429]
+    assert len(codes) == 20 and len(checked) <= 5, sorted(codes)
+
+
+def test_right_passwords_do_not_use_up_the_address_count(annotator, client, settings):
+    """Tries are counted before the check; a right one is given back, so an office behind
+    one address signs in as often as it likes."""
+    settings.LOGIN_FAILURES_PER_ADDRESS = 3
+    for _ in range(6):
+        assert client.post("/accounts/login/", {"username": "annotator", "password": PASSWORD}).status_code == 302
+        client.logout()
+    assert client.post("/api/auth/token/", {"username": "annotator"}).status_code == 400  # checked nothing
+    for _ in range(3):
+        assert client.post("/api/auth/token/", {"username": "annotator", "password": "x"}).status_code == 401
+    assert client.post("/api/auth/token/", {"username": "annotator", "password": PASSWORD}).status_code == 429
