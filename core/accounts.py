@@ -17,13 +17,16 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import LoginView
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
 
 from . import ratelimit
+from .authentication import current_token, token_expires_at
 from .fields import StrictCharField
 from .parsers import BoundedJSONParser
 
@@ -70,12 +73,15 @@ class CredentialsSerializer(AuthTokenSerializer):
     username = StrictCharField(label="Username", write_only=True, trim_whitespace=False)
     password = StrictCharField(label="Password", style={"input_type": "password"}, trim_whitespace=False,
                                write_only=True)
+    expires_at = serializers.DateTimeField(read_only=True, help_text="When the token stops working "
+                                           "(API_TOKEN_TTL_DAYS after it was made); then ask for a new one.")
 
 
 class ThrottledObtainAuthToken(ObtainAuthToken):
-    """``POST /api/auth/token/``: an API token for a username and password. Wrong
-    credentials are 401; 429 after too many failures (the same counts as the
-    sign-in page)."""
+    """``POST /api/auth/token/``: an API token for a username and password, with when it
+    expires (the same token until then; a new one after). Wrong credentials are 401; 429
+    after too many failures (the same counts as the sign-in page). ``DELETE`` revokes the
+    caller's token."""
 
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
     serializer_class = CredentialsSerializer
@@ -85,21 +91,30 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
         wait = ratelimit.login_attempt(request, username)
         if wait:
             raise exceptions.Throttled(wait, detail=f"Too many failed sign-ins; try again in {wait} s.")
+        credentials = self.get_serializer(data=request.data)
         try:
-            response = super().post(request, *args, **kwargs)
+            credentials.is_valid(raise_exception=True)
         except exceptions.ValidationError as exc:
             if exc.get_codes() != {"non_field_errors": ["authorization"]}:
                 ratelimit.login_not_checked(request, username)
                 raise  # a field is missing or malformed: 400
             raise exceptions.AuthenticationFailed("Unable to sign in with the username and password given.") from None
         ratelimit.login_succeeded(request, username)
-        user = self.credentials.validated_data["user"]
+        user = credentials.validated_data["user"]
+        token = current_token(user)
         user_logged_in.send(sender=user.__class__, request=request, user=user)  # a sign-in, as the page's is
-        return response
+        return Response({"token": token.key,
+                         "expires_at": serializers.DateTimeField().to_representation(token_expires_at(token))})
 
-    def get_serializer(self, *args, **kwargs):
-        self.credentials = super().get_serializer(*args, **kwargs)
-        return self.credentials
+    @extend_schema(request=None, responses={204: OpenApiResponse(description="The token is revoked.")})
+    def delete(self, request, *args, **kwargs):
+        """``DELETE /api/auth/token/``: revoke the caller's API token (sent as
+        ``Authorization: Token <key>``, or the signed-in user's with the session cookie):
+        it stops working at once. 401 without credentials."""
+        if not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated("Send the token to revoke (Authorization: Token <key>), or sign in.")
+        Token.objects.filter(user=request.user).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 obtain_auth_token = extend_schema(tags=["auth"])(ThrottledObtainAuthToken).as_view()

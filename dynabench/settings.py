@@ -399,6 +399,9 @@ LOGIN_FAILURES_PER_ADDRESS = env.int("LOGIN_FAILURES_PER_ADDRESS", default=20)
 LOGIN_FAILURE_WINDOW = env.int("LOGIN_FAILURE_WINDOW", default=15 * 60)
 SIGNUPS_PER_ADDRESS = env.int("SIGNUPS_PER_ADDRESS", default=10)
 SIGNUP_WINDOW = env.int("SIGNUP_WINDOW", default=3600)
+# An API token (POST /api/auth/token/) works this many days from when it was made, then
+# answers 401 "expired"; DELETE /api/auth/token/ revokes it sooner.
+API_TOKEN_TTL_DAYS = _at_least("API_TOKEN_TTL_DAYS", 1, lambda n: env.int(n, default=30))
 # A session token works at most this long after its annotation session began.
 ANNOTATION_SESSION_MAX_AGE = env.int("ANNOTATION_SESSION_MAX_AGE", default=12 * 3600)
 # How long an Idempotency-Key's first answer is kept for retries.
