@@ -119,14 +119,12 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
         raise Gone("This batch of HITs has ended; please return the HIT.")
-    limiter, address = arrivals_limiter(), address_key(address) if address else ""
-    wait = limiter.retry_after(address) if address else None
+    # Checked and counted in one step: a script's arrivals sent at once get no more.
+    wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
     _check_admitted(identity, task)
-    if address:
-        limiter.hit(address)
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 
