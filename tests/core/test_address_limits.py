@@ -88,6 +88,7 @@ def test_twenty_wrong_passwords_at_once_get_at_most_the_limit_of_tries(door, set
     import threading
 
     from django.contrib.auth import get_user_model
+    from django.db import connection
     from django.test import Client
 
     get_user_model().objects.create_user("target", password="the-real-password-123")
@@ -95,11 +96,15 @@ def test_twenty_wrong_passwords_at_once_get_at_most_the_limit_of_tries(door, set
     barrier, codes, lock = threading.Barrier(20), [], threading.Lock()
 
     def guess(n):
-        client = Client()
-        barrier.wait()
-        code = client.post(door, {"username": "target", "password": f"guess-{n}"}, REMOTE_ADDR="198.51.100.20").status_code
-        with lock:
-            codes.append(code)
+        try:
+            client = Client()
+            barrier.wait()
+            code = client.post(door, {"username": "target", "password": f"guess-{n}"},
+                               REMOTE_ADDR="198.51.100.20").status_code
+            with lock:
+                codes.append(code)
+        finally:
+            connection.close()  # each thread's own database connection
 
     threads = [threading.Thread(target=guess, args=(n,)) for n in range(20)]
     for thread in threads:
