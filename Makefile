@@ -14,6 +14,17 @@ export DEBUG
 
 .PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench clean
 
+# DEBUG pages show tracebacks, settings and code to whoever reaches them: a target that
+# serves on HOST refuses a non-loopback HOST while DEBUG is on, before it installs or
+# writes anything. ALLOW_PUBLIC_DEBUG=1 says you mean it (a throwaway machine on a
+# private network); a real deployment runs with DEBUG off (docs/operations.md).
+LOOPBACK_HOSTS := 127.0.0.1 localhost ::1 [::1]
+DEBUG_ON_VALUES := true True TRUE on On ON yes Yes YES y Y 1 ok OK
+SERVING_GOALS := $(filter run serve services,$(or $(MAKECMDGOALS),run))
+ifneq ($(and $(SERVING_GOALS),$(filter $(DEBUG_ON_VALUES),$(DEBUG)),$(filter-out $(LOOPBACK_HOSTS),$(HOST)),$(if $(filter 1,$(ALLOW_PUBLIC_DEBUG)),,refuse)),)
+$(error Refusing to serve DEBUG pages on the public address HOST=$(HOST): with DEBUG on, any visitor who reaches it gets tracebacks with settings and code. Use HOST=127.0.0.1, or run with DEBUG=false (then SECRET_KEY, ADDRESS_HASH_KEY and NUM_PROXIES are required: docs/operations.md), or set ALLOW_PUBLIC_DEBUG=1 if you mean it)
+endif
+
 # The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
 # pip installs without byte-compiling (it compiles every file, one at a time: most of an
 # install's time); Python compiles each module the first time it is imported and keeps

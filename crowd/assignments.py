@@ -9,7 +9,7 @@ assignment row, and the sync pays only once MTurk itself lists that
 - A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
 - Unknown HITs, ended batches, blocked workers (on every task, or on the HIT's
   task) and foreign ``turkSubmitTo``
-  hosts are refused; an address may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
+  hosts are refused; an address (IPv6: its /64) may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
   new assignments per ``MTURK_ARRIVAL_WINDOW``.
 - The session is *provisional*: its validations count only once MTurk confirms
   the assignment (so made-up worker ids cannot decide anyone's examples).
@@ -32,7 +32,7 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from annotation.models import AnnotationSession, Example, Validation
 from annotation.services import sessions
 from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
-from core.ratelimit import Limiter
+from core.ratelimit import Limiter, address_key
 
 from . import mturk, workers
 from .models import Assignment, Batch, Hit, WorkerIdentity
@@ -119,14 +119,12 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
         raise Gone("This batch of HITs has ended; please return the HIT.")
-    limiter = arrivals_limiter()
-    wait = limiter.retry_after(address) if address else None
+    # Checked and counted in one step: a script's arrivals sent at once get no more.
+    wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
     _check_admitted(identity, task)
-    if address:
-        limiter.hit(address)
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 

@@ -34,6 +34,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from core.ratelimit import address_key
 from tasks.models import Task
 from tasks.roles import is_researcher
 
@@ -43,19 +44,18 @@ NotCounted = Validation.NotCounted
 
 
 def address_hash(address: str) -> str:
-    """A keyed hash of the client address (IPv6 by its /64 network); "" for no address
-    and for a loopback one, which is never a client's own (a try-out on the machine
-    itself, or a proxy that hides its clients: ``NUM_PROXIES``)."""
+    """A keyed hash of the client address (IPv6 by its /64 network: ``address_key``, as
+    every per-address limit counts it); "" for no address and for a loopback one, which is
+    never a client's own (a try-out on the machine itself, or a proxy that hides its
+    clients: ``NUM_PROXIES``)."""
     try:
         ip = ipaddress.ip_address((address or "").strip())
     except ValueError:
         return ""
     if ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback):
         return ""
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    key = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
-    return salted_hmac("dynabench.annotation.account-address", key, secret=settings.ADDRESS_HASH_KEY).hexdigest()
+    return salted_hmac("dynabench.annotation.account-address", address_key(str(ip)),
+                       secret=settings.ADDRESS_HASH_KEY).hexdigest()
 
 
 def record_address(user, address: str) -> None:
