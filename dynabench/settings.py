@@ -295,10 +295,18 @@ EXPLANATION_QUEUE_MAX = _at_least("EXPLANATION_QUEUE_MAX", 1, lambda n: env.int(
 # Throttles and sign-in lockouts count on the default cache, so every web process
 # must share it: in service mode it defaults to Redis (the reply-list server);
 # embedded mode keeps it in process memory.
+# A Redis cache signs what it stores (core/cache.py): a value someone else wrote into
+# Redis is never unpickled. Replies from inference workers are signed the same way
+# (core/replies.py). REDIS_SIGNING_KEY keys both (every web process and worker needs
+# the same one); unset, a key derived from SECRET_KEY.
+REDIS_SIGNING_KEY = env.str("REDIS_SIGNING_KEY", default="")
+_UNSIGNED_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 if env("CACHE_URL", default=""):
     CACHES = {"default": env.cache("CACHE_URL")}
+    if CACHES["default"]["BACKEND"] == _UNSIGNED_REDIS_CACHE:
+        CACHES["default"]["BACKEND"] = "core.cache.SignedRedisCache"
 elif INFERENCE_REPLY_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "core.cache.SignedRedisCache",
                           "LOCATION": INFERENCE_REPLY_URL, "KEY_PREFIX": "dynabench"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

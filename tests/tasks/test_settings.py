@@ -86,7 +86,8 @@ def test_service_mode_from_the_environment(tmp_path):
     assert values["sandbox"] is False and "sandbox" not in values["mturk"]
     assert values["data_dir"] == "/srv/data"
     # Throttles and sign-in lockouts count on a cache every web process shares.
-    assert values["cache"] == "django.core.cache.backends.redis.RedisCache"
+    # Signed (core/cache.py): a value someone else wrote into Redis is never unpickled.
+    assert values["cache"] == "core.cache.SignedRedisCache"
     assert values["num_proxies"] == 0  # no client-sent X-Forwarded-For is trusted
 
 
@@ -180,3 +181,26 @@ def test_x_forwarded_proto_is_trusted_only_behind_a_proxy_that_sets_it(tmp_path,
     assert result.returncode == 0, result.stderr
     proxy_ssl = json.loads(result.stdout)["proxy_ssl"]
     assert (proxy_ssl == ["HTTP_X_FORWARDED_PROTO", "https"]) is trusted and (proxy_ssl is None) is not trusted
+
+
+@pytest.mark.parametrize("password, clean", [("", False), (":s3cret-redis-password@", True)])
+def test_check_deploy_refuses_a_redis_without_a_password(tmp_path, password, clean):
+    """Anyone who reaches a Redis without a password can queue tasks and write the
+    cache: production names every Redis with its password (or ACL user)."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["INFERENCE_REPLY_URL"]}
+    env.update(
+        DEBUG="false", SECRET_KEY="x" * 20 + "-production-secret-key-with-enough-entropy-9f8e7d6c",
+        ALLOWED_HOSTS="dynabench.example.org", PUBLIC_BASE_URL="https://dynabench.example.org",
+        DYNABENCH_VAR_DIR=str(tmp_path / "var"),
+        CELERY_BROKER_URL=f"redis://{password}redis.internal:6379/0",
+        CELERY_RESULT_BACKEND=f"redis://{password}redis.internal:6379/1",
+        CACHE_URL=f"rediscache://{password}redis.internal:6379/2",
+    )
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if clean:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode != 0
+        assert "dynabench.E101" in result.stderr and "CELERY_BROKER_URL" in result.stderr
+        assert "CACHE_URL" in result.stderr
