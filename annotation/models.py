@@ -239,6 +239,7 @@ class Validation(models.Model):
         PROVISIONAL = "provisional", "Made in an MTurk assignment that MTurk has not confirmed yet"
         NEW_ACCOUNT = "new_account", "The validator's account was too new"
         UNTRUSTED = "untrusted", "A paid example, and the validator had not earned trust on the task"
+        SAME_PERSON = "same_person", "A paid example, and the validator (a researcher) counts as its writer"
 
     counted = models.BooleanField(
         default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
