@@ -204,3 +204,20 @@ def test_check_deploy_refuses_a_redis_without_a_password(tmp_path, password, cle
         assert result.returncode != 0
         assert "dynabench.E101" in result.stderr and "CELERY_BROKER_URL" in result.stderr
         assert "CACHE_URL" in result.stderr
+
+
+def test_training_jobs_are_bounded_unless_a_deployment_says_otherwise(tmp_path):
+    """Submission checks wait on the training worker: a training job asking for a
+    million steps cannot hold it for days by default."""
+    probe = ("import django; from django.conf import settings; django.setup(); "
+             "print(settings.TRAINING_MAX_STEPS, settings.SUBMISSION_CHECKS_QUEUED)")
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["TRAINING_MAX_STEPS"]}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), DEBUG="true")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["10000", "2"]
+    env["TRAINING_MAX_STEPS"] = "0"  # a deployment with its own training machines lifts it
+    lifted = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert lifted.stdout.split()[0] == "None"
