@@ -202,7 +202,7 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     target = None if config.task_type == EXTRACTIVE_QA else member["label"]
     context_fields = example.context.fields if example.context_id else None
     explanation = explain_with(target_model(model_version), model_inputs(example.task, context_fields, example.inputs),
-                               target, n_steps)
+                               target, n_steps, account=user.pk)
     if config.task_type == EXTRACTIVE_QA:  # name the fields as the task does
         names = dict(zip(["passage", "question"], config.model_inputs, strict=True))
         for word in explanation["words"]:
