@@ -764,7 +764,14 @@ def test_made_up_validators_decide_nothing_and_earn_no_one_a_bonus(live_tasks, c
     assert bonuses.pay_bonuses().paid == 0 and crowd.bonuses == []
 
 
+def allow_examples_per_assignment(task, count):
+    """The task config's cap on examples per assignment (by default twice the HIT's own)."""
+    task.config = {**task.config, "crowd_limits": {"examples_per_assignment": count}}
+    task.save()
+
+
 def test_the_bonus_is_capped_at_the_examples_the_hit_asked_for(live_tasks, crowd, client, researcher):
+    allow_examples_per_assignment(live_tasks["sentiment"], 8)
     batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=1, examples_per_assignment=2)
     hit = batch.hit_rows.first()
     assignment_id = crowd.accept(hit.hit_id, WORKER)
@@ -784,6 +791,7 @@ def test_the_bonus_is_capped_at_the_examples_the_hit_asked_for(live_tasks, crowd
 
 
 def test_junk_under_a_real_workers_id_does_not_spoil_their_quality(live_tasks, crowd, client, researcher):
+    allow_examples_per_assignment(live_tasks["sentiment"], 6)
     batch = make_batch(live_tasks["sentiment"], quality_block_threshold=0.5)
     hit = batch.hit_rows.first()
     # Someone uses the real worker's id with a made-up assignment and writes junk ...
