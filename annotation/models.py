@@ -239,6 +239,7 @@ class Validation(models.Model):
         PROVISIONAL = "provisional", "Made in an MTurk assignment that MTurk has not confirmed yet"
         NEW_ACCOUNT = "new_account", "The validator's account was too new"
         UNTRUSTED = "untrusted", "A paid example, and the validator had not earned trust on the task"
+        SAME_PERSON = "same_person", "A paid example, and the validator (a researcher) counts as its writer"
 
     counted = models.BooleanField(
         default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
@@ -357,6 +358,9 @@ class AnnotationSession(models.Model):
     examples_fooled = models.PositiveIntegerField(default=0)
     validations_done = models.PositiveIntegerField(default=0)
     mturk_assignment_id = models.CharField(max_length=64, blank=True)
+    max_examples = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The most examples this session may write, retracted ones included "
+                                         "(an MTurk assignment's cap); empty: no cap.")
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ANY, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True,
                                       help_text="When it ends, if set (instead of the default maximum age).")

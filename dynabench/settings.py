@@ -229,9 +229,10 @@ EMBEDDED_JOB_STALE_SECONDS = env.int("EMBEDDED_JOB_STALE_SECONDS", default=60)
 # Embedded mode runs jobs on a background thread of the web process; inline (in the
 # caller) is for tests and one-shot commands.
 JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)
-# An upper bound on the optimizer steps of any one training job (unset: none), so a
-# typo in epochs cannot hold a shared training worker for a day.
-TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
+# An upper bound on the optimizer steps of any one training job (0: none), so a typo in
+# epochs cannot hold the shared training worker (submission checks wait there too) for
+# a day.
+TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=10_000) or None
 # Seconds one evaluation job may score for (checked after every batch); past it the
 # job fails with a readable error, its partial evaluations kept.
 EVALUATION_TIME_LIMIT = env.int("EVALUATION_TIME_LIMIT", default=3 * 3600)
@@ -308,10 +309,18 @@ EXPLANATION_QUEUE_MAX = _at_least("EXPLANATION_QUEUE_MAX", 1, lambda n: env.int(
 # Throttles and sign-in lockouts count on the default cache, so every web process
 # must share it: in service mode it defaults to Redis (the reply-list server);
 # embedded mode keeps it in process memory.
+# A Redis cache signs what it stores (core/cache.py): a value someone else wrote into
+# Redis is never unpickled. Replies from inference workers are signed the same way
+# (core/replies.py). REDIS_SIGNING_KEY keys both (every web process and worker needs
+# the same one); unset, a key derived from SECRET_KEY.
+REDIS_SIGNING_KEY = env.str("REDIS_SIGNING_KEY", default="")
+_UNSIGNED_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 if env("CACHE_URL", default=""):
     CACHES = {"default": env.cache("CACHE_URL")}
+    if CACHES["default"]["BACKEND"] == _UNSIGNED_REDIS_CACHE:
+        CACHES["default"]["BACKEND"] = "core.cache.SignedRedisCache"
 elif INFERENCE_REPLY_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "core.cache.SignedRedisCache",
                           "LOCATION": INFERENCE_REPLY_URL, "KEY_PREFIX": "dynabench"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -488,6 +497,9 @@ CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 # byte after the limit is never stored.
 SUBMISSION_MAX_BYTES = env.int("SUBMISSION_MAX_BYTES", default=600 * 1000 * 1000)
 SUBMISSIONS_PER_DAY = env.int("SUBMISSIONS_PER_DAY", default=3)
+# Check jobs one user may have queued or running at once (every task together): they
+# share the training worker.
+SUBMISSION_CHECKS_QUEUED = _at_least("SUBMISSION_CHECKS_QUEUED", 1, lambda n: env.int(n, default=2))
 # A submitted model is unpacked, loaded, run and saved by a worker job, in a child
 # process (ml.sandbox) with at most this much address space (MiB) and wall time
 # (seconds), and this many torch threads. Over either limit the submission is

@@ -14,6 +14,10 @@ has reason to trust.
   else's vote is stored and shown with ``not_counted_because = "untrusted"``; it
   moves no counter, so it neither decides the example nor moves the public
   verified error rate.
+- **Nobody is paid on their own say-so.** A researcher may decide examples of
+  accounts that count as them (a test of their own task), but on a paid example
+  that decision is stored with ``not_counted_because = "same_person"``: it does
+  not decide the example, and so does not pay it.
 - **New accounts wait.** A site account's votes count only once the account is
   ``VALIDATOR_MIN_ACCOUNT_AGE`` seconds old: a time window cannot be bought in bulk.
 
@@ -123,7 +127,8 @@ class Standing:
 def reference_decisions(task: Task):
     """The task's examples decided by votes the validator could not have bought: a
     researcher's decision, or a paid example's (decided only by trusted votes)."""
-    by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER).exclude(label="")
+    by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER,
+                                              counted=True).exclude(label="")
     return (Example.objects.filter(task=task, validation_status__in=[Example.ValidationStatus.VERIFIED,
                                                                      Example.ValidationStatus.REJECTED])
             .filter(Q(session__mturk_assignment_id__gt="") | Exists(by_researcher)))
@@ -150,8 +155,11 @@ def account_too_new(user) -> bool:
 def why_not_counted(example: Example, validator, session: AnnotationSession | None) -> str:
     """Why ``validator``'s decision on ``example``, made in ``session``, does not count
     towards its outcome ("" when it counts). The caller has already refused the
-    writer and accounts that count as the writer."""
+    writer and accounts that count as the writer, except for researchers: they may
+    decide such an example, but on a paid one their decision does not count."""
     if is_researcher(validator, example.task):
+        if is_paid(example) and counts_as_writer(validator, example):
+            return NotCounted.SAME_PERSON
         return NotCounted.COUNTED
     if session is not None and session.provisional:
         return NotCounted.PROVISIONAL
@@ -170,6 +178,9 @@ EXPLANATIONS = {
                             "account is {age} old.",
     NotCounted.UNTRUSTED: "Your decision is stored, but it does not decide this example: examples that earn "
                           "money are decided by validators who have earned trust on the task ({standing}).",
+    NotCounted.SAME_PERSON: "Your decision is stored, but it does not decide this example: it earns money, and "
+                            "your account was seen at an address its writer uses, so it counts as the writer's. "
+                            "Another researcher or the task's validators decide it.",
 }
 
 

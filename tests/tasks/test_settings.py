@@ -88,7 +88,8 @@ def test_service_mode_from_the_environment(tmp_path):
     assert values["sandbox"] is False and "sandbox" not in values["mturk"]
     assert values["data_dir"] == "/srv/data"
     # Throttles and sign-in lockouts count on a cache every web process shares.
-    assert values["cache"] == "django.core.cache.backends.redis.RedisCache"
+    # Signed (core/cache.py): a value someone else wrote into Redis is never unpickled.
+    assert values["cache"] == "core.cache.SignedRedisCache"
     assert values["num_proxies"] == 0  # no client-sent X-Forwarded-For is trusted
 
 
@@ -231,3 +232,43 @@ def test_rotating_the_secret_key_keeps_the_same_person_links(tmp_path):
     dev_after = json.loads(run_keys(tmp_path, DEBUG="true", SECRET_KEY="new-" + "k" * 50).stdout)
     assert dev_before["hash"] == dev_after["hash"] and dev_before["address_key"] != "old-" + "k" * 50
     assert (tmp_path / "var" / "address_hash_key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("password, clean", [("", False), (":s3cret-redis-password@", True)])
+def test_check_deploy_refuses_a_redis_without_a_password(tmp_path, password, clean):
+    """Anyone who reaches a Redis without a password can queue tasks and write the
+    cache: production names every Redis with its password (or ACL user)."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["INFERENCE_REPLY_URL"]}
+    env.update(
+        DEBUG="false", SECRET_KEY="x" * 20 + "-production-secret-key-with-enough-entropy-9f8e7d6c",
+        ALLOWED_HOSTS="dynabench.example.org", PUBLIC_BASE_URL="https://dynabench.example.org",
+        DYNABENCH_VAR_DIR=str(tmp_path / "var"), **PRODUCTION,
+        CELERY_BROKER_URL=f"redis://{password}redis.internal:6379/0",
+        CELERY_RESULT_BACKEND=f"redis://{password}redis.internal:6379/1",
+        CACHE_URL=f"rediscache://{password}redis.internal:6379/2",
+    )
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if clean:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode != 0
+        assert "dynabench.E101" in result.stderr and "CELERY_BROKER_URL" in result.stderr
+        assert "CACHE_URL" in result.stderr
+
+
+def test_training_jobs_are_bounded_unless_a_deployment_says_otherwise(tmp_path):
+    """Submission checks wait on the training worker: a training job asking for a
+    million steps cannot hold it for days by default."""
+    probe = ("import django; from django.conf import settings; django.setup(); "
+             "print(settings.TRAINING_MAX_STEPS, settings.SUBMISSION_CHECKS_QUEUED)")
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["TRAINING_MAX_STEPS"]}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), DEBUG="true")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["10000", "2"]
+    env["TRAINING_MAX_STEPS"] = "0"  # a deployment with its own training machines lifts it
+    lifted = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert lifted.stdout.split()[0] == "None"
