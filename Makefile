@@ -14,6 +14,17 @@ export DEBUG
 
 .PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench clean
 
+# DEBUG pages show tracebacks, settings and code to whoever reaches them: a target that
+# serves on HOST refuses a non-loopback HOST while DEBUG is on, before it installs or
+# writes anything. ALLOW_PUBLIC_DEBUG=1 says you mean it (a throwaway machine on a
+# private network); a real deployment runs with DEBUG off (docs/operations.md).
+LOOPBACK_HOSTS := 127.0.0.1 localhost ::1 [::1]
+DEBUG_ON_VALUES := true True TRUE on On ON yes Yes YES y Y 1 ok OK
+SERVING_GOALS := $(filter run serve services,$(or $(MAKECMDGOALS),run))
+ifneq ($(and $(SERVING_GOALS),$(filter $(DEBUG_ON_VALUES),$(DEBUG)),$(filter-out $(LOOPBACK_HOSTS),$(HOST)),$(if $(filter 1,$(ALLOW_PUBLIC_DEBUG)),,refuse)),)
+$(error Refusing to serve DEBUG pages on the public address HOST=$(HOST): with DEBUG on, any visitor who reaches it gets tracebacks with settings and code. Use HOST=127.0.0.1, or run with DEBUG=false (then SECRET_KEY, ADDRESS_HASH_KEY and NUM_PROXIES are required: docs/operations.md), or set ALLOW_PUBLIC_DEBUG=1 if you mean it)
+endif
+
 # The venv is rebuilt only when requirements.txt changes: a second `make run` is quick.
 # pip installs without byte-compiling (it compiles every file, one at a time: most of an
 # install's time); Python compiles each module the first time it is imported and keeps
@@ -72,11 +83,17 @@ endif
 # The database is created if missing, migrated and given the demo; the demo's models are
 # trained by the training worker. Scale a process: make services HONCHO_ARGS="-c inference=2".
 SERVICES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dynabench
-SERVICES_REDIS ?= redis://127.0.0.1:6379
+# Redis with a password (requirepass, or an ACL user as USER:PASSWORD): anyone who can
+# write to it can queue tasks and plant cache values. Set it to the server's password;
+# make services warns when it is empty (a Redis on loopback for a one-machine try-out).
+SERVICES_REDIS_PASSWORD ?=
+SERVICES_REDIS_AUTH := $(if $(SERVICES_REDIS_PASSWORD),$(if $(findstring :,$(SERVICES_REDIS_PASSWORD)),,:)$(SERVICES_REDIS_PASSWORD)@,)
+SERVICES_REDIS ?= redis://$(SERVICES_REDIS_AUTH)127.0.0.1:6379
 SERVICES_BROKER ?= $(SERVICES_REDIS)/0
 SERVICES_RESULTS ?= $(SERVICES_REDIS)/1
 SERVICES_CACHE ?= rediscache://$(subst redis://,,$(SERVICES_REDIS))/2
 services: install
+	@[ -n "$(SERVICES_REDIS_PASSWORD)" ] || case "$(SERVICES_REDIS)" in *@*) ;; *) echo "make services: warning: Redis without a password ($(SERVICES_REDIS)); set SERVICES_REDIS_PASSWORD (docs/operations.md)" >&2;; esac
 	@$(PY) -c 'import sys, psycopg, environ; url = environ.Env.db_url_config("$(SERVICES_DATABASE_URL)"); 	  conn = psycopg.connect(host=url["HOST"], port=url["PORT"] or 5432, user=url["USER"], password=url["PASSWORD"] or None, dbname="postgres", autocommit=True); 	  exists = conn.execute("select 1 from pg_database where datname = %s", (url["NAME"],)).fetchone(); 	  exists or conn.execute("create database " + url["NAME"]); print("database", url["NAME"], "ready")'
 	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER) $(PY) manage.py migrate --noinput
 	DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER) CELERY_RESULT_BACKEND=$(SERVICES_RESULTS) 	  CACHE_URL=$(SERVICES_CACHE) $(PY) manage.py bootstrap_demo --background

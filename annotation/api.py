@@ -11,11 +11,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import generics, permissions, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from core.errors import Forbidden, InvalidInput, NotFound
 from core.pagination import KeysetPagination
+from core.ratelimit import ScopedRateThrottle
 from tasks import services as task_services
 from tasks.models import ModelVersion, Round
 from tasks.roles import is_researcher

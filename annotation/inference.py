@@ -33,7 +33,7 @@ from celery import current_app
 from django.conf import settings
 
 from core import replies, slots
-from core.errors import InvalidInput, Unavailable, queue_errors
+from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
 from tasks.jobs import celery_task
 from tasks.registry import TargetModel, open_round_with_models
 
@@ -226,10 +226,29 @@ def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dic
     return call(celery_task("annotation.predict"), runtime.predict_batched, [m.message() for m in models], rows_inputs)
 
 
-def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10) -> dict:
-    """An explanation, in its own lane: the explain thread, or the ``explain`` queue."""
-    return call(celery_task("annotation.explain"), runtime.explain_ref, model.message(), inputs, target, n_steps, what="explanation",
-                executor=runtime.ExplanationLane(), queue="explain")
+def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10, *, account=None) -> dict:
+    """An explanation, in its own lane: the explain thread, or the ``explain`` queue.
+    With ``account`` (a user's id), that account holds at most one explanation slot at
+    a time, across every web process: a second call while one waits or runs is a 429
+    at once (``core.slots.exclusive``), so one account cannot fill the lane."""
+    if account is None:
+        return _explain(model, inputs, target, n_steps)
+    try:
+        with slots.exclusive(settings.INFERENCE_REPLY_URL, f"explain-account:{account}",
+                             ttl=settings.INFERENCE_TIMEOUT + replies.SOCKET_MARGIN):
+            return _explain(model, inputs, target, n_steps)
+    except slots.Held:
+        raise TooMany("You already have an explanation waiting or running; nothing was stored. Ask again when it "
+                      "has answered.", retry_after=5) from None
+    except queue_errors() as exc:
+        log.warning("explanation slots unavailable: %s: %s", type(exc).__name__, exc)
+        raise InferenceUnavailable("The model queue is unreachable right now; nothing was stored. "
+                                   "Try again shortly.") from exc
+
+
+def _explain(model: TargetModel, inputs: dict, target, n_steps: int) -> dict:
+    return call(celery_task("annotation.explain"), runtime.explain_ref, model.message(), inputs, target, n_steps,
+                what="explanation", executor=runtime.ExplanationLane(), queue="explain")
 
 
 # --- model prefetch in embedded mode ----------------------------------------------------------

@@ -250,6 +250,7 @@ class Validation(models.Model):
         PROVISIONAL = "provisional", "Made in an MTurk assignment that MTurk has not confirmed yet"
         NEW_ACCOUNT = "new_account", "The validator's account was too new"
         UNTRUSTED = "untrusted", "The validator had not earned trust on the task"
+        SAME_PERSON = "same_person", "A paid example, and the validator (a researcher) counts as its writer"
         GOLD = "gold", "A known-answer (gold) item: the answer is evidence about the validator"
         FAILED_GOLD = "failed_gold", "The validator failed too many of the task's gold items"
 
@@ -392,6 +393,9 @@ class AnnotationSession(models.Model):
     examples_fooled = models.PositiveIntegerField(default=0)
     validations_done = models.PositiveIntegerField(default=0)
     mturk_assignment_id = models.CharField(max_length=64, blank=True)
+    max_examples = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The most examples this session may write, retracted ones included "
+                                         "(an MTurk assignment's cap); empty: no cap.")
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ANY, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True,
                                       help_text="When it ends, if set (instead of the default maximum age).")

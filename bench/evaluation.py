@@ -60,6 +60,7 @@ def main() -> None:
 
         import ml
         from annotation.models import Example
+        from annotation.services import counters
         from leaderboard.evaluation import evaluate_model
         from leaderboard.rows import ml_spec, read_seed_rows
         from tasks.models import Round
@@ -69,7 +70,7 @@ def main() -> None:
         task, _ = create_task(load_definition("sentiment"))
         static = Round.objects.create(task=task, number=0, status=Round.Status.CLOSED)
         rows = sentences(args.examples)
-        Example.objects.bulk_create(
+        counters.record_new(Example.objects.bulk_create(
             [
                 Example(
                     task=task,
@@ -83,7 +84,7 @@ def main() -> None:
                 )
                 for i, (text, label) in enumerate(rows)
             ]
-        )
+        ))
         spec = ml_spec(task)
         seed = read_seed_rows("sentiment")["train"][:16]
         info = ml.train(spec, seed, [], Path(folder) / "model", max_steps=2, epochs=1, batch_size=8)

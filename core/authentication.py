@@ -1,13 +1,37 @@
-"""API token authentication that does not ignore what it cannot read."""
+"""API token authentication that does not ignore what it cannot read, and tokens that end.
 
+An API token (``POST /api/auth/token/``) works for ``API_TOKEN_TTL_DAYS`` days from
+when it was made; after that it is refused (401) with a message that says so, and the
+next ``POST /api/auth/token/`` gives a new one. ``DELETE /api/auth/token/`` revokes the
+caller's token at once.
+"""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.authtoken.models import Token
+
+
+def token_expires_at(token: Token) -> datetime:
+    return token.created + timedelta(days=settings.API_TOKEN_TTL_DAYS)
+
+
+def current_token(user) -> Token:
+    """``user``'s API token: the one they hold while it lasts, else a new one (an expired
+    token is deleted first)."""
+    Token.objects.filter(user=user, created__lte=timezone.now() - timedelta(days=settings.API_TOKEN_TTL_DAYS)).delete()
+    token, _ = Token.objects.get_or_create(user=user)
+    return token
 
 
 class StrictTokenAuthentication(TokenAuthentication):
     """``Authorization: Token <key>``. DRF's class skips an Authorization header in any
     other form, so a request carrying garbage there could still pass on another
-    credential; here any Authorization header must be a valid token (401 otherwise)."""
+    credential; here any Authorization header must be a valid token (401 otherwise).
+    A token older than ``API_TOKEN_TTL_DAYS`` days is refused as expired."""
 
     def authenticate(self, request):
         header = get_authorization_header(request)
@@ -17,3 +41,11 @@ class StrictTokenAuthentication(TokenAuthentication):
                 f"Unsupported Authorization header: send 'Authorization: {self.keyword} <key>' "
                 "(keys come from POST /api/auth/token/).")
         return super().authenticate(request)
+
+    def authenticate_credentials(self, key):
+        user, token = super().authenticate_credentials(key)
+        if timezone.now() >= token_expires_at(token):
+            raise exceptions.AuthenticationFailed(
+                f"This API token expired on {token_expires_at(token):%Y-%m-%d %H:%M} UTC (tokens last "
+                f"{settings.API_TOKEN_TTL_DAYS} days); get a new one from POST /api/auth/token/.")
+        return user, token

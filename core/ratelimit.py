@@ -8,14 +8,21 @@ Counting is atomic (``cache.add`` + ``cache.incr``). If the cache is down the
 limiter lets the request through and logs it: the lockout is defence in depth,
 and an outage must not lock everyone out.
 
-``client_ip`` is the address the API throttles use too: ``REMOTE_ADDR``, or,
-behind ``NUM_PROXIES`` trusted proxies, the address they saw. A client's own
+``client_ip`` is the client's address: ``REMOTE_ADDR``, or, behind
+``NUM_PROXIES`` trusted proxies, the address they saw. A client's own
 ``X-Forwarded-For`` is never trusted unless ``NUM_PROXIES`` is set.
+
+Every per-address limit (sign-in, sign-up, HIT arrivals, the API throttles of
+anonymous clients) counts by ``address_key``: an IPv6 address by its /64 network,
+as the same-person check does. One machine, one home line or one cloud server is
+usually given a whole /64, so stepping through its addresses must not buy fresh
+counts.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 import time
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
+from rest_framework import throttling
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
@@ -42,8 +50,47 @@ def page_wait(request) -> int | None:
 
 
 def client_ip(request) -> str:
-    """The client's address as the API throttles see it (DRF's ``get_ident`` with ``NUM_PROXIES``)."""
+    """The client's address (DRF's ``get_ident`` with ``NUM_PROXIES``)."""
     return BaseThrottle().get_ident(request) or "unknown"
+
+
+def address_key(address: str) -> str:
+    """What names one client in a per-address count: an IPv4 address as it is, an IPv6
+    address by its /64 network, an IPv4-mapped IPv6 address as its IPv4 address. Text
+    that is no address is kept as it is (it still counts, as itself)."""
+    try:
+        ip = ipaddress.ip_address((address or "").strip())
+    except ValueError:
+        return address or "unknown"
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if ip.version == 6:
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+    return str(ip)
+
+
+def client_address(request) -> str:
+    """The key of the client's per-address counts (``address_key`` of ``client_ip``)."""
+    return address_key(client_ip(request))
+
+
+class _ByAddressKey:
+    """A DRF throttle that counts anonymous clients by ``address_key``."""
+
+    def get_ident(self, request):
+        return address_key(super().get_ident(request))
+
+
+class AnonRateThrottle(_ByAddressKey, throttling.AnonRateThrottle):
+    pass
+
+
+class UserRateThrottle(_ByAddressKey, throttling.UserRateThrottle):
+    pass
+
+
+class ScopedRateThrottle(_ByAddressKey, throttling.ScopedRateThrottle):
+    pass
 
 
 @dataclass(frozen=True)
@@ -92,6 +139,16 @@ class Limiter:
             return None
         return self.retry_after(identity) or 1
 
+    def give_back(self, identity: str) -> None:
+        """Uncount one event ``take`` counted (a sign-in try that was no failure)."""
+        count_key, _ = self._keys(identity)
+        try:
+            cache.decr(count_key)
+        except ValueError:  # the window ended meanwhile: nothing left to give back
+            pass
+        except Exception:
+            log.warning("rate-limit cache unavailable; %s not given back", self.scope, exc_info=True)
+
     def reset(self, identity: str) -> None:
         try:
             cache.delete_many(list(self._keys(identity)))
@@ -121,22 +178,29 @@ def normalise_username(username) -> str:
 
 
 def _account_at(request, username) -> str:
-    return f"{normalise_username(username)}\x00{client_ip(request)}"
+    return f"{normalise_username(username)}\x00{client_address(request)}"
 
 
-def login_retry_after(request, username) -> int | None:
-    """Seconds until this account, from this address, may try to sign in again (the
-    account's failures from this address, and this address's failures on any account)."""
-    waits = [login_by_account().retry_after(_account_at(request, username)),
-             login_by_address().retry_after(client_ip(request))]
+def login_attempt(request, username) -> int | None:
+    """Count one sign-in try on this account from this address, and from this address on
+    any account, *before* the password is checked: None when it may be checked, else the
+    seconds to wait. Each count is one atomic step (``Limiter.take``), so twenty tries sent
+    at once get the limit's worth of password checks, not twenty. A try that turns out no
+    failure is given back (``login_succeeded``, ``login_not_checked``)."""
+    waits = [login_by_account().take(_account_at(request, username)),
+             login_by_address().take(client_address(request))]
     waits = [w for w in waits if w]
     return max(waits) if waits else None
 
 
-def login_failed(request, username) -> None:
-    login_by_account().hit(_account_at(request, username))
-    login_by_address().hit(client_ip(request))
+def login_not_checked(request, username) -> None:
+    """The try counted by ``login_attempt`` checked no password (a malformed request)."""
+    login_by_account().give_back(_account_at(request, username))
+    login_by_address().give_back(client_address(request))
 
 
 def login_succeeded(request, username) -> None:
+    """A right password: the account's count from this address starts again, and the
+    try is given back to the address's count."""
     login_by_account().reset(_account_at(request, username))
+    login_by_address().give_back(client_address(request))

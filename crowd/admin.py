@@ -265,7 +265,8 @@ class BatchAdmin(TaskScopedAdmin):
                 form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
             else:
                 if batch.status == Batch.Status.AWAITING_APPROVAL:
-                    self.message_user(request, f"Batch {batch.pk} may cost up to ${batch.max_cost:.2f}, over "
+                    self.message_user(request, f"Batch {batch.pk} may cost up to ${batch.max_cost:.2f}; with what "
+                                               "you published alone on this task in the last 24 hours that is over "
                                                f"CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}): "
                                                "nothing is posted until a superuser other than you approves it.",
                                       messages.WARNING)

@@ -9,10 +9,14 @@ assignment row, and the sync pays only once MTurk itself lists that
 - A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
 - Unknown HITs, ended batches, blocked workers (on every task, or on the HIT's
   task) and foreign ``turkSubmitTo``
-  hosts are refused; an address may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
+  hosts are refused; an address (IPv6: its /64) may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
   new assignments per ``MTURK_ARRIVAL_WINDOW``.
 - The session is *provisional*: its validations count only once MTurk confirms
   the assignment (so made-up worker ids cannot decide anyone's examples).
+- Made-up worker ids on a public HIT id are bounded: a writing assignment writes
+  at most ``examples_cap`` examples (each costs a model pass), and a HIT holds at
+  most ``unconfirmed_cap`` open assignments MTurk has not confirmed; one more
+  arrival is a 409 (the task config's ``crowd_limits``).
 - The assignment's session token works on its task's annotation endpoints for
   the batch's kind of work only, until the assignment's deadline; submitting
   ends it, so a replayed assignment cannot write again.
@@ -32,7 +36,7 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from annotation.models import AnnotationSession, Example, Validation
 from annotation.services import sessions
 from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
-from core.ratelimit import Limiter
+from core.ratelimit import Limiter, address_key
 
 from . import mturk, workers
 from .models import Assignment, Batch, Hit, WorkerIdentity
@@ -119,14 +123,12 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
         raise Gone("This batch of HITs has ended; please return the HIT.")
-    limiter = arrivals_limiter()
-    wait = limiter.retry_after(address) if address else None
+    # Checked and counted in one step: a script's arrivals sent at once get no more.
+    wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
     _check_admitted(identity, task)
-    if address:
-        limiter.hit(address)
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 
@@ -149,18 +151,43 @@ def _resume(existing: Assignment, hit: Hit) -> Assignment:
     return existing
 
 
+def examples_cap(batch: Batch) -> int:
+    """The most examples one assignment of ``batch`` may write: the task config's
+    ``crowd_limits.examples_per_assignment``, by default twice the HIT's own number
+    (room to retract and rewrite), never fewer than the HIT asks for."""
+    configured = batch.task.parsed_config.crowd_limits.get("examples_per_assignment")
+    return max(batch.examples_per_assignment, configured or 2 * batch.examples_per_assignment)
+
+
+def unconfirmed_cap(batch: Batch) -> int:
+    """The most open assignments (working, or finished here) that MTurk has not
+    confirmed, on one HIT of ``batch``: ``crowd_limits.unconfirmed_per_hit``, by
+    default twice the HIT's assignments plus 2 (returned ones stay open here until
+    their deadline or the next sync)."""
+    configured = batch.task.parsed_config.crowd_limits.get("unconfirmed_per_hit")
+    return configured or 2 * batch.assignments_per_hit + 2
+
+
 def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIdentity,
                     submit_to: str) -> Assignment:
     now = timezone.now()
     deadline = now + timedelta(seconds=batch.assignment_duration_seconds)
+    cap = examples_cap(batch) if batch.mode == Batch.Mode.CREATE else None
     # MTurk may hand a returned assignment's id to the next worker, so another
     # worker's row with this id is left alone here (a URL proves nothing; ending it
     # would let anyone who learnt the id push its worker out): the sync marks it
     # returned once MTurk lists the id under someone else, or its deadline passes.
     with transaction.atomic():
+        Hit.objects.select_for_update().filter(pk=hit.pk).first()  # arrivals on one HIT count one at a time
+        unconfirmed = Assignment.objects.filter(hit=hit, verified_at__isnull=True, status__in=[
+            Assignment.Status.WORKING, Assignment.Status.FINISHED]).count()
+        if unconfirmed >= unconfirmed_cap(batch):
+            raise Conflict(f"This HIT already has {unconfirmed} assignments open that MTurk has not confirmed, "
+                           "more than it gives out; please return the HIT or try again later.")
         # Provisional: its validations count only once MTurk confirms the assignment.
         session = sessions.start_session(identity.user, batch.task, mturk_assignment_id=assignment_id,
-                                         mode=batch.mode, expires_at=deadline, provisional=True)
+                                         mode=batch.mode, expires_at=deadline, provisional=True,
+                                         max_examples=cap)
         try:
             with transaction.atomic():
                 return Assignment.objects.create(hit=hit, assignment_id=assignment_id, worker=identity,

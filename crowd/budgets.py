@@ -16,15 +16,20 @@
 - **Two people for large batches.** A batch whose most exceeds
   ``CROWD_APPROVAL_THRESHOLD`` waits for a superuser's approval, another person's
   than its creator's (``publishing.approve``), and the money is checked again then.
+  What counts is the new batch's most *plus* what the same person published alone
+  on the same task and site in the last 24 hours (``published_alone``), so ten
+  batches just under the threshold wait as one large one would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput
@@ -125,8 +130,28 @@ def check_money(task: Task, sandbox: bool, most: Decimal, balance: Decimal, *,
     check_balance(sandbox, balance, most, excluding=excluding)
 
 
-def needs_approval(most: Decimal) -> bool:
-    return most > Decimal(settings.CROWD_APPROVAL_THRESHOLD)
+# The window in which one person's batches on one task add up toward the threshold.
+APPROVAL_WINDOW = timedelta(hours=24)
+
+
+def published_alone(task: Task, sandbox: bool, user) -> Decimal:
+    """The most that the batches ``user`` (None: the command line) published on
+    ``task`` in the last ``APPROVAL_WINDOW`` without a second person may cost:
+    batches a superuser approved, and cancelled ones, do not count."""
+    batches = site_batches(sandbox).filter(task=task, created_at__gte=timezone.now() - APPROVAL_WINDOW,
+                                           approved_by__isnull=True)
+    batches = batches.filter(created_by=user) if user is not None else batches.filter(created_by__isnull=True)
+    batches = batches.exclude(status__in=[Batch.Status.CANCELLED, Batch.Status.AWAITING_APPROVAL])
+    return batches.aggregate(total=Sum("max_cost"))["total"] or Decimal("0")
+
+
+def needs_approval(most: Decimal, *, task: Task, sandbox: bool, user) -> bool:
+    """Whether a new batch that may cost ``most`` waits for a second person: with what
+    its creator published alone on the task in the rolling day, it exceeds
+    ``CROWD_APPROVAL_THRESHOLD``. Call it under the site's lock (``check_money``), so
+    two batches published at once are counted together."""
+    threshold = Decimal(settings.CROWD_APPROVAL_THRESHOLD)
+    return most > threshold or published_alone(task, sandbox, user) + most > threshold
 
 
 def set_budget(task: Task, amount: Decimal, user, note: str = "") -> CrowdBudget:

@@ -116,6 +116,10 @@ class Batch(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="When its HITs stop taking workers.")
     finished_at = models.DateTimeField(null=True, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
+    # The sync's lock (crowd.sync.SyncLock): the running sync's token, and until when it
+    # holds the batch unless it renews. Taken, renewed and released by compare-and-set.
+    sync_holder = models.CharField(max_length=32, blank=True, editable=False)
+    sync_held_until = models.DateTimeField(null=True, blank=True, editable=False)
     quality_checked_until = models.DateTimeField(
         null=True, blank=True,
         help_text="The quality check's watermark: evidence stamped before this (less an overlap) was judged "

@@ -171,9 +171,9 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
     sandbox = settings.MTURK_SANDBOX
     budgets.check_budget(req.task, sandbox, most)  # an early answer, before MTurk is asked anything
     balance = mturk.account_balance(sandbox=sandbox)
-    waits = budgets.needs_approval(most)
     with transaction.atomic():
         budgets.check_money(req.task, sandbox, most, balance)  # again, under the lock
+        waits = budgets.needs_approval(most, task=req.task, sandbox=sandbox, user=user)
         batch = Batch.objects.create(
             task=req.task, round=rnd, mode=req.mode, sandbox=settings.MTURK_SANDBOX,
             title=req.title or default_title(req), description=req.description or default_description(req),
@@ -197,7 +197,8 @@ def _ask_for_approval(batch: Batch) -> None:
     mail_admins(f"A crowd batch waits for approval: up to ${batch.max_cost:.2f} for {batch.task.slug}",
                 f"Batch {batch.pk} ({batch.hits} HITs x {batch.assignments_per_hit} assignments on the "
                 f"{'sandbox' if batch.sandbox else 'LIVE site'}), asked for by {who}, may cost up to "
-                f"${batch.max_cost:.2f}, over CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}). "
+                f"${batch.max_cost:.2f}; with what the same person published alone on the task in the last 24 hours "
+                f"that is over CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}). "
                 "A superuser other than its creator approves it in the admin (Crowd work > Batches, "
                 "'Approve and publish'), or it can be cancelled there.", fail_silently=True)
 

@@ -25,16 +25,23 @@ assignments and applies these rules, which docs/crowd.md documents:
    superusers. Each sync judges again only the workers whose evidence changed
    since the batch's last check (``quality_blocks``), so a check costs what
    changed, not the task's history.
+
+One run per batch: a run takes the batch's lock (``SyncLock``, two columns of the
+batch row, taken, renewed and released by compare-and-set on its token), renews it
+while it works, and stops when it finds the lock gone to another run. Every write of
+an assignment's status is a compare-and-set from the status the run read, and what
+follows it (a worker verified, a session ended, a count) happens only when that one
+row changed: two runs at once never decide one assignment twice.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -53,8 +60,61 @@ NO_RECORD = ("We have no record of work for this assignment on the HIT's page: t
 BAD_TOKEN = ("The completion code sent with this assignment does not match the one the HIT's page issued "
              "when the work was submitted there.")
 NOT_FINISHED = "The work for this assignment was not finished on the HIT's page before it was submitted."
-# A sync holds its batch at most this long (then another may start).
+# A sync holds its batch this long past its last renewal (then another may start); a
+# run renews it every third of that while it works.
 SYNC_LOCK_SECONDS = 900
+
+
+class LostLock(Exception):
+    """The run's lock expired and another run took the batch: this run stops."""
+
+
+@dataclass
+class SyncLock:
+    """One run's hold on a batch (``Batch.sync_holder``, ``Batch.sync_held_until``)."""
+
+    batch_id: int
+    token: str
+    renewed: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def take(cls, batch: Batch) -> SyncLock | None:
+        """The batch's lock when it is free (never taken, released, or expired); None
+        while another run holds it. One UPDATE: two runs cannot both take it."""
+        now, token = timezone.now(), uuid.uuid4().hex
+        taken = Batch.objects.filter(Q(sync_held_until__isnull=True) | Q(sync_held_until__lte=now),
+                                     pk=batch.pk).update(sync_holder=token,
+                                                         sync_held_until=now + timedelta(seconds=SYNC_LOCK_SECONDS))
+        return cls(batch.pk, token) if taken else None
+
+    def keep(self) -> None:
+        """Renew the lock when a third of its time has gone; LostLock when another run
+        holds it now (this one outlived it and was replaced)."""
+        if time.monotonic() - self.renewed < SYNC_LOCK_SECONDS / 3:
+            return
+        held = Batch.objects.filter(pk=self.batch_id, sync_holder=self.token).update(
+            sync_held_until=timezone.now() + timedelta(seconds=SYNC_LOCK_SECONDS))
+        if not held:
+            raise LostLock(f"batch {self.batch_id}: this sync outlived its lock and another run took the batch; "
+                           "it stopped")
+        self.renewed = time.monotonic()
+
+    def release(self) -> bool:
+        """Free the lock if this run still holds it (one UPDATE on the token): a lock
+        another run took meanwhile is not this run's to free."""
+        return bool(Batch.objects.filter(pk=self.batch_id, sync_holder=self.token).update(
+            sync_holder="", sync_held_until=None))
+
+
+def _set_status(assignment: Assignment, old: str, **values) -> bool:
+    """Compare-and-set: write ``values`` (a new ``status`` among them) only if the
+    row's status is still ``old``; True when this call changed it (and then
+    ``assignment`` carries the values)."""
+    changed = Assignment.objects.filter(pk=assignment.pk, status=old).update(**values)
+    if changed:
+        for name, value in values.items():
+            setattr(assignment, name, value)
+    return bool(changed)
 
 
 @dataclass
@@ -106,64 +166,67 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: S
         feedback = BAD_TOKEN
     else:
         feedback = None
-    if feedback is None:  # rule 1: MTurk's record and our token agree
+    times = {"submitted_at": assignment.submitted_at, "auto_approval_at": assignment.auto_approval_at}
+    if feedback is None and assignment.status != Assignment.Status.SUBMITTED:  # rule 1: MTurk's record and our token agree
         with transaction.atomic():
-            assignment.status = Assignment.Status.SUBMITTED
-            assignment.verified_at = assignment.verified_at or now
-            assignment.save(update_fields=["status", "verified_at", "submitted_at", "auto_approval_at"])
+            if not _set_status(assignment, assignment.status, status=Assignment.Status.SUBMITTED,
+                               verified_at=assignment.verified_at or now, **times):
+                return  # another run moved it meanwhile: that run decides it
             WorkerIdentity.objects.filter(pk=assignment.worker_id, verified_at__isnull=True).update(verified_at=now)
             validation.confirm_session(assignment.session)  # its validations count from now on
     if status in ("Approved", "Rejected"):  # decided on MTurk (auto-approval, or by hand on its site)
-        assignment.status = Assignment.Status.APPROVED if status == "Approved" else Assignment.Status.REJECTED
-        assignment.decided_at = now
-        assignment.save(update_fields=["status", "decided_at", "submitted_at", "auto_approval_at"])
-        sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
+        decided = Assignment.Status.APPROVED if status == "Approved" else Assignment.Status.REJECTED
+        if _set_status(assignment, assignment.status, status=decided, decided_at=now, **times):
+            sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
         return
+    before = assignment.status
     if feedback is None:
         mturk.approve(assignment.assignment_id, APPROVE_FEEDBACK, sandbox=batch.sandbox)
-        assignment.status, assignment.decided_at, assignment.feedback = \
-            Assignment.Status.APPROVED, timezone.now(), APPROVE_FEEDBACK
-        report.approved += 1
+        if _set_status(assignment, before, status=Assignment.Status.APPROVED, decided_at=timezone.now(),
+                       feedback=APPROVE_FEEDBACK, **times):
+            report.approved += 1
     else:
         mturk.reject(assignment.assignment_id, feedback, sandbox=batch.sandbox)
-        assignment.status, assignment.decided_at, assignment.feedback = \
-            Assignment.Status.REJECTED, timezone.now(), feedback
-        report.rejected += 1
-        sessions.end_session(assignment.session, "This assignment was rejected; it takes no more work.")
-    assignment.save(update_fields=["status", "decided_at", "feedback", "submitted_at", "auto_approval_at"])
+        if _set_status(assignment, before, status=Assignment.Status.REJECTED, decided_at=timezone.now(),
+                       feedback=feedback, **times):
+            report.rejected += 1
+            sessions.end_session(assignment.session, "This assignment was rejected; it takes no more work.")
 
 
 def sync_batch(batch: Batch) -> SyncReport:
     """Sync one batch; a second sync of the same batch at the same time skips it."""
-    lock, mine = f"dynabench:crowd:sync:{batch.pk}", uuid.uuid4().hex
-    if not cache.add(lock, mine, timeout=SYNC_LOCK_SECONDS):
+    lock = SyncLock.take(batch)
+    if lock is None:
         report = SyncReport()
         report.errors.append(f"batch {batch.pk}: another sync is running; skipped")
         return report
-    try:
-        return _sync_batch(batch)
-    finally:
-        # Only the lock this run holds: one that outlived SYNC_LOCK_SECONDS may find
-        # another run's lock there, which is not its to release.
-        if cache.get(lock) == mine:
-            cache.delete(lock)
-
-
-def _sync_batch(batch: Batch) -> SyncReport:
     report = SyncReport()
+    try:
+        return _sync_batch(batch, lock, report)
+    except LostLock as lost:
+        report.errors.append(str(lost))
+        logger.warning("%s", lost)
+        return report
+    finally:
+        lock.release()
+
+
+def _sync_batch(batch: Batch, lock: SyncLock, report: SyncReport) -> SyncReport:
     now = timezone.now()
     for hit in batch.hit_rows.filter(hit_id__isnull=False):
+        lock.keep()
         ours = {(a.assignment_id, a.worker.worker_id): a
                 for a in hit.assignments.select_related("worker", "session", "hit")}
         try:
             for listed in mturk.list_assignments(hit.hit_id, sandbox=batch.sandbox):
+                lock.keep()
                 report.seen += 1
                 assignment = ours.get((listed["AssignmentId"], listed["WorkerId"]))
                 for (assignment_id, worker_id), other in ours.items():
                     if assignment_id == listed["AssignmentId"] and worker_id != listed["WorkerId"] \
                             and other.status == Assignment.Status.WORKING:
-                        _end(other, "This assignment went to another worker; it takes no more work.")
-                        report.returned += 1
+                        report.returned += _end(other, "This assignment went to another worker; "
+                                                       "it takes no more work.")
                 try:
                     _decide(batch, assignment, listed, report)
                 except mturk.MTurkError as exc:
@@ -174,6 +237,7 @@ def _sync_batch(batch: Batch) -> SyncReport:
             report.errors.append(f"HIT {hit.hit_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):
                 break  # try again at the next sync
+    lock.keep()
     report.returned += _mark_returned(batch, now)
     if batch.quality_block_threshold is not None:
         report.task_blocked += quality_blocks(batch, report)
@@ -191,15 +255,16 @@ def _mark_returned(batch: Batch, now) -> int:
     late = Assignment.objects.select_related("session").filter(
         hit__batch=batch, status=Assignment.Status.WORKING, deadline__lte=now)
     for assignment in late:
-        _end(assignment, "This assignment ended (it was returned or ran out of time).")
-        count += 1
+        count += _end(assignment, "This assignment ended (it was returned or ran out of time).")
     return count
 
 
-def _end(assignment: Assignment, reason: str) -> None:
-    assignment.status = Assignment.Status.RETURNED
-    assignment.save(update_fields=["status"])
+def _end(assignment: Assignment, reason: str) -> bool:
+    """Mark a working row returned (compare-and-set); end its session only if this call did."""
+    if not _set_status(assignment, Assignment.Status.WORKING, status=Assignment.Status.RETURNED):
+        return False
     sessions.end_session(assignment.session, reason)
+    return True
 
 
 def quality_blocks(batch: Batch, report: SyncReport) -> int:

@@ -15,7 +15,11 @@ and the admin is for staff only).
   HITs and no other; the task's researchers may lift it.
 - Hard block: ``CreateWorkerBlock``, the requester-wide block on MTurk.
 
-Quality: ``with_quality`` annotates a page of identities (the admin);
+Quality: a writer's record is their decided examples and how many were verified.
+An example they retracted while it was heading for rejection (at least one counted
+vote called it incorrect, and no more called it correct) stays in the record as a
+rejection (``rejected_or_retracted``): retracting must not wash a bad example out.
+``with_quality`` annotates a page of identities (the admin);
 ``below_threshold`` and ``uninformative_validators`` judge a set of workers, each
 from their own rows; ``changed_since`` says whose evidence changed since a
 watermark, so that the sync judges only those (``crowd.sync.quality_blocks``).
@@ -28,7 +32,7 @@ import re
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -167,6 +171,22 @@ def notify(identities, subject: str, message: str, *, sandbox: bool | None = Non
     return mturk.notify([identity.worker_id for identity in identities], subject, message, sandbox=_where(sandbox))
 
 
+def rejected_or_retracted() -> Q:
+    """Examples that count against their writer: rejected ones, and those the writer
+    retracted while heading for rejection (undecided, at least one counted "incorrect"
+    vote and no more "correct" ones). A retracted example whose votes so far agreed with
+    the writer (or that had none) leaves the record."""
+    undecided = [Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED]
+    return (Q(validation_status=Example.ValidationStatus.REJECTED)
+            | Q(retracted=True, validation_status__in=undecided, validations_incorrect__gt=0,
+                validations_incorrect__gte=F("validations_correct")))
+
+
+def decided_in_record() -> Q:
+    """The examples a writer's quality is judged on: verified, and ``rejected_or_retracted``."""
+    return Q(validation_status=Example.ValidationStatus.VERIFIED) | rejected_or_retracted()
+
+
 def _count(queryset):
     """A correlated count of ``queryset``'s rows, 0 when there are none."""
     counted = queryset.order_by().annotate(group=Value(1)).values("group").annotate(n=Count("pk")).values("n")[:1]
@@ -188,7 +208,7 @@ def with_quality(identities, task: Task | None = None):
     if task is not None:
         examples, judged = examples.filter(task=task), judged.filter(example__task=task)
     return identities.annotate(
-        decided=_count(examples.filter(validation_status__in=["verified", "rejected"])),
+        decided=_count(examples.filter(decided_in_record())),
         verified=_count(examples.filter(validation_status="verified")),
         judged=_count(judged),
         agreeing=_count(judged.filter(Q(label="correct", example__validation_status="verified")
@@ -230,7 +250,8 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
 
 def decided_rows(user_ids, task: Task | None = None):
     """Per user of ``user_ids``: their examples (of ``task``, if given) from MTurk-confirmed
-    assignments that are decided, and how many of those were verified."""
+    assignments that are decided (``decided_in_record``: a retraction on the way to a
+    rejection counts as one), and how many of those were verified."""
     # The statuses are counted, not filtered on: the writers' own rows are found through
     # the (annotator, task) index, never through the task's decided examples.
     examples = Example.objects.filter(
@@ -239,9 +260,8 @@ def decided_rows(user_ids, task: Task | None = None):
         session__mturk_assignment__verified_at__isnull=False)
     if task is not None:
         examples = examples.filter(task=task)
-    decided = [Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED]
     return (examples.order_by().values("annotator_id")
-            .annotate(decided=Count("pk", filter=Q(validation_status__in=decided)),
+            .annotate(decided=Count("pk", filter=decided_in_record()),
                       verified=Count("pk", filter=Q(validation_status=Example.ValidationStatus.VERIFIED))))
 
 

@@ -31,16 +31,16 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 DEBUG = env.bool("DEBUG", default=False)
 
 
-def _local_secret_key() -> str:
-    """A key generated once per checkout and kept in var/ (local development only).
+def _local_secret_key(name: str = "secret_key") -> str:
+    """A key generated once per checkout and kept in var/<name> (local development only).
 
     Written to a private temporary file (mode 0600 from the start) and linked into
     place, so a reader never sees a half-written key, the key is never readable by
     others, and when two processes start at once the first link wins and both use it.
     """
-    path = VAR_DIR / "secret_key"
+    path = VAR_DIR / name
     if not path.exists():
-        descriptor, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")  # mode 0600
+        descriptor, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=f".{name}.")  # mode 0600
         try:
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(secrets.token_urlsafe(64))
@@ -229,9 +229,10 @@ EMBEDDED_JOB_STALE_SECONDS = env.int("EMBEDDED_JOB_STALE_SECONDS", default=60)
 # Embedded mode runs jobs on a background thread of the web process; inline (in the
 # caller) is for tests and one-shot commands.
 JOBS_RUN_INLINE = env.bool("JOBS_RUN_INLINE", default=False)
-# An upper bound on the optimizer steps of any one training job (unset: none), so a
-# typo in epochs cannot hold a shared training worker for a day.
-TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=0) or None
+# An upper bound on the optimizer steps of any one training job (0: none), so a typo in
+# epochs cannot hold the shared training worker (submission checks wait there too) for
+# a day.
+TRAINING_MAX_STEPS = env.int("TRAINING_MAX_STEPS", default=10_000) or None
 # Seconds one evaluation job may score for (checked after every batch); past it the
 # job fails with a readable error, its partial evaluations kept.
 EVALUATION_TIME_LIMIT = env.int("EVALUATION_TIME_LIMIT", default=3 * 3600)
@@ -264,8 +265,21 @@ VALIDATION_CLAIM_SECONDS = env.int("VALIDATION_CLAIM_SECONDS", default=30 * 60)
 # task's researchers do not wait.
 VALIDATOR_MIN_ACCOUNT_AGE = env.int("VALIDATOR_MIN_ACCOUNT_AGE", default=24 * 3600)
 # The key of the hashes that addresses are kept as (accounts seen at one address count as
-# one person when validating). Changing it forgets which accounts share an address.
-ADDRESS_HASH_KEY = env.str("ADDRESS_HASH_KEY", default="") or SECRET_KEY
+# one person when validating). Changing it forgets which accounts share an address, so it
+# is its own setting: rotating SECRET_KEY keeps every same-person link. Required when
+# DEBUG is off (as SECRET_KEY); with DEBUG on, a key generated once into var/.
+ADDRESS_HASH_KEY = env.str("ADDRESS_HASH_KEY", default="")
+if not ADDRESS_HASH_KEY:
+    if DEBUG:
+        ADDRESS_HASH_KEY = _local_secret_key("address_hash_key")
+    elif _code_only_command:
+        ADDRESS_HASH_KEY = secrets.token_urlsafe(64)
+    else:
+        raise ImproperlyConfigured(
+            "ADDRESS_HASH_KEY must be set when DEBUG is off: the key of the hashes that accounts' addresses are "
+            "kept as (the same-person check), kept apart from SECRET_KEY so that rotating SECRET_KEY keeps them. "
+            "A deployment that ran without it hashed with its SECRET_KEY: set ADDRESS_HASH_KEY to that value to "
+            "keep the links made so far; a new deployment sets a fresh random value.")
 # Dynamic batching (annotation.batching), in the embedded model thread and in the
 # inference worker: predictions waiting while a pass runs, or arriving within this
 # window after the first, share the next forward pass, up to this many examples.
@@ -295,10 +309,18 @@ EXPLANATION_QUEUE_MAX = _at_least("EXPLANATION_QUEUE_MAX", 1, lambda n: env.int(
 # Throttles and sign-in lockouts count on the default cache, so every web process
 # must share it: in service mode it defaults to Redis (the reply-list server);
 # embedded mode keeps it in process memory.
+# A Redis cache signs what it stores (core/cache.py): a value someone else wrote into
+# Redis is never unpickled. Replies from inference workers are signed the same way
+# (core/replies.py). REDIS_SIGNING_KEY keys both (every web process and worker needs
+# the same one); unset, a key derived from SECRET_KEY.
+REDIS_SIGNING_KEY = env.str("REDIS_SIGNING_KEY", default="")
+_UNSIGNED_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 if env("CACHE_URL", default=""):
     CACHES = {"default": env.cache("CACHE_URL")}
+    if CACHES["default"]["BACKEND"] == _UNSIGNED_REDIS_CACHE:
+        CACHES["default"]["BACKEND"] = "core.cache.SignedRedisCache"
 elif INFERENCE_REPLY_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "core.cache.SignedRedisCache",
                           "LOCATION": INFERENCE_REPLY_URL, "KEY_PREFIX": "dynabench"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -322,12 +344,13 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "core.schema.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     # Proxies in front of the web processes whose X-Forwarded-For may be trusted:
-    # 0 (the default) trusts none, so throttles key on the connection's address and
-    # a client cannot pick its own by sending the header.
-    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
+    # 0 trusts none, so throttles key on the connection's address and a client cannot
+    # pick its own by sending the header. Required when DEBUG is off (below).
+    "NUM_PROXIES": _at_least("NUM_PROXIES", 0, lambda n: env.int(n, default=0)),
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        # DRF's, counting anonymous clients by address_key (IPv6 by its /64).
+        "core.ratelimit.AnonRateThrottle",
+        "core.ratelimit.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env("THROTTLE_ANON", default="120/min"),
@@ -337,6 +360,16 @@ REST_FRAMEWORK = {
         "validations": env("THROTTLE_VALIDATIONS", default="120/min"),
     },
 }
+# Behind a proxy, NUM_PROXIES=0 makes the proxy's address every client's: one person's
+# failed sign-ins lock everyone out, and every account counts as one person. Nothing at
+# start can see a proxy, so a deployment says how many there are.
+if not DEBUG and not _code_only_command:
+    if "NUM_PROXIES" not in env.ENVIRON:
+        raise ImproperlyConfigured(
+            "NUM_PROXIES must be set when DEBUG is off: the number of proxies in front of the web processes that "
+            "set X-Forwarded-For (1 for one nginx or load balancer, 2 for a CDN in front of it), or 0 when "
+            "clients connect to the web processes directly. Left at 0 behind a proxy, every client has the "
+            "proxy's address: limits and the same-person check see one client.")
 SPECTACULAR_SETTINGS = {
     "TITLE": "Dynabench API",
     "DESCRIPTION": "Dynamic adversarial data collection and benchmarking.",
@@ -375,6 +408,9 @@ LOGIN_FAILURES_PER_ADDRESS = env.int("LOGIN_FAILURES_PER_ADDRESS", default=20)
 LOGIN_FAILURE_WINDOW = env.int("LOGIN_FAILURE_WINDOW", default=15 * 60)
 SIGNUPS_PER_ADDRESS = env.int("SIGNUPS_PER_ADDRESS", default=10)
 SIGNUP_WINDOW = env.int("SIGNUP_WINDOW", default=3600)
+# An API token (POST /api/auth/token/) works this many days from when it was made, then
+# answers 401 "expired"; DELETE /api/auth/token/ revokes it sooner.
+API_TOKEN_TTL_DAYS = _at_least("API_TOKEN_TTL_DAYS", 1, lambda n: env.int(n, default=30))
 # A session token works at most this long after its annotation session began.
 ANNOTATION_SESSION_MAX_AGE = env.int("ANNOTATION_SESSION_MAX_AGE", default=12 * 3600)
 # How long an Idempotency-Key's first answer is kept for retries.
@@ -461,6 +497,9 @@ CONTEXT_UPLOAD_MAX_ROWS = env.int("CONTEXT_UPLOAD_MAX_ROWS", default=50_000)
 # byte after the limit is never stored.
 SUBMISSION_MAX_BYTES = env.int("SUBMISSION_MAX_BYTES", default=600 * 1000 * 1000)
 SUBMISSIONS_PER_DAY = env.int("SUBMISSIONS_PER_DAY", default=3)
+# Check jobs one user may have queued or running at once (every task together): they
+# share the training worker.
+SUBMISSION_CHECKS_QUEUED = _at_least("SUBMISSION_CHECKS_QUEUED", 1, lambda n: env.int(n, default=2))
 # A submitted model is unpacked, loaded, run and saved by a worker job, in a child
 # process (ml.sandbox) with at most this much address space (MiB) and wall time
 # (seconds), and this many torch threads. Over either limit the submission is

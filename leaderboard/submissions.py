@@ -17,7 +17,11 @@ queues its evaluation on every dataset of the task.
   reason; the worker carries on. An accepted model is registered and its
   evaluation queued, in one transaction.
 - Per user and task, at most ``SUBMISSIONS_PER_DAY`` attempts a day (refused ones
-  count too), counted atomically; the task's researchers are exempt.
+  count too), counted atomically; the task's researchers are exempt. The count
+  lives in the shared cache, and when the cache cannot count, no submission is
+  taken (503 with ``Retry-After``): the limit fails closed.
+- Per user, at most ``SUBMISSION_CHECKS_QUEUED`` check jobs queued or running at
+  once, whatever the task (checks share the training worker); one more is a 429.
 - A submission is public or private. A private one shows only to its owner and
   the task's researchers (``visible_models``), on the board, the API and exports.
 - Nothing is written outside the models folder's ``.submissions`` work area and
@@ -39,7 +43,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from core.errors import DomainError, InvalidInput, TooLarge, TooMany
+from core.errors import DomainError, InvalidInput, TooLarge, TooMany, Unavailable
 from core.ratelimit import Limiter
 from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
 from tasks.models import Job, Task
@@ -97,6 +101,31 @@ def child_limits():
 # --- the request ---------------------------------------------------------------------------
 
 
+def take_daily(user, task: Task) -> None:
+    """Count one submission of ``user`` on ``task`` against ``SUBMISSIONS_PER_DAY``:
+    TooMany over it; Unavailable when the cache cannot count (``Limiter.hit`` answers
+    0 then, where a counted event is 1 or more), so an outage opens no door."""
+    limits = limiter()
+    key = f"{user.pk}:{task.pk}"
+    count = limits.hit(key)  # counted and checked at once: parallel uploads cannot slip past
+    if count == 0:
+        raise Unavailable("Submissions cannot be counted against the daily limit right now (the shared cache is "
+                          "unavailable); nothing was stored. Try again in a minute.", retry_after=60)
+    if count > limits.limit:
+        wait = limits.retry_after(key) or 1
+        raise TooMany(f"At most {settings.SUBMISSIONS_PER_DAY} submissions per task per day; "
+                      f"try again in {wait} s.", retry_after=wait)
+
+
+def check_queued(user) -> None:
+    """TooMany when ``user`` already has ``SUBMISSION_CHECKS_QUEUED`` check jobs queued
+    or running: one account cannot fill the training worker's queue."""
+    waiting = Job.objects.filter(kind=Job.Kind.CHECK_SUBMISSION, created_by=user, status__in=Job.ACTIVE).count()
+    if waiting >= settings.SUBMISSION_CHECKS_QUEUED:
+        raise TooMany(f"You have {waiting} submitted models waiting for their checks (at most "
+                      f"{settings.SUBMISSION_CHECKS_QUEUED} at once); submit again when one is done.", retry_after=60)
+
+
 
 def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
     """Take an uploaded model for checking; returns its check job (queued). The model
@@ -108,12 +137,9 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
         raise InvalidInput.field("file", "Upload the model as a .zip file in the 'file' field.")
     if upload.size > settings.SUBMISSION_MAX_BYTES:  # the upload handler stopped larger ones already
         raise TooLarge(f"The archive is {upload.size:,} bytes; the limit is {settings.SUBMISSION_MAX_BYTES:,}.")
-    key = f"{user.pk}:{task.pk}"
+    check_queued(user)
     if not is_researcher(user, task):
-        wait = limiter().take(key)  # counted and checked at once: parallel uploads cannot slip past
-        if wait:
-            raise TooMany(f"At most {settings.SUBMISSIONS_PER_DAY} submissions per task per day; "
-                          f"try again in {wait} s.", retry_after=wait)
+        take_daily(user, task)
     folder = incoming_folder()
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / f"{uuid.uuid4().hex}.zip"

@@ -39,6 +39,7 @@ _LAZY = {
     "save_artifact": "artifacts",
     "verify_artifact": "artifacts",
     "combined_sha256": "artifacts",
+    "artifact_sha256": "artifacts",
     "load_artifact": "artifacts",
     "resolve_backbone": "backbones",
     "get_device": "backbones",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .artifacts import (
         ArtifactInfo,
         LoadedModel,
+        artifact_sha256,
         combined_sha256,
         load_artifact,
         save_artifact,
@@ -91,6 +93,7 @@ __all__ = [
     "ModelCache",
     "ModelRef",
     "TaskSpec",
+    "artifact_sha256",
     "combined_sha256",
     "default_cache",
     "explain",

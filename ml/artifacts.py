@@ -8,11 +8,18 @@ Layout::
         tokenizer.json         fast tokenizer (+ tokenizer_config.json, ...)
         metadata.json          see ``save_artifact``
 
-``metadata.json`` records the sha256 of every other file and an overall ``sha256``:
-the sha256 of the UTF-8 text made of one line ``"<sha256>  <relative/path>\\n"`` per
-file, sorted by path (the format of ``sha256sum``'s output).  The overall digest
-identifies the artifact; the database stores it and passes it back as
-``expected_sha256`` so a swapped directory is refused.
+``metadata.json`` records the sha256 of every other file and an overall ``sha256``
+(``artifact_sha256``): the sha256 of the metadata itself, every field but ``sha256``
+(the per-file digests, the task spec, the label map, the training data...), as
+canonical JSON (keys sorted, no spaces, UTF-8). The overall digest identifies the
+artifact; the database stores it and passes it back as ``expected_sha256``, so a
+swapped directory, a swapped file or an edited task spec is refused.
+
+Format 1 artifacts (written before format 2) are still read: their digest is the
+sha256 of the text made of one line ``"<sha256>  <relative/path>\\n"`` per file,
+sorted by path (``combined_sha256``), which covers the files but not the rest of
+the metadata. A format 1 directory cannot pass for a format 2 artifact: the
+digests differ.
 
 Artifacts are immutable: ``save_artifact`` refuses to overwrite unless told to, and
 writes into a temporary sibling directory that is renamed into place at the end, so
@@ -36,7 +43,8 @@ from typing import Any
 from .errors import ArtifactError
 from .spec import TaskSpec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 METADATA_FILE = "metadata.json"
 REQUIRED_FILES = ("config.json", "model.safetensors")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # at least one of these
@@ -113,6 +121,16 @@ def combined_sha256(files: dict[str, str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def artifact_sha256(metadata: dict[str, Any]) -> str:
+    """The artifact's overall digest from its metadata (see the module docstring):
+    format 2 covers every field but ``sha256``; format 1, the per-file digests only."""
+    if metadata.get("format_version") == 1:
+        return combined_sha256(metadata["files"])
+    covered = {key: value for key, value in metadata.items() if key != "sha256"}
+    text = json.dumps(covered, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _artifact_files(root: Path) -> list[str]:
     """Relative POSIX paths of every file under ``root`` except metadata.json."""
     names = []
@@ -179,7 +197,7 @@ def save_artifact(
     metadata.json::
 
         {
-          "format_version": 1,
+          "format_version": 2,
           "created_at": "2025-01-01T12:00:00Z",
           "task": {TaskSpec.to_dict()},
           "label_map": {"entailment": 0, ...},      # {} for extractive QA
@@ -188,7 +206,7 @@ def save_artifact(
           "training_data": {...}, "metrics": {...},
           "libraries": {"torch": "...", "transformers": "...", ...},
           "files": {"config.json": "<sha256>", "model.safetensors": "<sha256>", ...},
-          "sha256": "<overall digest>"
+          "sha256": "<overall digest: artifact_sha256 of everything above>"
         }
     """
     out = Path(out_dir).absolute()
@@ -215,8 +233,10 @@ def save_artifact(
             "metrics": metrics or {},
             "libraries": _library_versions(),
             "files": files,
-            "sha256": combined_sha256(files),
         }
+        # Digested as it will be read back (JSON turns tuples into lists, keys into text).
+        metadata = json.loads(json.dumps(metadata, allow_nan=False))
+        metadata["sha256"] = artifact_sha256(metadata)
         text = json.dumps(metadata, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
         with open(tmp / METADATA_FILE, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
@@ -253,9 +273,9 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise ArtifactError(f"artifact {root}: {METADATA_FILE} is not a JSON object")
     version = metadata.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ArtifactError(
-            f"artifact {root}: unsupported format_version {version!r} (expected {FORMAT_VERSION})"
+            f"artifact {root}: unsupported format_version {version!r} (expected one of {READABLE_VERSIONS})"
         )
     for key in ("task", "files", "sha256", "backbone"):
         if key not in metadata:
@@ -271,16 +291,22 @@ def verify_artifact(path: str | os.PathLike, expected_sha256: str | None = None)
     """Recompute every digest; raise :class:`ArtifactError` on any difference.
 
     Checks, in order: metadata.json readable; the overall digest in metadata agrees
-    with its per-file digests and with ``expected_sha256``; required files present;
+    with the metadata (the per-file digests and, from format 2, every other field, the
+    task spec included) and with ``expected_sha256``; required files present;
     no file missing, none unlisted; every file's sha256 matches.
     """
     root = Path(path).absolute()
     metadata = read_metadata(root)
     listed: dict[str, str] = metadata["files"]
     recorded = metadata["sha256"]
-    if combined_sha256(listed) != recorded:
+    try:
+        computed = artifact_sha256(metadata)
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"artifact {root}: metadata.json cannot be digested: {exc}") from exc
+    if computed != recorded:
+        covered = "per-file digests" if metadata["format_version"] == 1 else "contents (task spec included)"
         raise ArtifactError(
-            f"artifact {root}: metadata.json is inconsistent (its per-file digests do not "
+            f"artifact {root}: metadata.json is inconsistent (its {covered} do not "
             f"combine to its sha256 {recorded})"
         )
     if expected_sha256 is not None and expected_sha256.lower() != recorded:

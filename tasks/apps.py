@@ -7,9 +7,14 @@ class TasksConfig(AppConfig):
     verbose_name = "Tasks, rounds and contexts"
 
     def ready(self):
+        from django.core import checks
         from django.db.models.signals import post_migrate, pre_migrate
 
+        from core.cache import redis_without_password
+
         from .artifacts import configured
+
+        checks.register(redis_without_password, checks.Tags.security, deploy=True)
 
         configured()  # a malformed DYNABENCH_ARTIFACTS_URL stops the process at start, saying why
         _answer_kept_alive_connections_at_once()

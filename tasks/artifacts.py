@@ -237,15 +237,16 @@ class S3Store:
 
     def download(self, key: str, sha256: str, dest: Path) -> None:
         """The artifact under ``key/`` into ``dest``, only if it is the one registered
-        as ``sha256``: its metadata must list files whose digests combine to it (so no
+        as ``sha256``: its metadata must digest to it (``ml.artifact_sha256``: so no
         name in it is trusted before that), and every file must match its digest."""
         client = _client()
         body = self._call("read", f"{key}/{METADATA}", client.get_object, Bucket=self.bucket,
                           Key=f"{key}/{METADATA}")
         raw = self._call("read", f"{key}/{METADATA}", body["Body"].read)
         try:
-            files = json.loads(raw.decode("utf-8"))["files"]
-            listed = ml.combined_sha256(files) == sha256
+            metadata = json.loads(raw.decode("utf-8"))
+            files = metadata["files"]
+            listed = ml.artifact_sha256(metadata) == sha256 and isinstance(files, dict)
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
             listed = False
         if not listed or not all(_safe_name(name) for name in files):

@@ -131,6 +131,14 @@ CONFIG_SCHEMA = {
                 "gold_rate": {"type": "number", "minimum": 0, "maximum": 1},
             },
         },
+        "crowd_limits": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "examples_per_assignment": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "unconfirmed_per_hit": {"type": "integer", "minimum": 1, "maximum": 1000},
+            },
+        },
         "model_limits": {
             "type": "object",
             "additionalProperties": False,
@@ -150,6 +158,7 @@ DEFAULTS = {
     "validator_trust": TRUST_DEFAULTS,
     "validation": VALIDATION_DEFAULTS,
     "model_limits": {},
+    "crowd_limits": {},
 }
 DEFAULT_F1_THRESHOLD = 0.4
 # Contexts (passages, premises) come from researchers and data sets, not from
@@ -182,6 +191,13 @@ class TaskConfig:
     # Bounds on the sizes a submitted model's config.json declares (layers, hidden size,
     # heads, vocabulary, positions...), over ``ml.submissions.ConfigBounds``'s defaults.
     model_limits: dict = field(default_factory=dict)
+    # Bounds on what made-up MTurk worker ids can do with a public HIT id
+    # (``crowd.assignments``): ``examples_per_assignment``, the most examples one
+    # assignment may write, retracted ones included (default: twice the HIT's own
+    # number, never fewer than it); ``unconfirmed_per_hit``, the most assignments
+    # MTurk has not confirmed that may be open on one HIT at once (default: twice the
+    # HIT's assignments, plus 2).
+    crowd_limits: dict = field(default_factory=dict)
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""

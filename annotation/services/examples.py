@@ -134,6 +134,9 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     problem = sessions.mode_problem(session, "create")
     if problem:
         raise Forbidden(problem)
+    capped = sessions.example_cap_problem(session)
+    if capped:  # before the model is asked anything
+        raise Conflict(capped)
     if not models:
         raise Unavailable(f"{rnd} has no target model yet. {waiting_for_target(task)}", retry_after=60)
 
@@ -156,6 +159,9 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
         # model was answering gets nothing (closing takes the same lock).
         if not Round.objects.select_for_update().filter(pk=rnd.pk, status=Round.Status.OPEN).exists():
             raise Conflict(f"Round {rnd.number} closed while the model was answering; nothing was stored.")
+        capped = sessions.example_cap_problem(session, lock=True)
+        if capped:
+            raise Conflict(capped + " Nothing was stored.")
         example.save()
         Example.model_versions.through.objects.bulk_create(
             [Example.model_versions.through(example=example, modelversion_id=model_id) for model_id in sorted(answered)])
@@ -196,7 +202,7 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     target = None if config.task_type == EXTRACTIVE_QA else member["label"]
     context_fields = example.context.fields if example.context_id else None
     explanation = explain_with(target_model(model_version), model_inputs(example.task, context_fields, example.inputs),
-                               target, n_steps)
+                               target, n_steps, account=user.pk)
     if config.task_type == EXTRACTIVE_QA:  # name the fields as the task does
         names = dict(zip(["passage", "question"], config.model_inputs, strict=True))
         for word in explanation["words"]:

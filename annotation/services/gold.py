@@ -57,8 +57,12 @@ def mark(example_id: int, researcher, verdict: str) -> Example:
         raise Forbidden("Only the task's researchers mark gold items.")
     if example.source != Example.Source.ANNOTATION or example.retracted:
         raise Conflict("Only examples written on the platform and not retracted can be gold items.")
+    if trust.counts_as_writer(researcher, example):
+        raise Conflict("Your account counts as this example's writer (a shared address): another researcher "
+                       "must make it a gold item.")
     with transaction.atomic():
-        decided = (Validation.objects.filter(example=example, mode=Validation.Mode.OWNER).exclude(label="")
+        decided = (Validation.objects.filter(example=example, mode=Validation.Mode.OWNER, counted=True)
+                   .exclude(label="")
                    .values_list("label", flat=True).first())
         if decided is not None and decided != verdict:
             raise Conflict(f"A researcher decided this example {decided!r} already; its gold verdict must agree.")

@@ -152,7 +152,7 @@ def refit(task: Task) -> ReliabilityFit:
         if fit_row.fitted_at and fit_row.votes == total and (newest is None or newest <= fit_row.fitted_at):
             return fit_row  # nothing new since the last fit
         anchored = (Example.objects.filter(task=task, validations__mode=Validation.Mode.OWNER,
-                                           validations__label__in=DECISIONS,
+                                           validations__label__in=DECISIONS, validations__counted=True,
                                            validation_status__in=[Example.ValidationStatus.VERIFIED,
                                                                   Example.ValidationStatus.REJECTED])
                     .values_list("pk", "validation_status", "fooled").distinct())

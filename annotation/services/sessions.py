@@ -36,11 +36,28 @@ def max_age() -> timedelta:
 
 def start_session(user, task: Task, *, login_key: str = "", mturk_assignment_id: str = "",
                   mode: str = AnnotationSession.Mode.ANY, expires_at=None,
-                  provisional: bool = False) -> AnnotationSession:
+                  provisional: bool = False, max_examples: int | None = None) -> AnnotationSession:
     return AnnotationSession.objects.create(
         user=user, task=task, login_key=login_key, mturk_assignment_id=mturk_assignment_id,
         mode=mode, expires_at=expires_at, provisional=provisional, auth_hash=user.get_session_auth_hash(),
+        max_examples=max_examples,
     )
+
+
+def example_cap_problem(session: AnnotationSession, *, lock: bool = False) -> str | None:
+    """Why ``session`` may write no more examples (its ``max_examples`` is reached), or
+    None. With ``lock`` (inside the transaction that stores the example), the count is
+    read under a lock on the session's row, so requests at once cannot pass it together."""
+    if session.max_examples is None:
+        return None
+    written = session.examples_written
+    if lock:
+        written = AnnotationSession.objects.select_for_update().filter(pk=session.pk).values_list(
+            "examples_written", flat=True).first() or 0
+    if written >= session.max_examples:
+        return (f"This assignment may write at most {session.max_examples} examples (retracted ones count), and "
+                f"{written} are written: submit the HIT.")
+    return None
 
 
 def expires_at(session: AnnotationSession):

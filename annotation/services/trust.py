@@ -14,6 +14,10 @@ has reason to trust.
   else's vote is stored and shown with ``not_counted_because = "untrusted"``; it
   moves no counter, so it neither decides the example nor moves the public
   verified error rate.
+- **Nobody is paid on their own say-so.** A researcher may decide examples of
+  accounts that count as them (a test of their own task), but on a paid example
+  that decision is stored with ``not_counted_because = "same_person"``: it does
+  not decide the example, and so does not pay it.
 - **New accounts wait.** A site account's votes count only once the account is
   ``VALIDATOR_MIN_ACCOUNT_AGE`` seconds old: a time window cannot be bought in bulk.
 
@@ -36,6 +40,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from core.errors import Forbidden
+from core.ratelimit import address_key
 from tasks.models import Task
 from tasks.roles import is_researcher
 
@@ -45,19 +50,18 @@ NotCounted = Validation.NotCounted
 
 
 def address_hash(address: str) -> str:
-    """A keyed hash of the client address (IPv6 by its /64 network); "" for no address
-    and for a loopback one, which is never a client's own (a try-out on the machine
-    itself, or a proxy that hides its clients: ``NUM_PROXIES``)."""
+    """A keyed hash of the client address (IPv6 by its /64 network: ``address_key``, as
+    every per-address limit counts it); "" for no address and for a loopback one, which is
+    never a client's own (a try-out on the machine itself, or a proxy that hides its
+    clients: ``NUM_PROXIES``)."""
     try:
         ip = ipaddress.ip_address((address or "").strip())
     except ValueError:
         return ""
     if ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback):
         return ""
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    key = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
-    return salted_hmac("dynabench.annotation.account-address", key, secret=settings.ADDRESS_HASH_KEY).hexdigest()
+    return salted_hmac("dynabench.annotation.account-address", address_key(str(ip)),
+                       secret=settings.ADDRESS_HASH_KEY).hexdigest()
 
 
 def record_address(user, address: str) -> None:
@@ -148,9 +152,10 @@ class Standing:
 
 def reference_decisions(task: Task):
     """The task's examples decided by votes the validator could not have bought: a
-    researcher's decision (gold items among them), or a paid example's (decided only
-    by trusted votes)."""
-    by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER).exclude(label="")
+    researcher's decision that counted (gold items among them), or a paid example's
+    (decided only by trusted votes)."""
+    by_researcher = Validation.objects.filter(example=OuterRef("pk"), mode=Validation.Mode.OWNER,
+                                              counted=True).exclude(label="")
     return (Example.objects.filter(task=task, validation_status__in=[Example.ValidationStatus.VERIFIED,
                                                                      Example.ValidationStatus.REJECTED])
             .filter(Q(session__mturk_assignment_id__gt="") | Exists(by_researcher)))
@@ -214,8 +219,11 @@ def account_too_new(user) -> bool:
 def why_not_counted(example: Example, validator, session: AnnotationSession | None) -> str:
     """Why ``validator``'s decision on ``example``, made in ``session``, does not count
     towards its outcome ("" when it counts). The caller has already refused the
-    writer and accounts that count as the writer."""
+    writer and accounts that count as the writer, except for researchers: they may
+    decide such an example, but on a paid one their decision does not count."""
     if is_researcher(validator, example.task):
+        if is_paid(example) and counts_as_writer(validator, example):
+            return NotCounted.SAME_PERSON
         return NotCounted.COUNTED
     if session is not None and session.provisional:
         return NotCounted.PROVISIONAL
@@ -242,6 +250,9 @@ EXPLANATIONS = {
                             "account is {age} old.",
     NotCounted.UNTRUSTED: "Your decision is stored, but it does not decide this example: examples are decided "
                           "by validators who have earned trust on the task ({standing}).",
+    NotCounted.SAME_PERSON: "Your decision is stored, but it does not decide this example: it earns money, and "
+                            "your account was seen at an address its writer uses, so it counts as the writer's. "
+                            "Another researcher or the task's validators decide it.",
     NotCounted.FAILED_GOLD: "Your decision is stored, but your decisions no longer count on this task: too many "
                             "of them disagreed with the researchers' own answers on checked items.",
     NotCounted.GOLD: "",

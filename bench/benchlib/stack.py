@@ -81,6 +81,8 @@ def bench_env() -> dict:
         DJANGO_SETTINGS_MODULE="dynabench.settings",
         DEBUG="false",
         SECRET_KEY=secrets.token_urlsafe(50),
+        ADDRESS_HASH_KEY=secrets.token_urlsafe(50),
+        NUM_PROXIES="0",  # the bench's clients connect directly
         ALLOWED_HOSTS="127.0.0.1,localhost",
         SECURE_SSL_REDIRECT="false",
         SECURE_HSTS_SECONDS="0",

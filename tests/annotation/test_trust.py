@@ -245,6 +245,34 @@ def test_a_researcher_decides_a_paid_example_at_once(demo_tasks, annotator, rese
     assert example.validation_status == "rejected"
 
 
+def test_a_researchers_decision_on_their_own_sock_puppets_paid_example_does_not_pay_it(demo_tasks, researcher,
+                                                                                        annotator):
+    """A researcher who is one person with an MTurk writer (the same address) cannot
+    verify that writer's fooling example into a bonus; another person still can."""
+    task = demo_tasks["sentiment"]
+    puppet = account("puppet", WRITERS_ADDRESS)
+    trust.record_address(researcher, WRITERS_ADDRESS)
+    example = paid(task, puppet)
+    decided = validation.validate_example(example.pk, researcher, label="correct")
+    assert not decided.validation.counted and decided.validation.not_counted_because == "same_person"
+    assert "counts as the writer" in trust.explain(decided.validation)
+    example.refresh_from_db()
+    assert example.validation_status == "pending" and example.validations_correct == 0
+    # Its uncounted decision is no reference either: blind answers on it earn no trust.
+    assert not trust.reference_decisions(task).filter(pk=example.pk).exists()
+    # An unpaid example of theirs (a test of the task) they still decide.
+    trial = write(task, puppet, text="Trying my own task")
+    assert validation.validate_example(trial.pk, researcher, label="correct").validation.counted
+    # A second researcher, another person, decides the paid one.
+    from tasks.roles import make_researcher
+
+    colleague = make_researcher(account("colleague", "198.51.100.77"))
+    task.owners.add(colleague)
+    assert validation.validate_example(example.pk, colleague, label="correct").validation.counted
+    example.refresh_from_db()
+    assert example.validation_status == "verified"
+
+
 def test_the_trust_rule_is_part_of_the_checked_task_config():
     from django.core.exceptions import ValidationError
 

@@ -178,12 +178,16 @@ TASK_WRITES = ["tasks_update", "tasks_partial_update", "tasks_create"]
 # is accepted" (its refusals are 400s with the reason, as documented; the archives
 # themselves are tested in tests/ml/test_submissions.py and tests/leaderboard).
 SUBMISSION = "tasks_models_create"
+# Revoking the caller's API token ends the persona's credentials: it runs last, and once
+# its first call has revoked the token the next ones are 401s, as documented.
+REVOKE = "auth_token_destroy"
 PASSES = [
-    ("everything but task writes and submissions",
-     [arg for op in [*TASK_WRITES, SUBMISSION] for arg in ("--exclude-operation-id", op)]),
+    ("everything but task writes, submissions and token revocation",
+     [arg for op in [*TASK_WRITES, SUBMISSION, REVOKE] for arg in ("--exclude-operation-id", op)]),
     ("model submissions", ["--include-operation-id", SUBMISSION, "--exclude-checks", "positive_data_acceptance"]),
     ("task updates", ["--include-operation-id", "tasks_update", "--include-operation-id", "tasks_partial_update"]),
     ("task creation", ["--include-operation-id", "tasks_create"]),
+    ("token revocation", ["--include-operation-id", REVOKE, "--exclude-checks", "positive_data_acceptance"]),
 ]
 
 

@@ -81,3 +81,31 @@ def test_the_demo_says_when_the_target_is_not_ready_and_refuses_an_unknown_task(
     assert "Round 1 of sentiment has no target model yet: the server below runs its training job" in out.getvalue()
     with pytest.raises(CommandError, match="No task 'nope'"):
         call_command("crowd_demo", "--no-serve", "--task", "nope", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("marker", ["a study's task", "a live batch", "a live worker"])
+def test_the_demo_refuses_a_database_that_is_not_the_demos(demo_tasks, aws_untouched, marker):
+    """DATABASE_URL left pointing at a real study: the demo must not publish a batch and
+    make a made-up worker's assignment there."""
+    from crowd.models import WorkerIdentity
+    from tasks.models import Task
+
+    if marker == "a study's task":
+        study = Task.objects.get(slug="sentiment")
+        study.pk, study.slug, study.name = None, "my-study", "My study"
+        study.save()
+    elif marker == "a live batch":
+        task = demo_tasks["sentiment"]
+        Batch.objects.create(task=task, round=task.open_round(), mode="create", sandbox=False, title="Live",
+                             hits=1, assignments_per_hit=1, reward="0.50", bonus_per_example="0.25",
+                             examples_per_assignment=2)
+    else:
+        from django.contrib.auth import get_user_model
+
+        WorkerIdentity.objects.create(worker_id="A1REALWORKER001", sandbox=False,
+                                      user=get_user_model().objects.create_user("mturk-A1REALWORKER001"))
+    batches = Batch.objects.count()
+    with pytest.raises(CommandError, match="crowd_demo runs only on the demo's database") as refused:
+        call_command("crowd_demo", "--no-serve", stdout=io.StringIO())
+    assert "Point DATABASE_URL at a database of its own" in str(refused.value)
+    assert Batch.objects.count() == batches and not Assignment.objects.exists()

@@ -2,6 +2,7 @@
 submit, sync, validate, bonus; and the attacks and failures around them."""
 
 import re
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.db.models import F
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.models import AnnotationSession, Example
@@ -484,23 +486,63 @@ def test_a_run_that_lost_its_lease_mid_call_marks_nothing(live_tasks, crowd, cli
 
 
 def test_a_sync_that_outlived_its_lock_leaves_the_next_runs_lock_alone(live_tasks, crowd, monkeypatch):
-    from django.core.cache import cache
-
     batch = make_batch(live_tasks["sentiment"])
-    lock = f"dynabench:crowd:sync:{batch.pk}"
     real_list = mturk.list_assignments
 
     def slow_list(*args, **kwargs):  # MTurk answers after the lock expired and another sync took it
-        cache.set(lock, "another-run", timeout=60)
+        Batch.objects.filter(pk=batch.pk).update(sync_holder="another-run",
+                                                 sync_held_until=timezone.now() + timedelta(minutes=5))
         return real_list(*args, **kwargs)
 
     monkeypatch.setattr(sync.mturk, "list_assignments", slow_list)
-    sync.sync_batch(batch)
-    assert cache.get(lock) == "another-run"  # still held by the run that holds it
+    monkeypatch.setattr(sync, "SYNC_LOCK_SECONDS", 0)  # renew (and so notice) at every step
+    stopped = sync.sync_batch(batch)
+    assert "outlived its lock" in " ".join(stopped.errors)  # it stopped instead of deciding on
+    batch.refresh_from_db()
+    assert batch.sync_holder == "another-run"  # still held by the run that holds it
     monkeypatch.setattr(sync.mturk, "list_assignments", real_list)
+    monkeypatch.setattr(sync, "SYNC_LOCK_SECONDS", 900)
     assert "another sync is running" in " ".join(sync.sync_batch(batch).errors)
-    cache.delete(lock)
-    assert not sync.sync_batch(batch).errors and cache.get(lock) is None  # a run releases its own
+    Batch.objects.filter(pk=batch.pk).update(sync_held_until=timezone.now() - timedelta(seconds=1))  # it expired
+    assert not sync.sync_batch(batch).errors
+    batch.refresh_from_db()
+    assert batch.sync_holder == "" and batch.sync_held_until is None  # a run releases its own
+
+
+def test_a_long_sync_renews_its_lock_so_a_second_run_cannot_start(live_tasks, crowd, monkeypatch):
+    batch = make_batch(live_tasks["sentiment"], hits=3)
+    monkeypatch.setattr(sync, "SYNC_LOCK_SECONDS", 0.6)
+    real_list, second = mturk.list_assignments, []
+
+    def slow_list(hit_id, **kwargs):  # each HIT's listing takes longer than the lock lasts unrenewed
+        time.sleep(0.35)
+        if len(second) < 3:
+            second.append(sync.sync_batch(Batch.objects.get(pk=batch.pk)))
+        return real_list(hit_id, **kwargs)
+
+    monkeypatch.setattr(sync.mturk, "list_assignments", slow_list)
+    first = sync.sync_batch(batch)
+    assert not first.errors
+    assert len(second) == 3 and all("another sync is running" in " ".join(r.errors) for r in second)
+
+
+def test_two_syncs_never_decide_one_assignment_twice(live_tasks, crowd, client, monkeypatch):
+    """The other run decides the assignment while this one waits on MTurk: this run's
+    write finds the status changed and counts and ends nothing."""
+    batch = make_batch(live_tasks["sentiment"])
+    assignment = do_one_assignment(client, crowd, batch)
+    real_approve = mturk.approve
+
+    def approve_while_another_run_rejects(assignment_id, feedback, **kwargs):
+        Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.REJECTED,
+                                                           feedback="the other run's decision")
+        return real_approve(assignment_id, feedback, **kwargs)
+
+    monkeypatch.setattr(sync.mturk, "approve", approve_while_another_run_rejects)
+    report = sync.sync_batch(batch)
+    assignment.refresh_from_db()
+    assert report.approved == 0
+    assert assignment.status == Assignment.Status.REJECTED and assignment.feedback == "the other run's decision"
 
 
 def test_a_bonus_mturk_keeps_refusing_ends_for_good_and_tells_the_admins(live_tasks, crowd, client, researcher,
@@ -722,7 +764,14 @@ def test_made_up_validators_decide_nothing_and_earn_no_one_a_bonus(live_tasks, c
     assert bonuses.pay_bonuses().paid == 0 and crowd.bonuses == []
 
 
+def allow_examples_per_assignment(task, count):
+    """The task config's cap on examples per assignment (by default twice the HIT's own)."""
+    task.config = {**task.config, "crowd_limits": {"examples_per_assignment": count}}
+    task.save()
+
+
 def test_the_bonus_is_capped_at_the_examples_the_hit_asked_for(live_tasks, crowd, client, researcher):
+    allow_examples_per_assignment(live_tasks["sentiment"], 8)
     batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=1, examples_per_assignment=2)
     hit = batch.hit_rows.first()
     assignment_id = crowd.accept(hit.hit_id, WORKER)
@@ -742,6 +791,7 @@ def test_the_bonus_is_capped_at_the_examples_the_hit_asked_for(live_tasks, crowd
 
 
 def test_junk_under_a_real_workers_id_does_not_spoil_their_quality(live_tasks, crowd, client, researcher):
+    allow_examples_per_assignment(live_tasks["sentiment"], 6)
     batch = make_batch(live_tasks["sentiment"], quality_block_threshold=0.5)
     hit = batch.hit_rows.first()
     # Someone uses the real worker's id with a made-up assignment and writes junk ...

@@ -259,3 +259,27 @@ def test_two_publishes_at_once_cannot_both_pass_the_budget(live_tasks, crowd, su
     assert len(published) == 1 and len(refused) == racers - 1, refused
     assert Batch.objects.count() == 1 and crowd.count("CreateHITType") == 1
     assert budgets.standing(task, True).committed == FOUR_EIGHTY
+
+
+def test_splitting_a_large_batch_into_small_ones_still_needs_a_second_person(live_tasks, crowd, researcher,
+                                                                            superuser, settings):
+    """Under the threshold one at a time, over it together: what one person published
+    alone on one task in a rolling day counts toward the approval threshold."""
+    settings.CROWD_APPROVAL_THRESHOLD = Decimal("10.00")
+    task, other_task = live_tasks["sentiment"], live_tasks["nli"]
+    small = dict(task=task, mode="create", hits=2, assignments_per_hit=2, reward=Decimal("0.50"),
+                 bonus_per_example=Decimal("0.25"), examples_per_assignment=2)  # $4.80 each
+    first = publishing.publish(publishing.BatchRequest(**small), user=researcher)
+    second = publishing.publish(publishing.BatchRequest(**small), user=researcher)
+    assert first.status == second.status == Batch.Status.PUBLISHED  # $9.60 together
+    third = publishing.publish(publishing.BatchRequest(**small), user=researcher)
+    assert third.status == Batch.Status.AWAITING_APPROVAL  # $14.40 in the day: a second person
+    posted = len(crowd.hits)
+    # Another task, or another person, starts its own count.
+    assert publishing.publish(publishing.BatchRequest(**{**small, "task": other_task}),
+                              user=researcher).status == Batch.Status.PUBLISHED
+    assert publishing.publish(publishing.BatchRequest(**small), user=superuser).status == Batch.Status.PUBLISHED
+    assert len(crowd.hits) == posted + 4
+    # A day later the first two no longer count.
+    Batch.objects.filter(pk__in=[first.pk, second.pk]).update(created_at=first.created_at - budgets.APPROVAL_WINDOW)
+    assert publishing.publish(publishing.BatchRequest(**small), user=researcher).status == Batch.Status.PUBLISHED

@@ -254,6 +254,7 @@ def artifact_entries(task) -> set[str]:
 
 def add_examples(task, rnd):
     from annotation.models import Example
+    from annotation.services import counters
 
     words = ["good", "bad", "lovely", "awful", "great", "dull", "fine", "poor", "fun", "grim"]
     rows = []
@@ -264,7 +265,7 @@ def add_examples(task, rnd):
             rows.append(Example(task=task, round=rnd, split=split, source=Example.Source.IMPORT,
                                 external_uid=f"{split}-{i}", inputs={"statement": text}, target={"label": label},
                                 validation_status=Example.ValidationStatus.VERIFIED))
-    Example.objects.bulk_create(rows)
+    counters.record_new(Example.objects.bulk_create(rows))  # the bulk path keeps the counters too
 
 
 # --- the tests ---------------------------------------------------------------------------

@@ -437,3 +437,40 @@ def test_twenty_parallel_uploads_from_one_account_make_at_most_the_daily_limit(l
     for thread in threads:
         thread.join()
     assert sorted(statuses) == [400] * 3 + [429] * 17  # counted and checked at once, never more than the limit
+
+
+def test_one_account_cannot_fill_the_training_workers_queue_with_checks(scored_task, tiny_artifact, annotator,
+                                                                          researcher, client_for, settings):
+    """Checks run on the training worker; one account holds at most
+    SUBMISSION_CHECKS_QUEUED of them queued or running, on any task, researcher or not."""
+    settings.SUBMISSION_CHECKS_QUEUED, settings.SUBMISSIONS_PER_DAY = 2, 10
+    body = model_zip(tiny_artifact("sentiment").path)
+    api = client_for(annotator)
+    for n in range(2):  # queued: nothing runs them here (no commit hooks in a test transaction)
+        assert upload(api, body, name=f"queued-{n}").status_code == 202
+    refused = upload(api, body, name="queued-2")
+    assert refused.status_code == 429 and "2 submitted models waiting" in refused.json()["detail"]
+    assert int(refused["Retry-After"]) > 0
+    assert Job.objects.filter(kind=Job.Kind.CHECK_SUBMISSION, created_by=annotator).count() == 2
+    # Another account is not held up; a finished check makes room.
+    assert upload(client_for(researcher), body, name="theirs").status_code == 202
+    oldest = Job.objects.filter(created_by=annotator).order_by("pk").first()
+    Job.objects.filter(pk=oldest.pk).update(status=Job.Status.FAILED)
+    assert upload(api, body, name="queued-3").status_code == 202
+
+
+def test_the_daily_limit_fails_closed_when_its_cache_is_down(scored_task, annotator, settings):
+    """With the cache unreachable the daily count cannot be taken: no submission is
+    taken either (503), rather than every upload passing uncounted."""
+    from django.test import override_settings
+
+    from core.errors import Unavailable
+    from leaderboard.submissions import take_daily
+
+    task = scored_task
+    down = {"default": {"BACKEND": "core.cache.SignedRedisCache", "LOCATION": "redis://127.0.0.1:1/0",
+                        "OPTIONS": {"socket_connect_timeout": 0.5}}}
+    with override_settings(CACHES=down), pytest.raises(Unavailable) as refused:
+        take_daily(annotator, task)
+    assert refused.value.retry_after == 60 and "nothing was stored" in refused.value.message
+    take_daily(annotator, task)  # the cache is back: counted

@@ -9,7 +9,7 @@ import pytest
 
 import ml
 from ml import ArtifactError
-from ml.artifacts import combined_sha256, file_sha256, verify_artifact
+from ml.artifacts import artifact_sha256, combined_sha256, file_sha256, verify_artifact
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def artifact_copy(sentiment_model, tmp_path):
 def test_metadata_shape(sentiment_model):
     meta = json.loads((sentiment_model.path / "metadata.json").read_text())
     assert meta == sentiment_model.metadata
-    assert meta["format_version"] == 1
+    assert meta["format_version"] == 2
     assert meta["created_at"].endswith("Z")
     assert meta["task"]["kind"] == "classification"
     assert meta["task"]["labels"] == ["negative", "positive"]
@@ -39,7 +39,7 @@ def test_metadata_shape(sentiment_model):
     assert "metadata.json" not in meta["files"]
     for name, digest in meta["files"].items():
         assert file_sha256(sentiment_model.path / name) == digest
-    assert meta["sha256"] == combined_sha256(meta["files"]) == sentiment_model.sha256
+    assert meta["sha256"] == artifact_sha256(meta) == sentiment_model.sha256
 
 
 def test_artifact_holds_no_pickles_and_no_temp_dirs_remain(sentiment_model):
@@ -122,9 +122,45 @@ def test_edited_metadata_digest_is_refused(artifact_copy):
     with pytest.raises(ArtifactError, match="inconsistent"):
         verify_artifact(artifact_copy)
     # ...and a consistent rewrite of the metadata still fails on the file itself.
-    meta["sha256"] = combined_sha256(meta["files"])
+    meta["sha256"] = artifact_sha256(meta)
     (artifact_copy / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match="sha256 mismatch for model.safetensors"):
+        verify_artifact(artifact_copy)
+
+
+def test_a_tampered_task_spec_in_the_metadata_is_refused(artifact_copy, sentiment_model, cache):
+    """The attacker edits only metadata.json's task spec (longer inputs, another input
+    field): the files are untouched, so a digest of the files alone would pass it."""
+    meta = json.loads((artifact_copy / "metadata.json").read_text())
+    meta["task"]["max_chars"] = 10_000_000
+    meta["task"]["input_fields"] = ["statement", "smuggled"]
+    (artifact_copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="inconsistent"):
+        verify_artifact(artifact_copy)
+    with pytest.raises(ArtifactError, match="inconsistent"):
+        cache.get(ml.ModelRef(str(artifact_copy), sentiment_model.sha256))
+    # Rewriting the digest to match makes another artifact, not the registered one.
+    meta["sha256"] = artifact_sha256(meta)
+    (artifact_copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="sha256 mismatch: expected"):
+        verify_artifact(artifact_copy, sentiment_model.sha256)
+    # So does passing it off as a format 1 artifact, whose digest covers the files only.
+    meta.update(format_version=1, sha256=combined_sha256(meta["files"]))
+    (artifact_copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="sha256 mismatch: expected"):
+        verify_artifact(artifact_copy, sentiment_model.sha256)
+    assert len(cache) == 0
+
+
+def test_a_format_1_artifact_is_still_read(artifact_copy):
+    """Artifacts written before format 2 keep loading under the digest they were registered with."""
+    meta = json.loads((artifact_copy / "metadata.json").read_text())
+    meta.update(format_version=1, sha256=combined_sha256(meta["files"]))
+    (artifact_copy / "metadata.json").write_text(json.dumps(meta))
+    assert verify_artifact(artifact_copy, meta["sha256"]).sha256 == combined_sha256(meta["files"])
+    meta["format_version"] = 3
+    (artifact_copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="unsupported format_version 3"):
         verify_artifact(artifact_copy)
 
 
@@ -149,7 +185,8 @@ def test_save_overwrite_swaps_atomically(sentiment_model, sentiment_spec, tmp_pa
         metrics={"note": "again"},
         overwrite=True,
     )
-    assert first.sha256 == second.sha256  # same weights and tokenizer, same digest
+    assert first.metadata["files"] == second.metadata["files"]  # same weights and tokenizer
+    assert first.sha256 != second.sha256  # other metadata (metrics): another artifact
     assert verify_artifact(target).metadata["metrics"] == {"note": "again"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
 

@@ -53,13 +53,13 @@ def test_progress_is_reported_and_training_is_deterministic(
     percents = [p for p, _ in calls]
     assert percents == sorted(percents) and percents[0] == 0.0 and percents[-1] == 100.0
     assert any("step 2/2" in m for _, m in calls) and any("dev accuracy" in m for _, m in calls)
-    # Same seed and data: identical weights, hence the same artifact digest
-    # (metadata.json, with its timestamp, is not part of the digest).
+    # Same seed and data: identical weights. The artifact digest covers the whole
+    # metadata (its timestamp and timings too), so the two artifacts are still two.
     assert (
         info.metadata["files"]["model.safetensors"]
         == nli_model.metadata["files"]["model.safetensors"]
     )
-    assert info.sha256 == nli_model.sha256
+    assert info.sha256 == ml.artifact_sha256(info.metadata) != nli_model.sha256
 
 
 def test_raising_from_progress_aborts_without_writing(tmp_path, nli_spec, nli_rows):

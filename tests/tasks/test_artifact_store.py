@@ -145,7 +145,7 @@ def test_a_rewritten_metadata_file_is_refused_before_any_name_in_it_is_used(regi
                                                                            s3_endpoint, tiny_artifacts):
     metadata = json.loads((tiny_artifacts["sentiment"].path / "metadata.json").read_text())
     metadata["files"] = {"../../outside.txt": "0" * 64}
-    metadata["sha256"] = ml.combined_sha256(metadata["files"])  # consistent in itself, not what was registered
+    metadata["sha256"] = ml.artifact_sha256(metadata)  # consistent in itself, not what was registered
     tamper(s3_endpoint, s3_store, registered, "metadata.json", json.dumps(metadata).encode())
     with pytest.raises(ml.ArtifactError, match="metadata.json is not the registered artifact's"):
         registered.artifact_dir  # noqa: B018 - the property downloads

@@ -22,7 +22,9 @@ PROBE = (
 )
 SERVICE_VARS = ["DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "CACHE_URL", "SECRET_KEY", "DEBUG",
                 "ALLOWED_HOSTS", "MTURK_SANDBOX", "MTURK_ENDPOINT_URL", "DYNABENCH_DATA_DIR", "NUM_PROXIES",
-                "PROXY_SETS_FORWARDED_PROTO"]
+                "PROXY_SETS_FORWARDED_PROTO", "ADDRESS_HASH_KEY"]
+# What production needs besides SECRET_KEY: each key its own, and how many proxies are in front.
+PRODUCTION = {"ADDRESS_HASH_KEY": "a" * 50, "NUM_PROXIES": "0"}
 
 
 def run_settings(tmp_path, **env_vars):
@@ -34,7 +36,7 @@ def run_settings(tmp_path, **env_vars):
 
 
 def test_debug_is_off_unless_asked_for(tmp_path):
-    result = run_settings(tmp_path, SECRET_KEY="k" * 50)
+    result = run_settings(tmp_path, SECRET_KEY="k" * 50, **PRODUCTION)
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout)
     assert values["debug"] is False and values["hosts"] == []
@@ -86,7 +88,8 @@ def test_service_mode_from_the_environment(tmp_path):
     assert values["sandbox"] is False and "sandbox" not in values["mturk"]
     assert values["data_dir"] == "/srv/data"
     # Throttles and sign-in lockouts count on a cache every web process shares.
-    assert values["cache"] == "django.core.cache.backends.redis.RedisCache"
+    # Signed (core/cache.py): a value someone else wrote into Redis is never unpickled.
+    assert values["cache"] == "core.cache.SignedRedisCache"
     assert values["num_proxies"] == 0  # no client-sent X-Forwarded-For is trusted
 
 
@@ -101,7 +104,7 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
     env.update(
         DEBUG="false", SECRET_KEY="x" * 20 + "-production-secret-key-with-enough-entropy-9f8e7d6c",
         ALLOWED_HOSTS="dynabench.example.org", PUBLIC_BASE_URL="https://dynabench.example.org",
-        DYNABENCH_VAR_DIR=str(tmp_path / "var"),
+        DYNABENCH_VAR_DIR=str(tmp_path / "var"), **PRODUCTION,
     )
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -176,7 +179,96 @@ def test_a_fresh_web_process_runs_the_jobs_left_queued(tmp_path):
     ({"PROXY_SETS_FORWARDED_PROTO": "true"}, True),
 ])
 def test_x_forwarded_proto_is_trusted_only_behind_a_proxy_that_sets_it(tmp_path, env_vars, trusted):
-    result = run_settings(tmp_path, SECRET_KEY="k" * 50, **env_vars)
+    result = run_settings(tmp_path, SECRET_KEY="k" * 50, **{**PRODUCTION, **env_vars})
     assert result.returncode == 0, result.stderr
     proxy_ssl = json.loads(result.stdout)["proxy_ssl"]
     assert (proxy_ssl == ["HTTP_X_FORWARDED_PROTO", "https"]) is trusted and (proxy_ssl is None) is not trusted
+
+
+KEYS = ("import json, django; from django.conf import settings; django.setup(); "
+        "from annotation.services.trust import address_hash; "
+        "print(json.dumps({'address_key': settings.ADDRESS_HASH_KEY, 'hash': address_hash('203.0.113.9'), "
+        "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES']}))")
+
+
+def run_keys(tmp_path, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), **env_vars)
+    return subprocess.run([sys.executable, "-c", KEYS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_production_behind_an_unnamed_proxy_refuses_to_start(tmp_path):
+    """Behind a proxy, NUM_PROXIES=0 makes the proxy's address everyone's: one person's
+    wrong passwords lock every user out and all accounts count as one person. A
+    deployment must say how many proxies are in front."""
+    result = run_keys(tmp_path, DEBUG="false", SECRET_KEY="k" * 50, ADDRESS_HASH_KEY="a" * 50)
+    assert result.returncode != 0
+    assert "NUM_PROXIES must be set when DEBUG is off" in result.stderr
+    assert "1 for one nginx or load balancer" in result.stderr
+    said = run_keys(tmp_path, DEBUG="false", SECRET_KEY="k" * 50, ADDRESS_HASH_KEY="a" * 50, NUM_PROXIES="1")
+    assert said.returncode == 0, said.stderr
+    assert json.loads(said.stdout)["num_proxies"] == 1
+    negative = run_keys(tmp_path, DEBUG="true", NUM_PROXIES="-1")
+    assert negative.returncode != 0 and "NUM_PROXIES must be at least 0" in negative.stderr
+
+
+def test_the_address_hash_key_is_required_when_debug_is_off(tmp_path):
+    result = run_keys(tmp_path, DEBUG="false", SECRET_KEY="k" * 50, NUM_PROXIES="0")
+    assert result.returncode != 0
+    assert "ADDRESS_HASH_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_rotating_the_secret_key_keeps_the_same_person_links(tmp_path):
+    """The address hashes (which accounts share an address) are keyed apart from
+    SECRET_KEY: a rotation of SECRET_KEY must not make ten sign-ups at one address ten
+    strangers again."""
+    before = run_keys(tmp_path, DEBUG="false", SECRET_KEY="old-" + "k" * 50, **PRODUCTION)
+    after = run_keys(tmp_path, DEBUG="false", SECRET_KEY="new-" + "k" * 50, SECRET_KEY_FALLBACKS="old-" + "k" * 50,
+                     **PRODUCTION)
+    assert before.returncode == 0 and after.returncode == 0, before.stderr + after.stderr
+    assert json.loads(before.stdout)["hash"] == json.loads(after.stdout)["hash"]
+    # The same in development: the generated address key is kept apart from the secret key.
+    dev_before = json.loads(run_keys(tmp_path, DEBUG="true", SECRET_KEY="old-" + "k" * 50).stdout)
+    dev_after = json.loads(run_keys(tmp_path, DEBUG="true", SECRET_KEY="new-" + "k" * 50).stdout)
+    assert dev_before["hash"] == dev_after["hash"] and dev_before["address_key"] != "old-" + "k" * 50
+    assert (tmp_path / "var" / "address_hash_key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("password, clean", [("", False), (":s3cret-redis-password@", True)])
+def test_check_deploy_refuses_a_redis_without_a_password(tmp_path, password, clean):
+    """Anyone who reaches a Redis without a password can queue tasks and write the
+    cache: production names every Redis with its password (or ACL user)."""
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["INFERENCE_REPLY_URL"]}
+    env.update(
+        DEBUG="false", SECRET_KEY="x" * 20 + "-production-secret-key-with-enough-entropy-9f8e7d6c",
+        ALLOWED_HOSTS="dynabench.example.org", PUBLIC_BASE_URL="https://dynabench.example.org",
+        DYNABENCH_VAR_DIR=str(tmp_path / "var"), **PRODUCTION,
+        CELERY_BROKER_URL=f"redis://{password}redis.internal:6379/0",
+        CELERY_RESULT_BACKEND=f"redis://{password}redis.internal:6379/1",
+        CACHE_URL=f"rediscache://{password}redis.internal:6379/2",
+    )
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if clean:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode != 0
+        assert "dynabench.E101" in result.stderr and "CELERY_BROKER_URL" in result.stderr
+        assert "CACHE_URL" in result.stderr
+
+
+def test_training_jobs_are_bounded_unless_a_deployment_says_otherwise(tmp_path):
+    """Submission checks wait on the training worker: a training job asking for a
+    million steps cannot hold it for days by default."""
+    probe = ("import django; from django.conf import settings; django.setup(); "
+             "print(settings.TRAINING_MAX_STEPS, settings.SUBMISSION_CHECKS_QUEUED)")
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS + ["TRAINING_MAX_STEPS"]}
+    env.update(DJANGO_SETTINGS_MODULE="dynabench.settings", DYNABENCH_VAR_DIR=str(tmp_path / "var"), DEBUG="true")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["10000", "2"]
+    env["TRAINING_MAX_STEPS"] = "0"  # a deployment with its own training machines lifts it
+    lifted = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert lifted.stdout.split()[0] == "None"

@@ -8,6 +8,12 @@ The worker's browser ends a HIT by posting to MTurk's own site, which the demo
 cannot receive; this command plays that part: once the worker submits here, it
 submits the assignment on the fake MTurk and syncs the batch (the assignment is
 verified and approved), and says so.
+
+It runs only on the demo's database: one that holds the demo's tasks and nothing
+else, and no batch or worker of the live MTurk site (``demo_database_problem``).
+It publishes a batch and makes a worker, an assignment and examples: pointed by
+mistake at a study's database (a ``DATABASE_URL`` left set), that would mix a
+made-up worker and their pay into the study's records.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from django.urls import reverse
 from crowd import sync
 from crowd.assignments import completion_token
 from crowd.fake_mturk import FakeMTurk
-from crowd.models import Assignment, Batch
+from crowd.models import Assignment, Batch, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
 from tasks.models import Task
+from tasks.services import DEFAULT_TASK_SLUGS
 
 SUBMIT_TO = "https://workersandbox.mturk.com"
 WORKER = "A1DEMOWORKER0001"
@@ -50,6 +57,20 @@ def play_mturk(fake: FakeMTurk, batch: Batch, assignment_id: str, say, stop: thr
     return False
 
 
+def demo_database_problem() -> str:
+    """Why this database is not the demo's ("" when it is): the demo's one holds only the
+    demo's tasks (``bootstrap_demo``: nli, qa, sentiment, hate) and nothing from the live
+    MTurk site."""
+    others = list(Task.objects.exclude(slug__in=DEFAULT_TASK_SLUGS).order_by("slug").values_list("slug", flat=True)[:5])
+    if others:
+        return f"it holds tasks the demo did not make ({', '.join(others)})"
+    if Batch.objects.filter(sandbox=False).exists():
+        return "it holds batches published on the live MTurk site"
+    if WorkerIdentity.objects.filter(sandbox=False).exists():
+        return "it holds workers from the live MTurk site"
+    return ""
+
+
 class Command(BaseCommand):
     help = ("Try the MTurk HIT flow without an AWS account: a fake MTurk, a published batch, one "
             "accepted assignment, and the platform served with MTurk pointed at the fake.")
@@ -62,6 +83,14 @@ class Command(BaseCommand):
                             help="Set up and print the links, then stop (the fake MTurk stops with it).")
 
     def handle(self, *args, **options):
+        problem = demo_database_problem()
+        if problem:
+            database = settings.DATABASES["default"]
+            raise CommandError(
+                f"crowd_demo runs only on the demo's database, and this one ({database['ENGINE'].rsplit('.', 1)[-1]} "
+                f"{database['NAME']}) is not: {problem}. It would publish a batch and make a made-up worker's "
+                "assignment and examples here. Point DATABASE_URL at a database of its own (unset, it is the "
+                "embedded SQLite file that `make run` fills with the demo).")
         task = Task.objects.filter(slug=options["task"]).first()
         if task is None:
             raise CommandError(f"No task {options['task']!r}: run `make run` (bootstrap_demo) first.")
