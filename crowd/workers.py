@@ -288,11 +288,10 @@ def uninformative_validators(identities, task: Task) -> list[tuple[WorkerIdentit
 
 
 def failed_gold_validators(identities, task: Task) -> list[WorkerIdentity]:
-    """Those of ``identities`` (a queryset) who failed ``task``'s gold items
-    (``trust.failed_gold``): those with a gold answer are judged, one query each."""
-    answered = Validation.objects.filter(task=task, gold_agrees__isnull=False).values("validator_id")
-    return [identity for identity in identities.filter(user_id__in=answered).select_related("user")
-            if trust.failed_gold(task, identity.user)]
+    """Those of ``identities`` (a queryset: the sync's chunk of workers whose evidence
+    changed) who failed ``task``'s checks (``trust.failed_gold``: gold items and
+    researchers' decisions, flags included), one query each."""
+    return [identity for identity in identities.select_related("user") if trust.failed_gold(task, identity.user)]
 
 
 def below_threshold(identities, threshold: float, task: Task | None = None) -> list[WorkerIdentity]:

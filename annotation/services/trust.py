@@ -195,18 +195,31 @@ def vouch(task: Task, validator, researcher) -> VouchedValidator:
     return row
 
 
-def gold_record(task: Task, user) -> tuple[int, int]:
-    """(answers, agreeing): ``user``'s decisions on the task's gold items."""
-    row = (Validation.objects.filter(validator=user, task=task, gold_agrees__isnull=False)
-           .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=Q(gold_agrees=True))))
+def checked_record(task: Task, user) -> tuple[int, int]:
+    """(decisions, agreeing): ``user``'s decisions on ``task`` that a researcher's
+    verdict checks: on gold items, and on examples a researcher decided (a flag agrees
+    only with a researcher's flag; on a gold item it never does). Flag-only voters are
+    judged like any other."""
+    verified, rejected, flagged = (Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED,
+                                   Example.ValidationStatus.FLAGGED)
+    by_researcher = Exists(Validation.objects.filter(example=OuterRef("example"), mode=Validation.Mode.OWNER,
+                                                     counted=True).exclude(label=""))
+    row = (Validation.objects.filter(validator=user, task=task, mode=Validation.Mode.USER).exclude(label="")
+           .filter(Q(gold_agrees__isnull=False) | (Q(gold_agrees__isnull=True) & by_researcher))
+           .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=Q(gold_agrees=True) | (
+               Q(gold_agrees__isnull=True) & (
+                   Q(label=Validation.Label.CORRECT, example__validation_status=verified)
+                   | Q(label=Validation.Label.INCORRECT, example__validation_status=rejected)
+                   | Q(label=Validation.Label.FLAGGED, example__validation_status=flagged))))))
     return row["answers"], row["agreeing"]
 
 
 def failed_gold(task: Task, user) -> bool:
-    """Whether ``user`` failed the task's gold items: at least ``gold_min_answers`` of
-    them, agreeing with fewer than ``gold_min_agreement`` of those."""
+    """Whether ``user`` failed the checks (``checked_record``): at least
+    ``gold_min_answers`` checked decisions, agreeing on fewer than
+    ``gold_min_agreement`` of them."""
     rule = task.parsed_config.validator_trust
-    answers, agreeing = gold_record(task, user)
+    answers, agreeing = checked_record(task, user)
     return answers >= int(rule["gold_min_answers"]) and agreeing < float(rule["gold_min_agreement"]) * answers
 
 

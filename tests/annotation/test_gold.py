@@ -231,4 +231,19 @@ def test_flags_on_gold_items_count_as_wrong(demo_tasks, researcher, annotator):
     items = gold_set(task, researcher, annotator, ["correct", "incorrect", "correct"])
     flagger = account("flagger", "198.51.100.160")
     answer_gold(flagger, items, always="flagged")
-    assert trust.gold_record(task, flagger) == (3, 0) and trust.failed_gold(task, flagger)
+    assert trust.checked_record(task, flagger) == (3, 0) and trust.failed_gold(task, flagger)
+
+
+def test_flags_and_votes_are_judged_against_researchers_decisions(demo_tasks, researcher, annotator):
+    """A flag-only voter was never judged; now every decision a researcher's verdict
+    checks counts: five flags on examples the researcher then verified fail."""
+    task = with_trust_rule(demo_tasks["sentiment"], gold_min_answers=5, gold_min_agreement=0.6, decides="paid")
+    flagger, careful = account("flagger", "198.51.100.170"), account("careful", "198.51.100.171")
+    for i in range(5):
+        example = write(task, annotator, text=f"Checked by a researcher {i}")
+        vote(flagger, example, "flagged")
+        vote(careful, example, "correct")
+        validation.validate_example(example.pk, researcher, label="correct")
+    assert trust.checked_record(task, flagger) == (5, 0) and trust.failed_gold(task, flagger)
+    assert trust.checked_record(task, careful) == (5, 5) and not trust.failed_gold(task, careful)
+    assert vote(flagger, write(task, annotator, text="Next")).not_counted_because == "failed_gold"

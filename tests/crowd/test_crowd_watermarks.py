@@ -633,3 +633,27 @@ def test_runs_after_the_first_read_no_big_table_whole(demo_tasks, crowd, no_send
         assert bonuses.pay_bonuses().settled == 2
     assert TaskBlock.objects.count() == 1
     assert _full_scans(queries.captured_queries) == []
+
+
+def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(demo_tasks, crowd, researcher):
+    """Votes on a validation batch are judged by the gold items too: a worker who says
+    "correct" to everything (no reliability estimate needed) is blocked at the next
+    check; one who answers them rightly is not."""
+    from annotation.services import gold, validation
+    from tests.annotation.test_trust import account, write
+
+    task = demo_tasks["sentiment"]
+    batch = batch_of(task, mode="validate")
+    writer = account("gold_writer")
+    items = [gold.mark(write(task, writer, text=f"Gold {i}").pk, researcher, "incorrect" if i % 2 else "correct")
+             for i in range(6)]
+    careless = assignment_in(batch, "ACARELESS00001", when=timezone.now())
+    careful = assignment_in(batch, "ACAREFUL000001", when=timezone.now())
+    for item in items:
+        for assignment, label in ((careless, "correct"), (careful, item.gold_verdict)):
+            validation.assign(item, assignment.worker.user)
+            validation.give_blind_answer(item.pk, assignment.worker.user, item.target)
+            validation.validate_example(item.pk, assignment.worker.user, label=label, session=assignment.session)
+    assert sync.quality_blocks(batch, sync.SyncReport()) == 1
+    block = TaskBlock.objects.get()
+    assert block.worker == careless.worker and "checked items" in block.reason

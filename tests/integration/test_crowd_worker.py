@@ -116,12 +116,14 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
         task=task, round=rnd, context=task.contexts.first(), annotator=writer,
         inputs={"statement": f"Reference statement {i}"}, target={"label": "positive"}, fooled=False)
         for i in range(2)]
-    for example in references:
+    # The writer is right on one and wrong on the other: agreeing with both beats
+    # always agreeing with the writer, which the trust rule asks of a record.
+    for example, answer in zip(references, ["positive", "negative"], strict=True):
         for validator in trusted:
             validation.assign(example, validator.user)
-            validation.give_blind_answer(example.pk, validator.user, {"label": "positive"})
-    for example in references:
-        validation.validate_example(example.pk, researcher, label="correct")
+            validation.give_blind_answer(example.pk, validator.user, {"label": answer})
+    for example, verdict in zip(references, ["correct", "incorrect"], strict=True):
+        validation.validate_example(example.pk, researcher, label=verdict)
     for example in Example.objects.filter(session=honest.session):
         for validator in trusted:
             decided = _vote_through_the_api(validator, example, "correct" if example.fooled else "incorrect")
@@ -137,4 +139,100 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
     # The public verified error rate moved only by the honest worker's verified fooling example.
     after = public.get(stats_url).json()
     assert after["verified_fooled"] == before["verified_fooled"] + 1
+    assert worker_mturk.violations == []
+
+
+def _validate_what_the_queue_serves(voter, decide) -> int:
+    """``voter`` takes items from the validation queue over HTTP until it is empty,
+    answering blind with the writer's answer and deciding ``decide(item)``; how many."""
+    done = 0
+    while True:
+        served = voter.get("/api/tasks/sentiment/validations/next/")
+        if served.status_code == 204:
+            return done
+        item = served.json()
+        answered = voter.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "positive"}},
+                              format="json")
+        assert answered.status_code == 201, answered.content
+        decided = voter.post(f"/api/examples/{item['id']}/validations/", {"label": decide(item)}, format="json")
+        assert decided.status_code == 201, decided.content
+        done += 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_worker_process, worker_mturk,
+                                                                        live_tasks, researcher, settings,
+                                                                        monkeypatch):
+    """Issue 35's scenario end to end: three aged accounts at three addresses, scripted to
+    call everything "correct", gold items mixed into the queue. They decide no paid
+    example and earn nothing; validators who pass the gold items earn trust, and the
+    honest worker they verify is paid exactly once by the real worker process."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.utils import timezone
+
+    from annotation.models import Validation
+    from annotation.services import gold, trust
+    from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
+    settings.MTURK_ENDPOINT_URL = worker_mturk.endpoint_url
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    task = live_tasks["sentiment"]
+    task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.8},
+                   "validation": {"gold_rate": 1.0}}  # gold first: a qualification round
+    task.save()
+    rnd = task.open_round()
+    # Gold items: the writer is right on half of them (the researcher's verdicts).
+    writer = get_user_model().objects.create_user("gold_writer")
+    truth = {}
+    for i in range(6):
+        example = Example.objects.create(
+            task=task, round=rnd, context=task.contexts.first(), annotator=writer,
+            inputs={"statement": f"Checked statement {i}"}, target={"label": "positive"}, fooled=False)
+        truth[example.pk] = gold.mark(example.pk, researcher, "correct" if i % 2 else "incorrect").gold_verdict
+
+    batch = make_batch(task, hits=1, assignments_per_hit=2)
+    cheat = do_one_assignment(Client(REMOTE_ADDR="203.0.113.60"), worker_mturk, batch, worker=WORKER,
+                              text="The film was fine, I suppose.")
+    honest = do_one_assignment(Client(REMOTE_ADDR="198.51.100.90"), worker_mturk, batch, worker=OTHER_WORKER,
+                               text="A warm, funny and generous film.")
+    assert "2 approved" in crowd_tasks.sync.apply_async().get(timeout=60)
+
+    ring = [_sign_up(f"ring{i}", f"192.0.2.{10 + i}") for i in range(3)]
+    careful = [_sign_up(f"careful{i}", f"198.18.1.{i}") for i in range(3)]
+    get_user_model().objects.filter(pk__in=[a.user.pk for a in ring + careful]).update(
+        date_joined=timezone.now() - timedelta(days=30))
+    for account in ring + careful:
+        account.user.refresh_from_db()
+    for member in ring:
+        assert _validate_what_the_queue_serves(member, lambda item: "correct") > 0
+    cheats = list(Example.objects.filter(session=cheat.session))
+    assert all(e.validation_status == "pending" for e in Example.objects.filter(session__in=[cheat.session,
+                                                                                             honest.session]))
+    assert not any(trust.standing(task, member.user).trusted for member in ring)
+    assert Validation.objects.filter(validator__in=[m.user for m in ring], counted=True).count() == 0
+
+    # The careful validators answer the gold items rightly, which earns them trust; then
+    # the queue serves them the workers' examples, which they decide truly.
+    honest_ids = set(Example.objects.filter(session=honest.session).values_list("pk", flat=True))
+    for validator in careful:
+        _validate_what_the_queue_serves(validator, lambda item: truth.get(item["id"]) or (
+            "correct" if item["id"] in honest_ids else "incorrect"))
+    for validator in careful:
+        assert trust.standing(task, validator.user).trusted
+    decided = Example.objects.filter(session=honest.session).exclude(validation_status="pending").count()
+    assert decided == len(honest_ids)  # every one decided by trusted people, more than one
+    assert all(e.validation_status != "verified" for e in cheats)
+
+    report = crowd_tasks.pay_bonuses.apply_async().get(timeout=60)
+    assert "1 bonuses paid" in report, report
+    assert crowd_tasks.pay_bonuses.apply_async().get(timeout=60).startswith("0 assignments settled, 0 bonuses paid")
+    paid = [b["AssignmentId"] for b in worker_mturk.bonuses if b["AssignmentId"] in
+            (cheat.assignment_id, honest.assignment_id)]
+    assert paid == [honest.assignment_id]
+    assert not BonusPayment.objects.filter(assignment=cheat, status=BonusPayment.Status.PAID).exists()
     assert worker_mturk.violations == []
