@@ -78,8 +78,9 @@ def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, cli
     client.get("/api/tasks/sentiment/validations/next/")  # warm the sign-in session
     order = []
     for _ in range(3):
-        # sign-in session, user, task, their own undecided answers, the queue's head, its claim, ownership
-        with django_assert_num_queries(7):
+        # sign-in session, user, task, their own undecided answers, the queue's first page, which
+        # of it they decided, its claim, ownership
+        with django_assert_num_queries(8):
             item = client.get("/api/tasks/sentiment/validations/next/").json()
         order.append(item["id"])
         # Blind: neither the writer's answer, nor the model's, nor whether it fooled the model.
@@ -407,3 +408,19 @@ def test_the_validate_page_serves_its_item_to_the_signed_in_validator(demo_tasks
     assert ValidationClaim.objects.filter(example=example, validator=second_annotator).exists()
     assert client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
                        format="json").status_code == 201
+
+
+def test_the_queue_walk_reads_past_pages_the_validator_decided(demo_tasks, annotator, monkeypatch):
+    """The next item is found a page of the queue's index at a time: past pages whose
+    examples the validator decided already, to the first they did not."""
+    from annotation.services import validation
+
+    monkeypatch.setattr(validation, "QUEUE_PAGE", 2)
+    task = demo_tasks["sentiment"]
+    examples = [make_example(task, annotator, fooled=True, text=f"walked {i}") for i in range(6)]
+    [validator] = users(1, "walker")
+    for example in examples[:5]:
+        Validation.objects.create(example=example, validator=validator, label="correct")
+    assert validation.first_in_queue(task, validator).pk == examples[5].pk
+    Validation.objects.create(example=examples[5], validator=validator, label="correct")
+    assert validation.first_in_queue(task, validator) is None
