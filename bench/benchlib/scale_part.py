@@ -106,15 +106,29 @@ def request_paths(task, rnd, users) -> list[tuple[str, str, str]]:
     return paths
 
 
-def measure_requests(task, rnd, clients: dict, repeats: int) -> list[dict]:
+def measure_requests(task, rnd, clients: dict, repeats: int, slow: float) -> list[dict]:
+    """Each path: a warm-up (its status), then ``repeats`` timed runs, statements counted
+    in each. A path whose warm-up takes over ``slow`` seconds is not run again: its one
+    (cold) run is its sample (``n`` 1)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     rows = []
     for name, who, url in request_paths(task, rnd, clients):
         client = clients[who]
-        status = client.get(url).status_code  # warm-up (and the answer's status)
-        queries, _ = count_queries(lambda client=client, url=url: client.get(url))
-        samples = timed(lambda client=client, url=url: client.get(url), repeats, warmup=0)
+        started = time.perf_counter()
+        with CaptureQueriesContext(connection) as captured:
+            status = client.get(url).status_code
+        first = time.perf_counter() - started
+        samples, queries = ([first], len(captured.captured_queries)) if first > slow else ([], None)
+        for _ in range(0 if samples else repeats):
+            with CaptureQueriesContext(connection) as captured:
+                started = time.perf_counter()
+                client.get(url)
+                samples.append(time.perf_counter() - started)
+            queries = len(captured.captured_queries)
         rows.append({"path": name, "who": who, "url": url.split("?")[0], "status": status,
-                     **summary(samples, queries)})
+                     **summary(samples, queries, cold_only=first > slow)})
     return rows
 
 
@@ -128,7 +142,10 @@ class Work:
     reject (its bonus settles at $0, without MTurk); ``3 k`` new counted votes."""
 
     def __init__(self, task, rnd, batch, users):
-        self.task, self.rnd, self.batch, self.users, self.made = task, rnd, batch, users, 0
+        from crowd.models import Assignment
+
+        self.task, self.rnd, self.batch, self.users = task, rnd, batch, users
+        self.made = Assignment.objects.filter(assignment_id__startswith="NEW").count()  # earlier runs' work
 
     def add(self, k: int) -> None:
         from datetime import timedelta
@@ -271,7 +288,8 @@ def run(cfg: dict) -> dict:
     with FakeMTurk() as fake:
         settings.MTURK_ENDPOINT_URL, settings.MTURK_SANDBOX = fake.endpoint_url, True
         baseline = select_one(cfg["repeats"])
-        requests = measure_requests(task, rnd, clients(researcher, validator), cfg["repeats"])
+        requests = measure_requests(task, rnd, clients(researcher, validator), cfg["repeats"],
+                                    cfg.get("slow_seconds", 5.0))
         jobs = periodic_jobs(task, rnd, users, cfg["periodic_repeats"], cfg["work"])
     counts = RoundCounts.objects.get(round=rnd)
     return {
