@@ -444,7 +444,7 @@ def _scale_verdict(row: dict) -> str:
 
 def _scale_rows(rows: list[dict], name: str, who: str) -> list[list[str]]:
     return [[row[name], row[who], "/".join(str(q) for q in row["queries"]), ratio(row["ratio"]),
-             ratio(row["ratio_min"]), "n/a" if row["slope"] is None else f"{row['slope']:+.2f}", f"{row['over_select_1']:.0f}x",
+             ratio(row["ratio_cpu"]), "n/a" if row["slope"] is None else f"{row['slope']:+.2f}", f"{row['over_select_1']:.0f}x",
              _scale_verdict(row)] for row in rows]
 
 
@@ -457,17 +457,18 @@ def scale(document: dict) -> str:
              f"assignments of work each) after a warm-up; load average {loadavg(document['load_average'])}. "
              f"Targets: slope at most {targets['slope']}, ratio at most {targets['ratio']}x, the same statements "
              "at every size. Ratio: the median at the largest size over the smallest; x SELECT 1: the largest "
-             "size's median over a bare `SELECT 1` round trip in the same process; ratio of fastest: the same "
-             "ratio of the fastest runs (less noisy on a shared machine; not judged)."]
+             "size's median over a bare `SELECT 1` round trip in the same process; CPU ratio: the same ratio of "
+             "the measuring process's CPU time (no waits for a core; on PostgreSQL without the server's work; "
+             "not judged)."]
     for database, result in document["databases"].items():
         builds = result["builds"]
         rows = ", ".join(f"{int(n):,}: {b['rows']['validations']:,} validations" for n, b in builds.items())
         drift = sum(len(b["drift_after_build"]) for b in builds.values())
         lines.append(f"### {database}\n\nExamples by size: {rows}; counters that "
                      f"drifted after the build: {drift}.")
-        header = ["request", "as", "statements", "ratio", "ratio of fastest", "slope", "x SELECT 1", "verdict"]
+        header = ["request", "as", "statements", "ratio", "CPU ratio", "slope", "x SELECT 1", "verdict"]
         lines.append(markdown_table(header, _scale_rows(result["requests"], "path", "who")))
-        header = ["periodic job", "run", "statements", "ratio", "ratio of fastest", "slope", "x SELECT 1",
+        header = ["periodic job", "run", "statements", "ratio", "CPU ratio", "slope", "x SELECT 1",
                   "verdict"]
         lines.append(markdown_table(header, _scale_rows(result["periodic"], "job", "case")))
     return "\n\n".join(lines) + "\n"
