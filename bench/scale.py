@@ -69,6 +69,8 @@ NOTES = [
     "ratio_cpu and slope_cpu: the same from the measuring process's CPU time (time.process_time), which "
     "leaves out waiting for a core on this shared 2-core machine; on PostgreSQL it also leaves out the "
     "server's own work. Not judged: read them where the wall-clock figures look like noise.",
+    "PostgreSQL databases are ANALYZEd before measuring (as autovacuum keeps a live database); SQLite's are "
+    "not (Django never runs ANALYZE there): each as it runs in production.",
     "DRF throttles are raised for the run (THROTTLE_*=1000000/min): the measured requests are not rate-limited.",
 ]
 
