@@ -60,8 +60,10 @@ NOTES = [
     "Ratios compare a path's median at the largest size with its median at the smallest; slope is the "
     "least-squares slope of log(median) against log(N) across all sizes.",
     "reconcile_counts is a full recount by design (the daily repair): linear in N, reported, not judged.",
-    "The periodic jobs' new work is saved through Example.save and Validation.save; the bonuses it makes "
-    "settle at $0 (rejected examples), so no bonus is sent; the fake MTurk (crowd.fake_mturk) answers any call.",
+    "The periodic jobs' new work is saved through Example.save and Validation.save: new approved assignments, "
+    "each with one verified example that did not fool the model (its bonus settles at $0, so none is sent; "
+    "no writer falls under a quality threshold, so no block is given; the fake MTurk, crowd.fake_mturk, "
+    "answers any call). A run first removes earlier runs' work from a kept database (delete_examples).",
     "A request path whose first run took over --slow-seconds is timed by that one (cold) run (n 1, "
     "cold_only true): its cost is far off target either way.",
     "REQUEST_QUERY_TIMEOUT is 0 (off) for the run: a path over the production ceiling (30 s) is timed, "
@@ -120,7 +122,8 @@ def run_part(database: str, size: int, args) -> dict:
     cfg = {"database": database, "size": size, "repeats": args.repeats, "periodic_repeats": args.periodic_repeats,
            "work": args.work, "out": str(out), "marker": str(marker), "build_only": args.build_only,
            "slow_seconds": args.slow_seconds}
-    env = {**os.environ, "DATABASE_URL": url, "BENCH_CONFIG": json.dumps(cfg), "DEBUG": "true",
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "fake", "AWS_SECRET_ACCESS_KEY": "fake", "AWS_DEFAULT_REGION": "us-east-1",
+           "DATABASE_URL": url, "BENCH_CONFIG": json.dumps(cfg), "DEBUG": "true",
            "DJANGO_SETTINGS_MODULE": "dynabench.settings", "ALLOWED_HOSTS": "testserver",
            "REQUEST_QUERY_TIMEOUT": "0", "PYTHONPATH": str(BENCH)}
     for name in ("ANON", "USER", "EXAMPLES", "EXPLANATIONS", "VALIDATIONS"):

@@ -152,8 +152,11 @@ def measure_requests(task, rnd, clients: dict, repeats: int, slow: float) -> lis
 class Work:
     """New work between two runs of a periodic job, through the project's own saves: in
     the newest MTurk batch, ``k`` new assignments (each with its session), approved and
-    confirmed now, each with one new model-fooling example that three votes then
-    reject (its bonus settles at $0, without MTurk); ``3 k`` new counted votes."""
+    confirmed now, each with one new example (not fooling the model: its bonus settles
+    at $0, without MTurk) that three votes then verify (no writer falls below a quality
+    threshold: the check gives no block); ``3 k`` new counted votes. ``forget`` takes
+    an earlier run's work out again (through the services that keep the counters), so
+    that every run of a kept database starts from the same rows."""
 
     def __init__(self, task, rnd, batch, users):
         from crowd.models import Assignment
@@ -173,7 +176,7 @@ class Work:
 
         now = timezone.now()
         hit = self.batch.hit_rows.order_by("-number").first()
-        workers = list(WorkerIdentity.objects.select_related("user").order_by("pk")[:50])
+        workers = list(WorkerIdentity.objects.select_related("user").order_by("pk"))
         with transaction.atomic():
             for _ in range(k):
                 n = self.made
@@ -187,17 +190,37 @@ class Work:
                                           auto_approval_at=now + timedelta(days=3), verified_at=now, decided_at=now)
                 example = Example(task=self.task, round=self.rnd, annotator=worker.user, session=session,
                                   inputs={"hypothesis": f"new {n}"}, target={"label": "neutral"},
-                                  prediction={"label": "entailment"}, fooled=True)
+                                  prediction={"label": "neutral"}, fooled=False)
                 example.signature = example_signature(example)
                 example.save()
                 validators = [u for u in self.users[300 + n % 50: 300 + n % 50 + 4] if u.pk != worker.user_id][:3]
                 for validator in validators:
-                    Validation(example=example, validator=validator, label="incorrect", counted=True,
-                               blind_answer={"label": "entailment"}, blind_agrees=False, decided_at=now).save()
-                example.validations_incorrect = len(validators)
-                example.validation_status = Example.ValidationStatus.REJECTED
-                example.save(update_fields=["validations_incorrect", "validation_status", "updated_at"])
+                    Validation(example=example, validator=validator, label="correct", counted=True,
+                               blind_answer={"label": "neutral"}, blind_agrees=True, decided_at=now).save()
+                example.validations_correct = len(validators)
+                example.validation_status = Example.ValidationStatus.VERIFIED
+                example.save(update_fields=["validations_correct", "validation_status", "updated_at"])
                 self.made += 1
+
+
+def forget_earlier_work() -> int:
+    """Take out what earlier runs' ``Work`` added (their examples through
+    ``services.examples.delete_examples``, which keeps the counters; then their bonus rows,
+    assignments and sessions)."""
+    from django.db import transaction
+
+    from annotation.models import AnnotationSession, Example
+    from annotation.services.examples import delete_examples
+    from crowd.models import Assignment, BonusPayment
+
+    with transaction.atomic():
+        sessions = AnnotationSession.objects.filter(mturk_assignment_id__startswith="NEW")
+        delete_examples(Example.objects.filter(session__in=sessions))
+        assignments = Assignment.objects.filter(assignment_id__startswith="NEW")
+        BonusPayment.objects.filter(assignment__in=assignments).delete()
+        gone = assignments.delete()[0]
+        sessions.delete()
+    return gone
 
 
 def periodic_jobs(task, rnd, users, repeats: int, work: int) -> list[dict]:
@@ -209,7 +232,10 @@ def periodic_jobs(task, rnd, users, repeats: int, work: int) -> list[dict]:
     adder = Work(task, rnd, batch, users)
 
     def quality():
-        return sync.quality_blocks(Batch.objects.get(pk=batch.pk), sync.SyncReport())
+        report = sync.SyncReport()
+        blocks = sync.quality_blocks(Batch.objects.get(pk=batch.pk), report)
+        assert not report.errors and not blocks, (blocks, report.errors)
+        return blocks
 
     def pay():
         report = bonuses.pay_bonuses()
@@ -289,6 +315,7 @@ def run(cfg: dict) -> dict:
     migrated = time.perf_counter() - started
     if cfg.get("build_only"):
         return {"database": cfg["database"], "size": cfg["size"], "built": built, "seconds": round(migrated, 1)}
+    forgotten = forget_earlier_work()
     analyzed = _analyze()
     task = Task.objects.get(slug="nli")
     rnd = task.open_round()
@@ -312,7 +339,7 @@ def run(cfg: dict) -> dict:
         "database": cfg["database"], "vendor": _vendor(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average": [round(v, 2) for v in os.getloadavg()], "size": cfg["size"], "built": built,
-        "reused": built is None, "analyzed": analyzed, "prepare_seconds": round(migrated, 1),
+        "reused": built is None, "analyzed": analyzed, "earlier_work_removed": forgotten, "prepare_seconds": round(migrated, 1),
         "rows": {"examples": examples, "validations": validations},
         "drift_after_build": [str(d) for d in drifts],
         "counters": {"collected": counts.collected, "decisions": counts.decisions, "fooled": counts.fooled},
