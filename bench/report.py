@@ -55,6 +55,7 @@ BLOCKS = {
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),
+    "scale": ("scale.json", sections.scale),
     "replay": ("replay/<run>/report.json", sections.replay),
 }
 MARKER = re.compile(r"^<!-- results:([^:\s]+):(?:begin|end)\b", re.MULTILINE)  # a marker line

@@ -1,3 +1,4 @@
+# Long on purpose: one renderer per result file, side by side, so that the blocks read alike.
 """The generated blocks of ``bench/RESULTS.md``: the markers that hold each block, and
 one renderer per result file, a pure function from the file's JSON to Markdown.
 
@@ -430,6 +431,47 @@ def evaluation(document: dict) -> str:
     facts = (f"{document['examples']} examples; bare: the mean of a run before and one after; load average "
              f"{loadavg(document['load_average'])}.")
     return f"{facts}\n\n{markdown_table(['measure', 'examples/s', 'share of bare'], rows)}\n"
+
+
+# --- bench/scale.py ----------------------------------------------------------------------
+
+
+def _scale_verdict(row: dict) -> str:
+    if not row["judged"]:
+        return "linear by design"
+    return "pass" if row["met"] else "**OVER**: " + ", ".join(row["over_target"])
+
+
+def _scale_rows(rows: list[dict], name: str, who: str) -> list[list[str]]:
+    return [[row[name], row[who], "/".join(str(q) for q in row["queries"]), ratio(row["ratio"]),
+             ratio(row["ratio_cpu"]), "n/a" if row["slope"] is None else f"{row['slope']:+.2f}", f"{row['over_select_1']:.0f}x",
+             _scale_verdict(row)] for row in rows]
+
+
+def scale(document: dict) -> str:
+    """``scale.json``: per database, each request path's and periodic job's statements,
+    its ratio (largest size over smallest), its growth exponent and its verdict."""
+    targets, sizes = document["targets"], document["sizes"]
+    lines = [f"Sizes: {', '.join(f'{n:,}' for n in sizes)} examples; medians of {document['args']['repeats']} "
+             f"requests ({document['args']['periodic_repeats']} periodic runs, {document['args']['work']} new "
+             f"assignments of work each) after a warm-up; load average {loadavg(document['load_average'])}. "
+             f"Targets: slope at most {targets['slope']}, ratio at most {targets['ratio']}x, the same statements "
+             "at every size. Ratio: the median at the largest size over the smallest; x SELECT 1: the largest "
+             "size's median over a bare `SELECT 1` round trip in the same process; CPU ratio: the same ratio of "
+             "the measuring process's CPU time (no waits for a core; on PostgreSQL without the server's work; "
+             "not judged)."]
+    for database, result in document["databases"].items():
+        builds = result["builds"]
+        rows = ", ".join(f"{int(n):,}: {b['rows']['validations']:,} validations" for n, b in builds.items())
+        drift = sum(len(b["drift_after_build"]) for b in builds.values())
+        lines.append(f"### {database}\n\nExamples by size: {rows}; counters that "
+                     f"drifted after the build: {drift}.")
+        header = ["request", "as", "statements", "ratio", "CPU ratio", "slope", "x SELECT 1", "verdict"]
+        lines.append(markdown_table(header, _scale_rows(result["requests"], "path", "who")))
+        header = ["periodic job", "run", "statements", "ratio", "CPU ratio", "slope", "x SELECT 1",
+                  "verdict"]
+        lines.append(markdown_table(header, _scale_rows(result["periodic"], "job", "case")))
+    return "\n\n".join(lines) + "\n"
 
 
 # --- the other benchmarks' own renderers ----------------------------------------------
