@@ -369,14 +369,14 @@ def _paid_outcome(example: Example, before: str, outcome: str) -> str:
 def _decide_adaptive(example: Example) -> str:
     """The adaptive policy: verified or rejected once the posterior that the writer is
     right (or wrong) reaches the task's target after ``min_votes`` counted votes;
-    escalated to the researchers after ``max_votes`` votes without a decision. Flags
-    decide as under the fixed rule, and count towards ``max_votes``."""
-    config = example.task.parsed_config
+    escalated to the researchers after ``max_votes`` votes without a decision. A flag
+    is weighed like an "incorrect" vote, by its validator's reliability (no count of
+    flags decides by itself); a rejection carried mostly by flags flags the example."""
     example.decision_posterior, decisions = reliability.posterior(example)
-    if example.validations_flagged >= config.num_matching_validations:
-        return Example.ValidationStatus.FLAGGED
     rule = reliability.rule(example.task)
     outcome = decide(example.decision_posterior, decisions, rule)
+    if outcome == Example.ValidationStatus.REJECTED and example.validations_flagged > example.validations_incorrect:
+        outcome = Example.ValidationStatus.FLAGGED  # not right, and mostly for being unanswerable
     if outcome is None and example.validations_total >= rule.max_votes:
         outcome = ESCALATED
     return outcome or example.validation_status
