@@ -22,7 +22,7 @@ def gold_set(task, researcher, writer, verdicts):
     for i, verdict in enumerate(verdicts):
         label = "positive" if verdict == "correct" else "negative"  # "A fine film" is positive
         example = write(task, writer, label=label, text=f"A fine film, gold {i}")
-        items.append(gold.mark(example.pk, researcher, verdict))
+        items.append(validation.mark_gold(example.pk, researcher, verdict))
     return items
 
 
