@@ -24,9 +24,9 @@ from .models import (
     VouchedValidator,
 )
 from .services import examples as example_services
-from .services import gold
 from .services import reliability as reliability_services
 from .services import trust as trust_services
+from .services import validation as validation_services
 
 
 class ValidationInline(admin.TabularInline):
@@ -68,13 +68,13 @@ def unflag_examples(modeladmin, request, queryset):
 @admin.action(description="Make gold items: the writer is right")
 def gold_correct(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: gold.mark(e.pk, request.user, "correct"), "Made gold (writer right)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "correct"), "Made gold (writer right)")
 
 
 @admin.action(description="Make gold items: the writer is wrong")
 def gold_incorrect(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: gold.mark(e.pk, request.user, "incorrect"), "Made gold (writer wrong)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "incorrect"), "Made gold (writer wrong)")
 
 
 DECIDED_FIELDS = [

@@ -48,7 +48,7 @@ from .serializers import (
     ValidationItemSerializer,
     ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, gold, listing, reliability, sessions, stats, validation
+from .services import contexts, examples, listing, reliability, sessions, stats, validation
 from .tokens import make_token
 
 
@@ -220,7 +220,7 @@ class ExampleGold(APIView):
         example = example_for(request, pk)
         if not is_researcher(request.user, example.task):
             raise Forbidden("Only the task's researchers mark gold items.")
-        example = gold.mark(example.pk, request.user, params.validated_data["verdict"])
+        example = validation.mark_gold(example.pk, request.user, params.validated_data["verdict"])
         return Response(ExampleStateSerializer(example).data)
 
 

@@ -162,7 +162,15 @@ class LargeListAdmin(admin.ModelAdmin):
         limit = self.count_limit()
         exact = exact_search(self.model, self.exact_search_fields,
                              _search_terms(search_term, self.most_search_terms))
-        alternatives = [exact] if exact is not None else []
+        alternatives = []
+        if exact is not None:
+            # The exact values first, through their own indexes and without the list's scope
+            # (given a task scope too, SQLite may walk the task's rows and test each); only
+            # their ids leave the database, and the scope applies to those below.
+            most = 2 * (limit + 1)
+            exact_ids = list(self.model._default_manager.filter(exact).order_by()
+                             .values_list("pk", flat=True)[:most])
+            alternatives.append(Q(pk__in=exact_ids) if len(exact_ids) < most else exact)
         with_words, words = self.text_search(queryset, search_term)
         if words is not None:
             # Rows with the words, as their index finds them, at most a list's count: no

@@ -1,6 +1,6 @@
 """Known-answer (gold) items: the ground truth a ring of accounts cannot write.
 
-A task's researcher marks an example (one they wrote for the purpose, or any
+A task's researcher marks an example (``validation.mark_gold``) (one they wrote for the purpose, or any
 example written on the platform) with its true verdict: is the writer's answer
 right? Marking is the researcher's decision on it, so a gold item is decided like
 any example a researcher decided, and it is training data like them.
@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import random
 
-from django.db import transaction
 from django.db.models import Count, Q
 
-from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tasks.models import Task
-from tasks.roles import is_researcher
 
 from ..models import Example, Validation
 from . import trust
@@ -40,39 +37,6 @@ VERDICTS = (Validation.Label.CORRECT, Validation.Label.INCORRECT)
 
 def gold_items(task: Task):
     return Example.objects.filter(task=task).exclude(gold_verdict="")
-
-
-def mark(example_id: int, researcher, verdict: str) -> Example:
-    """Make the example a gold item with ``verdict`` (the writer is right: "correct";
-    wrong: "incorrect"), as ``researcher``'s decision on it. A researcher's earlier
-    decision must agree; marking again with the same verdict changes nothing."""
-    from .validation import validate_example  # validation imports this module
-
-    if verdict not in VERDICTS:
-        raise InvalidInput.field("verdict", f"{verdict!r} is not one of {list(VERDICTS)}.")
-    example = Example.objects.select_related("task").filter(pk=example_id).first()
-    if example is None:
-        raise NotFound("No such example.")
-    if not is_researcher(researcher, example.task):
-        raise Forbidden("Only the task's researchers mark gold items.")
-    if example.source != Example.Source.ANNOTATION or example.retracted:
-        raise Conflict("Only examples written on the platform and not retracted can be gold items.")
-    if trust.counts_as_writer(researcher, example):
-        raise Conflict("Your account counts as this example's writer (a shared address): another researcher "
-                       "must make it a gold item.")
-    with transaction.atomic():
-        decided = (Validation.objects.filter(example=example, mode=Validation.Mode.OWNER, counted=True)
-                   .exclude(label="")
-                   .values_list("label", flat=True).first())
-        if decided is not None and decided != verdict:
-            raise Conflict(f"A researcher decided this example {decided!r} already; its gold verdict must agree.")
-        if decided is None:
-            if Validation.objects.filter(example=example, validator=researcher).exclude(label="").exists():
-                raise Conflict("You validated this example as a user; a gold item needs a researcher's decision.")
-            validate_example(example.pk, researcher, label=verdict)
-        Example.objects.filter(pk=example.pk).update(gold_verdict=verdict)
-    example.refresh_from_db()
-    return example
 
 
 def pick(task: Task, user, rng: random.Random | None = None) -> Example | None:

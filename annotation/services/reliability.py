@@ -107,9 +107,12 @@ def prior_right(task: Task, example: Example) -> float:
 
 
 def posterior(example: Example) -> tuple[float, int]:
-    """P(the writer is right) from the example's counted votes, and how many there are."""
+    """P(the writer is right) from the example's counted votes, and how many there are.
+    A flag is weighed like an "incorrect": evidence, by its validator's reliability,
+    that the example is not right as written."""
     cast = list(Validation.objects.filter(example=example, counted=True, mode=Validation.Mode.USER,
-                                          label__in=DECISIONS).values_list("validator_id", "label"))
+                                          label__in=[*DECISIONS, Validation.Label.FLAGGED])
+                .values_list("validator_id", "label"))
     known = reliabilities(example.task, {validator for validator, _ in cast})
     p = R.posterior_right(prior_right(example.task, example),
                           [(known[validator], label == Validation.Label.CORRECT) for validator, label in cast])

@@ -122,8 +122,10 @@ def first_in_queue(task: Task, user) -> Example | None:
 def started_for(task: Task, user):
     """The examples of ``task`` that ``user`` answered blind and has not decided yet,
     still waiting for validation (their own unanswered validations: a few rows)."""
+    # By the example's task, not the validation's own column: given that, SQLite walked
+    # the task's index over all its validations instead of this validator's few.
     return (Validation.objects.filter(Q(example__queue_priority__isnull=False) | ~Q(example__gold_verdict=""),
-                                      validator=user, label="", task=task)
+                                      validator=user, label="", example__task=task)
             .exclude(example__annotator__in=trust.same_person(user))
             .select_related("example__context", "example__round", "example__task")
             .order_by("example__queue_priority", "example_id"))
@@ -369,14 +371,14 @@ def _paid_outcome(example: Example, before: str, outcome: str) -> str:
 def _decide_adaptive(example: Example) -> str:
     """The adaptive policy: verified or rejected once the posterior that the writer is
     right (or wrong) reaches the task's target after ``min_votes`` counted votes;
-    escalated to the researchers after ``max_votes`` votes without a decision. Flags
-    decide as under the fixed rule, and count towards ``max_votes``."""
-    config = example.task.parsed_config
+    escalated to the researchers after ``max_votes`` votes without a decision. A flag
+    is weighed like an "incorrect" vote, by its validator's reliability (no count of
+    flags decides by itself); a rejection carried mostly by flags flags the example."""
     example.decision_posterior, decisions = reliability.posterior(example)
-    if example.validations_flagged >= config.num_matching_validations:
-        return Example.ValidationStatus.FLAGGED
     rule = reliability.rule(example.task)
     outcome = decide(example.decision_posterior, decisions, rule)
+    if outcome == Example.ValidationStatus.REJECTED and example.validations_flagged > example.validations_incorrect:
+        outcome = Example.ValidationStatus.FLAGGED  # not right, and mostly for being unanswerable
     if outcome is None and example.validations_total >= rule.max_votes:
         outcome = ESCALATED
     return outcome or example.validation_status
@@ -412,3 +414,34 @@ def confirm_session(session: AnnotationSession) -> int:
                 _count(example, validation.label, owner=False)
                 counted += 1
     return counted
+
+
+def mark_gold(example_id: int, researcher, verdict: str) -> Example:
+    """Make the example a gold item with ``verdict`` (the writer is right: "correct";
+    wrong: "incorrect"), as ``researcher``'s decision on it. A researcher's earlier
+    decision must agree; marking again with the same verdict changes nothing."""
+    if verdict not in gold.VERDICTS:
+        raise InvalidInput.field("verdict", f"{verdict!r} is not one of {list(gold.VERDICTS)}.")
+    example = Example.objects.select_related("task").filter(pk=example_id).first()
+    if example is None:
+        raise NotFound("No such example.")
+    if not is_researcher(researcher, example.task):
+        raise Forbidden("Only the task's researchers mark gold items.")
+    if example.source != Example.Source.ANNOTATION or example.retracted:
+        raise Conflict("Only examples written on the platform and not retracted can be gold items.")
+    if trust.counts_as_writer(researcher, example):
+        raise Conflict("Your account counts as this example's writer (a shared address): another researcher "
+                       "must make it a gold item.")
+    with transaction.atomic():
+        decided = (Validation.objects.filter(example=example, mode=Validation.Mode.OWNER, counted=True)
+                   .exclude(label="")
+                   .values_list("label", flat=True).first())
+        if decided is not None and decided != verdict:
+            raise Conflict(f"A researcher decided this example {decided!r} already; its gold verdict must agree.")
+        if decided is None:
+            if Validation.objects.filter(example=example, validator=researcher).exclude(label="").exists():
+                raise Conflict("You validated this example as a user; a gold item needs a researcher's decision.")
+            validate_example(example.pk, researcher, label=verdict)
+        Example.objects.filter(pk=example.pk).update(gold_verdict=verdict)
+    example.refresh_from_db()
+    return example

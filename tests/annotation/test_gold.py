@@ -22,7 +22,7 @@ def gold_set(task, researcher, writer, verdicts):
     for i, verdict in enumerate(verdicts):
         label = "positive" if verdict == "correct" else "negative"  # "A fine film" is positive
         example = write(task, writer, label=label, text=f"A fine film, gold {i}")
-        items.append(gold.mark(example.pk, researcher, verdict))
+        items.append(validation.mark_gold(example.pk, researcher, verdict))
     return items
 
 
@@ -247,3 +247,22 @@ def test_flags_and_votes_are_judged_against_researchers_decisions(demo_tasks, re
     assert trust.checked_record(task, flagger) == (5, 0) and trust.failed_gold(task, flagger)
     assert trust.checked_record(task, careful) == (5, 5) and not trust.failed_gold(task, careful)
     assert vote(flagger, write(task, annotator, text="Next")).not_counted_because == "failed_gold"
+
+
+def test_flags_are_weighed_like_other_votes_on_an_adaptive_task(demo_tasks, researcher, annotator):
+    """Three newcomers' flags no longer flag an example by their count: they are weighed
+    as evidence against it, like "incorrect" votes; validators the fit knows flag it."""
+    from tests.annotation.test_adaptive_validation import adaptive, known
+
+    task = adaptive(demo_tasks["sentiment"], max_votes=10)
+    example = write(task, annotator, text="Unanswerable?")
+    for i in range(3):
+        vote(account(f"newflag{i}", f"198.51.100.{180 + i}"), example, "flagged")
+    example.refresh_from_db()
+    # from a prior of 0.8, three flags at a newcomer's weight: 0.06, not yet sure enough
+    assert example.validation_status == "pending" and 0.05 < example.decision_posterior < 0.07
+    other = write(task, annotator, text="Unanswerable, surely")
+    for i in range(2):
+        vote(known(task, account(f"expertflag{i}", f"198.51.100.{190 + i}")), other, "flagged")
+    other.refresh_from_db()
+    assert other.validation_status == "flagged" and other.decision_posterior < 0.002

@@ -639,13 +639,13 @@ def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(dem
     """Votes on a validation batch are judged by the gold items too: a worker who says
     "correct" to everything (no reliability estimate needed) is blocked at the next
     check; one who answers them rightly is not."""
-    from annotation.services import gold, validation
+    from annotation.services import validation
     from tests.annotation.test_trust import account, write
 
     task = demo_tasks["sentiment"]
     batch = batch_of(task, mode="validate")
     writer = account("gold_writer")
-    items = [gold.mark(write(task, writer, text=f"Gold {i}").pk, researcher, "incorrect" if i % 2 else "correct")
+    items = [validation.mark_gold(write(task, writer, text=f"Gold {i}").pk, researcher, "incorrect" if i % 2 else "correct")
              for i in range(6)]
     careless = assignment_in(batch, "ACARELESS00001", when=timezone.now())
     careful = assignment_in(batch, "ACAREFUL000001", when=timezone.now())

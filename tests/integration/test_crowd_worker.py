@@ -174,7 +174,7 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
     from django.utils import timezone
 
     from annotation.models import Validation
-    from annotation.services import gold, trust
+    from annotation.services import trust
     from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
@@ -193,7 +193,7 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
         example = Example.objects.create(
             task=task, round=rnd, context=task.contexts.first(), annotator=writer,
             inputs={"statement": f"Checked statement {i}"}, target={"label": "positive"}, fooled=False)
-        truth[example.pk] = gold.mark(example.pk, researcher, "correct" if i % 2 else "incorrect").gold_verdict
+        truth[example.pk] = validation.mark_gold(example.pk, researcher, "correct" if i % 2 else "incorrect").gold_verdict
 
     batch = make_batch(task, hits=1, assignments_per_hit=2)
     cheat = do_one_assignment(Client(REMOTE_ADDR="203.0.113.60"), worker_mturk, batch, worker=WORKER,
