@@ -110,7 +110,7 @@ def first_in_queue(task: Task, user) -> Example | None:
                                                                      "pk__gt": after.pk}))
         rows = list(page[:QUEUE_PAGE])
         decided = set(Validation.objects.filter(validator=user, example_id__in=[e.pk for e in rows])
-                      .exclude(label="").values_list("example_id", flat=True)) if rows else set()
+                      .exclude(label="").order_by().values_list("example_id", flat=True)) if rows else set()
         for example in rows:
             if example.pk not in decided:
                 return example
