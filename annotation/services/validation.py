@@ -91,13 +91,10 @@ QUEUE_PAGE = 50  # entries of the queue's index read at a time by ``first_in_que
 
 
 def first_in_queue(task: Task, user) -> Example | None:
-    """The first example of ``validation_queue(task, user)``, found by walking the
-    queue's partial index a page at a time: each page is the index's next
-    ``QUEUE_PAGE`` entries not written by the validator or an account that counts as
-    them, with no join to their validations (given that join and the whole filter at
-    once, a planner may read every waiting example and sort them); then those of the
-    page they decided already are left out by one small read. Almost always the first
-    page holds the answer, whatever the queue's length."""
+    """The first example of ``validation_queue(task, user)``: the queue's partial index
+    walked ``QUEUE_PAGE`` entries at a time (not the validator's nor their accounts'),
+    with no join to their validations (given that, a planner may read and sort every
+    waiting example); one small read leaves out what they decided."""
     known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
     priority = "queue_priority_adaptive" if known else "queue_priority"
     walk = (Example.objects.filter(task=task, **{f"{priority}__isnull": False})
