@@ -30,7 +30,6 @@ import logging
 import time
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
@@ -43,7 +42,6 @@ from ..models import AnnotationSession, Example, ReliabilityFit, Validation, Val
 from . import counters, trust
 
 log = logging.getLogger(__name__)
-User = get_user_model()
 
 DECISIONS = [Validation.Label.CORRECT, Validation.Label.INCORRECT]
 
@@ -71,16 +69,16 @@ def learning_votes(task: Task) -> list[tuple]:
     """The votes the fit learns from, as (example, validator, label, decided_at, fooled):
     only those it has reason to trust. Counted decisions by validators of a confirmed
     MTurk validation batch or by accounts that earned trust on the task
-    (``trust.standing``), and every decision on a gold item (checked against the
+    (``trust.standings``), and every decision on a gold item (checked against the
     researchers' verdict, an anchor). Other votes are stored and shown, but a ring of
     accounts that vote together on their own examples teaches the fit nothing."""
     fields = ("example_id", "validator_id", "label", "decided_at", "example__fooled")
     counted = list(counted_votes(task).values_list(*fields, "session__mturk_assignment_id", "session__mode",
                                                    "session__provisional"))
-    vouched = {validator for _e, validator, _l, _d, _f, assignment, mode, provisional in counted
-               if assignment and mode == AnnotationSession.Mode.VALIDATE and not provisional}
-    trusted = vouched | {validator for validator in {row[1] for row in counted} - vouched
-                         if trust.standing(task, User(pk=validator)).trusted}
+    in_batches = {validator for _e, validator, _l, _d, _f, assignment, mode, provisional in counted
+                  if assignment and mode == AnnotationSession.Mode.VALIDATE and not provisional}
+    others = trust.standings(task, {row[1] for row in counted} - in_batches)
+    trusted = in_batches | {validator for validator, record in others.items() if record.trusted}
     rows = [row[:5] for row in counted if row[1] in trusted]
     rows += list(Validation.objects.filter(task=task, gold_agrees__isnull=False, label__in=DECISIONS,
                                            mode=Validation.Mode.USER).values_list(*fields))

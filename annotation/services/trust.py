@@ -162,27 +162,45 @@ def reference_decisions(task: Task):
 
 
 def standing(task: Task, user) -> Standing:
-    """``user``'s record on ``task`` against the task's ``validator_trust`` rule (one
-    query): each answer on a gold item against its verdict, and each blind answer on a
+    """``user``'s record on ``task`` against the task's ``validator_trust`` rule."""
+    return standings(task, [user.pk])[user.pk]
+
+
+STANDINGS_CHUNK = 500  # validators whose records one query reads
+
+
+def standings(task: Task, user_ids) -> dict[int, Standing]:
+    """Each of ``user_ids``' records on ``task`` (two queries per ``STANDINGS_CHUNK``):
+    each answer on a gold item against its verdict, and each blind answer on a
     reference decision their own vote did not help decide, against that decision."""
     rule = task.parsed_config.validator_trust
     verified, rejected = Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED
     on_gold = Q(gold_agrees__isnull=False)
     blind = (Q(gold_agrees__isnull=True, blind_agrees__isnull=False, counted=False)
              | Q(gold_agrees__isnull=True, blind_agrees__isnull=False, label=""))
-    record = (Validation.objects.filter(validator=user, task=task)
-              .filter(on_gold | (blind & Q(example__in=reference_decisions(task))))
-              .aggregate(answers=Count("pk"),
-                         agreeing=Count("pk", filter=(Q(gold_agrees=True) | (Q(gold_agrees__isnull=True) & (
-                             Q(blind_agrees=True, example__validation_status=verified)
-                             | Q(blind_agrees=False, example__validation_status=rejected))))),
-                         right=Count("pk", filter=(Q(gold_agrees__isnull=False, example__gold_verdict="correct")
-                                                   | Q(gold_agrees__isnull=True,
-                                                       example__validation_status=verified)))))
-    answers, right = record["answers"], record["right"]
-    return Standing(answers, record["agreeing"], rule["min_answers"], float(rule["min_agreement"]),
-                    constant=max(right, answers - right),
-                    vouched=VouchedValidator.objects.filter(task=task, validator=user).exists())
+    ids = sorted(set(user_ids))
+    found = {}
+    for start in range(0, len(ids), STANDINGS_CHUNK):
+        chunk = ids[start:start + STANDINGS_CHUNK]
+        vouched = set(VouchedValidator.objects.filter(task=task, validator_id__in=chunk)
+                      .values_list("validator_id", flat=True))
+        records = {row["validator_id"]: row for row in (
+            Validation.objects.filter(validator_id__in=chunk, task=task)
+            .filter(on_gold | (blind & Q(example__in=reference_decisions(task))))
+            .order_by().values("validator_id")
+            .annotate(answers=Count("pk"),
+                      agreeing=Count("pk", filter=(Q(gold_agrees=True) | (Q(gold_agrees__isnull=True) & (
+                          Q(blind_agrees=True, example__validation_status=verified)
+                          | Q(blind_agrees=False, example__validation_status=rejected))))),
+                      right=Count("pk", filter=(Q(gold_agrees__isnull=False, example__gold_verdict="correct")
+                                                | Q(gold_agrees__isnull=True,
+                                                    example__validation_status=verified)))))}
+        for pk in chunk:
+            record = records.get(pk, {"answers": 0, "agreeing": 0, "right": 0})
+            answers, right = record["answers"], record["right"]
+            found[pk] = Standing(answers, record["agreeing"], rule["min_answers"], float(rule["min_agreement"]),
+                                 constant=max(right, answers - right), vouched=pk in vouched)
+    return found
 
 
 def vouch(task: Task, validator, researcher) -> VouchedValidator:

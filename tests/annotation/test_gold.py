@@ -103,6 +103,9 @@ def test_agreeing_with_the_writer_every_time_earns_no_trust(demo_tasks, research
     answer_gold(honest, items, right=True)
     assert trust.standing(task, copier).agreement == 0.75 and not trust.standing(task, copier).trusted
     assert trust.standing(task, honest).trusted
+    # The fit reads many validators' records at once: the same records.
+    assert trust.standings(task, [copier.pk, honest.pk]) == {copier.pk: trust.standing(task, copier),
+                                                              honest.pk: trust.standing(task, honest)}
 
 
 def test_an_unchecked_weight_is_capped_at_a_newcomers(demo_tasks, researcher, annotator):
