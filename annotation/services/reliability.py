@@ -3,13 +3,14 @@
 The model is ``annotation.reliability`` (a two-class Dawid-Skene model fitted by
 EM). Here it meets the database:
 
-- **What it learns from.** Every counted decision (``correct`` or ``incorrect``) of a
-  validator who is not a researcher, on the task's written examples. A vote that
-  does not count by the trust rules (``trust.why_not_counted``: a new account, an
-  untrusted vote on a paid example, a provisional MTurk session) is not evidence
-  for anything, here either. Researchers' decisions are the known truths (anchors).
-  Strata: whether the example fooled the model, so that writers of model-fooling
-  examples (more often wrong) get a prior of their own.
+- **What it learns from.** Only votes it has reason to trust (``learning_votes``):
+  counted decisions (``correct`` or ``incorrect``) of validators of confirmed MTurk
+  validation batches and of accounts trusted on the task, and every decision on a
+  gold item. Researchers' counted decisions and gold items are the known truths
+  (anchors); a weight that no anchor supports is capped at a newcomer's, however
+  consistently a group agrees with itself. Strata: whether the example fooled the
+  model, so that writers of model-fooling examples (more often wrong) get a prior
+  of their own.
 - **When it is refitted.** By a job (``annotation.refit_reliability``), never inside
   the request that cast a vote: after ``RELIABILITY_REFIT_VOTES`` new counted votes on
   an adaptive task (queued once the vote commits; without a broker, on the process's

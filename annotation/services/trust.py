@@ -7,13 +7,16 @@ has reason to trust.
   others' examples, and the queue never serves them. An MTurk worker id is one
   account (``crowd.workers.identity_for``), so a worker is always their own writer.
   IPv6 addresses count by their /64 network, which one machine usually holds whole.
-- **Which votes decide an example that can earn money** (one written in an MTurk
-  assignment): the task's researchers (at once), the MTurk workers of a validation
-  batch once MTurk confirmed their assignment, and site accounts that have earned
-  trust on the task (``standing``: the task config's ``validator_trust``). Anyone
-  else's vote is stored and shown with ``not_counted_because = "untrusted"``; it
-  moves no counter, so it neither decides the example nor moves the public
-  verified error rate.
+- **Which votes decide an example**: the task's researchers (at once), the MTurk
+  workers of a validation batch once MTurk confirmed their assignment, and site
+  accounts that have earned trust on the task or that a researcher vouches for
+  (``standing``: the task config's ``validator_trust``). That holds for every
+  example (``decides: "all"``, the default) or only for paid ones (``"paid"``).
+  Anyone else's vote is stored and shown with ``not_counted_because =
+  "untrusted"``; it moves no counter, so it neither decides the example nor moves
+  the public verified error rate. A paid example needs two validators on the
+  winning side who are not one person (``two_people``). A validator who fails the
+  checked items (``failed_gold``) counts for nothing.
 - **Nobody is paid on their own say-so.** A researcher may decide examples of
   accounts that count as them (a test of their own task), but on a paid example
   that decision is stored with ``not_counted_because = "same_person"``: it does
@@ -21,10 +24,12 @@ has reason to trust.
 - **New accounts wait.** A site account's votes count only once the account is
   ``VALIDATOR_MIN_ACCOUNT_AGE`` seconds old: a time window cannot be bought in bulk.
 
-Trust is earned against decisions the account could not have made itself:
-blind answers on examples that a researcher decided, or on paid examples (which
-only trusted votes decide). A blind answer agrees with a decision when it agreed
-with the writer on a verified example, or disagreed on a rejected one.
+Trust is earned against what the account could not have written or swayed: its
+decisions on gold items (``services.gold``), and its blind answers on examples that
+a researcher decided, or on paid examples that trusted votes decided without its own
+vote; and only by agreeing more often than always giving one answer would. A blind
+answer agrees with a decision when it agreed with the writer on a verified example,
+or disagreed on a rejected one.
 """
 
 from __future__ import annotations
