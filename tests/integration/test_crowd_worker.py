@@ -11,13 +11,34 @@ from tests.crowd.test_crowd_flow import do_one_assignment, make_batch
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_worker_syncs_and_pays_bonuses_exactly_once(celery_worker_process, worker_mturk, live_tasks, client,
-                                                         researcher, settings, monkeypatch):
+def _point_at(worker_mturk, settings, monkeypatch):
+    """The platform and the worker process pointed at the fake MTurk."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
     settings.MTURK_ENDPOINT_URL = worker_mturk.endpoint_url
     settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+
+
+def _cheat_and_honest(task, worker_mturk, cheat_address, honest_address):
+    """Two writing assignments of one batch, synced and approved by the worker process:
+    a cheat's mislabelled example and an honest worker's."""
+    from django.test import Client
+
+    from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER
+
+    batch = make_batch(task, hits=1, assignments_per_hit=2)
+    cheat = do_one_assignment(Client(REMOTE_ADDR=cheat_address), worker_mturk, batch, worker=WORKER,
+                              text="The film was fine, I suppose.")
+    honest = do_one_assignment(Client(REMOTE_ADDR=honest_address), worker_mturk, batch, worker=OTHER_WORKER,
+                               text="A warm, funny and generous film.")
+    assert "2 approved" in crowd_tasks.sync.apply_async().get(timeout=60)
+    return cheat, honest
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_syncs_and_pays_bonuses_exactly_once(celery_worker_process, worker_mturk, live_tasks, client,
+                                                         researcher, settings, monkeypatch):
+    _point_at(worker_mturk, settings, monkeypatch)
     batch = make_batch(live_tasks["sentiment"], hits=1, assignments_per_hit=1)
     assignment = do_one_assignment(client, worker_mturk, batch)  # its examples answered by the worker's models
 
@@ -66,16 +87,11 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
     from datetime import timedelta
 
     from django.contrib.auth import get_user_model
-    from django.test import Client
     from django.utils import timezone
     from rest_framework.test import APIClient
 
-    from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
-    settings.MTURK_ENDPOINT_URL = worker_mturk.endpoint_url
-    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]
     task.config = {**task.config, "validator_trust": {"min_answers": 2, "min_agreement": 0.8}}
     task.save()
@@ -84,12 +100,7 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
     public = APIClient()
     before = public.get(stats_url).json()
 
-    batch = make_batch(task, hits=1, assignments_per_hit=2)
-    cheat = do_one_assignment(Client(REMOTE_ADDR="203.0.113.50"), worker_mturk, batch, worker=WORKER,
-                              text="The film was fine, I suppose.")
-    honest = do_one_assignment(Client(REMOTE_ADDR="198.51.100.80"), worker_mturk, batch, worker=OTHER_WORKER,
-                               text="A warm, funny and generous film.")
-    assert "2 approved" in crowd_tasks.sync.apply_async().get(timeout=60)
+    cheat, honest = _cheat_and_honest(task, worker_mturk, "203.0.113.50", "198.51.100.80")
 
     # Three sock puppets: one signed up from the cheat's address, two through other
     # addresses (a VPN) and a month old, so that only the trust rule stands in the way.
@@ -170,17 +181,12 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
     from datetime import timedelta
 
     from django.contrib.auth import get_user_model
-    from django.test import Client
     from django.utils import timezone
 
     from annotation.models import Validation
     from annotation.services import trust
-    from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
-    settings.MTURK_ENDPOINT_URL = worker_mturk.endpoint_url
-    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]
     task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.8},
                    "validation": {"gold_rate": 1.0}}  # gold first: a qualification round
@@ -195,12 +201,7 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
             inputs={"statement": f"Checked statement {i}"}, target={"label": "positive"}, fooled=False)
         truth[example.pk] = validation.mark_gold(example.pk, researcher, "correct" if i % 2 else "incorrect").gold_verdict
 
-    batch = make_batch(task, hits=1, assignments_per_hit=2)
-    cheat = do_one_assignment(Client(REMOTE_ADDR="203.0.113.60"), worker_mturk, batch, worker=WORKER,
-                              text="The film was fine, I suppose.")
-    honest = do_one_assignment(Client(REMOTE_ADDR="198.51.100.90"), worker_mturk, batch, worker=OTHER_WORKER,
-                               text="A warm, funny and generous film.")
-    assert "2 approved" in crowd_tasks.sync.apply_async().get(timeout=60)
+    cheat, honest = _cheat_and_honest(task, worker_mturk, "203.0.113.60", "198.51.100.90")
 
     ring = [_sign_up(f"ring{i}", f"192.0.2.{10 + i}") for i in range(3)]
     careful = [_sign_up(f"careful{i}", f"198.18.1.{i}") for i in range(3)]
