@@ -269,3 +269,23 @@ def test_flags_are_weighed_like_other_votes_on_an_adaptive_task(demo_tasks, rese
         vote(known(task, account(f"expertflag{i}", f"198.51.100.{190 + i}")), other, "flagged")
     other.refresh_from_db()
     assert other.validation_status == "flagged" and other.decision_posterior < 0.002
+
+
+def test_only_the_tasks_researchers_vouch_for_validators(demo_tasks, researcher, other_researcher, annotator,
+                                                          client_for):
+    """A researcher of another task, or a validator vouching for their own second account,
+    makes no one trusted: through the service and through the admin's add form."""
+    from annotation.models import VouchedValidator
+    from core.errors import Forbidden
+
+    task = demo_tasks["sentiment"]
+    puppet = account("puppet", "198.51.100.200")
+    for outsider in (other_researcher, account("self_voucher", "198.51.100.201")):
+        with pytest.raises(Forbidden):
+            trust.vouch(task, puppet, outsider)
+    admin = client_for(other_researcher)
+    response = admin.post("/admin/annotation/vouchedvalidator/add/", {"task": task.pk, "validator": puppet.pk})
+    assert response.status_code in (200, 403)  # the form refuses a task that is not theirs
+    assert not VouchedValidator.objects.exists() and not trust.standing(task, puppet).trusted
+    trust.vouch(task, puppet, researcher)
+    assert trust.standing(task, puppet).trusted
