@@ -99,6 +99,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache (this process's own: a Redis database of its
+    own, or memory): throttle counts keyed by a user id or an address that an earlier
+    test used (ids come round again after a rollback) must not refuse this test's
+    requests."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _celery_mode(request):
     """Unit tests run Celery tasks in-process; integration tests use the broker."""
     from django.conf import settings
