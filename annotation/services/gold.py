@@ -39,16 +39,44 @@ def gold_items(task: Task):
     return Example.objects.filter(task=task).exclude(gold_verdict="")
 
 
+GOLD_PAGE = 50  # gold items read at a time by ``pick``
+GOLD_PAGES = 4  # and at most this many pages a draw: past them, no gold item this time
+
+
 def pick(task: Task, user, rng: random.Random | None = None) -> Example | None:
     """A gold item for ``user`` on this draw (at the task's ``gold_rate``), or None: one
-    they have not answered, not written by them or an account that counts as them."""
+    they have not answered, not written by them or an account that counts as them, not
+    retracted. The gold index is walked from a random point, a page at a time (at most
+    ``GOLD_PAGES``, wrapping round once): a draw costs pages, never the gold set."""
+    rng = rng or random.SystemRandom()
     rate = float(task.parsed_config.validation.get("gold_rate", 0))
-    if rate <= 0 or (rng or random.SystemRandom()).random() >= rate:
+    if rate <= 0 or rng.random() >= rate:
         return None
-    candidates = (gold_items(task).exclude(validations__validator=user).exclude(annotator=user)
-                  .exclude(annotator__in=trust.same_person(user)).exclude(retracted=True)
-                  .select_related("context", "round", "task").order_by("?"))
-    return candidates.first()
+    items = gold_items(task).order_by("pk")
+    first, last = items.values_list("pk", flat=True).first(), items.values_list("pk", flat=True).last()
+    if first is None:
+        return None
+    start = rng.randint(first, last)
+    themselves = {user.pk, *trust.same_person(user).values_list("user", flat=True)}
+    pages = [items.filter(pk__gte=start), items.filter(pk__lt=start)]
+    read = 0
+    for walk in pages:
+        after = None
+        while read < GOLD_PAGES:
+            page = walk if after is None else walk.filter(pk__gt=after)
+            rows = list(page.values_list("pk", "annotator_id", "retracted")[:GOLD_PAGE])
+            if not rows:
+                break
+            read += 1
+            answered = set(Validation.objects.filter(validator=user, example_id__in=[pk for pk, _, _ in rows])
+                           .order_by().values_list("example_id", flat=True))
+            for pk, annotator_id, retracted in rows:
+                if not retracted and pk not in answered and annotator_id not in themselves:
+                    return Example.objects.select_related("context", "round", "task").get(pk=pk)
+            if len(rows) < GOLD_PAGE:
+                break  # the end of this stretch
+            after = rows[-1][0]
+    return None
 
 
 def masked_state(example: Example, validation: Validation, counted: bool) -> dict:

@@ -173,6 +173,37 @@ def test_gold_items_are_mixed_in_at_the_configured_rate(demo_tasks, researcher, 
     assert gold.pick(task, validator, rng) is None
 
 
+class Always(random.Random):
+    """A draw that always serves a gold item, from a random start."""
+
+    def random(self):
+        return 0.0
+
+    def getrandbits(self, k):  # (defined, so that randint still draws from the seed)
+        return super().getrandbits(k)
+
+
+def test_a_draw_walks_the_gold_items_a_page_at_a_time_and_skips_the_answered(demo_tasks, researcher, annotator,
+                                                                             monkeypatch):
+    """Whatever the random start, the one gold item left unanswered is found (the walk
+    wraps round); none is served twice, nor one the validator's own account wrote; and
+    past the page budget a draw gives up instead of reading the whole gold set."""
+    task = demo_tasks["sentiment"]
+    items = gold_set(task, researcher, annotator, ["correct", "incorrect"] * 3)
+    validator = account("walker", "198.51.100.121")
+    monkeypatch.setattr(gold, "GOLD_PAGE", 2)
+    answer_gold(validator, items[:2] + items[3:], right=True)
+    for seed in range(12):
+        assert gold.pick(task, validator, Always(seed)) == items[2]
+    assert gold.pick(task, annotator, Always(1)) is None  # they wrote every one
+    answer_gold(validator, items[2:3], right=True)
+    assert all(gold.pick(task, validator, Always(seed)) is None for seed in range(6))
+    newcomer = account("newcomer", "198.51.100.122")
+    monkeypatch.setattr(gold, "GOLD_PAGES", 1)
+    seen = {gold.pick(task, newcomer, Always(seed)) for seed in range(30)}
+    assert None not in seen and len(seen) > 1  # a random start, not always the first
+
+
 def test_only_researchers_mark_gold_items_with_a_verdict_that_agrees(demo_tasks, researcher, annotator,
                                                                        client_for):
     task = demo_tasks["sentiment"]

@@ -8,7 +8,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from annotation.models import Example, Validation
-from annotation.services import validation
+from annotation.services import gold, validation
 from tasks.models import Round
 
 from ..plans import plan_problems, problems_of
@@ -55,6 +55,20 @@ def test_the_next_item_to_validate_is_an_index_walk(study, client_for):
     assert_clean(lambda: client.get("/api/tasks/sentiment/validations/next/"))
     expert = known(adaptive(task), validators[1])
     assert_clean(lambda: validation.next_for(task, expert))
+
+
+def test_a_gold_draw_walks_the_gold_index(study, researcher):
+    """Serving a gold item (every draw, here) reads pages of the gold index and the
+    validator's answers to those pages: no sort of the gold set, no subquery per item."""
+    task, validators = study
+    for example in Example.objects.filter(task=task, annotator__isnull=False, validation_status="pending")[:3]:
+        validation.mark_gold(example.pk, researcher, "correct")
+    task.config = {**task.config, "validation": {**task.config.get("validation", {}), "gold_rate": 1.0}}
+    task.save()
+    assert gold.pick(task, validators[0]) is not None
+    found = plan_problems(lambda: gold.pick(task, validators[0]), sorts=False)
+    assert not found, "\n".join(found)
+    assert_clean(lambda: validation.next_for(task, validators[2]))
 
 
 def test_the_check_fails_on_a_full_scan_and_on_a_count_run_once_per_row(study):
