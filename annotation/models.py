@@ -542,8 +542,9 @@ class RoundCounts(models.Model):
 
 class WriterCounts(models.Model):
     """One writer's counters in one round (``services.counters``): their collected
-    examples, how many fooled the model and were verified, and the blind answers
-    validators gave to them."""
+    examples, how many fooled the model and were verified, the blind answers
+    validators gave to them, and their record (``in_record``): what a crowd quality
+    check reads, in rows per writer instead of the writer's whole history."""
 
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="writer_counts")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -553,6 +554,11 @@ class WriterCounts(models.Model):
     verified_fooled = models.BigIntegerField(default=0)
     blind_answers = models.BigIntegerField(default=0)
     blind_agreeing = models.BigIntegerField(default=0)
+    record_decided = models.BigIntegerField(
+        default=0, help_text="Their confirmed examples the writer's quality is judged on: verified, rejected, "
+                             "or retracted on the way to rejection (retracted or not).")
+    record_verified = models.BigIntegerField(
+        default=0, help_text="Of their confirmed examples, those verified (retracted or not).")
 
     class Meta:
         verbose_name_plural = "writer counts"
@@ -576,12 +582,16 @@ EXAMPLE_COUNTS = ("collected", "fooled", "verified", "verified_fooled", "rejecte
                   *(f"usable_{split}" for split in SPLITS), *(f"usable_fooled_{split}" for split in SPLITS))
 VALIDATION_COUNTS = ("decisions", "blind_answers", "blind_agreeing")
 ROUND_COUNTS = (*EXAMPLE_COUNTS, *VALIDATION_COUNTS, "counted_votes")
-WRITER_COUNTS = ("collected", "fooled", "verified", "verified_fooled", "blind_answers", "blind_agreeing")
+RECORD_COUNTS = ("record_decided", "record_verified")
+WRITER_COUNTS = ("collected", "fooled", "verified", "verified_fooled", "blind_answers", "blind_agreeing",
+                 *RECORD_COUNTS)
 # The example fields its counters and its place in the queue depend on.
 COUNTED_INPUTS = frozenset({"round", "annotator", "source", "retracted", "provisional", "fooled",
-                            "validation_status", "flagged", "split"})
+                            "validation_status", "flagged", "split", "validations_correct",
+                            "validations_incorrect"})
 COUNTED_ATTNAMES = frozenset({"id", "round_id", "annotator_id", "source", "retracted", "provisional", "fooled",
-                              "validation_status", "flagged", "split"})
+                              "validation_status", "flagged", "split", "validations_correct",
+                              "validations_incorrect"})
 QUEUE_INPUTS = frozenset({"source", "validation_status", "retracted", "flagged", "provisional", "fooled",
                           "validations_correct", "validations_incorrect", "validations_flagged",
                           "decision_posterior"})
@@ -594,10 +604,30 @@ def is_collected(example) -> bool:
     return example.source == Example.Source.ANNOTATION and not example.retracted and not example.provisional
 
 
+def counts_against_writer(example) -> bool:
+    """Rejected, or retracted while heading for rejection: undecided, with at least one
+    counted "incorrect" vote and no more "correct" ones. (A retracted example whose votes
+    so far agreed with the writer, or that had none, leaves the record.)"""
+    if example.validation_status == REJECTED:
+        return True
+    return bool(example.retracted and example.validation_status in (Example.ValidationStatus.PENDING,
+                                                                    Example.ValidationStatus.ESCALATED)
+                and 0 < example.validations_incorrect and example.validations_correct <= example.validations_incorrect)
+
+
+def in_record(example) -> bool:
+    """Confirmed work the writer's quality is judged on: written on the platform, not in an
+    unconfirmed MTurk assignment, and verified or ``counts_against_writer``."""
+    return (example.source == Example.Source.ANNOTATION and not example.provisional
+            and (example.validation_status == VERIFIED or counts_against_writer(example)))
+
+
 def example_share(example) -> Counter:
-    """What ``example`` adds to its round's counters by its own fields."""
+    """What ``example`` adds to its round's counters (and its writer's) by its own fields."""
     share = Counter()
     fooled = example.fooled is True
+    if in_record(example):
+        share.update(record_decided=1, record_verified=example.validation_status == VERIFIED)
     if is_collected(example):
         verified, rejected = example.validation_status == VERIFIED, example.validation_status == REJECTED
         share.update(collected=1, fooled=fooled, verified=verified, verified_fooled=verified and fooled,
@@ -629,7 +659,8 @@ class Tally:
 
     def add(self, round_id: int, annotator_id: int | None, share: Counter, sign: int = 1) -> None:
         for name, n in share.items():
-            self.rounds[round_id][name] += sign * n
+            if name in ROUND_COUNTS:
+                self.rounds[round_id][name] += sign * n
             if annotator_id is not None and name in WRITER_COUNTS:
                 self.writers[(round_id, annotator_id)][name] += sign * n
 

@@ -19,7 +19,10 @@ Quality: a writer's record is their decided examples and how many were verified.
 An example they retracted while it was heading for rejection (at least one counted
 vote called it incorrect, and no more called it correct) stays in the record as a
 rejection (``rejected_or_retracted``): retracting must not wash a bad example out.
-``with_quality`` annotates a page of identities (the admin);
+``with_quality`` annotates a page of identities (the admin) from the rows;
+``decided_counts`` reads the same record from the writers' counters
+(``WriterCounts.record_decided``, kept by every save: the example rows' provisional
+flag stands for MTurk's confirmation, which a worker's only sessions need);
 ``below_threshold`` and ``uninformative_validators`` judge a set of workers, each
 from their own rows; ``changed_since`` says whose evidence changed since a
 watermark, so that the sync judges only those (``crowd.sync.quality_blocks``).
@@ -32,12 +35,12 @@ import re
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annotation.models import Example, Validation, ValidatorReliability
-from annotation.services import reliability, trust
+from annotation.models import Example, Validation, ValidatorReliability, WriterCounts
+from annotation.services import counters, reliability, trust
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
@@ -176,15 +179,12 @@ def rejected_or_retracted() -> Q:
     retracted while heading for rejection (undecided, at least one counted "incorrect"
     vote and no more "correct" ones). A retracted example whose votes so far agreed with
     the writer (or that had none) leaves the record."""
-    undecided = [Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED]
-    return (Q(validation_status=Example.ValidationStatus.REJECTED)
-            | Q(retracted=True, validation_status__in=undecided, validations_incorrect__gt=0,
-                validations_incorrect__gte=F("validations_correct")))
+    return counters.against_writer_q()
 
 
 def decided_in_record() -> Q:
     """The examples a writer's quality is judged on: verified, and ``rejected_or_retracted``."""
-    return Q(validation_status=Example.ValidationStatus.VERIFIED) | rejected_or_retracted()
+    return counters.in_record_q()
 
 
 def _count(queryset):
@@ -248,30 +248,20 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
     return confirmed | set(written)
 
 
-def decided_rows(user_ids, task: Task | None = None):
-    """Per user of ``user_ids``: their examples (of ``task``, if given) from MTurk-confirmed
-    assignments that are decided (``decided_in_record``: a retraction on the way to a
-    rejection counts as one), and how many of those were verified."""
-    # The statuses are counted, not filtered on: the writers' own rows are found through
-    # the (annotator, task) index, never through the task's decided examples.
-    examples = Example.objects.filter(
-        annotator_id__in=user_ids, source=Example.Source.ANNOTATION,
-        # Only work from assignments MTurk confirmed (as in with_quality).
-        session__mturk_assignment__verified_at__isnull=False)
-    if task is not None:
-        examples = examples.filter(task=task)
-    return (examples.order_by().values("annotator_id")
-            .annotate(decided=Count("pk", filter=decided_in_record()),
-                      verified=Count("pk", filter=Q(validation_status=Example.ValidationStatus.VERIFIED))))
-
-
 def decided_counts(user_ids, task: Task | None = None) -> dict[int, tuple[int, int]]:
-    """For each of ``user_ids``: (decided, verified), as ``decided_rows`` counts them, from
-    those users' own rows only (the index on the examples' annotator and task)."""
+    """For each of ``user_ids``: (decided, verified), their record on ``task`` (on every
+    task, if none): their confirmed examples that are decided (``decided_in_record``: a
+    retraction on the way to a rejection counts as one), and how many of those were
+    verified. Read from the writers' counters (``WriterCounts``, a row per round), kept by
+    every save: the check costs the writers it reads, not their history."""
     counts = {}
     for chunk in chunks(user_ids):
+        rows = WriterCounts.objects.filter(annotator_id__in=chunk)
+        if task is not None:
+            rows = rows.filter(round__task=task)
         counts.update({row["annotator_id"]: (row["decided"], row["verified"])
-                       for row in decided_rows(chunk, task)})
+                       for row in rows.order_by().values("annotator_id")
+                       .annotate(decided=Sum("record_decided"), verified=Sum("record_verified"))})
     return counts
 
 

@@ -2,7 +2,9 @@
 
 A page never counts examples or validations: it reads ``RoundCounts`` (one row per
 round) and ``WriterCounts`` (one row per round and writer); what a row holds is written
-down in those models. ``Example.save`` and ``Validation.save`` keep them: the row and
+down in those models. A crowd quality check reads a writer's record from the same rows
+(``record_decided``, ``record_verified``), so it costs the writers it checks, not
+their history. ``Example.save`` and ``Validation.save`` keep them: the row and
 its counters change in one transaction, by ``F()`` updates, so concurrent writers never
 lose each other's changes, and whichever service (or admin action) saves an example, its
 numbers follow. When an example starts or stops being collected (written, retracted,
@@ -28,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from tasks.models import Round, Task
@@ -59,6 +61,21 @@ def collected_q(prefix: str = "") -> Q:
 
 def usable_q(prefix: str = "") -> Q:
     return Q(**{f"{prefix}validation_status": VERIFIED, f"{prefix}flagged": False, f"{prefix}retracted": False})
+
+
+def against_writer_q() -> Q:
+    """The rows' condition for ``models.counts_against_writer``: rejected, or retracted
+    while heading for rejection."""
+    undecided = [Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED]
+    return (Q(validation_status=REJECTED)
+            | Q(retracted=True, validation_status__in=undecided, validations_incorrect__gt=0,
+                validations_incorrect__gte=F("validations_correct")))
+
+
+def in_record_q() -> Q:
+    """The rows' condition for ``models.in_record``, but for the source and the
+    confirmation: verified, or ``against_writer_q``."""
+    return Q(validation_status=VERIFIED) | against_writer_q()
 
 
 def record_new(examples: Iterable[Example]) -> None:
@@ -153,6 +170,14 @@ def _actual_writers(rnd: Round) -> dict[int, Counter]:
                            n_verified=Count("pk", filter=Q(validation_status=VERIFIED)),
                            n_verified_fooled=Count("pk", filter=Q(fooled=True, validation_status=VERIFIED))))
     for row in collected:
+        annotator_id = row.pop("annotator_id")
+        writers[annotator_id].update({name.removeprefix("n_"): n for name, n in row.items()})
+    record = (Example.objects.filter(in_record_q(), round=rnd, annotator__isnull=False,
+                                     source=Example.Source.ANNOTATION, provisional=False)
+              .order_by().values("annotator_id")
+              .annotate(n_record_decided=Count("pk"),
+                        n_record_verified=Count("pk", filter=Q(validation_status=VERIFIED))))
+    for row in record:
         annotator_id = row.pop("annotator_id")
         writers[annotator_id].update({name.removeprefix("n_"): n for name, n in row.items()})
     blind = (Validation.objects.filter(collected_q("example__"), example__round=rnd,

@@ -130,13 +130,14 @@ def test_a_drifted_counter_is_reported_and_repaired(demo_tasks, annotator, capsy
         write(task, annotator, fooled=i == 0)
     rnd = task.open_round()
     RoundCounts.objects.filter(round=rnd).update(collected=F("collected") + 5, fooled=0)
-    WriterCounts.objects.filter(round=rnd, annotator=annotator).update(verified_fooled=2)
+    WriterCounts.objects.filter(round=rnd, annotator=annotator).update(verified_fooled=2, record_decided=7)
     call_command("reconcile_counts", "--task", task.slug)
     out = capsys.readouterr().out
     assert f"sentiment round {rnd.number} collected: stored 8, counted 3 (drift +5)" in out
     assert f"sentiment round {rnd.number} fooled: stored 0, counted 1 (drift -1)" in out
     assert f"writer {annotator.pk} verified_fooled: stored 2, counted 0 (drift +2)" in out
-    assert "3 counter(s) repaired" in out
+    assert f"writer {annotator.pk} record_decided: stored 7, counted 0 (drift +7)" in out
+    assert "4 counter(s) repaired" in out
     assert round_stats(rnd)["collected"] == 3 and round_stats(rnd)["fooled"] == 1
     call_command("reconcile_counts")
     assert "0 counter(s) repaired" in capsys.readouterr().out
