@@ -1,7 +1,8 @@
 """The committed replay results: the replay tables of bench/RESULTS.md and each run's
 report.md and report.svg are what its report.json gives (``manage.py replay_tables`` writes
-them), the prose in docs/replay.md quotes only their numbers, and every report keeps the
-interface that scripts read."""
+them), every comparative sentence in docs/replay.md is generated from them too and no
+hand-written one carries a number or a comparison, and every report keeps the interface
+that scripts read."""
 
 import json
 import re
@@ -11,6 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from leaderboard.replay.chart import svg_chart
+from leaderboard.replay.findings import DOC_BEGIN as FINDINGS_BEGIN
+from leaderboard.replay.findings import DOC_END as FINDINGS_END
+from leaderboard.replay.findings import with_findings
 from leaderboard.replay.report import interface_problems, markdown_tables
 from leaderboard.replay.results import DOC_BEGIN, DOC_END, load_reports, with_doc_section
 
@@ -33,17 +37,39 @@ def test_the_results_md_tables_are_generated_from_the_committed_reports(reports)
     assert with_doc_section(doc, reports) == doc, "run: manage.py replay_tables"
 
 
-def test_every_number_in_the_replay_prose_is_in_a_committed_report(reports):
-    """The words about the replay (docs/replay.md) quote only numbers that the committed
-    tables hold."""
+# Words that compare or conclude: a hand-written sentence may not carry them (nor a number).
+COMPARING = re.compile(r"\b(significant\w*|above|below|overlap\w*|clear(ly)?|forgot\w*|forgotten|beats?|better|"
+                       r"worse|harder|easier|higher|lower|falls?|rises?|more than|less than|outperform\w*)\b",
+                       re.IGNORECASE)
+
+
+def hand_written(text: str) -> str:
+    """docs/replay.md without its generated block, code blocks and inline code."""
+    head, rest = text.split(FINDINGS_BEGIN, 1)
+    text = head + rest.split(FINDINGS_END, 1)[1]
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    return re.sub(r"`[^`]*`", "", text)
+
+
+def test_the_findings_are_generated_from_the_committed_reports(reports):
     text = PROSE.read_text(encoding="utf-8")
-    assert "### What these numbers can and cannot say" in text, f"{PROSE} has no such section"
-    prose = text.split("### What these numbers can and cannot say", 1)[1].split("\n### ", 1)[0]
-    tables = "\n".join((RESULTS / folder / "report.md").read_text(encoding="utf-8") for folder in reports)
-    numbers = re.findall(r"\d+\.\d", prose)
-    assert numbers, "the replay's prose quotes no number"
-    missing = [n for n in numbers if n not in tables]
-    assert not missing, f"numbers in docs/replay.md's replay prose that no committed report.md holds: {missing}"
+    assert with_findings(text, reports) == text, "run: manage.py replay_tables"
+
+
+def test_no_hand_written_sentence_in_the_replay_doc_carries_a_number_or_a_comparison():
+    prose = hand_written(PROSE.read_text(encoding="utf-8"))
+    numbers = re.findall(r"(?<![A-Za-z])\d[\d.,]*", prose)
+    assert not numbers, f"numbers in docs/replay.md's hand-written prose: {numbers}"
+    words = [m.group(0) for m in COMPARING.finditer(prose)]
+    assert not words, f"comparisons in docs/replay.md's hand-written prose: {words}"
+
+
+def test_the_hand_written_check_fails_on_a_typed_claim():
+    typed = (f"Intro.\n{FINDINGS_BEGIN}\n- generated: above 52.0%\n{FINDINGS_END}\n"
+             "The intervals do not overlap, and M5 is the one clear step at 59.7%.\n")
+    prose = hand_written(typed)
+    assert re.findall(r"(?<![A-Za-z])\d[\d.,]*", prose) == ["59.7"]
+    assert {m.group(0).lower() for m in COMPARING.finditer(prose)} == {"overlap", "clear"}
 
 
 def test_each_run_has_its_tables_and_chart_and_keeps_the_interface(reports):
@@ -66,15 +92,24 @@ def test_replay_tables_check_fails_on_a_stale_doc(tmp_path, reports):
         (results / folder / "report.json").write_text(json.dumps(report), encoding="utf-8")
     doc = tmp_path / "RESULTS.md"
     doc.write_text(f"# Title\n\n{DOC_BEGIN}\nold numbers\n{DOC_END}\n\nThe rest.\n", encoding="utf-8")
+    prose = tmp_path / "replay.md"
+    prose.write_text(f"# Replay\n\n{FINDINGS_BEGIN}\n- M7 beats the control, intervals do not overlap\n"
+                     f"{FINDINGS_END}\n", encoding="utf-8")
+    paths = {"results": str(results), "doc": str(doc), "findings": str(prose)}
     with pytest.raises(CommandError, match="Out of date"):
-        call_command("replay_tables", results=str(results), doc=str(doc), check=True)
-    call_command("replay_tables", results=str(results), doc=str(doc))
-    call_command("replay_tables", results=str(results), doc=str(doc), check=True)
+        call_command("replay_tables", **paths, check=True)
+    call_command("replay_tables", **paths)
+    call_command("replay_tables", **paths, check=True)
+    assert "intervals do not overlap" not in prose.read_text(encoding="utf-8")
+    assert with_findings(prose.read_text(encoding="utf-8"), reports) == prose.read_text(encoding="utf-8")
     text = doc.read_text(encoding="utf-8")
     assert "old numbers" not in text and text.startswith("# Title") and text.endswith("The rest.\n")
     assert all((results / folder / "report.md").exists() for folder in reports)
+    prose.write_text("no findings here\n", encoding="utf-8")
+    with pytest.raises(CommandError, match="no findings block"):
+        call_command("replay_tables", **paths)
     doc.write_text("no block here\n", encoding="utf-8")
     with pytest.raises(CommandError, match="no replay block"):
-        call_command("replay_tables", results=str(results), doc=str(doc))
+        call_command("replay_tables", **paths)
     with pytest.raises(CommandError, match="not found"):
-        call_command("replay_tables", results=str(results), doc=str(tmp_path / "missing.md"))
+        call_command("replay_tables", **{**paths, "doc": str(tmp_path / "missing.md")})

@@ -4,23 +4,28 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from leaderboard.replay.chart import svg_chart
+from leaderboard.replay.findings import with_findings
 from leaderboard.replay.report import markdown_tables
 from leaderboard.replay.results import load_reports, with_doc_section
 
 RESULTS = Path("bench/results/replay")
 DOC = Path("bench/RESULTS.md")
+FINDINGS = Path("docs/replay.md")
 
 
 class Command(BaseCommand):
     help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
-            "from its report.json, and the replay block of bench/RESULTS.md. --check changes nothing and "
-            "fails if any of them differs from what the reports give.")
+            "from its report.json, the replay block of bench/RESULTS.md and the findings (every comparative "
+            "sentence) of docs/replay.md. --check changes nothing and fails if any of them differs from what "
+            "the reports give.")
 
     def add_arguments(self, parser):
         parser.add_argument("--results", default=str(settings.BASE_DIR / RESULTS),
                             help="The folder of replay runs, one <run>/report.json each.")
         parser.add_argument("--doc", default=str(settings.BASE_DIR / DOC),
                             help="The file with the replay block (default: bench/RESULTS.md).")
+        parser.add_argument("--findings", default=str(settings.BASE_DIR / FINDINGS),
+                            help="The file with the findings block (default: docs/replay.md).")
         parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 on a difference.")
 
     def handle(self, *args, **o):
@@ -39,6 +44,13 @@ class Command(BaseCommand):
             wanted[doc] = with_doc_section(doc.read_text(encoding="utf-8"), reports)
         except ValueError as exc:
             raise CommandError(f"{doc}: {exc}") from None
+        findings = Path(o["findings"])
+        if not findings.is_file():
+            raise CommandError(f"{findings} not found: the findings block lives there (--findings).")
+        try:
+            wanted[findings] = with_findings(findings.read_text(encoding="utf-8"), reports)
+        except ValueError as exc:
+            raise CommandError(f"{findings}: {exc}") from None
         stale = [path for path, text in wanted.items()
                  if not path.exists() or path.read_text(encoding="utf-8") != text]
         if o["check"]:
