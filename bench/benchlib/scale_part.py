@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from base64 import b64encode
+from contextlib import contextmanager
 from pathlib import Path
 
 PAGES = 100  # the admin's rows a page (its default)
@@ -56,11 +57,21 @@ def summary(samples: list[tuple[float, float]], queries: int | None, **extra) ->
             "queries": queries, "rss_mb": rss_mb(), **extra}
 
 
-def count_queries(fn) -> tuple[int, object]:
-    from django.db import connection
+@contextmanager
+def capturing():
+    """``CaptureQueriesContext`` on an emptied query log: Django keeps only the last 9,000
+    statements, and a capture that starts on a full log counts none (a build in this
+    process fills it)."""
+    from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
+    reset_queries()
     with CaptureQueriesContext(connection) as captured:
+        yield captured
+
+
+def count_queries(fn) -> tuple[int, object]:
+    with capturing() as captured:
         result = fn()
     return len(captured.captured_queries), result
 
@@ -123,20 +134,17 @@ def measure_requests(task, rnd, clients: dict, repeats: int, slow: float) -> lis
     """Each path: a warm-up (its status), then ``repeats`` timed runs, statements counted
     in each. A path whose warm-up takes over ``slow`` seconds is not run again: its one
     (cold) run is its sample (``n`` 1)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     rows = []
     for name, who, url in request_paths(task, rnd, clients):
         client = clients[who]
         started = clock()
-        with CaptureQueriesContext(connection) as captured:
+        with capturing() as captured:
             status = client.get(url).status_code
         first = since(started)
         cold = first[0] > slow
         samples, queries = ([first], len(captured.captured_queries)) if cold else ([], None)
         for _ in range(0 if cold else repeats):
-            with CaptureQueriesContext(connection) as captured:
+            with capturing() as captured:
                 started = clock()
                 client.get(url)
                 samples.append(since(started))
