@@ -73,6 +73,9 @@ NOTES = [
     "server's own work. Not judged: read them where the wall-clock figures look like noise.",
     "PostgreSQL databases are ANALYZEd before measuring (as autovacuum keeps a live database); SQLite's are "
     "not (Django never runs ANALYZE there): each as it runs in production.",
+    "Gold items are off for the run (the task's validation.gold_rate is 0): a draw is random, one in ten by "
+    "default, and reads a few pages of the gold index whatever the size; so each run of the next validation "
+    "item runs the same statements.",
     "DRF throttles are raised for the run (THROTTLE_*=1000000/min): the measured requests are not rate-limited.",
 ]
 

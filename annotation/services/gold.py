@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Min, Q
 
 from tasks.models import Task
 
@@ -53,7 +53,8 @@ def pick(task: Task, user, rng: random.Random | None = None) -> Example | None:
     if rate <= 0 or rng.random() >= rate:
         return None
     items = gold_items(task).order_by("pk")
-    first, last = items.values_list("pk", flat=True).first(), items.values_list("pk", flat=True).last()
+    bounds = gold_items(task).aggregate(first=Min("pk"), last=Max("pk"))
+    first, last = bounds["first"], bounds["last"]
     if first is None:
         return None
     start = rng.randint(first, last)
