@@ -15,7 +15,7 @@ naming the block, and the write mode then writes nothing: a block is never appen
 The blocks (``BLOCKS``) and the files they are made from, under ``--results``: each
 ``bench/<name>.py``'s JSON, ``<name>.json``, rendered by ``benchlib.report_sections``;
 ``baselines`` with ``bench/benchlib/baselines_report.py``'s renderer, ``validation``
-with ``bench/validation.py``'s, and ``replay`` from every ``replay/<run>/report.json``
+with ``bench/validation.py``'s, ``validation-frontier`` with ``bench/validation_frontier.py``'s, and ``replay`` from every ``replay/<run>/report.json``
 with ``leaderboard.replay.results``' (what ``manage.py replay_tables`` writes), and
 ``load-threads`` from every ``load-threads/*.json`` and ``load-explain`` from every
 ``load-explain/*.json`` (runs of ``bench/load.py`` side by side).
@@ -55,6 +55,7 @@ BLOCKS = {
     "leaderboard": ("leaderboard.json", sections.leaderboard),
     "evaluation": ("evaluation.json", sections.evaluation),
     "validation": ("validation.json", sections.validation),
+    "validation-frontier": ("validation-frontier.json", sections.validation_frontier),
     "scale": ("scale.json", sections.scale),
     "replay": ("replay/<run>/report.json", sections.replay),
 }
@@ -82,7 +83,7 @@ def render(results: Path) -> dict[str, str]:
             continue
         path = results / source
         if not path.is_file():
-            script = source.removesuffix(".json").split("-")[0]
+            script = "validation_frontier" if name == "validation-frontier" else source.removesuffix(".json").split("-")[0]
             raise FileNotFoundError(f"{display_path(path)} not found: run bench/{script}.py "
                                     "or restore the committed file")
         blocks[name] = renderer(json.loads(path.read_text(encoding="utf-8")))

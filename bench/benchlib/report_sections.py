@@ -492,6 +492,14 @@ def validation(document: dict) -> str:
     return doc_block(document)
 
 
+def validation_frontier(document: dict) -> str:
+    """``validation-frontier.json``: ``bench/validation_frontier.py``'s ``doc_block``
+    (tables, the frontier and every comparison, computed from the runs)."""
+    from validation_frontier import doc_block
+
+    return doc_block(document)
+
+
 def replay(reports: dict[str, dict]) -> str:
     """The replay reports (``{folder: report}``): ``leaderboard.replay.results``'s tables,
     what ``manage.py replay_tables`` puts there (pure Python, no Django)."""

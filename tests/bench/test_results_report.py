@@ -48,7 +48,7 @@ def copy(tmp_path):
 def test_results_md_is_what_the_committed_json_gives():
     done = report("--check")
     assert done.returncode == 0, done.stderr
-    assert "all 17 blocks agree" in done.stderr
+    assert "all 18 blocks agree" in done.stderr
 
 
 def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(copy):
@@ -68,7 +68,7 @@ def test_a_changed_number_fails_the_check_naming_its_block_and_writing_mends_it(
 
     done = report(*options)
     assert done.returncode == 0, done.stderr
-    assert "rewrote leaderboard (1 of 17 blocks)" in done.stderr
+    assert "rewrote leaderboard (1 of 18 blocks)" in done.stderr
     after = doc.read_text(encoding="utf-8")
     assert "| page, cached | 123.5 ms |" in after
     assert prose(after) == prose(before), "the prose outside the blocks changed"
