@@ -36,8 +36,9 @@ the rules no other rule beats in every seed.
 The default a task gets (``choose_default``): among the rules on the frontier at every
 spammer mix (a task's spammer share is not known in advance), the one with the highest
 worst-case accuracy over the mixes; rules whose worst case it does not beat in every
-seed tie with it, and of those the one with the fewest votes per example at its worst
-mix is chosen. The text under the tables is generated from the JSON by
+seed tie with it, and of those the one that decides the fewest examples wrongly at its
+worst mix is chosen (a wrong decision goes into the training data unseen; an escalation
+costs a researcher a look, and is seen), then the one with the fewest votes per example. The text under the tables is generated from the JSON by
 ``doc_block``, as the tables are.
 """
 
@@ -205,12 +206,13 @@ def choose_default(runs: list[dict]) -> dict:
     seeds = sorted({r["seed"] for r in runs})
     worst = {p: [min(table[m][p][s]["accuracy"]["value"] for m in table) for s in seeds] for p in everywhere}
     worst_votes = {p: max(means(table[m][p])["votes_per_example"] for m in table) for p in everywhere}
+    worst_wrong = {p: max(means(table[m][p])["wrong"] for m in table) for p in everywhere}
     best = max(everywhere, key=lambda p: (mean(worst[p]), -worst_votes[p]))
     tied = [p for p in everywhere if not all(b > w for b, w in zip(worst[best], worst[p], strict=True))]
-    choice = min(tied, key=lambda p: (worst_votes[p], p))
+    choice = min(tied, key=lambda p: (worst_wrong[p], worst_votes[p], p))
     return {"on_every_frontier": everywhere,
             "worst_accuracy_mean": {p: mean(worst[p]) for p in everywhere},
-            "worst_votes_per_example": worst_votes,
+            "worst_votes_per_example": worst_votes, "worst_wrong": worst_wrong,
             "highest_worst_accuracy": best, "tied": tied, "choice": choice}
 
 
@@ -313,7 +315,9 @@ def default_sentence(document: dict) -> str:
             + ", ".join(f"{p} {_pct(worst[p])}%" for p in chosen["on_every_frontier"])
             + f"; highest: {chosen['highest_worst_accuracy']}"
             + (f", not higher in every seed than that of {_names(ties)}" if ties else "")
-            + f"; fewest votes at the worst mix among those: {chosen['choice']}. The task config's default when "
+            + "; fewest decided wrongly at the worst mix among those (then fewest votes): "
+            + ", ".join(f"{p} {_pct(chosen['worst_wrong'][p])}%" for p in chosen["tied"])
+            + f": {chosen['choice']}. The task config's default when "
             f"this ran: {current} ({'the same rule' if current == chosen['choice'] else 'a different rule'}).")
 
 

@@ -20,10 +20,10 @@ from validation import Sequence_  # noqa: E402
 COMMITTED = ROOT / "bench" / "results" / "validation-frontier.json"
 
 
-def run(policy, seed, votes, accuracy, mix=None):
+def run(policy, seed, votes, accuracy, mix=None, escalated=0.0):
     return {"policy": policy, "family": policy.split()[0].split("-")[0], "seed": seed,
             "spammers": mix or {"always_correct": 0.0, "random": 0.0}, "votes_per_example": votes,
-            "accuracy": {"value": accuracy}, "wrong": 1 - accuracy, "escalated": 0.0}
+            "accuracy": {"value": accuracy}, "wrong": 1 - accuracy - escalated, "escalated": escalated}
 
 
 def test_the_committed_frontier_covers_every_rule_mix_and_seed_over_all_examples():
@@ -61,7 +61,7 @@ def test_beating_needs_every_seed():
     assert not F.beats(runs[0], runs[0])  # equal on both is no win
 
 
-def test_the_default_is_the_best_worst_case_and_the_cheaper_of_a_tie():
+def test_the_default_is_the_best_worst_case_then_the_fewest_wrong_of_a_tie():
     clean, spam = {"always_correct": 0.0, "random": 0.0}, {"always_correct": 0.3, "random": 0.0}
     runs = []
     for seed in (0, 1):
@@ -71,7 +71,17 @@ def test_the_default_is_the_best_worst_case_and_the_cheaper_of_a_tie():
     chosen = F.choose_default(runs)
     assert "fixed-2" not in chosen["on_every_frontier"]  # fixed-3 beats it with spammers
     assert chosen["highest_worst_accuracy"] == "fixed-3" and chosen["choice"] == "fixed-3"
-    runs[-3]["accuracy"]["value"] = 0.985  # seed 1: adaptive's worst case now ties fixed-3's
+    runs[-3]["accuracy"]["value"], runs[-3]["wrong"] = 0.985, 0.015  # seed 1: adaptive ties fixed-3
+    for r in runs:
+        if r["policy"] == "fixed-3":  # fixed-3 sends half its misses to researchers
+            r["wrong"] = r["escalated"] = (1 - r["accuracy"]["value"]) / 2
+    chosen = F.choose_default(runs)
+    # A tie goes to the fewest wrong decisions at the worst mix (fixed-3: 1%, adaptive: 2%),
+    # before the fewest votes (where adaptive would win).
+    assert set(chosen["tied"]) == {"fixed-3", "adaptive 0.9"} and chosen["choice"] == "fixed-3"
+    for r in runs:
+        if r["policy"] == "adaptive 0.9":  # now it escalates what it is unsure of
+            r["wrong"], r["escalated"] = 0.005, 1 - r["accuracy"]["value"] - 0.005
     chosen = F.choose_default(runs)
     assert set(chosen["tied"]) == {"fixed-3", "adaptive 0.9"} and chosen["choice"] == "adaptive 0.9"
 
