@@ -1,4 +1,6 @@
-"""The Dynascore: the hand-computed example, weights, ranking and ties, intervals."""
+"""The Dynascore: the hand-computed example, weights, ranking and ties, intervals.
+
+Against Dynaboard's published NLI board: test_dynascore_dynaboard.py."""
 
 from __future__ import annotations
 
@@ -424,31 +426,3 @@ def test_replicate_errors():
         ds.dynascore_replicates({"A": {"performance": [0.5, float("nan")]}})
     assert ds.dynascore_interval({}) == {}
 
-
-# -- a regression against Dynaboard's published NLI leaderboard ----------------------------
-
-# Ma et al. 2021 ("Dynaboard", NeurIPS), the NLI rows of the leaderboard table: accuracy,
-# throughput (examples/s), memory (GB used), fairness and robustness, in its order
-# (ranked by Dynascore under the default weights, half on performance).
-DYNABOARD_NLI = {
-    "DeBERTa": (69.54, 7.41, 5.71, 91.97, 75.70),
-    "RoBERTa": (69.07, 9.23, 4.82, 90.94, 74.82),
-    "ALBERT": (67.29, 9.60, 2.18, 89.94, 74.12),
-    "T5": (67.16, 7.10, 10.62, 91.89, 73.47),
-    "BERT": (64.82, 9.39, 4.13, 92.11, 66.38),
-    "Majority Baseline": (32.41, 77.33, 1.15, 100.00, 100.00),
-    "FastText": (31.29, 73.94, 2.20, 83.23, 69.14),
-}
-
-
-def test_the_published_nli_board_ranks_as_dynaboard_ranked_it():
-    names = ("performance", "throughput", "memory", "fairness", "robustness")
-    models = {model: dict(zip(names, values, strict=True)) for model, values in DYNABOARD_NLI.items()}
-    weights = {"performance": 4, "throughput": 1, "memory": 1, "fairness": 1, "robustness": 1, "calibration": 0}
-    ranked = ds.rank(rows(models), weights, offsets={"memory": 16})  # the paper shows memory as 16 GB - used
-    assert [row["model"] for row in ranked] == list(DYNABOARD_NLI)
-    # The offset moves every score by the same amount and changes no ranking.
-    plain = ds.rank(rows(models), weights)
-    assert [row["model"] for row in plain] == list(DYNABOARD_NLI)
-    shifts = {round(a["dynascore"] - b["dynascore"], 9) for a, b in zip(ranked, plain, strict=True)}
-    assert len(shifts) == 1
