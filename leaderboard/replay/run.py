@@ -72,7 +72,7 @@ from .. import promotion, training
 from ..evaluation import start_evaluation
 from ..jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
 from ..rows import example_row
-from ..sampling import stable_hash
+from ..sampling import group_keys, stable_hash
 from .data import ReplayPlan, build_plan
 from .summary import build_report
 
@@ -221,11 +221,16 @@ class Replay:
         """Write the round's examples against its live target, then verify them."""
         contexts: dict = {}
         created, refused, fooled = [], [], 0
+        # The data set's own ids go with each example: training hashes them (never the
+        # example's random uid), and a pair's or premise's examples share a group.
+        groups = dict(zip((r.external_uid for r in records), group_keys(records), strict=True))
         for record in records:
             context = self.context_for(task, rnd, record, contexts)
             try:
                 result = create_example(task, self.annotator, context_id=context.pk, inputs=record.inputs,
-                                        target=record.target, metadata={"replay_uid": record.external_uid})
+                                        target=record.target,
+                                        metadata={"replay_uid": record.external_uid,
+                                                  "replay_group": groups[record.external_uid]})
             except DomainError as exc:
                 refused.append(f"{record.external_uid}: {exc}")
                 continue
