@@ -10,7 +10,10 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
       "seeds": [0],                             # the training seeds pooled
       "training": {...}, "started_at": "...", "seconds": 812.5,
       "statistics": {"resamples": 1000, "confidence": 0.95},
-      "data": {...},                            # leaderboard.replay.data.plan_summary(plan)
+      "data": {...},                            # leaderboard.replay.data.plan_summary(plan); its
+                                                # "leakage" holds "rules", "removed" (round -> split ->
+                                                # rule -> rows) and "pairs" (round -> {training, test,
+                                                # removed}: contrastive pair counts)
       "references": {                           # per test set and suite (also in data)
         "DynaHate R1": {"num_examples": 1000, "chance": 0.5,
                         "constant": {"hateful": 0.55, "not-hateful": 0.45},
@@ -196,8 +199,24 @@ def _leakage_table(report: dict) -> list[str]:
     rows = [[cell(name), cell(split), *(str(counts.get(rule, 0)) for rule in rules)]
             for name, splits in (leakage.get("removed") or {}).items() for split, counts in splits.items()]
     if not rows:
-        return ["No training or dev row shared a premise or a text with a test set."]
+        return ["No training or dev row shared a premise, a text" + (" or a contrastive pair" if "pair" in rules
+                                                                       else "") + " with a test set."]
     return table(["Round", "Split", *(f"Removed: {cell(rule)}" for rule in rules)], rows, right_from=2)
+
+
+def _pairs_table(report: dict) -> list[str]:
+    """Contrastive pairs per round: whole in training, whole in test, and the training
+    rows removed because their other side is a test example."""
+    pairs = (((report.get("data") or {}).get("leakage") or {}).get("pairs") or {})
+    rows = [[cell(name), *(cell(counts.get(key, 0)) for key in ("training", "test", "removed"))]
+            for name, counts in pairs.items() if isinstance(counts, dict)]
+    if not rows:
+        return []
+    return ["", "Contrastive pairs (an entry and its minimally edited, opposite-label perturbation, by the data "
+                "set's own pair id) are kept on one side: a pair in training shares one dev hold-out group, and "
+                "a training row whose other side is a test example is removed.", "",
+            *table(["Round", "Pairs whole in training", "Pairs whole in test",
+                    "Training rows removed (other side in test)"], rows)]
 
 
 def _matrix(report: dict, rounds: list[dict], section: str) -> list[str]:
@@ -233,9 +252,11 @@ def markdown_tables(report: dict, level: int = 1) -> str:
 
     rules = (((report.get("data") or {}).get("leakage") or {}).get("rules") or {})
     lines += [f"{h2} Data: what the leakage filter removed", "",
-              "Training and dev rows that share a premise or a text with any test set or suite are removed "
-              "before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
+              "Training and dev rows that share a premise or a text with any test set or suite"
+              + (", or whose contrastive pair is in one," if "pair" in rules else "")
+              + " are removed before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
     lines += _leakage_table(report)
+    lines += _pairs_table(report)
     pool = ((report.get("data") or {}).get("control_pool"))
     if pool:
         lines += ["", f"The static control's pool: {pool} rows of round 0's training split, set aside "

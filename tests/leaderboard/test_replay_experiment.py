@@ -73,6 +73,52 @@ def test_training_never_sees_a_test_text(tmp_path):
     assert removed == (0 if in_test else 1)
 
 
+def test_a_contrastive_pair_with_a_side_in_test_leaves_training(tmp_path):
+    """The published files put some pairs' two sides in training and test (DynaHate's
+    acl.id.matched, HatemojiBuild's matched_id): the training side leaves, so each pair
+    lies on one side, and the counts are reported per round and split."""
+    from .test_replay_data import BUILD_HEADER, DYNAHATE_HEADER, dynahate_rows
+
+    base = make_hate_dir(tmp_path)
+    # DynaHate: three training perturbations of R2 test originals (the pair id points
+    # training -> test), and one R3 test perturbation of a training original (test -> training).
+    train = dynahate_rows("dev", 40)
+    train += [[f"acl-x-{i}", f"cross perturbation {i}", "nothate", "notgiven", "notgiven", "perturbation",
+               "dev", "2b", f"acl-test-2-{i}"] for i in (1, 3, 5)]
+    write_csv(base / "dynahate/db_dev.csv", DYNAHATE_HEADER, train)
+    test = dynahate_rows("test", 12)
+    test.append(["acl-test-x", "test perturbation of a training row", "hate", "notgiven", "notgiven",
+                 "perturbation", "test", "3b", "acl-dev-3-1"])
+    write_csv(base / "dynahate/db_test.csv", DYNAHATE_HEADER, test)
+    # HatemojiBuild R5: two test rows whose pairs are training rows (test -> train).
+    for split, file_split, count in (("train", "train", 30), ("validation", "dev", 6), ("test", "test", 6)):
+        write_csv(base / f"hatemoji/HatemojiBuild/{split}.csv", BUILD_HEADER, [
+            [f"{split}-{r}-{i}", f"emoji text {split} {r} {i} \U0001F52A", "none", "[]", r, f"{r}a", "original",
+             file_split, int(i % 2 == 0), "", f"train-5-{i}" if split == "test" and r == 5 and i < 2 else ""]
+            for r in (5, 6, 7) for i in range(count)])
+    plan = build_plan("hate", base, mode="full")
+    test_ids = {r.external_uid for data in plan.rounds for r in data.test}
+    training = {r.external_uid: r for data in plan.rounds for r in data.train + data.dev}
+    for uid in ("acl-x-1", "acl-x-3", "acl-x-5", "acl-dev-3-1", "hatemoji-build-train-5-0",
+                "hatemoji-build-train-5-1"):
+        assert uid not in training
+    for record in training.values():  # no training row is paired with a test row, in either direction
+        assert record.metadata.get("matched_uid") not in test_ids
+    assert "acl-test-x" in test_ids  # test splits are never touched
+    removed = {name: sum(c["pair"] for c in splits.values()) for name, splits in plan.leakage.items()}
+    assert removed["DynaHate R2"] == 3 and removed["DynaHate R3"] == 1 and removed["HatemojiBuild R5"] == 2
+    assert removed.get("DynaHate R1", 0) == removed.get("DynaHate R4", 0) == 0
+    assert plan.pairs["DynaHate R2"]["removed"] == 3 and plan.pairs["HatemojiBuild R5"]["removed"] == 2
+    # The fixture's own pairs (every other 'a' entry and its 'b' perturbation) stay whole in training.
+    assert plan.pairs["DynaHate R2"]["training"] == 20 and plan.pairs["DynaHate R2"]["test"] == 6
+    summary = build_report(plan, [fake_run(plan, 0)], **META)["data"]["leakage"]
+    assert summary["pairs"] == plan.pairs and "pair" in summary["rules"]
+    # Without the pair ids nothing is removed by that rule (the negative case).
+    clean = build_plan("hate", make_hate_dir(tmp_path / "clean"), mode="full")
+    assert not any(c.get("pair") for splits in clean.leakage.values() for c in splits.values())
+    assert all(v["removed"] == 0 for v in clean.pairs.values())
+
+
 # --- the control pool -------------------------------------------------------------
 
 
