@@ -134,6 +134,11 @@ class FunctionalSuite:
     records: list[Record]
     from_round: int
     group_field: str = "functionality"  # the metadata key that names a record's functionality
+    cluster_field: str = "templ_id"  # the metadata key of the template a case was written from
+
+    def clusters(self) -> list[str]:
+        """Each record's template (the bootstrap's cluster); a record without one is its own."""
+        return [str(r.metadata.get(self.cluster_field) or f"case:{r.external_uid}") for r in self.records]
 
     @property
     def by_functionality(self) -> dict[str, list[Record]]:
@@ -277,7 +282,8 @@ def plan_summary(plan: ReplayPlan) -> dict:
         "suites": [
             {"name": suite.name, "from_round": suite.from_round, **counts(suite.records),
              "functionalities": {name: len(records)
-                                 for name, records in suite.by_functionality.items()}}
+                                 for name, records in suite.by_functionality.items()},
+             "cluster_field": suite.cluster_field, "clusters": len(set(suite.clusters()))}
             for suite in plan.suites
         ],
         "skipped_rows": dict(plan.skipped_rows),

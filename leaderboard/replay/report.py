@@ -310,9 +310,15 @@ def markdown_tables(report: dict, level: int = 1) -> str:
                         right_from=3) + [""]
 
     if suite_names(report):
+        clustered = sorted({f"{cell(name)} ({cell(stat['num_clusters'])} templates)" for e in rounds
+                            for name, stat in (e.get("functional") or {}).items()
+                            if isinstance(stat, dict) and number(stat.get("num_clusters")) is not None})
         lines += [f"{h2} Functional tests", "",
                   "A dash: the suite is not in use yet for that model's round. The last row is the majority "
-                  "answer; the reference lines above give every constant answer.", ""]
+                  "answer; the reference lines above give every constant answer."
+                  + (" The suites' cases are written from templates, so their intervals and paired differences "
+                     "are cluster bootstraps that resample templates, each with all its cases: "
+                     + ", ".join(clustered) + "." if clustered else ""), ""]
         lines += _matrix(report, rounds, "functional") + [""]
 
     for control, body in (report.get("controls") or {}).items():

@@ -279,6 +279,7 @@ class Replay:
             results[suite.name] = {
                 "scores": [float(p["label"] == row["label"]) for p, row in zip(predictions, rows, strict=True)],
                 "groups": [str(r.metadata.get(suite.group_field) or "unknown") for r in suite.records],
+                "clusters": suite.clusters(),  # templates: the bootstrap resamples them
             }
         if results:
             model.refresh_from_db(fields=["metrics"])

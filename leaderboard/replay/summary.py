@@ -17,14 +17,16 @@ from .data import ReplayPlan, plan_summary
 
 
 def _suite_stats(name: str, scored: list[dict]) -> dict:
-    """A suite's accuracy with its interval, overall and per functionality."""
-    groups = scored[0]["groups"]
-    out = stats.accuracy([s["scores"] for s in scored], name)
+    """A suite's accuracy with its interval, overall and per functionality; a cluster
+    bootstrap over its templates where the scores name them (``clusters``)."""
+    groups, clusters = scored[0]["groups"], scored[0].get("clusters")
+    out = stats.accuracy([s["scores"] for s in scored], name, clusters=clusters)
     members: dict[str, list[int]] = defaultdict(list)
     for i, group in enumerate(groups):
         members[group].append(i)
     out["by_functionality"] = {
-        group: stats.accuracy([[s["scores"][i] for i in idx] for s in scored], f"{name}:{group}")
+        group: stats.accuracy([[s["scores"][i] for i in idx] for s in scored], f"{name}:{group}",
+                              clusters=None if clusters is None else [clusters[i] for i in idx])
         for group, idx in sorted(members.items())}
     return out
 
@@ -48,7 +50,8 @@ def _compare(better: list[dict], worse: list[dict]) -> dict:
     for name in better[0].get("functional") or {}:
         if name in (worse[0].get("functional") or {}):
             out[name] = stats.paired_difference([e["functional"][name]["scores"] for e in better],
-                                                [e["functional"][name]["scores"] for e in worse], name)
+                                                [e["functional"][name]["scores"] for e in worse], name,
+                                                clusters=better[0]["functional"][name].get("clusters"))
     return out
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from leaderboard.replay import stats
 from leaderboard.replay.data import build_plan, reference_lines
+from leaderboard.replay.report import markdown_tables
 from leaderboard.replay.summary import build_report
 from leaderboard.sampling import group_keys
 
@@ -173,6 +174,80 @@ def test_an_accuracy_interval_covers_its_value_and_narrows_with_more_examples():
     assert stats.accuracy([], "set")["accuracy"] is None
 
 
+def clustered_scores(templates: int, per_template: int, seed: int = 7) -> tuple[list[float], list[str]]:
+    """Cases written from templates: a template's cases mostly pass or fail together
+    (each template has its own pass rate, near 0 or 1), as functional suites' do."""
+    rng = np.random.default_rng(seed)
+    scores, clusters = [], []
+    for t in range(templates):
+        rate = 0.9 if rng.random() < 0.6 else 0.1
+        scores += [float(rng.random() < rate) for _ in range(per_template)]
+        clusters += [f"t{t}"] * per_template
+    return scores, clusters
+
+
+def width(stat):
+    return stat["ci_high"] - stat["ci_low"]
+
+
+def test_a_template_suite_is_bootstrapped_by_template():
+    scores, clusters = clustered_scores(60, 11)  # HatemojiCheck: about 11 cases a template
+    by_case = stats.accuracy(scores, "suite")
+    by_template = stats.accuracy(scores, "suite", clusters=clusters)
+    assert by_template["accuracy"] == by_case["accuracy"]  # the point estimate does not change
+    assert by_template["num_clusters"] == 60 and "num_clusters" not in by_case
+    assert width(by_template) > 2 * width(by_case)  # cases of one template are not independent
+    assert by_template["ci_low"] < by_template["accuracy"] < by_template["ci_high"]
+    # Singleton clusters: the case bootstrap itself.
+    singletons = stats.accuracy(scores, "suite", clusters=[f"c{i}" for i in range(len(scores))])
+    assert width(singletons) == pytest.approx(width(by_case))
+    # Independent cases grouped at random into "templates": about as wide as by case.
+    rng = np.random.default_rng(3)
+    independent = [float(x) for x in rng.random(660) < 0.6]
+    loose = stats.accuracy(independent, "suite", clusters=[f"t{i // 11}" for i in range(660)])
+    assert width(loose) == pytest.approx(width(stats.accuracy(independent, "suite")), rel=0.3)
+    with pytest.raises(ValueError):
+        stats.accuracy(scores, "suite", clusters=clusters[:-1])
+
+
+def test_a_paired_difference_on_a_template_suite_resamples_templates():
+    before, clusters = clustered_scores(60, 11, seed=1)
+    # The later model fixes whole templates: 12 of them, all their cases.
+    fixed = {f"t{t}" for t in range(0, 60, 5)}
+    after = [1.0 if c in fixed else s for s, c in zip(before, clusters, strict=True)]
+    by_case = stats.paired_difference(after, before, "suite")
+    by_template = stats.paired_difference(after, before, "suite", clusters=clusters)
+    assert by_template["difference"] == by_case["difference"] > 0
+    assert width(by_template) > 2 * width(by_case) and by_template["num_clusters"] == 60
+    assert by_template["p_value"] >= by_case["p_value"]
+
+
+def test_the_report_bootstraps_suites_by_template(tmp_path):
+    base = make_hate_dir(tmp_path)
+    # HateCheck: 30 cases from 5 templates of 6.
+    write_csv(base / "hatecheck/test_suite_cases.csv",
+              ["", "functionality", "case_id", "test_case", "label_gold", "target_ident", "direction",
+               "focus_words", "focus_lemma", "ref_case_id", "ref_templ_id", "templ_id", "case_templ"],
+              [[i, ("derog_neg_emote_h", "slur_h")[i // 15], i + 1, f"case {i}", "hateful", "women", "general",
+                "", "", "", "", i // 6, ""] for i in range(30)])
+    plan = build_plan("hate", base, mode="full")
+    assert plan.suites[0].clusters() == [str(i // 6) for i in range(30)]
+    assert plan.suites[1].cluster_field == "templ_id"
+    report = build_report(plan, [fake_run(plan, 0, control=True)], **{**META, "control": "static"})
+    hatecheck = report["rounds"][1]["functional"]["HateCheck"]
+    assert hatecheck["num_clusters"] == 5 and hatecheck["by_functionality"]["slur_h"]["num_clusters"] == 3
+    assert report["rounds"][1]["vs_control"]["HateCheck"]["num_clusters"] == 5
+    assert "num_clusters" not in report["rounds"][1]["test"]["DynaHate R1"]  # test splits: by example
+    assert report["data"]["suites"][0]["clusters"] == 5
+    text = markdown_tables(report)
+    assert "cluster bootstraps that resample templates, each with all its cases: HateCheck (5 templates)" in text
+    del report["rounds"][1]["functional"]["HateCheck"]["num_clusters"]
+    for entry in report["rounds"]:
+        for stat in (entry.get("functional") or {}).values():
+            stat.pop("num_clusters", None)
+    assert "cluster bootstrap" not in markdown_tables(report)
+
+
 def test_seeds_are_pooled_per_example_and_kept_apart_in_by_seed():
     pooled = stats.accuracy([[1, 1, 0, 0], [1, 0, 0, 0]], "set")
     assert pooled["accuracy"] == pytest.approx(0.375) and pooled["by_seed"] == [0.5, 0.25]
@@ -228,7 +303,8 @@ def fake_run(plan, seed: int, *, control: bool = False, control_gap: float = 0.0
                        for d in plan.rounds},
             "functional": {s.name: {"scores": fake_scores(len(s.records), 0.6 + 0.02 * r - shift, seed + r),
                                     "groups": [str(x.metadata.get(s.group_field) or "unknown")
-                                               for x in s.records]}
+                                               for x in s.records],
+                                    "clusters": s.clusters()}
                            for s in plan.suites if s.from_round <= r}}
 
     rounds = []
