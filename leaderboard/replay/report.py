@@ -6,7 +6,8 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
     {
       "task": "hate", "mode": "full",           # "nli" | "hate"; "fast" | "full"
       "strategy": "cumulative",                 # "cumulative" | "continue" | "retrain"
-      "control": "static",                      # or null: no control chain
+      "control": "static",                      # the first control, or null: no control chain
+      "control_names": ["static", "balanced"],  # every control chain (controls.CONTROLS)
       "seeds": [0],                             # the training seeds pooled
       "training": {...}, "started_at": "...", "seconds": 812.5,
       "statistics": {"resamples": 1000, "confidence": 0.95},
@@ -35,8 +36,10 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
           "gain_over_previous": {               # M(r) against M(r-1) on round r's test split (paired)
             "test_set": "DynaHate R1", "previous_model": "hate-m0",
             "difference": 0.49, "ci_low": 0.45, "ci_high": 0.52, "p_value": 0.001, "num_examples": 1000},
-          "vs_control": {                       # M(r) against the control C(r), every set and suite
-            "DynaHate R1": {"difference": ..., "ci_low": ..., "ci_high": ..., "p_value": ...}, ...}
+          "vs_control": {                       # M(r) against the (first) control C(r), every set and suite
+            "DynaHate R1": {"difference": ..., "ci_low": ..., "ci_high": ..., "p_value": ...}, ...},
+          "vs_controls": {"static": {...}, "balanced": {...}},   # against each control asked for
+          "vs_majority": {"DynaHate R1": {...}, "HateCheck": {..., "num_clusters": 845}}  # minus the majority answer
         }, ...
       ],
       "controls": {"static": {"description": "...", "rounds": [   # round 0: M0 itself
@@ -330,16 +333,37 @@ def markdown_tables(report: dict, level: int = 1) -> str:
         if suite_names(report):
             lines += _matrix(report, crounds, "functional") + [""]
         columns = evaluated_sets(report) + suite_names(report)
-        rows = [[cell(model_name(e)), *(gain_text((e.get("vs_control") or {}).get(c), with_p=False)
-                                         for c in columns)]
-                for e in rounds if isinstance(e.get("vs_control"), dict)]
+
+        def versus(entry, name=control):
+            both = entry.get("vs_controls")
+            return both.get(name) if isinstance(both, dict) else entry.get("vs_control")
+
+        rows = [[cell(model_name(e)), *(gain_text((versus(e) or {}).get(c), with_p=False) for c in columns)]
+                for e in rounds if isinstance(versus(e), dict)]
         if rows:
             lines += [f"{h2} Adversarial minus {cell(control)} control", "",
                       "M(r) minus C(r) in accuracy points, with the paired 95% interval: above zero, the "
                       "adversarial round helped more than as many static examples.", ""]
             lines += table(["Model", *map(cell, columns)], rows) + [""]
         lines += _functionality_table(report, rounds, crounds)
+    lines += _majority_table(report, rounds, h2)
     return "\n".join(lines)
+
+
+def _majority_table(report: dict, rounds: list[dict], h2: str) -> list[str]:
+    """Every model, adversarial and control, minus the majority answer on every set and suite."""
+    models = list(rounds) + [e for body in (report.get("controls") or {}).values()
+                             for e in (body.get("rounds") or [])[1:] if isinstance(e, dict)]
+    models = [e for e in models if isinstance(e.get("vs_majority"), dict)]
+    if not models:
+        return []
+    columns = evaluated_sets(report) + suite_names(report)
+    return [f"{h2} Against the majority answer", "",
+            "Each model minus the majority answer (the best constant answer) in accuracy points, with the "
+            "paired 95% interval: above zero, the model beats answering one label.", "",
+            *table(["Model", *map(cell, columns)],
+                   [[cell(model_name(e)), *(gain_text(e["vs_majority"].get(c), with_p=False) for c in columns)]
+                    for e in models]), ""]
 
 
 def _functionality_table(report: dict, rounds: list[dict], crounds: list[dict]) -> list[str]:

@@ -5,6 +5,7 @@ Plans are built from the made-up data directories of test_replay_data; the
 statistics from hand-made score vectors whose answers are known."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -222,6 +223,59 @@ def test_a_paired_difference_on_a_template_suite_resamples_templates():
     assert by_template["p_value"] >= by_case["p_value"]
 
 
+def test_the_balanced_sampler_matches_label_shares_fresh_rows_first():
+    from annotation.importers import Record
+    from leaderboard.replay.controls import BalancedSampler, control_names, label_shares, quotas
+
+    pool = [Record(line=i, external_uid=f"p{i}", inputs={"statement": f"s{i}"},
+                   target={"label": "hateful" if i % 10 == 0 else "not-hateful"}) for i in range(100)]
+    sampler = BalancedSampler(pool)  # 10 hateful, 90 not-hateful: a static pool's imbalance
+    first = sampler.draw(20, {"hateful": 0.55, "not-hateful": 0.45})
+    assert Counter(r.label for r in first) == {"hateful": 11, "not-hateful": 9}
+    assert len({r.external_uid for r in first}) == 19 and sampler.repeated == 1  # 11 hateful from 10: one repeat
+    second = sampler.draw(10, {"hateful": 0.5, "not-hateful": 0.5})
+    assert Counter(r.label for r in second) == {"hateful": 5, "not-hateful": 5}
+    assert not {r.external_uid for r in second if r.label == "not-hateful"} & {r.external_uid for r in first}
+    assert sampler.repeated == 6
+    assert quotas(7, {"a": 0.5, "b": 0.5}) == {"a": 4, "b": 3} and quotas(5, {}) == {}
+    assert sampler.draw(4, {"neutral": 1.0}) == []  # a label the pool lacks: nothing drawn
+    assert label_shares(first) == {"hateful": 0.55, "not-hateful": 0.45}
+    assert control_names(None) == [] and control_names("static") == ["static"]
+    assert control_names(["static", "balanced", "static"]) == ["static", "balanced"]
+    assert control_names("static,balanced") == ["static", "balanced"]
+    with pytest.raises(ValueError):
+        control_names("prior")
+
+
+def test_the_report_holds_both_controls_and_every_model_against_the_majority(tmp_path):
+    plan = build_plan("hate", make_hate_dir(tmp_path, davidson=600), mode="full")
+    runs = [fake_run(plan, 0, control=True, kinds=("static", "balanced"))]
+    report = build_report(plan, runs, **{**META, "control": ["static", "balanced"]})
+    assert report["control"] == "static" and report["control_names"] == ["static", "balanced"]
+    assert set(report["controls"]) == {"static", "balanced"}
+    r1 = report["rounds"][1]
+    assert set(r1["vs_controls"]) == {"static", "balanced"} and r1["vs_control"] == r1["vs_controls"]["static"]
+    # The balanced chain is 10 points below the static one in the fake scores: M1 beats it by more.
+    name = "DynaHate R1"
+    assert r1["vs_controls"]["balanced"][name]["difference"] > r1["vs_controls"]["static"][name]["difference"]
+    # Against the majority answer: the model's accuracy minus the majority's share, on every set and suite.
+    majority = report["references"][name]["majority"]["accuracy"]
+    assert r1["vs_majority"][name]["difference"] == pytest.approx(r1["test"][name]["accuracy"] - majority)
+    assert "HateCheck" in r1["vs_majority"] and r1["vs_majority"]["HateCheck"]["num_clusters"] > 0
+    balanced_c1 = report["controls"]["balanced"]["rounds"][1]
+    assert balanced_c1["vs_majority"][name]["difference"] == pytest.approx(
+        balanced_c1["test"][name]["accuracy"] - majority)
+    assert "resampled" in report["controls"]["balanced"]["description"]
+    text = markdown_tables(report)
+    assert "## Adversarial minus balanced control" in text and "## Adversarial minus static control" in text
+    assert "## Against the majority answer" in text and "| hate-balanced-c1 |" in text.split(
+        "## Against the majority answer")[1]
+    single = build_report(plan, [fake_run(plan, 0, control=True)], **{**META, "control": "static"})
+    assert single["control"] == "static" and single["control_names"] == ["static"]
+    none = build_report(plan, [fake_run(plan, 0)], **META)
+    assert none["control"] is None and none["controls"] == {} and "vs_controls" not in none["rounds"][1]
+
+
 def test_the_report_bootstraps_suites_by_template(tmp_path):
     base = make_hate_dir(tmp_path)
     # HateCheck: 30 cases from 5 templates of 6.
@@ -294,7 +348,8 @@ def fake_scores(n: int, accuracy: float, seed: int) -> list[float]:
     return [float(x) for x in (rng.random(n) < accuracy)]
 
 
-def fake_run(plan, seed: int, *, control: bool = False, control_gap: float = 0.0) -> dict:
+def fake_run(plan, seed: int, *, control: bool = False, control_gap: float = 0.0,
+             kinds: tuple = ("static",)) -> dict:
     """What Replay.run returns for one seed: model r is 50% + 5 points a round on every set."""
 
     def scored(r: int, shift: float = 0.0) -> dict:
@@ -316,10 +371,11 @@ def fake_run(plan, seed: int, *, control: bool = False, control_gap: float = 0.0
                                                           "target": f"hate-m{r - 1}"},
                        "training": {"counts": {"rounds": {"train": 36, "dev": 4}}}, **scored(r)})
     controls = {}
-    if control:
-        controls["static"] = [{"number": d.number, "name": d.name, "model": f"hate-control-c{d.number}",
-                               "control_for": f"hate-m{d.number}", "train_seconds": 1.0, "training_rows": 72,
-                               **scored(d.number, control_gap)} for d in plan.rounds[1:]]
+    for k, kind in enumerate(kinds if control else ()):
+        prefix = "control" if kind == "static" else kind
+        controls[kind] = [{"number": d.number, "name": d.name, "model": f"hate-{prefix}-c{d.number}",
+                           "control_for": f"hate-m{d.number}", "train_seconds": 1.0, "training_rows": 72,
+                           **scored(d.number, control_gap + 0.1 * k)} for d in plan.rounds[1:]]
     return {"seed": seed, "slug": f"hate-replay-full-s{seed}", "seconds": 5.0, "rounds": rounds,
             "controls": controls}
 
