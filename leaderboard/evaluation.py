@@ -111,6 +111,10 @@ def uncertainty(task: Task, scores: dict, details: dict, example_ids=None, seed:
         counts = np.concatenate([inside[block].sum(axis=1) for block in blocks])
         # A resample that drew none of the perturbed examples says nothing: it keeps the point value.
         others[name] = np.where(counts > 0, sums / np.maximum(counts, 1), scores[name])
+        # The metric counts only the examples the perturbation changed: how many (``<name>_n``),
+        # and the interval of that count over the same resamples.
+        scores[f"{name}_n"] = len(agreement)
+        intervals[f"{name}_n"] = list(scoring.percentile_interval(counts, CONFIDENCE))
     runs = details.get("throughput_runs")
     if runs:
         others["throughput"] = np.random.default_rng(seed).choice(np.asarray(runs, dtype=float), size=RESAMPLES)

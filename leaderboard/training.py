@@ -48,10 +48,28 @@ def training_examples(task: Task, *, rounds: Iterable[int] | None = None, split:
     return usable_examples(task, split=split, rounds=rounds)
 
 
-def held_out(uid, dev_fraction: float, seed: int) -> bool:
-    """A fixed share of collected examples goes to dev, by a hash of their uid: the
-    same example lands on the same side in every run, whatever else was collected."""
-    digest = hashlib.sha256(f"{seed}:{uid}".encode()).digest()
+def stable_id(example) -> str:
+    """The id a partition hashes: the data set's own id where the example has one (its
+    ``external_uid``, or the ``replay_uid`` the replay writes in its metadata), else the
+    example's uid. The data set's id is the same in every run, so a replay's split and
+    samples depend on its seed alone, not on the random uid each run's examples get."""
+    metadata = example.metadata if isinstance(example.metadata, dict) else {}
+    return str(example.external_uid or metadata.get("replay_uid") or example.uid)
+
+
+def partition_key(example) -> str:
+    """What a dev hold-out hashes: the example's pair group where the source has one
+    (``replay_group``: a contrastive pair's two sides share it, so they stay on one side),
+    else its ``stable_id``."""
+    metadata = example.metadata if isinstance(example.metadata, dict) else {}
+    return str(metadata.get("replay_group") or stable_id(example))
+
+
+def held_out(key, dev_fraction: float, seed: int) -> bool:
+    """A fixed share of collected examples goes to dev, by a hash of their key
+    (``partition_key``): the same example lands on the same side in every run with
+    the same seed, whatever else was collected."""
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < dev_fraction
 
 
@@ -97,7 +115,7 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
       examples (``selection="fooling"``: only those that fooled the model), less a
       ``dev_fraction`` held out as dev, plus their ``dev`` examples.
     ``static_limit`` keeps a fixed sample of round 0's train examples (by a hash of
-    their uid): a model fine-tuned from its parent on a new round rehearses that much
+    their ``stable_id``): a model fine-tuned from its parent on a new round rehearses that much
     of the static data instead of all of it. ``rehearse`` (instead of round 0's train
     examples) keeps a fixed sample of that many train examples spread evenly over
     round 0 and every collection round before the chosen ones (``rehearsal_sample``;
@@ -113,7 +131,7 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
     counts = {}
 
     def by_hash(example):
-        return hashlib.sha256(f"{seed}:{example.uid}".encode()).digest()
+        return hashlib.sha256(f"{seed}:{stable_id(example)}".encode()).digest()
 
     if include_static:
         static_train = untampered(usable_examples(task, split="train", rounds=[STATIC_ROUND]), reporter)
@@ -121,7 +139,7 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
             earlier = [n for n in collection_rounds(task, None) if numbers and n < min(numbers)]
             pools = [static_train] + [
                 [e for e in untampered(usable_examples(task, split="train", rounds=[n]), reporter)
-                 if not held_out(e.uid, dev_fraction, seed)] for n in earlier]
+                 if not held_out(partition_key(e), dev_fraction, seed)] for n in earlier]
             samples = rehearsal_sample(pools, rehearse, key=by_hash)
             static_train = [e for sample in samples for e in sample]
             counts["rehearsal"] = {str(n): len(sample) for n, sample in zip([STATIC_ROUND, *earlier], samples,
@@ -137,8 +155,8 @@ def select_training_rows(task: Task, *, rounds: Iterable[int] | None = None, sel
                                            fooling_only=selection == "fooling"), reporter)
     collected_dev = untampered(usable_examples(task, split="dev", rounds=numbers,
                                                fooling_only=selection == "fooling"), reporter)
-    kept = [e for e in collected if not held_out(e.uid, dev_fraction, seed)]
-    held = [e for e in collected if held_out(e.uid, dev_fraction, seed)]
+    kept = [e for e in collected if not held_out(partition_key(e), dev_fraction, seed)]
+    held = [e for e in collected if held_out(partition_key(e), dev_fraction, seed)]
     train += kept
     dev += held + collected_dev
     counts["rounds"] = {"train": len(kept), "dev": len(held) + len(collected_dev)}

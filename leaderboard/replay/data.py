@@ -30,7 +30,9 @@ DynaHate entry and its contrastive perturbation (``matched_uid``) are one group
 No leakage: after the split, every training and dev list (round 0's and each
 round's) loses the records that share a premise (``context`` rule) or a text
 (``text`` rule: an input's text, compared case- and space-insensitively) with
-any test split or functional suite; ``plan.leakage`` counts what each rule
+any test split or functional suite, and the records whose contrastive partner
+(the data set's own pair id) is a test example (``pair`` rule: the published
+files put some pairs' two sides in training and test); ``plan.leakage`` counts what each rule
 removed, per round and split (``leakage_filter``). Test splits are never
 changed.
 
@@ -132,6 +134,11 @@ class FunctionalSuite:
     records: list[Record]
     from_round: int
     group_field: str = "functionality"  # the metadata key that names a record's functionality
+    cluster_field: str = "templ_id"  # the metadata key of the template a case was written from
+
+    def clusters(self) -> list[str]:
+        """Each record's template (the bootstrap's cluster); a record without one is its own."""
+        return [str(r.metadata.get(self.cluster_field) or f"case:{r.external_uid}") for r in self.records]
 
     @property
     def by_functionality(self) -> dict[str, list[Record]]:
@@ -155,6 +162,7 @@ class ReplayPlan:
     duplicate_rows: dict[str, int] = field(default_factory=dict)  # file -> exact duplicates dropped
     leakage: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # round -> split -> rule -> n
     control_pool: list[Record] = field(default_factory=list)  # static rows M0 never sees
+    pairs: dict[str, dict[str, int]] = field(default_factory=dict)  # round -> contrastive pair counts
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -226,6 +234,7 @@ def build_plan(task: str, data_dir: Path, *, mode: str = "fast", limit: int | No
                     f"{data.name} has no usable {split} rows in {', '.join(data.source_files)}"
                 )
     plan.leakage = leakage_filter(plan)
+    plan.pairs = pair_counts(plan)
     static = plan.rounds[0]
     static.train, pool = control_pool(static.train, sum(len(d.train) + len(d.dev) for d in plan.rounds[1:]),
                                       seed)
@@ -273,12 +282,13 @@ def plan_summary(plan: ReplayPlan) -> dict:
         "suites": [
             {"name": suite.name, "from_round": suite.from_round, **counts(suite.records),
              "functionalities": {name: len(records)
-                                 for name, records in suite.by_functionality.items()}}
+                                 for name, records in suite.by_functionality.items()},
+             "cluster_field": suite.cluster_field, "clusters": len(set(suite.clusters()))}
             for suite in plan.suites
         ],
         "skipped_rows": dict(plan.skipped_rows),
         "duplicate_rows": dict(plan.duplicate_rows),
-        "leakage": {"rules": dict(LEAKAGE_RULES), "removed": plan.leakage},
+        "leakage": {"rules": dict(LEAKAGE_RULES), "removed": plan.leakage, "pairs": plan.pairs},
         "control_pool": len(plan.control_pool),
         "references": references(plan),
     }
@@ -315,7 +325,14 @@ def references(plan: ReplayPlan) -> dict:
 LEAKAGE_RULES = {
     "context": "shares its premise or context with a test example",
     "text": "shares a text (an input's, case- and space-insensitive) with a test example",
+    "pair": "is one side of a contrastive pair (the data set's own pair id) whose other side is a test example",
 }
+
+
+def _pair_ids(record: Record) -> set[str]:
+    """The record's id and its contrastive partner's (``matched_uid``), if it has one."""
+    matched = record.metadata.get("matched_uid") if isinstance(record.metadata, dict) else None
+    return {record.external_uid, str(matched)} if matched else {record.external_uid}
 
 
 def _normal(text) -> str:
@@ -334,11 +351,15 @@ def _input_texts(record: Record) -> list[str]:
 
 def leakage_filter(plan: ReplayPlan) -> dict[str, dict[str, dict[str, int]]]:
     """Drop from every train and dev list the records that share a premise or a text with
-    any test split or suite; return what each rule removed, per round name and split
-    (rounds and splits where nothing was removed are left out)."""
+    any test split or suite, or whose contrastive partner is in one (``pair``: DynaHate's
+    ``acl.id.matched``, HatemojiBuild's ``matched_id``, in either direction): each such
+    pair then lies wholly on the test side. Return what each rule removed, per round name
+    and split (rounds and splits where nothing was removed are left out); a row counts
+    under the first rule it meets, in ``LEAKAGE_RULES``' order."""
     tests = [r for data in plan.rounds for r in data.test] + [r for s in plan.suites for r in s.records]
     contexts = {c for c in map(_context_text, tests) if c}
     texts = {t for r in tests for t in _input_texts(r)}
+    paired = {uid for r in tests for uid in _pair_ids(r)}  # test ids and their partners' ids
     removed: dict[str, dict[str, dict[str, int]]] = {}
     for data in plan.rounds:
         for split in ("train", "dev"):
@@ -349,12 +370,33 @@ def leakage_filter(plan: ReplayPlan) -> dict[str, dict[str, dict[str, int]]]:
                     counts["context"] += 1
                 elif any(t in texts for t in _input_texts(record)):
                     counts["text"] += 1
+                elif _pair_ids(record) & paired:
+                    counts["pair"] += 1
                 else:
                     kept.append(record)
             setattr(data, split, kept)
             if any(counts.values()):
                 removed.setdefault(data.name, {})[split] = counts
     return removed
+
+
+def pair_counts(plan: ReplayPlan) -> dict[str, dict[str, int]]:
+    """Per round (rounds with contrastive pairs only), after the leakage filter and before
+    the caps: ``training`` pairs with both sides in its train and dev lists (they share a
+    group, so the dev hold-out keeps them on one side), ``test`` pairs with both sides in
+    its test split, and ``removed``: training and dev rows the ``pair`` rule took out
+    because their other side is a test example."""
+    out: dict[str, dict[str, int]] = {}
+    for data in plan.rounds:
+        counts = {}
+        for part, records in (("training", data.train + data.dev), ("test", data.test)):
+            ids = {r.external_uid for r in records}
+            counts[part] = len({frozenset(_pair_ids(r)) for r in records
+                                if len(_pair_ids(r)) == 2 and _pair_ids(r) <= ids})
+        counts["removed"] = sum(split.get("pair", 0) for split in plan.leakage.get(data.name, {}).values())
+        if any(counts.values()):
+            out[data.name] = counts
+    return out
 
 
 def control_pool(records: list[Record], size: int, seed: int) -> tuple[list[Record], list[Record]]:

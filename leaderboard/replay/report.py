@@ -6,11 +6,15 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
     {
       "task": "hate", "mode": "full",           # "nli" | "hate"; "fast" | "full"
       "strategy": "cumulative",                 # "cumulative" | "continue" | "retrain"
-      "control": "static",                      # or null: no control chain
+      "control": "static",                      # the first control, or null: no control chain
+      "control_names": ["static", "balanced"],  # every control chain (controls.CONTROLS)
       "seeds": [0],                             # the training seeds pooled
       "training": {...}, "started_at": "...", "seconds": 812.5,
       "statistics": {"resamples": 1000, "confidence": 0.95},
-      "data": {...},                            # leaderboard.replay.data.plan_summary(plan)
+      "data": {...},                            # leaderboard.replay.data.plan_summary(plan); its
+                                                # "leakage" holds "rules", "removed" (round -> split ->
+                                                # rule -> rows) and "pairs" (round -> {training, test,
+                                                # removed}: contrastive pair counts)
       "references": {                           # per test set and suite (also in data)
         "DynaHate R1": {"num_examples": 1000, "chance": 0.5,
                         "constant": {"hateful": 0.55, "not-hateful": 0.45},
@@ -32,8 +36,10 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
           "gain_over_previous": {               # M(r) against M(r-1) on round r's test split (paired)
             "test_set": "DynaHate R1", "previous_model": "hate-m0",
             "difference": 0.49, "ci_low": 0.45, "ci_high": 0.52, "p_value": 0.001, "num_examples": 1000},
-          "vs_control": {                       # M(r) against the control C(r), every set and suite
-            "DynaHate R1": {"difference": ..., "ci_low": ..., "ci_high": ..., "p_value": ...}, ...}
+          "vs_control": {                       # M(r) against the (first) control C(r), every set and suite
+            "DynaHate R1": {"difference": ..., "ci_low": ..., "ci_high": ..., "p_value": ...}, ...},
+          "vs_controls": {"static": {...}, "balanced": {...}},   # against each control asked for
+          "vs_majority": {"DynaHate R1": {...}, "HateCheck": {..., "num_clusters": 845}}  # minus the majority answer
         }, ...
       ],
       "controls": {"static": {"description": "...", "rounds": [   # round 0: M0 itself
@@ -196,8 +202,24 @@ def _leakage_table(report: dict) -> list[str]:
     rows = [[cell(name), cell(split), *(str(counts.get(rule, 0)) for rule in rules)]
             for name, splits in (leakage.get("removed") or {}).items() for split, counts in splits.items()]
     if not rows:
-        return ["No training or dev row shared a premise or a text with a test set."]
+        return ["No training or dev row shared a premise, a text" + (" or a contrastive pair" if "pair" in rules
+                                                                       else "") + " with a test set."]
     return table(["Round", "Split", *(f"Removed: {cell(rule)}" for rule in rules)], rows, right_from=2)
+
+
+def _pairs_table(report: dict) -> list[str]:
+    """Contrastive pairs per round: whole in training, whole in test, and the training
+    rows removed because their other side is a test example."""
+    pairs = (((report.get("data") or {}).get("leakage") or {}).get("pairs") or {})
+    rows = [[cell(name), *(cell(counts.get(key, 0)) for key in ("training", "test", "removed"))]
+            for name, counts in pairs.items() if isinstance(counts, dict)]
+    if not rows:
+        return []
+    return ["", "Contrastive pairs (an entry and its minimally edited, opposite-label perturbation, by the data "
+                "set's own pair id) are kept on one side: a pair in training shares one dev hold-out group, and "
+                "a training row whose other side is a test example is removed.", "",
+            *table(["Round", "Pairs whole in training", "Pairs whole in test",
+                    "Training rows removed (other side in test)"], rows)]
 
 
 def _matrix(report: dict, rounds: list[dict], section: str) -> list[str]:
@@ -233,9 +255,11 @@ def markdown_tables(report: dict, level: int = 1) -> str:
 
     rules = (((report.get("data") or {}).get("leakage") or {}).get("rules") or {})
     lines += [f"{h2} Data: what the leakage filter removed", "",
-              "Training and dev rows that share a premise or a text with any test set or suite are removed "
-              "before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
+              "Training and dev rows that share a premise or a text with any test set or suite"
+              + (", or whose contrastive pair is in one," if "pair" in rules else "")
+              + " are removed before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
     lines += _leakage_table(report)
+    lines += _pairs_table(report)
     pool = ((report.get("data") or {}).get("control_pool"))
     if pool:
         lines += ["", f"The static control's pool: {pool} rows of round 0's training split, set aside "
@@ -289,9 +313,15 @@ def markdown_tables(report: dict, level: int = 1) -> str:
                         right_from=3) + [""]
 
     if suite_names(report):
+        clustered = sorted({f"{cell(name)} ({cell(stat['num_clusters'])} templates)" for e in rounds
+                            for name, stat in (e.get("functional") or {}).items()
+                            if isinstance(stat, dict) and number(stat.get("num_clusters")) is not None})
         lines += [f"{h2} Functional tests", "",
                   "A dash: the suite is not in use yet for that model's round. The last row is the majority "
-                  "answer; the reference lines above give every constant answer.", ""]
+                  "answer; the reference lines above give every constant answer."
+                  + (" The suites' cases are written from templates, so their intervals and paired differences "
+                     "are cluster bootstraps that resample templates, each with all its cases: "
+                     + ", ".join(clustered) + "." if clustered else ""), ""]
         lines += _matrix(report, rounds, "functional") + [""]
 
     for control, body in (report.get("controls") or {}).items():
@@ -303,16 +333,37 @@ def markdown_tables(report: dict, level: int = 1) -> str:
         if suite_names(report):
             lines += _matrix(report, crounds, "functional") + [""]
         columns = evaluated_sets(report) + suite_names(report)
-        rows = [[cell(model_name(e)), *(gain_text((e.get("vs_control") or {}).get(c), with_p=False)
-                                         for c in columns)]
-                for e in rounds if isinstance(e.get("vs_control"), dict)]
+
+        def versus(entry, name=control):
+            both = entry.get("vs_controls")
+            return both.get(name) if isinstance(both, dict) else entry.get("vs_control")
+
+        rows = [[cell(model_name(e)), *(gain_text((versus(e) or {}).get(c), with_p=False) for c in columns)]
+                for e in rounds if isinstance(versus(e), dict)]
         if rows:
             lines += [f"{h2} Adversarial minus {cell(control)} control", "",
                       "M(r) minus C(r) in accuracy points, with the paired 95% interval: above zero, the "
                       "adversarial round helped more than as many static examples.", ""]
             lines += table(["Model", *map(cell, columns)], rows) + [""]
         lines += _functionality_table(report, rounds, crounds)
+    lines += _majority_table(report, rounds, h2)
     return "\n".join(lines)
+
+
+def _majority_table(report: dict, rounds: list[dict], h2: str) -> list[str]:
+    """Every model, adversarial and control, minus the majority answer on every set and suite."""
+    models = list(rounds) + [e for body in (report.get("controls") or {}).values()
+                             for e in (body.get("rounds") or [])[1:] if isinstance(e, dict)]
+    models = [e for e in models if isinstance(e.get("vs_majority"), dict)]
+    if not models:
+        return []
+    columns = evaluated_sets(report) + suite_names(report)
+    return [f"{h2} Against the majority answer", "",
+            "Each model minus the majority answer (the best constant answer) in accuracy points, with the "
+            "paired 95% interval: above zero, the model beats answering one label.", "",
+            *table(["Model", *map(cell, columns)],
+                   [[cell(model_name(e)), *(gain_text(e["vs_majority"].get(c), with_p=False) for c in columns)]
+                    for e in models]), ""]
 
 
 def _functionality_table(report: dict, rounds: list[dict], crounds: list[dict]) -> list[str]:

@@ -1,3 +1,4 @@
+# Long on purpose: one seed's replay is one object (data, the adversarial chain, the control chains), read top to bottom.
 """Replay real adversarial rounds through the platform's own services.
 
 ``manage.py replay`` calls ``replay()``. Nothing here trains, scores or stores on
@@ -39,6 +40,9 @@ ones: fresh rows of round 0's data that M0 never saw (``plan.control_pool``),
 round for round and split for split, with the same rehearsal counts. Its rows
 are not the platform's examples, so it is trained in this process with
 ``training.train_and_register`` and evaluated by a job like every model.
+The balanced control (``control="balanced"``) is the same chain with its static
+rows resampled to each round's label shares (``controls``); ``control`` may
+name both (``["static", "balanced"]``), each a chain of its own.
 
 With several seeds, each seed replays on a task of its own (``<slug>-s<seed>``)
 with the same data plan; ``leaderboard.replay.summary`` pools them.
@@ -47,6 +51,7 @@ with the same data plan; ``leaderboard.replay.summary`` pools them.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,12 +77,12 @@ from .. import promotion, training
 from ..evaluation import start_evaluation
 from ..jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
 from ..rows import example_row
-from ..sampling import stable_hash
+from ..sampling import group_keys, stable_hash
+from .controls import BalancedSampler, control_names, label_shares
 from .data import ReplayPlan, build_plan
 from .summary import build_report
 
 STRATEGIES = ("cumulative", "continue", "retrain")
-CONTROLS = ("static",)
 # Epochs: the static data is large (15-20k rows in full mode), one pass is enough;
 # the rounds are small.
 DEFAULTS = {
@@ -100,7 +105,7 @@ class Options:
     limit: int | None = None
     seed: int = 0
     strategy: str = "cumulative"
-    control: str | None = None  # "static": also train the static control chain
+    control: str | list[str] | None = None  # "static", "balanced" or both: also train those control chains
     seeds: int = 1  # training seeds seed, seed+1, ...; one task each
     backbone: str | None = None  # instead of DYNABENCH_BACKBONE (a name, or a directory on the workers)
     task_slug: str | None = None
@@ -146,8 +151,10 @@ def check_options(options: Options) -> None:
         raise ReplayError(f"Unknown mode {options.mode!r}; use fast or full.")
     if options.strategy not in STRATEGIES:
         raise ReplayError(f"Unknown strategy {options.strategy!r}; use one of {', '.join(STRATEGIES)}.")
-    if options.control not in (None, *CONTROLS):
-        raise ReplayError(f"Unknown control {options.control!r}; use one of {', '.join(CONTROLS)}.")
+    try:
+        control_names(options.control)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
     if not isinstance(options.seeds, int) or isinstance(options.seeds, bool) or not 1 <= options.seeds <= 10:
         raise ReplayError("--seeds must be a whole number from 1 to 10.")
 
@@ -221,11 +228,16 @@ class Replay:
         """Write the round's examples against its live target, then verify them."""
         contexts: dict = {}
         created, refused, fooled = [], [], 0
+        # The data set's own ids go with each example: training hashes them (never the
+        # example's random uid), and a pair's or premise's examples share a group.
+        groups = dict(zip((r.external_uid for r in records), group_keys(records), strict=True))
         for record in records:
             context = self.context_for(task, rnd, record, contexts)
             try:
                 result = create_example(task, self.annotator, context_id=context.pk, inputs=record.inputs,
-                                        target=record.target, metadata={"replay_uid": record.external_uid})
+                                        target=record.target,
+                                        metadata={"replay_uid": record.external_uid,
+                                                  "replay_group": groups[record.external_uid]})
             except DomainError as exc:
                 refused.append(f"{record.external_uid}: {exc}")
                 continue
@@ -274,6 +286,7 @@ class Replay:
             results[suite.name] = {
                 "scores": [float(p["label"] == row["label"]) for p, row in zip(predictions, rows, strict=True)],
                 "groups": [str(r.metadata.get(suite.group_field) or "unknown") for r in suite.records],
+                "clusters": suite.clusters(),  # templates: the bootstrap resamples them
             }
         if results:
             model.refresh_from_db(fields=["metrics"])
@@ -352,15 +365,17 @@ class Replay:
                 **self.scored(task, model, data.number)})
         final = self.promote(task, model)
         self.say(f"promoted {model.name}: round {final.number} is open")
-        if options.control == "static":
-            result["controls"]["static"] = self.static_control(task, m0, result["rounds"])
+        for kind in control_names(options.control):
+            result["controls"][kind] = self.static_control(task, m0, result["rounds"], kind)
         result["seconds"] = round(time.monotonic() - started, 1)
         return result
 
     # --- the static control ------------------------------------------------------
 
-    def static_control(self, task: Task, m0: ModelVersion, adversarial: list[dict]) -> list[dict]:
-        """C(1..R): M(r)'s recipe with fresh static rows in place of round r's examples.
+    def static_control(self, task: Task, m0: ModelVersion, adversarial: list[dict],
+                       kind: str = "static") -> list[dict]:
+        """C(1..R): M(r)'s recipe with fresh static rows in place of round r's examples
+        (``kind="balanced"``: resampled to the label shares of round r's rows).
 
         Each count is read from what M(r) learnt (its ``training_data``): as many new
         training and held-out dev rows from the control pool, the same rehearsal counts
@@ -380,6 +395,7 @@ class Replay:
         strategy = self.options.strategy
         pool = list(self.plan.control_pool)
         cursor = 0
+        sampler = BalancedSampler(pool) if kind == "balanced" else None
         new_rows: dict[int, list] = {0: list(static.train)}  # round -> the rows its model learnt as new
         new_dev: dict[int, list] = {}
         parent, out = m0, []
@@ -389,10 +405,15 @@ class Replay:
             if strategy == "retrain":  # M(r)'s counts cover rounds 1..r: the new ones are the rest
                 kept -= sum(len(v) for k, v in new_rows.items() if k)
                 held -= sum(len(v) for v in new_dev.values())
-            if kept < 0 or held < 0 or cursor + kept + held > len(pool):
-                raise ReplayError(f"The static control pool ({len(pool)} rows) cannot match round {number}.")
-            fresh, fresh_dev = pool[cursor:cursor + kept], pool[cursor + kept:cursor + kept + held]
-            cursor += kept + held
+            if sampler is not None:  # the round's label shares, the pool's rows (repeated when they run out)
+                data = self.plan.rounds[number]
+                shares = label_shares(data.train + data.dev)
+                fresh, fresh_dev = sampler.draw(kept, shares), sampler.draw(held, shares)
+            else:
+                if kept < 0 or held < 0 or cursor + kept + held > len(pool):
+                    raise ReplayError(f"The static control pool ({len(pool)} rows) cannot match round {number}.")
+                fresh, fresh_dev = pool[cursor:cursor + kept], pool[cursor + kept:cursor + kept + held]
+                cursor += kept + held
             if strategy == "cumulative":
                 shares = {int(k): v for k, v in counts["rehearsal"].items()}
                 train = [r for k in sorted(new_rows) for r in sorted(new_rows[k], key=by_hash)[:shares.get(k, 0)]]
@@ -405,10 +426,14 @@ class Replay:
                 train = [r for k in sorted(new_rows) for r in new_rows[k]] + fresh
                 dev = static.dev + [r for k in sorted(new_dev) for r in new_dev[k]] + fresh_dev
             new_rows[number], new_dev[number] = fresh, fresh_dev
-            summary = {"source": "static control", "control_for": entry["model"], "strategy": strategy,
-                       "seed": self.seed, "counts": {"train": len(train), "dev": len(dev), "fresh": len(fresh)}}
-            name = f"{self.options.task}-control-c{number}"
-            self.say(f"static control, round {number}: training {name} on {len(train)} rows "
+            summary = {"source": f"{kind} control", "control": kind, "control_for": entry["model"],
+                       "strategy": strategy, "seed": self.seed,
+                       "counts": {"train": len(train), "dev": len(dev), "fresh": len(fresh)},
+                       "fresh_labels": dict(sorted(Counter(r.label for r in fresh).items()))}
+            if sampler is not None:
+                summary["repeated_so_far"] = sampler.repeated
+            name = f"{self.options.task}-{'control' if kind == 'static' else kind + '-control'}-c{number}"
+            self.say(f"{kind} control, round {number}: training {name} on {len(train)} rows "
                      f"({len(fresh)} fresh static rows in place of {entry['name']})")
             started = time.monotonic()
             model = training.train_and_register(
@@ -428,6 +453,7 @@ class Replay:
                 raise ReplayError(f"{name}: {exc}") from None
             out.append({"number": number, "name": entry["name"], "control_for": entry["model"],
                         "train_seconds": round(seconds, 1), "training_rows": len(train),
+                        "fresh_labels": summary["fresh_labels"],
                         **self.scored(task, model, number)})
             parent = model
         return out
@@ -442,9 +468,10 @@ def replay(options: Options, progress: Callable[[str], None] = print, advance: A
                       seed=options.seed)
     if options.rounds is not None:
         plan.rounds = plan.rounds[:options.rounds + 1]
-    per_seed = len(plan.rounds) + (len(plan.rounds) - 1 if options.control == "static" else 0)  # M0..MR, C1..CR
+    controls = control_names(options.control)
+    per_seed = len(plan.rounds) + (len(plan.rounds) - 1) * len(controls)  # M0..MR, C1..CR per control
     done = counter("models trained and evaluated", options.seeds * per_seed, advance)
     runs = [Replay(options, plan, options.seed + i, progress, done).run() for i in range(options.seeds)]
     return build_report(plan, runs, task=options.task, mode=options.mode, strategy=options.strategy,
-                        control=options.control, training=training_settings(options),
+                        control=controls, training=training_settings(options),
                         started_at=started_at.isoformat(), seconds=round(time.monotonic() - started, 1))

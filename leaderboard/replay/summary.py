@@ -13,18 +13,21 @@ from __future__ import annotations
 from collections import defaultdict
 
 from . import stats
+from .controls import DESCRIPTIONS, control_names
 from .data import ReplayPlan, plan_summary
 
 
 def _suite_stats(name: str, scored: list[dict]) -> dict:
-    """A suite's accuracy with its interval, overall and per functionality."""
-    groups = scored[0]["groups"]
-    out = stats.accuracy([s["scores"] for s in scored], name)
+    """A suite's accuracy with its interval, overall and per functionality; a cluster
+    bootstrap over its templates where the scores name them (``clusters``)."""
+    groups, clusters = scored[0]["groups"], scored[0].get("clusters")
+    out = stats.accuracy([s["scores"] for s in scored], name, clusters=clusters)
     members: dict[str, list[int]] = defaultdict(list)
     for i, group in enumerate(groups):
         members[group].append(i)
     out["by_functionality"] = {
-        group: stats.accuracy([[s["scores"][i] for i in idx] for s in scored], f"{name}:{group}")
+        group: stats.accuracy([[s["scores"][i] for i in idx] for s in scored], f"{name}:{group}",
+                              clusters=None if clusters is None else [clusters[i] for i in idx])
         for group, idx in sorted(members.items())}
     return out
 
@@ -48,7 +51,37 @@ def _compare(better: list[dict], worse: list[dict]) -> dict:
     for name in better[0].get("functional") or {}:
         if name in (worse[0].get("functional") or {}):
             out[name] = stats.paired_difference([e["functional"][name]["scores"] for e in better],
-                                                [e["functional"][name]["scores"] for e in worse], name)
+                                                [e["functional"][name]["scores"] for e in worse], name,
+                                                clusters=better[0]["functional"][name].get("clusters"))
+    return out
+
+
+def _majority_scores(plan: ReplayPlan, report_references: dict) -> dict[str, tuple[list[float], list | None]]:
+    """Per test set and suite: the majority answer's 1/0 score per example (in the plan's
+    order, as the models' scores are) and the suite's template clusters (None: by example)."""
+    out = {}
+    for data in plan.rounds:
+        label = ((report_references.get(data.name) or {}).get("majority") or {}).get("label")
+        out[data.name] = ([float(r.label == label) for r in data.test], None)
+    for suite in plan.suites:
+        label = ((report_references.get(suite.name) or {}).get("majority") or {}).get("label")
+        out[suite.name] = ([float(r.label == label) for r in suite.records], suite.clusters())
+    return out
+
+
+def _vs_majority(entries: list[dict], majority: dict) -> dict:
+    """A model (one entry per seed) against the majority answer on every set and suite it was
+    scored on: paired differences (the constant's scores against the model's, example by example)."""
+    out = {}
+    for name in entries[0]["scores"]:
+        if name in majority and len(majority[name][0]) == len(entries[0]["scores"][name]):
+            out[name] = stats.paired_difference([e["scores"][name] for e in entries],
+                                                [majority[name][0]] * len(entries), name)
+    for name in entries[0].get("functional") or {}:
+        scores = [e["functional"][name]["scores"] for e in entries]
+        if name in majority and len(majority[name][0]) == len(scores[0]):
+            out[name] = stats.paired_difference(scores, [majority[name][0]] * len(entries), name,
+                                                clusters=entries[0]["functional"][name].get("clusters"))
     return out
 
 
@@ -67,10 +100,15 @@ def _collection(entries: list[dict]) -> tuple[float | None, dict | None]:
 
 
 def build_report(plan: ReplayPlan, runs: list[dict], *, task: str, mode: str, strategy: str,
-                 control: str | None, training: dict, started_at: str, seconds: float) -> dict:
+                 control, training: dict, started_at: str, seconds: float) -> dict:
+    """``control``: None, a control's name or a list of them (``controls.control_names``);
+    the report's ``control`` is the first (null: none), ``control_names`` all of them."""
     data = plan_summary(plan)
+    names = control_names(control)
+    majority = _majority_scores(plan, data["references"])
     report = {
-        "task": task, "mode": mode, "strategy": strategy, "control": control,
+        "task": task, "mode": mode, "strategy": strategy, "control": names[0] if names else None,
+        "control_names": names,
         "seeds": [run["seed"] for run in runs], "training": training, "started_at": started_at,
         "seconds": seconds, "statistics": {"resamples": stats.RESAMPLES, "confidence": stats.CONFIDENCE},
         "data": data, "references": data["references"], "rounds": [], "controls": {},
@@ -81,7 +119,8 @@ def build_report(plan: ReplayPlan, runs: list[dict], *, task: str, mode: str, st
         rate, collection = _collection(entries)
         entry = {"number": first["number"], "name": first["name"], "model": first["model"],
                  "error_rate_at_collection": rate, "collection": collection,
-                 "train_seconds": stats.mean([e["train_seconds"] for e in entries]), **_scored(entries)}
+                 "train_seconds": stats.mean([e["train_seconds"] for e in entries]), **_scored(entries),
+                 "vs_majority": _vs_majority(entries, majority)}
         if i:
             before = [chain[i - 1] for chain in chains]
             name = first["name"]
@@ -91,21 +130,24 @@ def build_report(plan: ReplayPlan, runs: list[dict], *, task: str, mode: str, st
                                           [e["scores"][name] for e in before], name)}
         report["rounds"].append(entry)
 
-    if control:
+    for control in names:
         controls = [run["controls"][control] for run in runs]
         rounds = [{"number": chains[0][0]["number"], "name": chains[0][0]["name"], "model": chains[0][0]["model"],
-                   "control_for": chains[0][0]["model"], **_scored([chain[0] for chain in chains])}]
+                   "control_for": chains[0][0]["model"], **_scored([chain[0] for chain in chains]),
+                   "vs_majority": report["rounds"][0]["vs_majority"]}]
         for j, first in enumerate(controls[0]):
             entries = [c[j] for c in controls]
             adversarial = [chain[j + 1] for chain in chains]
             rounds.append({"number": first["number"], "name": first["name"], "model": first["model"],
                            "control_for": first["control_for"], "training_rows": first["training_rows"],
-                           "train_seconds": stats.mean([e["train_seconds"] for e in entries]), **_scored(entries)})
-            report["rounds"][j + 1]["vs_control"] = _compare(adversarial, entries)
-        report["controls"][control] = {
-            "description": "the same recipe with as many fresh static examples in place of each round's "
-                           "adversarial ones (round 0: M0 itself)",
-            "rounds": rounds}
+                           **({"fresh_labels": first["fresh_labels"]} if "fresh_labels" in first else {}),
+                           "train_seconds": stats.mean([e["train_seconds"] for e in entries]), **_scored(entries),
+                           "vs_majority": _vs_majority(entries, majority)})
+            comparison = _compare(adversarial, entries)
+            report["rounds"][j + 1].setdefault("vs_controls", {})[control] = comparison
+            if control == names[0]:
+                report["rounds"][j + 1]["vs_control"] = comparison
+        report["controls"][control] = {"description": DESCRIPTIONS[control], "rounds": rounds}
 
     report["runs"] = [
         {"seed": run["seed"], "slug": run["slug"], "seconds": run.get("seconds"),

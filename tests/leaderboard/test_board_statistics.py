@@ -53,6 +53,13 @@ def test_every_metric_is_resampled_on_the_draws_of_performance(demo_tasks):
         low, high = found["intervals"][name]
         assert low <= high and low < high  # a real spread, not a point
     assert scores["robustness"] == pytest.approx(np.mean(per_example))
+    # Fairness counts only the 100 examples its swap changed: n, and the interval of that count
+    # (each resample of 300 draws about a third of them); robustness changed all 300.
+    assert scores["fairness_n"] == 100 and scores["robustness_n"] == n
+    low, high = found["intervals"]["fairness_n"]
+    assert 70 < low < 100 < high < 130
+    assert found["intervals"]["robustness_n"] == [n, n]
+    assert "fairness_n" not in found["replicates"]["metrics"]
 
 
 def test_robustness_and_fairness_use_the_whole_set_or_a_seeded_sample_of_500():

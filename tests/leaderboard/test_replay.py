@@ -117,3 +117,35 @@ def test_a_test_row_the_importer_refuses_leaves_the_plan_for_every_model(tmp_pat
     r1 = report["rounds"][1]
     assert r1["test"]["DynaHate R1"]["num_examples"] == report["references"]["DynaHate R1"]["num_examples"] == 11
     assert report["rounds"][0]["test"]["DynaHate R1"]["num_examples"] == 11
+
+
+def test_the_balanced_control_follows_m1s_recipe_with_the_rounds_label_shares(tmp_path):
+    """Both controls on tiny made-up data: C(1) static and C(1) balanced each learn as many rows
+    as M1; the balanced one's fresh rows have round 1's label shares, the static one's the pool's."""
+    from collections import Counter
+
+    from leaderboard.replay.data import build_plan
+
+    from .test_replay_data import make_hate_dir
+
+    base = make_hate_dir(tmp_path / "data", davidson=300)
+    out = tmp_path / "report.json"
+    call_command("replay", task="hate", data_dir=str(base), mode="fast", limit=12, rounds=1, out=str(out),
+                 epochs=1, static_epochs=1, job_timeout=600, control=["static", "balanced"])
+    report = json.loads(out.read_text())
+    assert interface_problems(report) == [] and report["control_names"] == ["static", "balanced"]
+    models = {m.name: m for m in ModelVersion.objects.filter(task__slug="hate-replay-fast")}
+    static, balanced, m1 = models["hate-control-c1"], models["hate-balanced-control-c1"], models["hate-m1"]
+    assert static.training_data["control"] == "static" and balanced.training_data["control"] == "balanced"
+    assert balanced.training_data["counts"] == static.training_data["counts"]  # the same recipe, the same steps
+    plan = build_plan("hate", base, mode="fast", limit=12)
+    written = Counter(r.label for r in plan.rounds[1].train + plan.rounds[1].dev)
+    fresh = balanced.training_data["fresh_labels"]
+    total = sum(fresh.values())
+    for label, n in written.items():  # the round's label shares, to within one row
+        assert abs(fresh.get(label, 0) - total * n / sum(written.values())) <= 1
+    assert static.training_data["fresh_labels"] != fresh  # Davidson's pool is two thirds not-hateful
+    assert set(report["rounds"][1]["vs_controls"]) == {"static", "balanced"}
+    assert set(report["rounds"][1]["vs_majority"]) >= {"DynaHate R1", "HateCheck"}
+    assert m1.training_data["counts"]["rounds"]["train"] == static.training_data["counts"]["fresh"]
+    assert "## Against the majority answer" in out.with_suffix(".md").read_text()

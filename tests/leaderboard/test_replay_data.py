@@ -397,8 +397,10 @@ def hand_report(first_name="static (Davidson)") -> dict:
     return {"task": "hate", "mode": "fast", "strategy": "cumulative", "control": None, "seeds": [0],
             "started_at": "2025-01-01T12:00:00+00:00", "seconds": 61.25,
             "data": {"labels": ["hateful", "not-hateful"],
-                     "leakage": {"rules": {"context": "premise", "text": "text"},
-                                 "removed": {"DynaHate R1": {"train": {"context": 0, "text": 7}}}}},
+                     "leakage": {"rules": {"context": "premise", "text": "text", "pair": "pair"},
+                                 "removed": {"DynaHate R1": {"train": {"context": 0, "text": 7}},
+                                             "DynaHate R2": {"dev": {"context": 0, "text": 0, "pair": 4}}},
+                                 "pairs": {"DynaHate R2": {"training": 31, "test": 9, "removed": 4}}}},
             "references": references, "rounds": rounds, "controls": {}}
 
 
@@ -406,7 +408,12 @@ def test_markdown_tables_hold_the_numbers():
     text = markdown_tables(hand_report())
     assert "# Replay of real adversarial rounds: hate (fast mode)" in text
     assert "strategy `cumulative`; static control: no; 1 seed (0)" in text
-    assert "| DynaHate R1 | train | 0 | 7 |" in text  # leakage
+    assert "| DynaHate R1 | train | 0 | 7 | 0 |" in text  # leakage
+    assert "| DynaHate R2 | dev | 0 | 0 | 4 |" in text
+    assert "| DynaHate R2 | 31 | 9 | 4 |" in text  # contrastive pairs
+    without = hand_report()
+    del without["data"]["leakage"]["pairs"]
+    assert "Contrastive pairs (" not in markdown_tables(without)
     assert "| DynaHate R1 | 200 | 50.0% | 60.0% (hateful) | 60.0% | 40.0% |" in text  # reference lines
     assert "| 1 | DynaHate R1 | hate-m0 | 400 | 100 | 25.0% (21.0\u201329.0) |" in text
     assert "| 5 | HatemojiBuild R5 | hate-m1 | 400 | 200 | 50.0% (46.0\u201354.0) |" in text

@@ -21,10 +21,10 @@ SENTENCES = [("I loved every minute of it.", "positive"), ("A dull, tired mess."
 
 
 def add(task, rnd, text, label, split="train", **fields):
-    values = {"source": "import", "validation_status": "verified", **fields}
+    values = {"source": "import", "validation_status": "verified",
+              "external_uid": f"{rnd.number}-{split}-{Example.objects.count()}", **fields}
     return Example.objects.create(task=task, round=rnd, split=split, inputs={"statement": text},
-                                  target={"label": label}, external_uid=f"{rnd.number}-{split}-{Example.objects.count()}",
-                                  **values)
+                                  target={"label": label}, **values)
 
 
 @pytest.fixture
@@ -148,6 +148,45 @@ def test_the_dev_hold_out_is_a_fixed_share_by_uid(sentiment):
     assert {r["inputs"]["statement"] for r in other_seed["dev"]} != held
 
 
+def test_the_seed_alone_decides_the_partition_not_the_examples_random_uids(sentiment):
+    """Examples written afresh (new random uids) from the same source rows split and
+    sample the same way under one seed, another way under another seed; a contrastive
+    pair (one ``replay_group``) lands on one side."""
+    static = task_services.ensure_static_round(sentiment)
+    one = sentiment.open_round()
+
+    def write():
+        Example.objects.filter(task=sentiment).delete()
+        for i in range(60):
+            add(sentiment, static, f"static {i}", "positive", external_uid=f"s-{i}")
+        for i in range(100):  # written by the replay: no external_uid, the source's id in metadata
+            add(sentiment, one, f"one {i}", "negative", external_uid="",
+                metadata={"replay_uid": f"r-{i}", "replay_group": f"pair-{i // 2}"})
+        uids = set(Example.objects.filter(task=sentiment).values_list("uid", flat=True))
+        picks = {}
+        for seed in (0, 1):
+            rows, _ = training.select_training_rows(sentiment, rounds=[1], rehearse=20, dev_fraction=0.2,
+                                                    seed=seed)
+            picks[seed] = ({r["inputs"]["statement"] for r in rows["train"]},
+                           {r["inputs"]["statement"] for r in rows["dev"]})
+        return uids, picks
+
+    first_uids, first = write()
+    second_uids, second = write()
+    assert not first_uids & second_uids  # every example is new, with a new random uid
+    assert first == second  # the same seed: the same dev hold-out and the same rehearsal sample
+    assert first[0] != first[1]  # another seed: another partition
+    for train, dev in first.values():
+        assert dev and not train & dev
+        for i in range(0, 100, 2):  # a pair's two sides are both in dev or both out of it
+            assert (f"one {i}" in dev) == (f"one {i + 1}" in dev)
+    example = Example.objects.filter(task=sentiment, round=one).first()
+    assert training.stable_id(example) == example.metadata["replay_uid"]
+    assert training.partition_key(example) == example.metadata["replay_group"]
+    example.metadata = {}
+    assert training.stable_id(example) == training.partition_key(example) == str(example.uid)
+
+
 def test_a_static_sample_is_fixed_and_bounded(sentiment):
     static = task_services.ensure_static_round(sentiment)
     for i in range(30):
@@ -178,14 +217,14 @@ def test_rehearsal_spreads_evenly_over_round_0_and_the_earlier_rounds(sentiment)
     texts = [r["inputs"]["statement"] for r in rows["train"]]
     counts = summary["counts"]["rehearsal"]
     kept_two = [e.inputs["statement"] for e in Example.objects.filter(round=two)
-                if not training.held_out(e.uid, 0.2, 0)]
+                if not training.held_out(training.partition_key(e), 0.2, 0)]
     # Round 2 has fewer than its share (10): it gives all it has, the rest goes to rounds 0 and 1.
     assert counts["2"] == len(kept_two) and counts["0"] + counts["1"] + counts["2"] == 30
     assert abs(counts["0"] - counts["1"]) <= 1
     assert sum(t.startswith("static") for t in texts) == counts["0"]
     assert sum(t.startswith("one") for t in texts) == counts["1"]
     assert sorted(t for t in texts if t.startswith("two")) == sorted(kept_two)
-    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if training.held_out(e.uid, 0.2, 0)}
+    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if training.held_out(training.partition_key(e), 0.2, 0)}
     assert held_one and not held_one & set(texts)  # an earlier round's dev share stays out of training
     new = [t for t in texts if t.startswith("three")]
     assert len(new) == summary["counts"]["rounds"]["train"] and len(new) + len(rows["dev"]) == 12

@@ -4,10 +4,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from core import progress
+from leaderboard.replay.controls import CONTROLS
 from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_dir
 from leaderboard.replay.report import interface_problems, markdown_tables
 from leaderboard.replay.results import write_outputs
-from leaderboard.replay.run import CONTROLS, STRATEGIES, Options, ReplayError, replay
+from leaderboard.replay.run import STRATEGIES, Options, ReplayError, replay
 from tasks import artifacts
 
 
@@ -29,9 +30,11 @@ class Command(BaseCommand):
                                  "many examples again from round 0 and every earlier round; continue: the new "
                                  "round plus as many round-0 examples; retrain: each model learns from the "
                                  "backbone on round 0 and every round so far.")
-        parser.add_argument("--control", choices=CONTROLS,
+        parser.add_argument("--control", choices=CONTROLS, nargs="+",
                             help="static: also train a control chain on as many fresh static examples as each "
-                                 "round's model learnt adversarial ones, and compare them.")
+                                 "round's model learnt adversarial ones, and compare them; balanced: the same "
+                                 "with the static examples resampled to each round's label shares. Give both "
+                                 "for both chains.")
         parser.add_argument("--backbone",
                             help="The backbone M0 (and, with retrain, every model) starts from: a built-in name "
                                  "or a local directory (default: DYNABENCH_BACKBONE). With DYNABENCH_DEVICE=cuda "
