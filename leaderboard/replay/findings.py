@@ -8,9 +8,11 @@ own number of comparisons (Holm, at ``ALPHA`` family-wise):
 - **collection**: M(r-1)'s error on round r's examples, each round against the one
   before (Wilson intervals);
 - **gains**: M(r) against M(r-1) on round r's test split (the report's paired test);
-- **control**: M(r) against its control C(r) on every test set and suite (paired);
-- **majority**: every model on every test set and suite against that set's majority
-  answer (a constant, so one-sample);
+- **control**: M(r) against its control C(r) on every test set and suite (paired), one
+  family per control (static, balanced);
+- **majority**: every model (the controls' too) on every test set and suite against
+  that set's majority answer (the report's paired test against the constant, where
+  the report has one);
 - **forgetting**: the last model against M(r) on round r's test split;
 - **strategies**: two runs' last models on every set (unpaired: different runs).
 
@@ -202,11 +204,18 @@ def gain_family(report: dict) -> list[Comparison]:
     return _adjust(family)
 
 
-def control_family(report: dict) -> list[Comparison]:
+def control_comparisons(entry: dict) -> dict[str, dict]:
+    """``{control: {set: paired comparison}}`` of one round (every control, or the one)."""
+    if isinstance(entry.get("vs_controls"), dict):
+        return entry["vs_controls"]
+    return {"static": entry["vs_control"]} if isinstance(entry.get("vs_control"), dict) else {}
+
+
+def control_family(report: dict, control: str = "static") -> list[Comparison]:
     family = []
     for entry in rounds_of(report):
         results = _results(entry)
-        for name, stat in (entry.get("vs_control") or {}).items():
+        for name, stat in (control_comparisons(entry).get(control) or {}).items():
             if number((stat or {}).get("difference")) is None or number(stat.get("p_value")) is None:
                 continue
             family.append(Comparison(f"{model_name(entry)} against its control on {name}", stat["difference"],
@@ -216,17 +225,40 @@ def control_family(report: dict) -> list[Comparison]:
     return _adjust(family)
 
 
+def control_names(report: dict) -> list[str]:
+    names: list[str] = []
+    for entry in rounds_of(report):
+        names += [name for name in control_comparisons(entry) if name not in names]
+    return names
+
+
+def _models(report: dict) -> list[dict]:
+    """Every model the report scored: the rounds' and, from round 1, each control's."""
+    models = list(rounds_of(report))
+    for control in (report.get("controls") or {}).values():
+        models += [r for r in (control or {}).get("rounds") or [] if isinstance(r, dict) and r.get("number")]
+    return models
+
+
 def majority_family(report: dict) -> list[Comparison]:
+    """Every model against each set's majority answer: the report's paired test against that
+    constant (``vs_majority``) where it has one, else the normal approximation."""
     references = report.get("references") or {}
     family = []
-    for entry in rounds_of(report):
+    for entry in _models(report):
+        paired_tests = entry.get("vs_majority") or {}
         for name, stat in _results(entry).items():
             majority = number(((references.get(name) or {}).get("majority") or {}).get("accuracy"))
             if majority is None or not _valid(stat):
                 continue
             difference = stat["accuracy"] - majority
+            test = paired_tests.get(name) or {}
+            if number(test.get("p_value")) is not None and number(test.get("difference")) is not None:
+                p = paired_p(test, _resamples(report))
+            else:
+                p = approx_p(difference, _se(stat))
             family.append(Comparison(f"{model_name(entry)} on {name}: {_ci(stat)} against {_pct(majority)}",
-                                     difference, None, None, approx_p(difference, _se(stat)), seed_spread(stat)))
+                                     difference, None, None, p, seed_spread(stat)))
     return _adjust(family)
 
 
@@ -352,9 +384,11 @@ def report_findings(report: dict) -> list[str]:
          "Higher than the round before", "Lower than the round before", "Not told apart"),
         ("Each model against the one before, on its own round's test split (paired bootstrap)",
          gain_family(report), "Better", "Worse", "Not told apart"),
-        ("Each model against its static control C(r), on every test set and suite (paired bootstrap)",
-         control_family(report), "Better than the control", "Worse than the control", "Not told apart"),
-        ("Each model against the majority answer of every test set and suite (normal approximation from "
+        *((f"Each model against its {control} control C(r), on every test set and suite (paired bootstrap)",
+           control_family(report, control), "Better than the control", "Worse than the control",
+           "Not told apart") for control in control_names(report)),
+        ("Every model, the controls' too, against the majority answer of every test set and suite (the "
+         "report's paired test against that constant where it has one, else the normal approximation from "
          "the model's interval)", majority_family(report), "Above the majority answer",
          "Below the majority answer", "Not told apart from the majority answer"),
         ("The last model against each earlier round's own model on that round's test split (normal "

@@ -136,3 +136,24 @@ def test_the_findings_block_is_replaced_and_a_missing_marker_is_named():
     assert "#### Hate speech, full mode, strategy `cumulative` (`run`)" in out
     with pytest.raises(ValueError, match="no findings block"):
         F.with_findings("no markers", {"run": report()})
+
+
+def test_each_control_is_its_own_family_and_the_majority_test_is_the_reports_paired_one():
+    """Two controls (static, balanced): a family each, so a win against one is not spent
+    on the other's correction; and where the report holds a paired test against the
+    majority answer, that test decides (here: an interval that holds the line, but a
+    paired test that says the model is below it)."""
+    rep = report(vs_control=None)
+    rep["rounds"][1]["vs_controls"] = {"static": {"R1": paired(0.45, 0.41, 0.49, 0.002)},
+                                       "balanced": {"R1": paired(0.01, -0.02, 0.04, 0.5)}}
+    assert F.control_names(rep) == ["static", "balanced"]
+    assert [c.told_apart for c in F.control_family(rep, "static")] == [True]
+    assert [c.told_apart for c in F.control_family(rep, "balanced")] == [False]
+    text = "\n".join(F.report_findings(rep))
+    assert "against its static control" in text and "against its balanced control" in text
+    rep["rounds"][2]["test"] = {"R1": stat(0.67, 0.64, 0.70)}
+    (by_interval,) = [c for c in F.majority_family(rep) if c.what.startswith("m2 on R1")]
+    assert not by_interval.told_apart
+    rep["rounds"][2]["vs_majority"] = {"R1": paired(-0.02, -0.035, -0.005, 0.004)}
+    (by_pairs,) = [c for c in F.majority_family(rep) if c.what.startswith("m2 on R1")]
+    assert by_pairs.p_value == 0.004 and by_pairs.difference < 0
