@@ -30,7 +30,7 @@ DESCRIPTIONS = {
 
 def control_names(control) -> list[str]:
     """The controls asked for: None, one name, or several (a list, or names joined by commas)."""
-    if control is None or control == "":
+    if not control:  # None, "" or [] (the command's --control left out)
         return []
     names = control.split(",") if isinstance(control, str) else list(control)
     names = [str(n).strip() for n in names]

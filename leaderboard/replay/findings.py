@@ -1,3 +1,4 @@
+# Long on purpose: the findings are one generator (families, their tests, the sentences) read as a whole.
 """The replay's findings: every sentence that compares two numbers, generated from the
 reports by the command that writes the tables (``manage.py replay_tables``), so that
 no sentence can say more than its numbers. Pure functions, no Django.
