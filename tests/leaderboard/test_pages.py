@@ -154,8 +154,10 @@ def test_promote_is_refused_without_a_finished_evaluation_then_done_after_one(
     add_examples(sentiment, TRAIN_ROWS, "test")
     client.force_login(researcher)
     response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk}, follow=True)
-    assert response.redirect_chain == [(page_url(sentiment), 302)]
-    [refusal] = messages_on(response)
+    confirm = reverse("promote-confirm", args=[sentiment.slug, candidate.pk])
+    assert response.redirect_chain == [(f"{confirm}?ensemble_size=1", 302)]  # the confirmation first
+    assert 'name="confirm"' not in response.content.decode()  # nothing to confirm: it says why
+    refusal = response.context["blocked"]
     assert "sentiment/sentiment-candidate has no finished evaluation; evaluate it first" in refusal
     assert refusal in response.content.decode()
     assert list(sentiment.rounds.values_list("number", "status")) == [(1, "open")]
@@ -172,7 +174,8 @@ def test_promote_is_refused_without_a_finished_evaluation_then_done_after_one(
     assert page.context["comparison"].evaluated[candidate.pk] is True
     assert "No evaluations yet." not in page.content.decode()
 
-    response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk}, follow=True)
+    response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk, "confirm": "yes"},
+                           follow=True)
     assert messages_on(response) == ["Round 2 is open with sentiment-candidate as its target."]
     assert list(sentiment.rounds.order_by("number").values_list("number", "status")) == [(1, "closed"),
                                                                                          (2, "open")]
@@ -380,7 +383,10 @@ def test_names_logs_and_errors_are_escaped(sentiment, tiny_artifact, client, res
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(action_url(sentiment), {"action": "evaluate", "model": model.pk}, follow=True)
     assert SCRIPT not in response.content.decode() and f"Evaluation of m{escaped} queued" in response.content.decode()
-    response = client.post(action_url(sentiment), {"action": "promote", "model": model.pk}, follow=True)
+    confirm = client.post(action_url(sentiment), {"action": "promote", "model": model.pk}, follow=True)
+    assert SCRIPT not in confirm.content.decode() and f"Promote m{escaped}?" in confirm.content.decode()
+    response = client.post(action_url(sentiment), {"action": "promote", "model": model.pk, "confirm": "yes"},
+                           follow=True)
     content = response.content.decode()
     assert messages_on(response) == [f"Round 2 is open with m{SCRIPT} as its target."]
     assert SCRIPT not in content and f"Round 2 is open with m{escaped} as its target." in content
