@@ -241,9 +241,14 @@ def test_train_next_from_the_page_runs_a_job(sentiment, client, researcher, djan
     assert job.get_absolute_url() in task_page and f"{model.name} <small>(candidate)</small>" in task_page
 
     # From the current target's weights, on the verified examples that fooled the model:
-    # there are none (the imported rows fooled nothing), so the page says so.
+    # there are none (the imported rows fooled nothing), so the page says so: nothing new
+    # to learn, and, trained anyway, nothing to learn from at all.
     response = client.post(action_url(sentiment), {"action": "train", "selection": "fooling", "mode": "head",
                                                    "from_parent": "on"}, follow=True)
+    [refusal] = messages_on(response)
+    assert refusal.startswith("Task sentiment has no new usable examples to learn from")
+    response = client.post(action_url(sentiment), {"action": "train", "selection": "fooling", "mode": "head",
+                                                   "from_parent": "on", "allow_no_new_examples": "on"}, follow=True)
     [refusal] = messages_on(response)
     assert refusal.startswith("Task sentiment has no usable training examples in the chosen rounds")
     with django_capture_on_commit_callbacks(execute=False):  # queued, not run: only its parameters matter
