@@ -66,6 +66,7 @@ urlpatterns = [
     path("tasks/<slug:slug>/create/", annotation_views.create_page, name="annotate"),
     path("tasks/<slug:slug>/validate/", annotation_views.validate_page, name="validate"),
     path("tasks/<slug:slug>/loop/", leaderboard_views.task_action, name="task-action"),
+    path("tasks/<slug:slug>/promote/<int:pk>/", leaderboard_views.promote_confirm, name="promote-confirm"),
     path("tasks/<slug:slug>/leaderboard/", leaderboard_views.leaderboard_page, name="leaderboard-page"),
     path("tasks/<slug:slug>/submit/", leaderboard_views.submit_page, name="submit-model"),
     path("models/<int:pk>/", leaderboard_views.model_page, name="model-page"),

@@ -20,7 +20,7 @@ from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, 
 from tasks.models import Job, Task
 
 from . import cycle
-from .models import Evaluation, Submission
+from .models import Evaluation, Promotion, Submission
 
 
 class TrainNextForm(forms.Form):
@@ -29,9 +29,14 @@ class TrainNextForm(forms.Form):
     mode = forms.ChoiceField(choices=list(training.MODES.items()), initial="full")
     from_parent = forms.BooleanField(required=False, label="Start from the current target's weights")
     rounds = forms.CharField(required=False, help_text="Round numbers, comma-separated; empty: every round.")
-    epochs = forms.IntegerField(min_value=1, max_value=50, initial=3)
+    epochs = forms.IntegerField(min_value=1, max_value=50, required=False,
+                                help_text="Empty: the seed model's recipe (its epochs, batch size, learning rate).")
     name = forms.CharField(required=False, max_length=100,
                            help_text="Empty: r, the next round's number, then the selection (r2-verified).")
+    allow_no_new_examples = forms.BooleanField(
+        required=False, label="Train even with no new usable examples",
+        help_text="Without it, a task whose chosen rounds hold no usable example the target did not learn from "
+                  "is refused and nothing is queued.")
 
     def clean_rounds(self):
         text = self.cleaned_data["rounds"].strip()
@@ -71,7 +76,8 @@ def _start_next(request):
     def start(task, values):
         return cycle.train_next(task, from_parent=values["from_parent"], name=values["name"] or None,
                                 rounds=values["rounds"], selection=values["selection"], mode=values["mode"],
-                                epochs=values["epochs"], user=request.user)
+                                epochs=values["epochs"], allow_no_new_examples=values["allow_no_new_examples"],
+                                user=request.user)
     return start
 
 
@@ -79,7 +85,8 @@ def _start_next(request):
 def train_next_model(modeladmin, request, queryset):
     return start_job_with_form(modeladmin, request, queryset, form_class=TrainNextForm, start=_start_next(request),
                                template="admin/leaderboard/train_next.html", title="Train the next target model",
-                               done="queued.", tasks=[(task, training.usable_training_counts(task)) for task in queryset])
+                               done="queued.", tasks=[(task, training.usable_training_counts(task),
+                                                       cycle.new_examples(task)) for task in queryset])
 
 
 class TrainStaticForm(forms.Form):
@@ -120,22 +127,51 @@ def evaluate_models(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset, _evaluate(request), "Evaluation queued")
 
 
-def _promote(size, allow_below_baseline=False):
+def _promote(size):
     def action(modeladmin, request, queryset):
         if queryset.count() != 1:
             modeladmin.message_user(request, "Promote one model at a time.", messages.ERROR)
             return
         run_service_action(modeladmin, request, queryset,
-                           lambda model: promotion.promote(model.task, model, ensemble_size=size, user=request.user,
-                                                       allow_below_baseline=allow_below_baseline),
+                           lambda model: promotion.promote(model.task, model, ensemble_size=size, user=request.user),
                            "Promoted; the next round is open")
 
-    action.__name__ = f"promote_{size}" + ("_below_baseline" if allow_below_baseline else "")
+    action.__name__ = f"promote_{size}"
     description = ("Promote: open the next round with this model as its target" if size == 1 else
                    f"Promote as an ensemble with the last {size - 1} target(s): open the next round")
-    if allow_below_baseline:
-        description += ", even if it scores below the majority-class answer"
     return admin.action(description=description)(action)
+
+
+class OverrideForm(forms.Form):
+    ensemble_size = forms.IntegerField(min_value=1, max_value=promotion.MAX_ENSEMBLE, initial=1,
+                                       help_text="1: the model alone; k: it and the last k-1 rounds' targets.")
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=promotion.MAX_REASON,
+                             strip=True, help_text="Why the promotion rules are overridden: recorded with the "
+                                                   "promotion and in the new round's description.")
+
+
+@admin.action(description="Promote even if a promotion rule refuses it (below the majority line or today's "
+                          "target): asks for a reason")
+def promote_1_below_baseline(modeladmin, request, queryset):
+    """The override, with an intermediate form: the scores the rules read, and a reason
+    (required). The service records it with the promotion."""
+    if queryset.count() != 1:
+        modeladmin.message_user(request, "Promote one model at a time.", messages.ERROR)
+        return None
+    model = queryset.get()
+    applied = "apply" in request.POST
+    form = OverrideForm(request.POST if applied else None)
+    if applied and form.is_valid():
+        run_service_action(modeladmin, request, queryset, lambda m: promotion.promote(
+            m.task, m, ensemble_size=form.cleaned_data["ensemble_size"], allow_below_baseline=True,
+            reason=form.cleaned_data["reason"], user=request.user), "Promoted; the next round is open")
+        return None
+    return TemplateResponse(request, "admin/leaderboard/promote_override.html", {
+        **modeladmin.admin_site.each_context(request), "title": f"Promote {model.name} with the override",
+        "form": form, "opts": modeladmin.model._meta, "model": model,
+        "checks": promotion.promotion_checks(model.task, model),
+        "action": request.POST.get("action", ""), "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+    })
 
 
 @admin.display(description="evaluation beside the current target")
@@ -157,7 +193,7 @@ def evaluations_vs_target(obj):
 
 
 ModelVersionAdmin.extend(
-    actions=[evaluate_models, _promote(1), _promote(2), _promote(3), _promote(1, allow_below_baseline=True)],
+    actions=[evaluate_models, _promote(1), _promote(2), _promote(3), promote_1_below_baseline],
     panels=[evaluations_vs_target])
 
 
@@ -169,6 +205,27 @@ class EvaluationAdmin(LargeListAdmin):
     readonly_fields = ["model_version", "round", "split", "num_examples", "metrics", "intervals", "model_error_rate",
                        "job", "created_at"]
     fields = readonly_fields  # the per-example scores and resamples stay out of the page
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(model_version__task__in=Task.objects.researched_by(request.user))
+
+
+@admin.register(Promotion)
+class PromotionAdmin(LargeListAdmin):
+    """Every promotion as it was made: the scores the rules read, and an override's reason."""
+
+    list_display = ["__str__", "round", "model_version", "overridden", "user", "created_at"]
+    list_filter = ["overridden", ("model_version__task", ScopedRelatedFilter)]
+    list_select_related = ["model_version__task", "round__task", "user"]
+    readonly_fields = ["round", "model_version", "ensemble_size", "user", "overridden", "reason", "checks",
+                       "created_at"]
+    fields = readonly_fields
 
     def has_add_permission(self, request):
         return False

@@ -36,7 +36,10 @@ TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
 
 @extend_schema(tags=["models"])
 class TrainNext(APIView):
-    """Start the job that trains the next target model (202 with the job)."""
+    """Start the job that trains the next target model (202 with the job). Options left
+    out follow the seed model's recipe. 409 ``no_new_examples`` (nothing queued) when the
+    chosen rounds hold no usable example today's target did not learn from, unless
+    ``allow_no_new_examples`` is true."""
 
     permission_classes = [permissions.IsAuthenticated]
     error_statuses = (409,)
@@ -50,7 +53,8 @@ class TrainNext(APIView):
         job = cycle.train_next(
             task, from_parent=values["from_parent"], name=values.get("name"), rounds=values.get("rounds"),
             selection=values["selection"], mode=values["mode"], include_static=values["include_static"],
-            evaluate=values["evaluate"], user=request.user, **{k: values[k] for k in TRAIN_OPTIONS if k in values})
+            evaluate=values["evaluate"], allow_no_new_examples=values["allow_no_new_examples"], user=request.user,
+            **{k: values[k] for k in TRAIN_OPTIONS if k in values})
         return job_response(request, job)
 
 
@@ -138,9 +142,12 @@ class ModelEvaluate(APIView):
 @extend_schema(tags=["models"])
 class Promote(APIView):
     """Open the next round with the model (or an ensemble with the last rounds' targets)
-    as its target; the open round closes. Refused (409) without a finished evaluation, or
-    when the model scores below the majority-class answer on the static test set (unless
-    ``allow_below_baseline``)."""
+    as its target; the open round closes. Refused (409) without a finished evaluation, and
+    (codes ``not_above_majority``, ``below_target``, ``target_not_comparable``,
+    ``stale_evaluation``, the message naming the scores) when the model's static-test
+    interval does not lie above the majority-class answer or it scores below today's
+    target on the same examples, unless ``allow_below_baseline`` is true and a
+    ``reason`` is given (recorded with the promotion)."""
 
     permission_classes = [permissions.IsAuthenticated]
     error_statuses = (409,)
@@ -154,7 +161,8 @@ class Promote(APIView):
         if model is None:
             raise InvalidInput.field("model", f"Task {slug} has no model #{data.validated_data['model']}.")
         rnd = promotion.promote(task, model, ensemble_size=data.validated_data["ensemble_size"],
-                            allow_below_baseline=data.validated_data["allow_below_baseline"], user=request.user)
+                                allow_below_baseline=data.validated_data["allow_below_baseline"],
+                                reason=data.validated_data["reason"], user=request.user)
         return round_response(request, rnd, status.HTTP_201_CREATED)
 
 

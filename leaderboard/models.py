@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 
 from tasks.models import ModelVersion
@@ -50,3 +51,28 @@ class Submission(ModelVersion):
     class Meta:
         proxy = True
         verbose_name = "model submission"
+
+
+class Promotion(models.Model):
+    """A promotion as it was made: the round it opened, the model, who promoted it, the
+    checks it was measured against (candidate and target scores on the static test set,
+    the majority line) and, when a rule was overridden, the reason stated for it."""
+
+    round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="promotions")
+    model_version = models.ForeignKey("tasks.ModelVersion", on_delete=models.CASCADE, related_name="promotions")
+    ensemble_size = models.PositiveSmallIntegerField(default=1)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="+")
+    overridden = models.BooleanField(
+        default=False, help_text="A promotion rule refused the model and the researcher overrode it.")
+    reason = models.TextField(blank=True, help_text="Why the rules were overridden, as the researcher stated it.")
+    checks = models.JSONField(default=dict, blank=True,
+                              help_text="The scores the rules read and what each rule found "
+                                        "(leaderboard.promotion.promotion_checks).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self):
+        return f"{self.model_version} promoted into {self.round}" + (" (overridden)" if self.overridden else "")

@@ -19,7 +19,7 @@ from tasks.registry import target_model
 
 from . import board
 from .evaluation import evaluate_model, has_finished_evaluation
-from .models import Evaluation
+from .models import Evaluation, Promotion
 from .rows import primary_metric
 
 log = logging.getLogger(__name__)
@@ -71,38 +71,151 @@ def check_promotable(task: Task, models: list[ModelVersion]) -> None:
             raise Conflict(f"{member}'s artifact does not check: {exc}") from None
 
 
+OVERRIDE = ("Promote it anyway only with the override (allow_below_baseline) and a stated reason, which is "
+            "recorded on the round.")
+MAX_REASON = 2000
+
+
+class PromotionRefused(Conflict):
+    """A promotion rule refused the model (``promotion_checks``): 409 with the first
+    problem's code (``not_above_majority``, ``below_target``, ``target_not_comparable``,
+    ``stale_evaluation``); ``checks`` holds the scores the rules read."""
+
+    def __init__(self, message: str, code: str, checks: dict):
+        super().__init__(message)
+        self.code = code
+        self.checks = checks
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _interval(interval) -> str:
+    return f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else ""
+
+
+def _on_shared_examples(mine: Evaluation, theirs: Evaluation, metric: str) -> dict | None:
+    """Both models' score on the static test examples both were scored on: the mean of
+    the per-example metric over their common examples (``None`` if they share none).
+    Evaluations without per-example scores compare their stored values only when they
+    counted the same number of examples."""
+    if mine.example_ids and theirs.example_ids and mine.per_example and theirs.per_example:
+        their_scores = dict(zip(theirs.example_ids, theirs.per_example, strict=False))
+        pairs = [(score, their_scores[uid]) for uid, score in zip(mine.example_ids, mine.per_example, strict=False)
+                 if uid in their_scores]
+        if not pairs:
+            return None
+        same = len(pairs) == len(mine.example_ids) == len(theirs.example_ids)
+        return {"candidate": sum(p[0] for p in pairs) / len(pairs), "target": sum(p[1] for p in pairs) / len(pairs),
+                "shared": len(pairs), "same_set": same}
+    a, b = mine.metrics.get(metric), theirs.metrics.get(metric)
+    if a is None or b is None or mine.num_examples != theirs.num_examples:
+        return None
+    return {"candidate": a, "target": b, "shared": mine.num_examples, "same_set": True}
+
+
+def promotion_checks(task: Task, model: ModelVersion) -> dict:
+    """What promoting ``model`` would be measured against, and what the rules find:
+
+    - the majority line: ``model``'s 95% interval on the static test set (round 0) must
+      lie strictly above the score of always answering its most common label (equal is
+      not better: a model at the line is a coin, and nearly every example would fool it);
+    - today's target: ``model`` must not score below each of today's targets on the
+      static test examples both were scored on (which today's target must have).
+
+    A task without a static test set has no majority line and no common examples: the
+    rules cannot apply there. Returns {"metric", "candidate", "majority", "targets",
+    "problems"} (problems: a list of {"code", "message"}, empty when both rules pass).
+    """
+    metric = primary_metric(task)
+    targets = [t for t in current_targets(task) if t.pk != model.pk]
+    board.forget(task.pk)  # the majority line on the test set as it is now
+    scores = board.target_scores(task, [model, *targets])
+    mine = scores[0]
+    static = task.rounds.filter(number=STATIC_ROUND).first()
+    evaluations = {e.model_version_id: e for e in Evaluation.objects.filter(
+        model_version__in=[model, *targets], round=static, split="test")} if static else {}
+    has_static_test = bool(static) and static.examples.filter(split="test").exists()
+    checks = {"metric": metric, "static_test_set": has_static_test,
+              "candidate": {"name": model.name, "value": mine["value"], "interval": mine["interval"],
+                            "num_examples": mine["num_examples"]},
+              "majority": mine["baseline"], "targets": [], "problems": []}
+    problems = checks["problems"]
+    if not has_static_test:
+        return checks
+    label = f"{model.name} scores {_pct(mine['value'])}{_interval(mine['interval'])} {metric}"
+    if mine["value"] is None:
+        problems.append({"code": "stale_evaluation", "message": (
+            f"{model.name} has no {metric} on the static test set; evaluate it again first.")})
+    elif mine["grown_to"]:
+        problems.append({"code": "stale_evaluation", "message": (
+            f"{model.name} was scored on {mine['num_examples']} static test examples; the set has "
+            f"{mine['grown_to']} now, so its score cannot be set beside the majority-class answer there. "
+            "Evaluate it again first.")})
+    elif mine["baseline"] is not None and not (mine["interval"] and mine["interval"][0] > mine["baseline"]):
+        where = ("its interval does not lie above it" if mine["interval"] else "it has no interval to show it")
+        problems.append({"code": "not_above_majority", "message": (
+            f"{label} on the static test set ({mine['num_examples']} examples), against "
+            f"{_pct(mine['baseline'])} for always answering the most common label: {where}, so as a target "
+            "nearly any example would fool it.")})
+    for target, theirs in zip(targets, scores[1:], strict=True):
+        shared = None
+        if model.pk in evaluations and target.pk in evaluations:
+            shared = _on_shared_examples(evaluations[model.pk], evaluations[target.pk], metric)
+        checks["targets"].append({"name": target.name, "value": theirs["value"], "interval": theirs["interval"],
+                                  "num_examples": theirs["num_examples"], "shared": shared})
+        if shared is None:
+            problems.append({"code": "target_not_comparable", "message": (
+                f"Today's target {target.name} has no score on the static test examples {model.name} was scored "
+                f"on, so the two cannot be compared: evaluate {target.name} again first.")})
+        elif shared["candidate"] < shared["target"]:
+            problems.append({"code": "below_target", "message": (
+                f"{model.name} scores {_pct(shared['candidate'])} {metric} against {_pct(shared['target'])} for "
+                f"today's target {target.name} on the same {shared['shared']} static test examples.")})
+    return checks
+
+
+def refusal(checks: dict) -> PromotionRefused | None:
+    """The refusal ``promote`` raises without the override, or None when the rules pass."""
+    problems = checks["problems"]
+    if not problems:
+        return None
+    return PromotionRefused(" ".join([*(p["message"] for p in problems), OVERRIDE]), problems[0]["code"], checks)
+
+
 def check_above_baseline(task: Task, model: ModelVersion) -> None:
-    """Conflict when ``model`` scores below the majority-class answer on the static test
-    set: a target worse than a constant answer makes every example "fool" it."""
-    [score] = board.target_scores(task, [model])
-    if score["grown_to"]:
-        raise Conflict(
-            f"{model} was scored on {score['num_examples']} static test examples; the set has {score['grown_to']} "
-            "now, so its score cannot be set beside the majority-class answer there. Evaluate it again first.")
-    if score["value"] is not None and score["baseline"] is not None and score["value"] < score["baseline"]:
-        raise Conflict(
-            f"{model} scores {score['value']:.1%} {score['metric']} on the static test set, below the "
-            f"{score['baseline']:.1%} of always answering the most common label: as a target, nearly any example "
-            "would fool it. Train a better model, or promote it anyway with the override "
-            "(allow_below_baseline).")
+    """PromotionRefused (a Conflict) when a promotion rule refuses ``model``."""
+    refused = refusal(promotion_checks(task, model))
+    if refused is not None:
+        raise refused
 
 
 def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_below_baseline: bool = False,
-            user=None) -> Round:
+            reason: str = "", user=None) -> Round:
     """Open the next round with ``model`` (or it and the last rounds' targets, an
     ensemble of ``ensemble_size``) as its target; the open round closes.
 
     The next round is the newest draft round after the open one, if a researcher
-    prepared it (contexts uploaded, say), else a new round r+1. A model below the
-    majority-class answer on the static test set is refused unless
-    ``allow_below_baseline`` (``check_above_baseline``).
+    prepared it (contexts uploaded, say), else a new round r+1. A model that the rules
+    of ``promotion_checks`` refuse (its interval does not clear the majority line, or it
+    scores below today's target on the same examples) is promoted only with
+    ``allow_below_baseline`` AND a non-empty ``reason``; every promotion is recorded
+    (``Promotion``: the scores read, whether a rule was overridden, the reason), and an
+    overridden one says so in the round's description.
     """
     if not isinstance(ensemble_size, int) or isinstance(ensemble_size, bool) or not 1 <= ensemble_size <= MAX_ENSEMBLE:
         raise InvalidInput.field("ensemble_size", f"Must be a whole number from 1 to {MAX_ENSEMBLE}.")
+    reason = (reason or "").strip()
+    if len(reason) > MAX_REASON:
+        raise InvalidInput.field("reason", f"At most {MAX_REASON} characters.")
     members = ensemble_members(task, model, ensemble_size)
     check_promotable(task, members)
-    if not allow_below_baseline:
-        check_above_baseline(task, model)
+    checks = promotion_checks(task, model)
+    refused = refusal(checks)
+    if refused is not None and not (allow_below_baseline and reason):
+        raise refused
+    overridden = refused is not None
     preload([target_model(m) for m in members])  # loaded before it becomes the target: no cold start
     mode = Round.EnsembleMode.SINGLE if len(members) == 1 else Round.EnsembleMode.MEAN
     with transaction.atomic():
@@ -110,7 +223,8 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_be
         last_opened = task.rounds.exclude(opened_at=None).aggregate(n=Max("number"))["n"] or STATIC_ROUND
         rnd = task.rounds.filter(status=Round.Status.DRAFT, number__gt=last_opened).order_by("number").first()
         description = f"Target: {', '.join(m.name for m in members)} (promoted" + (
-            f" by {user.get_username()})" if user is not None else ")")
+            f" by {user.get_username()}" if user is not None else "") + (
+            f"; rules overridden: {reason}" if overridden else "") + ")"
         if rnd is None:
             rnd = task_services.create_round(task, target_models=members, ensemble_mode=mode,
                                              description=description)
@@ -118,7 +232,12 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_be
             task_services.set_round_targets(rnd, members, ensemble_mode=mode)
             if not rnd.description:
                 Round.objects.filter(pk=rnd.pk).update(description=description)
-        return task_services.open_round(rnd)
+        rnd = task_services.open_round(rnd)
+        Promotion.objects.create(round=rnd, model_version=model, ensemble_size=len(members),
+                                 user=user if user is not None and user.is_authenticated else None,
+                                 overridden=overridden, reason=reason, checks=checks)
+    board.forget(task.pk)
+    return rnd
 
 
 def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, bool]:
@@ -182,8 +301,11 @@ def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) ->
     summary = (f"{model.name} {score:.1%} against the target's {best:.1%} {metric} on round 0's "
                f"{mine.num_examples} test examples"
                + (f" (always answering the most common label: {majority:.1%})" if majority is not None else ""))
-    if majority is not None and score < majority:  # promotion would refuse it (check_above_baseline)
+    problems = promotion_checks(task, model)["problems"]
+    if majority is not None and score < majority:
         return decided(False, f"{summary}: below the majority line, the target stays")
+    if problems:  # promotion would refuse it: the same rules as a researcher's promotion
+        return decided(False, f"{summary}: {problems[0]['message']} The target stays")
     if score > best:
         return decided(True, f"{summary}: {model.name} becomes the target")
     return decided(False, f"{summary}: the target stays")
@@ -201,7 +323,19 @@ def challenger(task: Task) -> dict:
         .order_by("-pk")[:20])
     pending = [job for job in rows if job.status in Job.ACTIVE]
     decided = next((job for job in rows if job.status == Job.Status.SUCCEEDED), None)
+    if decided is not None and _superseded(task, decided):
+        decided = None
     return {"job": pending[-1] if pending else None, "last": decided.result["promotion"]["reason"] if decided else None}
+
+
+def _superseded(task: Task, decided: Job) -> bool:
+    """Whether a comparison with the target is stale: a round opened since with a target
+    it did not make (a researcher promoted another model). Its sentence names the target
+    of then, beside today's target, as if it were still."""
+    rnd = task.open_round()
+    if rnd is None or rnd.opened_at is None or decided.finished_at is None or decided.finished_at >= rnd.opened_at:
+        return False
+    return not rnd.target_models.filter(pk=decided.params.get("model_version")).exists()
 
 
 def make_target_or_log(model: ModelVersion) -> None:

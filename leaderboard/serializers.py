@@ -29,6 +29,10 @@ class TrainNextSerializer(serializers.Serializer):
                                      help_text="Start from the current target's weights instead of the backbone.")
     include_static = StrictBooleanField(default=True, help_text="Learn from round 0's static data too.")
     evaluate = StrictBooleanField(default=True, help_text="Queue the model's evaluation when it is registered.")
+    allow_no_new_examples = StrictBooleanField(
+        default=False, help_text="Train even when the chosen rounds hold no usable example today's target did not "
+                                 "learn from (refused with 409 no_new_examples otherwise, nothing queued).")
+    # Left out: the seed model's recipe (leaderboard.cycle.seed_recipe), not the library's defaults.
     epochs = StrictIntegerField(required=False, min_value=1, max_value=50)
     max_steps = StrictIntegerField(required=False, min_value=1, max_value=10_000_000)
     batch_size = StrictIntegerField(required=False, min_value=1, max_value=256)
@@ -43,8 +47,13 @@ class PromoteSerializer(serializers.Serializer):
                                                  "averaged.")
     allow_below_baseline = serializers.BooleanField(
         required=False, default=False,
-        help_text="Promote even if the model scores below the majority-class answer on the static test set "
-                  "(refused with 409 otherwise).")
+        help_text="Promote even if a promotion rule refuses the model: its static-test interval does not lie "
+                  "above the majority-class answer, or it scores below today's target on the same examples "
+                  "(refused with 409 otherwise). Needs a reason.")
+    reason = serializers.CharField(
+        required=False, default="", allow_blank=True, max_length=2000,
+        help_text="Why the rules are overridden; recorded with the promotion and in the round's description. "
+                  "Required (non-empty) for the override to take effect.")
 
 
 class EvaluationSerializer(serializers.ModelSerializer):

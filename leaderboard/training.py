@@ -233,7 +233,7 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
                    static_limit: int | None = None, rehearse: int | None = None, dev_fraction: float = 0.1,
                    evaluate: bool = True, measure: bool = True, backbone: str | None = None,
                    target_if_none: bool = False, import_data: dict | None = None, promote_if_better: bool = False,
-                   user=None, **options) -> Job:
+                   recipe: dict | None = None, user=None, **options) -> Job:
     """Queue a training job on the ``training`` queue.
 
     It learns from ``select_training_rows`` (round 0 plus the chosen rounds' verified
@@ -247,6 +247,9 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
     ``rehearse``: see ``select_training_rows`` (with ``parent``, the cumulative form of
     fine-tuning: the new rounds plus an even sample of every round before them).
     ``measure=False``: the evaluation scores performance only (``evaluate_model``).
+    ``recipe``: where the options came from, kept in the job's params for its page
+    (``cycle.train_next``: {"from": the seed model's name, "changed": the options the
+    researcher set}).
     ``backbone``: a built-in backbone's name or a directory on the training workers
     (instead of ``DYNABENCH_BACKBONE``); the API never passes it (the replay's ``--backbone``).
     One training job per task at a time: a second is refused (409).
@@ -290,7 +293,7 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
               "static_limit": static_limit, "rehearse": rehearse, "dev_fraction": dev_fraction,
               "evaluate": evaluate, "options": options, **({} if measure else {"measure": False}),
               "target_if_none": bool(target_if_none), "import": import_data or None,
-              "promote_if_better": bool(promote_if_better)}
+              "promote_if_better": bool(promote_if_better), **({"recipe": recipe} if recipe else {})}
     with transaction.atomic():
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
         enqueue_by_name(job, "leaderboard.train_model", queue="training")

@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -21,7 +22,7 @@ from annotation.models import ReliabilityFit
 from annotation.services import reliability, stats
 from annotation.views import task_page_context
 from core.accounts import too_many
-from core.errors import DomainError, TooLarge
+from core.errors import DomainError, InvalidInput, TooLarge
 from core.ratelimit import page_wait
 from core.uploads import bounded_uploads
 from leaderboard import promotion, training
@@ -50,6 +51,7 @@ def research_context(task) -> dict:
         "jobs": list(Job.objects.filter(task=task).order_by("-created_at", "-pk")[:10]),
         "selections": training.SELECTIONS, "modes": training.MODES, "max_ensemble": promotion.MAX_ENSEMBLE,
         "usable": training.usable_training_counts(task),
+        "new_examples": cycle.new_examples(task), "recipe": cycle.seed_recipe(task),
     }
 
 
@@ -88,7 +90,9 @@ def task_action(request, slug):
         if action == "train":
             job = cycle.train_next(task, from_parent=request.POST.get("from_parent") == "on",
                                    selection=request.POST.get("selection", "verified"),
-                                   mode=request.POST.get("mode", "full"), user=request.user)
+                                   mode=request.POST.get("mode", "full"),
+                                   allow_no_new_examples=request.POST.get("allow_no_new_examples") == "on",
+                                   user=request.user)
             messages.success(request, f"Training job #{job.pk} queued.")
             return redirect(job.get_absolute_url())
         model = ModelVersion.objects.filter(task=task, pk=_int(request.POST.get("model"))).first()
@@ -100,9 +104,18 @@ def task_action(request, slug):
             return redirect(job.get_absolute_url())
         elif action == "promote":
             size = _int(request.POST.get("ensemble_size")) or 1
-            rnd = promotion.promote(task, model, ensemble_size=size,
-                                allow_below_baseline=request.POST.get("allow_below_baseline") == "on",
-                                user=request.user)
+            if not 1 <= size <= promotion.MAX_ENSEMBLE:
+                raise InvalidInput.field("ensemble_size", f"Must be a whole number from 1 to {promotion.MAX_ENSEMBLE}.")
+            confirm = f"{reverse('promote-confirm', args=[task.slug, model.pk])}?{urlencode({'ensemble_size': size})}"
+            if request.POST.get("confirm") != "yes":  # the scores first, then a confirmed promotion
+                return redirect(confirm)
+            try:
+                rnd = promotion.promote(task, model, ensemble_size=size,
+                                        allow_below_baseline=request.POST.get("allow_below_baseline") == "on",
+                                        reason=request.POST.get("reason", ""), user=request.user)
+            except DomainError as exc:
+                messages.error(request, str(exc))
+                return redirect(confirm)
             messages.success(request, f"Round {rnd.number} is open with {', '.join(m.name for m in rnd.target_models.all())} "
                                       "as its target.")
         else:
@@ -110,6 +123,32 @@ def task_action(request, slug):
     except DomainError as exc:
         messages.error(request, str(exc))
     return redirect(task.get_absolute_url())
+
+
+@never_cache
+@login_required
+def promote_confirm(request, slug, pk):
+    """Before a promotion: the candidate's and today's target's scores on the static test
+    set with their intervals, the majority line, and what the promotion rules find; the
+    confirmation posts to ``task_action``. Where a rule refuses the model, the form asks
+    for the override and a reason (the service refuses it without both)."""
+    context = task_page_context(request, slug)
+    task = context["task"]
+    if not is_researcher(request.user, task):
+        return HttpResponseForbidden("Only the task's researchers can promote its models.")
+    model = ModelVersion.objects.filter(task=task, pk=pk).first()
+    if model is None:
+        raise Http404("No such model.")
+    size = _int(request.GET.get("ensemble_size")) or 1
+    blocked = None
+    try:
+        promotion.check_promotable(task, promotion.ensemble_members(task, model, size))
+    except DomainError as exc:
+        blocked = str(exc)
+    return render(request, "leaderboard/promote_confirm.html", {
+        "task": task, "model": model, "ensemble_size": size, "max_ensemble": promotion.MAX_ENSEMBLE,
+        "blocked": blocked, "checks": promotion.promotion_checks(task, model),
+        "targets": promotion.current_targets(task)})
 
 
 @never_cache
@@ -142,7 +181,47 @@ def job_page(request, pk):
         model = ModelVersion.objects.filter(pk=model_id).first()
     return render(request, "leaderboard/job.html", {
         "job": job, "researcher": researcher, "model": model, "model_name": job.params.get("name", ""),
+        "recipe": _job_recipe(job, model), "scores": _job_scores(job, model),
         "Status": Job.Status, "Round": Round})
+
+
+def _job_recipe(job, model) -> dict | None:
+    """A training job's recipe as its page shows it: the options it was queued with
+    (where they came from) and, once trained, the steps and epochs it ran."""
+    if job.kind != Job.Kind.TRAIN_MODEL:
+        return None
+    params = job.params
+    options = params.get("options") or {}
+    trained = (model.metrics or {}) if model is not None else {}
+    rounds = params.get("rounds")
+    return {"options": [(key.replace("_", " "), options[key]) for key in ("epochs", "batch_size", "lr", "seed",
+                                                                          "max_steps", "backbone") if key in options],
+            "mode": training.MODES.get(params.get("mode", "full"), params.get("mode")),
+            "selection": training.SELECTIONS.get(params.get("selection", "verified")),
+            "rounds": "every collection round" if rounds is None else (", ".join(map(str, rounds)) or "none"),
+            "include_static": params.get("include_static", True), "source": params.get("recipe") or {},
+            "steps": trained.get("steps"), "epochs_run": trained.get("epochs_run"),
+            "train_count": trained.get("train_count")}
+
+
+def _job_scores(job, model) -> dict | None:
+    """A finished evaluation job's result: the model's score on each round's test set
+    (with its interval and number of examples) and the promotion decision, if any."""
+    if job.kind != Job.Kind.EVALUATE_MODEL or job.status != Job.Status.SUCCEEDED or model is None:
+        return None
+    from .models import Evaluation
+    from .rows import primary_metric
+
+    metric = primary_metric(model.task)
+    found = Evaluation.objects.filter(model_version=model, split=job.params.get("split", "test"))
+    mine = found.filter(job=job)
+    rows = []
+    for evaluation in (mine if mine.exists() else found).select_related("round").order_by("round__number"):
+        interval = evaluation.intervals.get(metric)
+        rows.append({"round": evaluation.round.number, "n": evaluation.num_examples,
+                     "value": evaluation.metrics.get(metric), "low": interval[0] if interval else None,
+                     "high": interval[1] if interval else None, "error_rate": evaluation.model_error_rate})
+    return {"metric": metric, "rows": rows, "promotion": (job.result.get("promotion") or {}).get("reason")}
 
 
 METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory", "Memory (MB)"),

@@ -84,6 +84,9 @@ def test_every_kind_of_user_sees_the_platform_work(live_server, fresh_demo, anno
     sign_in(page, base, researcher.username, PASSWORD, f"/tasks/{task.slug}/")
     assert "(0 usable)" in page.locator("select[name=selection]").inner_text()
     page.select_option("select[name=mode]", "head")
+    # Nothing new to learn from yet: the page says so first, and trains only when told to.
+    assert "No new usable examples" in page.locator("#no-new-examples").inner_text()
+    page.check("input[name=allow_no_new_examples]")
     with page.expect_navigation(timeout=300_000):  # jobs run inline in the request thread here
         page.click("button:has-text('Train next model')")
     job = Job.objects.get(task=task, kind=Job.Kind.TRAIN_MODEL, params__name="r2-verified")
@@ -93,8 +96,14 @@ def test_every_kind_of_user_sees_the_platform_work(live_server, fresh_demo, anno
     assert Job.objects.get(kind=Job.Kind.EVALUATE_MODEL, params__model_version=candidate.pk).status == "succeeded"
     page.goto(f"{base}/tasks/{task.slug}/")
     cell = page.locator("table.comparison tr:has(th:has-text('Actions')) td").nth(1)
-    cell.locator("input[name=allow_below_baseline]").check()
     cell.locator("button[value=promote]").click()
+    # The confirmation: both scores and the majority line; the override needs a reason.
+    page.wait_for_selector("form.promote-confirm")
+    assert "Majority line" in page.locator("table.promotion-checks").inner_text()
+    if page.locator("input[name=allow_below_baseline]").count():
+        page.check("input[name=allow_below_baseline]")
+        page.fill("textarea[name=reason]", "The tour promotes whatever the tiny model scored.")
+    page.click("form.promote-confirm button[type=submit]")
     page.wait_for_selector("ul.messages li")
     assert "Round 2 is open with r2-verified as its target." in page.locator("ul.messages").inner_text()
     assert list(task.open_round().target_models.all()) == [candidate]

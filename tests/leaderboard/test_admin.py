@@ -20,7 +20,8 @@ def test_the_train_form_and_its_refusals_name_the_problem(demo_tasks, client, re
     selected = {"action": "train_next_model", ACTION_CHECKBOX_NAME: [task.pk]}
     form = client.post(url, selected)
     assert form.status_code == 200 and 'name="apply"' in form.content.decode()
-    assert set(form.context["form"].fields) == {"selection", "mode", "from_parent", "rounds", "epochs", "name"}
+    assert set(form.context["form"].fields) == {"selection", "mode", "from_parent", "rounds", "epochs", "name",
+                                                "allow_no_new_examples"}
 
     response = client.post(url, {**selected, "apply": "1", "selection": "verified", "mode": "head", "epochs": 1,
                                  "rounds": "9"}, follow=True)

@@ -154,8 +154,10 @@ def test_promote_is_refused_without_a_finished_evaluation_then_done_after_one(
     add_examples(sentiment, TRAIN_ROWS, "test")
     client.force_login(researcher)
     response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk}, follow=True)
-    assert response.redirect_chain == [(page_url(sentiment), 302)]
-    [refusal] = messages_on(response)
+    confirm = reverse("promote-confirm", args=[sentiment.slug, candidate.pk])
+    assert response.redirect_chain == [(f"{confirm}?ensemble_size=1", 302)]  # the confirmation first
+    assert 'name="confirm"' not in response.content.decode()  # nothing to confirm: it says why
+    refusal = response.context["blocked"]
     assert "sentiment/sentiment-candidate has no finished evaluation; evaluate it first" in refusal
     assert refusal in response.content.decode()
     assert list(sentiment.rounds.values_list("number", "status")) == [(1, "open")]
@@ -172,7 +174,8 @@ def test_promote_is_refused_without_a_finished_evaluation_then_done_after_one(
     assert page.context["comparison"].evaluated[candidate.pk] is True
     assert "No evaluations yet." not in page.content.decode()
 
-    response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk}, follow=True)
+    response = client.post(action_url(sentiment), {"action": "promote", "model": candidate.pk, "confirm": "yes"},
+                           follow=True)
     assert messages_on(response) == ["Round 2 is open with sentiment-candidate as its target."]
     assert list(sentiment.rounds.order_by("number").values_list("number", "status")) == [(1, "closed"),
                                                                                          (2, "open")]
@@ -238,9 +241,14 @@ def test_train_next_from_the_page_runs_a_job(sentiment, client, researcher, djan
     assert job.get_absolute_url() in task_page and f"{model.name} <small>(candidate)</small>" in task_page
 
     # From the current target's weights, on the verified examples that fooled the model:
-    # there are none (the imported rows fooled nothing), so the page says so.
+    # there are none (the imported rows fooled nothing), so the page says so: nothing new
+    # to learn, and, trained anyway, nothing to learn from at all.
     response = client.post(action_url(sentiment), {"action": "train", "selection": "fooling", "mode": "head",
                                                    "from_parent": "on"}, follow=True)
+    [refusal] = messages_on(response)
+    assert refusal.startswith("Task sentiment has no new usable examples to learn from")
+    response = client.post(action_url(sentiment), {"action": "train", "selection": "fooling", "mode": "head",
+                                                   "from_parent": "on", "allow_no_new_examples": "on"}, follow=True)
     [refusal] = messages_on(response)
     assert refusal.startswith("Task sentiment has no usable training examples in the chosen rounds")
     with django_capture_on_commit_callbacks(execute=False):  # queued, not run: only its parameters matter
@@ -380,7 +388,10 @@ def test_names_logs_and_errors_are_escaped(sentiment, tiny_artifact, client, res
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(action_url(sentiment), {"action": "evaluate", "model": model.pk}, follow=True)
     assert SCRIPT not in response.content.decode() and f"Evaluation of m{escaped} queued" in response.content.decode()
-    response = client.post(action_url(sentiment), {"action": "promote", "model": model.pk}, follow=True)
+    confirm = client.post(action_url(sentiment), {"action": "promote", "model": model.pk}, follow=True)
+    assert SCRIPT not in confirm.content.decode() and f"Promote m{escaped}?" in confirm.content.decode()
+    response = client.post(action_url(sentiment), {"action": "promote", "model": model.pk, "confirm": "yes"},
+                           follow=True)
     content = response.content.decode()
     assert messages_on(response) == [f"Round 2 is open with m{SCRIPT} as its target."]
     assert SCRIPT not in content and f"Round 2 is open with m{escaped} as its target." in content

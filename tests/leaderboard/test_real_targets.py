@@ -80,7 +80,8 @@ def test_real_data_targets_follow_the_seed_ones_and_replace_them_only_when_bette
 
     forget(task.pk)
     majority = target_scores(task, [real])[0]["baseline"]  # the majority line on the same examples
-    better = mine.metrics["accuracy"] > theirs.metrics["accuracy"] and mine.metrics["accuracy"] >= majority
+    # The promotion rule: higher than the target, and its interval strictly above the majority line.
+    better = mine.metrics["accuracy"] > theirs.metrics["accuracy"] and mine.intervals["accuracy"][0] > majority
     assert decision["promote"] is better, decision
     assert f"{mine.metrics['accuracy']:.1%} against the target's {theirs.metrics['accuracy']:.1%}" in \
         decision["reason"]
@@ -113,7 +114,8 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
     if score == "under the majority line":
         score = majority - 0.001
     Evaluation.objects.create(model_version=candidate, round=static, split="test", num_examples=n,
-                              metrics={"accuracy": score}, model_error_rate=1 - score)
+                              metrics={"accuracy": score}, intervals={"accuracy": [score - 0.01, score]},
+                              model_error_rate=1 - score)
     job = create_job(Job.Kind.EVALUATE_MODEL, params={"model_version": candidate.pk}, task=task)
     reporter = JobReporter(job.pk)
 

@@ -535,14 +535,16 @@ def test_a_model_below_the_majority_answer_is_promoted_only_with_the_override(
     api = client_for(researcher)
     refused = api.post("/api/tasks/sentiment/promote/", {"model": model_b.pk}, format="json")
     assert refused.status_code == 409
-    assert "scores 0.0% accuracy on the static test set, below the 100.0% of always answering" in refused.json()["detail"]
+    assert refused.json()["code"] == "not_above_majority"
+    assert ("model-b scores 0.0% [0.0%, 0.0%] accuracy on the static test set (1 examples), against 100.0% for "
+            "always answering the most common label") in refused.json()["detail"]
     assert sentiment.open_round() == one
-    page = client_for(researcher).post("/tasks/sentiment/loop/", {"action": "promote", "model": model_b.pk},
-                                       follow=True)
-    assert "below the 100.0% of always answering the most common label" in page.content.decode()
+    page = client_for(researcher).post("/tasks/sentiment/loop/", {"action": "promote", "model": model_b.pk,
+                                                                  "confirm": "yes"}, follow=True)
+    assert "against 100.0% for always answering the most common label" in page.content.decode()
     assert sentiment.open_round() == one
 
-    accepted = api.post("/api/tasks/sentiment/promote/", {"model": model_b.pk, "allow_below_baseline": True},
-                        format="json")
+    accepted = api.post("/api/tasks/sentiment/promote/", {"model": model_b.pk, "allow_below_baseline": True,
+                                                          "reason": "a test"}, format="json")
     assert accepted.status_code == 201, accepted.content
     assert [m.pk for m in sentiment.open_round().target_models.all()] == [model_b.pk]
