@@ -240,7 +240,8 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_be
     return rnd
 
 
-def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, bool]:
+def make_target(task: Task, model: ModelVersion, *, user=None, allow_below_baseline: bool = False,
+                reason: str = "") -> tuple[Round, bool]:
     """Make ``model`` the target of the task's next round; returns (the round, promoted).
 
     The open round, if it has no target model yet: nobody could write an example
@@ -248,7 +249,8 @@ def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, b
     target changes no round's history. Otherwise ``promote``: the next round
     opens with ``model`` and the open one closes, so each round keeps the one
     target its examples were written against. Either way the model must be
-    promotable (ready, its evaluation finished, its artifact intact).
+    promotable (ready, its evaluation finished, its artifact intact); a promotion
+    follows ``promote``'s rules (``allow_below_baseline`` with a ``reason``).
     """
     check_promotable(task, [model])
     preload([target_model(model)])
@@ -260,7 +262,7 @@ def make_target(task: Task, model: ModelVersion, *, user=None) -> tuple[Round, b
             if not rnd.description:
                 Round.objects.filter(pk=rnd.pk).update(description=f"Target: {model.name}")
             return rnd, False
-    return promote(task, model, user=user), True
+    return promote(task, model, user=user, allow_below_baseline=allow_below_baseline, reason=reason), True
 
 
 def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) -> dict:

@@ -50,7 +50,7 @@ class PromoteSerializer(serializers.Serializer):
         help_text="Promote even if a promotion rule refuses the model: its static-test interval does not lie "
                   "above the majority-class answer, or it scores below today's target on the same examples "
                   "(refused with 409 otherwise). Needs a reason.")
-    reason = serializers.CharField(
+    reason = StrictCharField(
         required=False, default="", allow_blank=True, max_length=2000,
         help_text="Why the rules are overridden; recorded with the promotion and in the round's description. "
                   "Required (non-empty) for the override to take effect.")

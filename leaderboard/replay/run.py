@@ -222,7 +222,8 @@ class Replay:
             promotion.check_above_baseline(task, model)
         except DomainError as exc:
             self.say(f"note: {exc.message.split(': as a target')[0]}; the replay promotes it all the same")
-        return promotion.promote(task, model, allow_below_baseline=True, user=self.researcher)
+        return promotion.promote(task, model, allow_below_baseline=True, user=self.researcher,
+                                 reason="The replay promotes every round's model, as the rounds it replays did.")
 
     def collect(self, task: Task, rnd, records: list[Record]) -> dict:
         """Write the round's examples against its live target, then verify them."""

@@ -71,12 +71,16 @@ class Command(BaseCommand):
                             help="Make the model the target of the task's next round once it is evaluated: the "
                                  "open round if it has no target yet, else a promotion (the next draft round "
                                  "or a new one opens with it; the open round closes).")
+        parser.add_argument("--override", metavar="REASON", default="",
+                            help="With --target: make it the target even where the promotion rules refuse it "
+                                 "(its interval does not clear the majority line, or it scores below today's "
+                                 "target), recording REASON with the promotion.")
         parser.add_argument("--job-timeout", type=float, metavar="SECONDS",
                             help="Give up waiting for a job after this long (the job goes on). Default: wait.")
         progress.add_argument(parser)
 
     def handle(self, *args, paths, task, format_name, split, dev_fraction, test_fraction, limit, balance, name,
-               mode, epochs, batch_size, lr, max_steps, seed, target, job_timeout, **rest):
+               mode, epochs, batch_size, lr, max_steps, seed, target, override, job_timeout, **rest):
         write = self.stdout.write
         task_obj = Task.objects.filter(slug=task).first()
         if task_obj is None:
@@ -164,7 +168,8 @@ class Command(BaseCommand):
             write(line)
         if target:
             try:
-                rnd, promoted = promotion.make_target(task_obj, model)
+                rnd, promoted = promotion.make_target(task_obj, model, allow_below_baseline=bool(override.strip()),
+                                                      reason=override)
             except DomainError as exc:
                 raise CommandError(f"{model.name} was trained, but cannot be a target: {exc.message}") from None
             how = "opened by promotion" if promoted else "open, had no target"
