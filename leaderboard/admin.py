@@ -16,7 +16,13 @@ from core.errors import DomainError
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
 from tasks.admin import ModelVersionAdmin, TaskAdmin
-from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, run_service_action
+from tasks.admin_lists import (
+    TASK_FILTER,
+    LargeListAdmin,
+    ScopedRelatedFilter,
+    TaskScopedAdmin,
+    run_service_action,
+)
 from tasks.models import Job, Task
 
 from . import cycle
@@ -217,8 +223,10 @@ class EvaluationAdmin(LargeListAdmin):
 
 
 @admin.register(Promotion)
-class PromotionAdmin(LargeListAdmin):
+class PromotionAdmin(TaskScopedAdmin):
     """Every promotion as it was made: the scores the rules read, and an override's reason."""
+
+    task_path = "model_version__task"
 
     list_display = ["__str__", "round", "model_version", "overridden", "user", "created_at"]
     list_filter = ["overridden", ("model_version__task", ScopedRelatedFilter)]
@@ -232,9 +240,6 @@ class PromotionAdmin(LargeListAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).filter(model_version__task__in=Task.objects.researched_by(request.user))
 
 
 def _set_visibility(public: bool):

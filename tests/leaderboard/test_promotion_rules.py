@@ -259,3 +259,20 @@ def test_the_confirmation_page_is_for_the_tasks_researchers(setup, client, annot
     task, static, target, candidate = setup
     client.force_login(annotator)
     assert client.get(reverse("promote-confirm", args=[task.slug, candidate.pk])).status_code == 403
+
+
+def test_the_promotion_log_is_read_only_and_shown_to_the_tasks_researchers_only(setup, researcher, other_researcher,
+                                                                               client):
+    task, static, _target, candidate = setup
+    score(candidate, static, [1.0, 1.0, 1.0, 0.0], (0.8, 1.0))
+    promotion.promote(task, candidate, user=researcher)
+    url = reverse("admin:leaderboard_promotion_changelist")
+    client.force_login(researcher)
+    assert "the-candidate" in client.get(url).content.decode()
+    row = Promotion.objects.get()
+    assert client.get(reverse("admin:leaderboard_promotion_add")).status_code == 403
+    assert client.post(reverse("admin:leaderboard_promotion_change", args=[row.pk]), {"reason": "rewritten"}).status_code in (
+        302, 403) and Promotion.objects.get().reason == row.reason
+    client.force_login(other_researcher)  # a researcher of other tasks: none of this task's rows
+    assert "the-candidate" not in client.get(url).content.decode()
+    assert client.get(reverse("admin:leaderboard_promotion_change", args=[row.pk])).status_code in (302, 404)
