@@ -40,7 +40,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .report import model_name, number, rounds_of, suite_names
+from .report import model_name, number, replace_block, rounds_of, suite_names
 
 ALPHA = 0.05
 Z95 = 1.959963984540054
@@ -452,8 +452,4 @@ DOC_END = "<!-- replay:findings:end -->"
 
 def with_findings(text: str, reports: dict[str, dict]) -> str:
     """``text`` (docs/replay.md) with the block between the markers replaced by ``findings_section``."""
-    if text.count(DOC_BEGIN) != 1 or text.count(DOC_END) != 1 or text.index(DOC_END) < text.index(DOC_BEGIN):
-        raise ValueError(f"no findings block: add the lines {DOC_BEGIN!r} and {DOC_END!r}, once each, in order")
-    head, rest = text.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    return f"{head}{DOC_BEGIN}\n{findings_section(reports)}{DOC_END}{tail}"
+    return replace_block(text, DOC_BEGIN, DOC_END, findings_section(reports), "findings block")

@@ -63,6 +63,16 @@ from .stats import RESAMPLES
 DASH = "\u2014"
 
 
+def replace_block(text: str, begin: str, end: str, body: str, what: str) -> str:
+    """``text`` with what stands between the marker lines ``begin`` and ``end`` replaced by
+    ``body``; a ValueError naming ``what`` where the markers are not there once each, in order."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(end) < text.index(begin):
+        raise ValueError(f"no {what}: add the lines {begin!r} and {end!r}, once each, in order")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
 # --- reading the report -----------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from .report import (
     model_name,
     number,
     pct,
+    replace_block,
     rounds_of,
     suite_names,
     table,
@@ -198,8 +199,4 @@ def load_reports(root: Path) -> dict[str, dict]:
 
 def with_doc_section(text: str, reports: dict[str, dict]) -> str:
     """``text`` (bench/RESULTS.md) with the block between the markers replaced by ``doc_section``."""
-    if text.count(DOC_BEGIN) != 1 or text.count(DOC_END) != 1 or text.index(DOC_END) < text.index(DOC_BEGIN):
-        raise ValueError(f"no replay block: add the lines {DOC_BEGIN!r} and {DOC_END!r}, once each, in order")
-    head, rest = text.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    return f"{head}{DOC_BEGIN}\n{doc_section(reports)}{DOC_END}{tail}"
+    return replace_block(text, DOC_BEGIN, DOC_END, doc_section(reports), "replay block")

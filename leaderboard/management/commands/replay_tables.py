@@ -37,20 +37,15 @@ class Command(BaseCommand):
             base = Path(o["results"]) / folder
             wanted[base / "report.md"] = markdown_tables(report)
             wanted[base / "report.svg"] = svg_chart(report) + "\n"
-        doc = Path(o["doc"])
-        if not doc.is_file():
-            raise CommandError(f"{doc} not found: the replay block lives there (--doc).")
-        try:
-            wanted[doc] = with_doc_section(doc.read_text(encoding="utf-8"), reports)
-        except ValueError as exc:
-            raise CommandError(f"{doc}: {exc}") from None
-        findings = Path(o["findings"])
-        if not findings.is_file():
-            raise CommandError(f"{findings} not found: the findings block lives there (--findings).")
-        try:
-            wanted[findings] = with_findings(findings.read_text(encoding="utf-8"), reports)
-        except ValueError as exc:
-            raise CommandError(f"{findings}: {exc}") from None
+        blocks = [(Path(o["doc"]), with_doc_section, "the replay block", "--doc"),
+                  (Path(o["findings"]), with_findings, "the findings block", "--findings")]
+        for path, rewrite, what, option in blocks:
+            if not path.is_file():
+                raise CommandError(f"{path} not found: {what} lives there ({option}).")
+            try:
+                wanted[path] = rewrite(path.read_text(encoding="utf-8"), reports)
+            except ValueError as exc:
+                raise CommandError(f"{path}: {exc}") from None
         stale = [path for path, text in wanted.items()
                  if not path.exists() or path.read_text(encoding="utf-8") != text]
         if o["check"]:
