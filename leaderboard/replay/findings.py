@@ -36,6 +36,7 @@ that is not told apart either.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -431,17 +432,22 @@ def findings_section(reports: dict[str, dict]) -> str:
         lines += [f"#### {TASK_NAMES.get(report.get('task'), report.get('task'))}, {report.get('mode')} mode, "
                   f"strategy `{report.get('strategy')}` (`{folder}`)", ""]
         lines += report_findings(report) + [""]
+    # Strategies are compared only between runs of one design: the same task, mode, row
+    # caps, rounds and seeds (the same examples, and the same evidence behind each value).
     groups: dict[tuple, list[tuple[str, dict]]] = {}
     for folder, report in reports.items():
-        groups.setdefault((report.get("task"), report.get("mode")), []).append((folder, report))
-    for (task, mode), group in groups.items():
+        design = (report.get("task"), report.get("mode"),
+                  json.dumps((report.get("data") or {}).get("caps"), sort_keys=True),
+                  len(report.get("rounds") or []), tuple(report.get("seeds") or []))
+        groups.setdefault(design, []).append((folder, report))
+    for (task, mode, *_), group in groups.items():
         group = sorted(group, key=lambda item: str(item[1].get("strategy")))
-        for i, (_, a) in enumerate(group):
-            for _, b in group[i + 1:]:
+        for i, (folder_a, a) in enumerate(group):
+            for folder_b, b in group[i + 1:]:
                 if a.get("strategy") == b.get("strategy"):
                     continue
                 lines += [f"#### {TASK_NAMES.get(task, task)}, {mode} mode: `{a.get('strategy')}` against "
-                          f"`{b.get('strategy')}`", ""]
+                          f"`{b.get('strategy')}` (`{folder_a}`, `{folder_b}`)", ""]
                 lines += strategy_findings(a, b) + [""]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -463,6 +463,12 @@ class Replay:
 def replay(options: Options, progress: Callable[[str], None] = print, advance: Advance | None = None) -> dict:
     """Replay ``options.seeds`` seeds on one data plan; the pooled report (``summary``).
     ``advance(label, done, total)`` counts the models trained and evaluated, every seed's."""
+    return replay_seeds(options, progress, advance)[0]
+
+
+def replay_seeds(options: Options, progress: Callable[[str], None] = print,
+                 advance: Advance | None = None) -> tuple[dict, list[dict]]:
+    """``replay``'s pooled report, and each seed's own report (the same shape, one seed)."""
     check_options(options)
     started_at, started = timezone.now(), time.monotonic()
     plan = build_plan(options.task, Path(options.data_dir), mode=options.mode, limit=options.limit,
@@ -472,7 +478,16 @@ def replay(options: Options, progress: Callable[[str], None] = print, advance: A
     controls = control_names(options.control)
     per_seed = len(plan.rounds) + (len(plan.rounds) - 1) * len(controls)  # M0..MR, C1..CR per control
     done = counter("models trained and evaluated", options.seeds * per_seed, advance)
-    runs = [Replay(options, plan, options.seed + i, progress, done).run() for i in range(options.seeds)]
-    return build_report(plan, runs, task=options.task, mode=options.mode, strategy=options.strategy,
-                        control=controls, training=training_settings(options),
-                        started_at=started_at.isoformat(), seconds=round(time.monotonic() - started, 1))
+    runs, own = [], []
+    for i in range(options.seeds):
+        seed_started_at, seed_started = timezone.now(), time.monotonic()
+        runs.append(Replay(options, plan, options.seed + i, progress, done).run())
+        own.append((seed_started_at, round(time.monotonic() - seed_started, 1)))
+
+    def report(chosen: list[dict], at, seconds: float) -> dict:
+        return build_report(plan, chosen, task=options.task, mode=options.mode, strategy=options.strategy,
+                            control=controls, training=training_settings(options),
+                            started_at=at.isoformat(), seconds=seconds)
+
+    pooled = report(runs, started_at, round(time.monotonic() - started, 1))
+    return pooled, [report([run], at, seconds) for run, (at, seconds) in zip(runs, own, strict=True)]

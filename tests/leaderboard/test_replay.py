@@ -149,3 +149,33 @@ def test_the_balanced_control_follows_m1s_recipe_with_the_rounds_label_shares(tm
     assert set(report["rounds"][1]["vs_majority"]) >= {"DynaHate R1", "HateCheck"}
     assert m1.training_data["counts"]["rounds"]["train"] == static.training_data["counts"]["fresh"]
     assert "## Against the majority answer" in out.with_suffix(".md").read_text()
+
+
+def test_several_seeds_write_each_seeds_report_and_a_pooled_summary(tmp_path):
+    """--seeds 2: each seed's own report under seed-<n>/ beside --out, the pooled one at
+    summary.json; the summary's per-seed values are the seeds' own reports' accuracies,
+    and its accuracy is their mean. The committed runs' reader takes the summary."""
+    from leaderboard.replay.results import load_reports, report_paths
+
+    from .test_replay_data import make_hate_dir
+
+    base = make_hate_dir(tmp_path / "data")
+    out = tmp_path / "runs" / "hate-two" / "report.json"
+    call_command("replay", task="hate", data_dir=str(base), mode="fast", limit=12, rounds=1, out=str(out),
+                 epochs=1, static_epochs=1, job_timeout=600, seeds=2, seed=5)
+    folder = out.parent
+    assert not out.exists()
+    summary = json.loads((folder / "summary.json").read_text())
+    own = [json.loads((folder / f"seed-{s}" / "report.json").read_text()) for s in (5, 6)]
+    assert summary["seeds"] == [5, 6] and [r["seeds"] for r in own] == [[5], [6]]
+    assert interface_problems(summary) == [] and all(interface_problems(r) == [] for r in own)
+    for i, entry in enumerate(summary["rounds"]):
+        for name, stat in entry["test"].items():
+            alone = [r["rounds"][i]["test"][name]["accuracy"] for r in own]
+            assert stat["by_seed"] == pytest.approx(alone)
+            assert stat["accuracy"] == pytest.approx(sum(alone) / 2)
+    assert all((folder / f"seed-{s}" / "report.md").exists() for s in (5, 6))
+    assert (folder / "summary.md").exists() and (folder / "summary.svg").exists()
+    assert report_paths(tmp_path / "runs") == {"hate-two": folder / "summary.json"}
+    assert load_reports(tmp_path / "runs")["hate-two"]["seeds"] == [5, 6]
+    assert Task.objects.filter(slug__in=["hate-replay-fast-s5", "hate-replay-fast-s6"]).count() == 2

@@ -16,7 +16,14 @@ from leaderboard.replay.findings import DOC_BEGIN as FINDINGS_BEGIN
 from leaderboard.replay.findings import DOC_END as FINDINGS_END
 from leaderboard.replay.findings import with_findings
 from leaderboard.replay.report import interface_problems, markdown_tables
-from leaderboard.replay.results import DOC_BEGIN, DOC_END, load_reports, with_doc_section
+from leaderboard.replay.results import (
+    DOC_BEGIN,
+    DOC_END,
+    load_reports,
+    report_paths,
+    seed_report_paths,
+    with_doc_section,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "replay"
@@ -73,16 +80,36 @@ def test_the_hand_written_check_fails_on_a_typed_claim():
 
 
 def test_each_run_has_its_tables_and_chart_and_keeps_the_interface(reports):
+    paths = report_paths(RESULTS)
     for folder, report in reports.items():
-        base = RESULTS / folder
+        path = paths[folder]
         assert interface_problems(report) == [], folder
-        assert (base / "report.md").read_text(encoding="utf-8") == markdown_tables(report), folder
-        assert (base / "report.svg").read_text(encoding="utf-8") == svg_chart(report) + "\n", folder
+        assert path.with_suffix(".md").read_text(encoding="utf-8") == markdown_tables(report), folder
+        assert path.with_suffix(".svg").read_text(encoding="utf-8") == svg_chart(report) + "\n", folder
         # Every accuracy sits inside its interval, and every test set has its reference lines.
         for entry in report["rounds"]:
             for name, value in entry["test"].items():
                 assert value["ci_low"] <= value["accuracy"] <= value["ci_high"], (folder, entry["number"], name)
                 assert name in report["references"], (folder, name)
+
+
+def test_a_run_of_several_seeds_has_each_seeds_report_beside_its_summary(reports):
+    """Where a run pooled several seeds, each seed's own report is committed beside the
+    summary, with its tables and chart, and the summary's per-seed values are theirs."""
+    for path in seed_report_paths(RESULTS):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        assert interface_problems(report) == [], path
+        assert path.with_suffix(".md").read_text(encoding="utf-8") == markdown_tables(report), path
+        summary = reports[path.parent.parent.name]
+        (seed,) = report["seeds"]
+        assert path.parent.name == f"seed-{seed}" and seed in summary["seeds"], path
+        at = summary["seeds"].index(seed)
+        for mine, pooled in zip(report["rounds"], summary["rounds"], strict=True):
+            for name, stat in mine["test"].items():
+                assert pooled["test"][name]["by_seed"][at] == pytest.approx(stat["accuracy"]), (path, name)
+    for folder, path in report_paths(RESULTS).items():
+        if path.name == "summary.json":
+            assert len(reports[folder]["seeds"]) == len(list(path.parent.glob("seed-*/report.json"))) > 1
 
 
 def test_replay_tables_check_fails_on_a_stale_doc(tmp_path, reports):

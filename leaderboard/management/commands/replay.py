@@ -7,8 +7,8 @@ from core import progress
 from leaderboard.replay.controls import CONTROLS
 from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_dir
 from leaderboard.replay.report import interface_problems, markdown_tables
-from leaderboard.replay.results import write_outputs
-from leaderboard.replay.run import STRATEGIES, Options, ReplayError, replay
+from leaderboard.replay.results import write_seeds
+from leaderboard.replay.run import STRATEGIES, Options, ReplayError, replay_seeds
 from tasks import artifacts
 
 
@@ -40,7 +40,9 @@ class Command(BaseCommand):
                                  "or a local directory (default: DYNABENCH_BACKBONE). With DYNABENCH_DEVICE=cuda "
                                  "on a GPU, a bigger one.")
         parser.add_argument("--seeds", type=int, default=1,
-                            help="Training seeds (--seed, --seed+1, ...), each on a task of its own; pooled.")
+                            help="Training seeds (--seed, --seed+1, ...), each on a task of its own. With more than "
+                                 "one, each seed's report goes to seed-<n>/ beside --out and the pooled one to "
+                                 "summary.json there.")
         parser.add_argument("--rounds", type=int, help="Replay rounds 1..N only.")
         parser.add_argument("--task-slug", help="The replay task's slug (default: <task>-replay-<mode>).")
         parser.add_argument("--replace", action="store_true", help="Delete an earlier replay's task first.")
@@ -74,19 +76,19 @@ class Command(BaseCommand):
         shown = progress.Progress.for_command(self, o)
         try:
             with shown:
-                report = replay(options, progress=shown.write, advance=shown.show)
+                report, per_seed = replay_seeds(options, progress=shown.write, advance=shown.show)
         except (ReplayError, ReplayDataError) as exc:
             raise CommandError(str(exc)) from None
         out.parent.mkdir(parents=True, exist_ok=True)
-        paths = write_outputs(report, out)
+        paths = write_seeds(report, per_seed, out)
         try:  # with object storage the report goes beside the models too
             stored = artifacts.publish_files(list(paths.values()), folder=(
                 f"replays/{timezone.now():%Y%m%d-%H%M%S}-{out.parent.name or 'replay'}-{out.stem}"))
         except artifacts.StoreUnavailable as exc:
-            raise CommandError(f"The report is written at {out}, but not stored: {exc}") from None
+            raise CommandError(f"The report is written at {paths['json']}, but not stored: {exc}") from None
         problems = interface_problems(report)
         if problems:  # written all the same, to be read; but a script would trip on it
-            raise CommandError(f"The report at {out} lacks its interface: " + "; ".join(problems))
+            raise CommandError(f"The report at {paths['json']} lacks its interface: " + "; ".join(problems))
         self.stdout.write(markdown_tables(report))
         self.stdout.write(f"Replay of {report['task']} ({report['mode']}, {report['strategy']}, "
                           f"{len(report['seeds'])} seed(s)) took {report['seconds']:.0f} s. "

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 from django.conf import settings
@@ -6,7 +7,12 @@ from django.core.management.base import BaseCommand, CommandError
 from leaderboard.replay.chart import svg_chart
 from leaderboard.replay.findings import with_findings
 from leaderboard.replay.report import markdown_tables
-from leaderboard.replay.results import load_reports, with_doc_section
+from leaderboard.replay.results import (
+    load_reports,
+    report_paths,
+    seed_report_paths,
+    with_doc_section,
+)
 
 RESULTS = Path("bench/results/replay")
 DOC = Path("bench/RESULTS.md")
@@ -15,13 +21,14 @@ FINDINGS = Path("docs/replay.md")
 
 class Command(BaseCommand):
     help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
-            "from its report.json, the replay block of bench/RESULTS.md and the findings (every comparative "
+            "from its report.json (or a run of several seeds' summary.json, and each seed's own), the replay block of bench/RESULTS.md and the findings (every comparative "
             "sentence) of docs/replay.md. --check changes nothing and fails if any of them differs from what "
             "the reports give.")
 
     def add_arguments(self, parser):
         parser.add_argument("--results", default=str(settings.BASE_DIR / RESULTS),
-                            help="The folder of replay runs, one <run>/report.json each.")
+                            help="The folder of replay runs: one <run>/report.json each, or with several seeds "
+                                 "<run>/summary.json and <run>/seed-<n>/report.json.")
         parser.add_argument("--doc", default=str(settings.BASE_DIR / DOC),
                             help="The file with the replay block (default: bench/RESULTS.md).")
         parser.add_argument("--findings", default=str(settings.BASE_DIR / FINDINGS),
@@ -29,14 +36,17 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 on a difference.")
 
     def handle(self, *args, **o):
-        reports = load_reports(Path(o["results"]))
+        root = Path(o["results"])
+        reports = load_reports(root)
         if not reports:
-            raise CommandError(f"No replay reports under {o['results']} (<run>/report.json).")
+            raise CommandError(f"No replay reports under {o['results']} (<run>/report.json or "
+                               "<run>/summary.json).")
         wanted: dict[Path, str] = {}
-        for folder, report in reports.items():
-            base = Path(o["results"]) / folder
-            wanted[base / "report.md"] = markdown_tables(report)
-            wanted[base / "report.svg"] = svg_chart(report) + "\n"
+        sources = [(path, reports[run]) for run, path in report_paths(root).items()]
+        sources += [(path, json.loads(path.read_text(encoding="utf-8"))) for path in seed_report_paths(root)]
+        for path, report in sources:
+            wanted[path.with_suffix(".md")] = markdown_tables(report)
+            wanted[path.with_suffix(".svg")] = svg_chart(report) + "\n"
         blocks = [(Path(o["doc"]), with_doc_section, "the replay block", "--doc"),
                   (Path(o["findings"]), with_findings, "the findings block", "--findings")]
         for path, rewrite, what, option in blocks:
