@@ -348,7 +348,13 @@ def model_page(request, pk):
         for name in names:
             key = keys[name]
             low, high = (evaluation.intervals.get(key) or (None, None))
-            cells.append({"value": evaluation.metrics.get(key), "low": low, "high": high})
+            cell = {"value": evaluation.metrics.get(key), "low": low, "high": high}
+            if name in ("robustness", "fairness") and evaluation.metrics.get(f"{key}_n") is not None:
+                # Measured only where a perturbation changed the text: how many, and the
+                # interval of that count over the same resamples.
+                n_low, n_high = (evaluation.intervals.get(f"{key}_n") or (None, None))
+                cell["n"] = {"value": int(evaluation.metrics[f"{key}_n"]), "low": n_low, "high": n_high}
+            cells.append(cell)
         rows.append({"dataset": dataset_name(evaluation.round), "n": evaluation.num_examples, "cells": cells})
     chart = interval_chart([(r["dataset"], r["cells"][0]["value"], r["cells"][0]["low"], r["cells"][0]["high"])
                             for r in rows], title=f"{model.name}: {metric} by dataset")

@@ -201,6 +201,13 @@ def test_the_upload_page_and_the_model_page(scored_task, tiny_artifact, annotato
     ModelVersion.objects.filter(pk=model.pk).update(is_public=True)
     public = client.get(f"/models/{model.pk}/").content.decode()
     assert "model-metrics" in public and "Evaluation log" not in public  # the log is its owner's
+    # Fairness and robustness are measured only where a swap or a typo changed the text: how many.
+    from leaderboard.models import Evaluation
+
+    stored = Evaluation.objects.get(model_version=model, split="test").metrics
+    assert stored["robustness_n"] > 0 and f"on {stored['robustness_n']} changed" in public
+    assert ("fairness_n" not in stored) or f"on {stored['fairness_n']} changed" in public
+    assert public.count(" changed") == 1 + ("fairness_n" in stored)
 
 
 def test_an_evaluation_past_its_time_limit_fails_with_a_readable_error(scored_task, settings,
