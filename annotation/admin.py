@@ -12,7 +12,13 @@ from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from tasks.admin_lists import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
+from tasks.admin_lists import (
+    TASK_FILTER,
+    ScopedRelatedFilter,
+    TaskRoundFilter,
+    TaskScopedAdmin,
+    run_service_action,
+)
 
 from .exporting import iter_jsonl
 from .models import (
@@ -110,8 +116,9 @@ class ExampleAdmin(TaskScopedAdmin):
                     "retracted", "flagged", "created_at"]
     # No date hierarchy (its years and months are distinct values over every example): the
     # date filter's choices are fixed ranges, served by the created_at index.
-    list_filter = [TASK_FILTER, "source", "split", "fooled", "validation_status", "retracted", "flagged",
-                   ("created_at", admin.DateFieldListFilter)]
+    # The round filter lists the chosen task's rounds (the Round table, not the examples).
+    list_filter = [TASK_FILTER, ("round", TaskRoundFilter), "source", "split", "fooled", "validation_status",
+                   "retracted", "flagged", ("created_at", admin.DateFieldListFilter)]
     list_select_related = ["task", "round__task"]
     sortable_by = ["created_at"]  # the orders an index serves
     search_fields = exact_search_fields = ["uid", "external_uid", "annotator__username"]
