@@ -421,9 +421,3 @@ def write_examples(task, out, selection: Selection | None = None, *, fmt: str = 
     if progress is not None:
         progress(report.rows)
     return report
-
-
-def iter_jsonl(queryset, page_size: int | None = None) -> Iterator[str]:
-    """Lines of JSON Lines for ``queryset``, a page at a time (the admin's action)."""
-    for record in records(queryset, page_size):
-        yield json.dumps(record, ensure_ascii=False) + "\n"
