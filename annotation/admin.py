@@ -6,15 +6,31 @@ row. Flags and sessions change through actions that call the services.
 Researchers who are not superusers see only their own tasks' rows.
 """
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import connection, connections
 from django.db.models import Q
-from django.http import StreamingHttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
-from tasks.admin_lists import TASK_FILTER, ScopedRelatedFilter, TaskScopedAdmin, run_service_action
+from core.errors import DomainError, InvalidInput
+from tasks.admin_lists import (
+    TASK_FILTER,
+    FilterRefused,
+    ScopedRelatedFilter,
+    TaskRoundFilter,
+    TaskScopedAdmin,
+    refuse_unknown,
+    refuse_unknown_round_numbers,
+    run_service_action,
+)
+from tasks.models import Round, Task
 
-from .exporting import iter_jsonl
+from .exporting import EXCLUDE, INCLUDE, ONLY, Selection
 from .models import (
     AnnotationSession,
     Example,
@@ -24,6 +40,7 @@ from .models import (
     VouchedValidator,
 )
 from .services import examples as example_services
+from .services import exports as export_services
 from .services import reliability as reliability_services
 from .services import trust as trust_services
 from .services import validation as validation_services
@@ -42,14 +59,6 @@ class ValidationInline(admin.TabularInline):
 
     def has_change_permission(self, request, obj=None):
         return False
-
-
-@admin.action(description="Export selected examples as JSONL")
-def export_jsonl(modeladmin, request, queryset):
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response = StreamingHttpResponse(iter_jsonl(queryset), content_type="application/x-ndjson; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="examples-{stamp}.jsonl"'
-    return response
 
 
 @admin.action(description="Flag the selected examples")
@@ -104,21 +113,119 @@ def inputs_text_search(queryset, text: str):
     return queryset, Q(inputs_words=SearchQuery(text, config=INPUTS_TEXT_SEARCH_CONFIG, search_type="websearch"))
 
 
+WITHDRAWN = [(EXCLUDE, "Leave them out"), (INCLUDE, "Include them"), (ONLY, "Export only these")]
+ANY = [("", "Any")]
+
+
+class ExportForm(forms.Form):
+    """Which of a task's examples to export, and in which format (``exporting.Selection``)."""
+
+    task = forms.ModelChoiceField(queryset=Task.objects.none(), help_text="An export is of one task.")
+    round = forms.ModelChoiceField(queryset=Round.objects.none(), required=False, empty_label="Every round")
+    split = forms.ChoiceField(choices=ANY + Example.Split.choices, required=False)
+    source = forms.ChoiceField(choices=ANY + Example.Source.choices, required=False)
+    validation_status = forms.ChoiceField(choices=ANY + Example.ValidationStatus.choices, required=False)
+    fooled = forms.ChoiceField(required=False, label="Fooled the model", choices=ANY + [
+        ("yes", "Yes"), ("no", "No"), ("unknown", "Unknown (no model answered)")])
+    retracted = forms.ChoiceField(choices=WITHDRAWN, initial=EXCLUDE, label="Retracted examples",
+                                  help_text="Those their writers took back.")
+    flagged = forms.ChoiceField(choices=WITHDRAWN, initial=EXCLUDE, label="Flagged examples")
+    created_from = forms.DateTimeField(required=False, label="Written from", help_text="UTC, e.g. 2026-01-31 00:00")
+    created_before = forms.DateTimeField(required=False, label="Written before")
+    format = forms.ChoiceField(initial="csv", choices=[
+        ("csv", "CSV: a column per field, for spreadsheets"),
+        ("jsonl", "JSON Lines: the exact records (import_dataset --format dynabench reads them back)")])
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        tasks = Task.objects.researched_by(user).order_by("name")
+        self.fields["task"].queryset = tasks
+        self.fields["round"].queryset = Round.objects.filter(task__in=tasks).select_related("task").order_by(
+            "task__name", "number")
+        self.fields["round"].label_from_instance = lambda r: f"{r.task.name}, round {r.number}"
+
+    def clean(self):
+        data = super().clean()
+        task, rnd = data.get("task"), data.get("round")
+        if task is not None and rnd is not None and rnd.task_id != task.pk:
+            self.add_error("round", f"Round {rnd.number} of {rnd.task.name} is not a round of {task.name}.")
+        return data
+
+    def selection(self) -> Selection:
+        data = self.cleaned_data
+        return Selection(
+            task_id=data["task"].pk, round_number=data["round"].number if data["round"] else None,
+            split=data["split"] or None, source=data["source"] or None,
+            validation_status=data["validation_status"] or None, fooled=data["fooled"] or None,
+            retracted=data["retracted"], flagged=data["flagged"],
+            created_from=data["created_from"], created_before=data["created_before"])
+
+
+def _moment(value: str):
+    """A date filter's bound as the list passes it (a date, or a date and time)."""
+    moment = parse_datetime(value) if value else None
+    if moment is None and value and parse_date(value) is not None:
+        moment = parse_datetime(value + " 00:00")
+    return moment
+
+
+def export_initial(request) -> dict:
+    """The export form's values from the example list's filters (its query string). A
+    task or round outside the user's tasks is refused (``FilterRefused``), as the list does."""
+    get = request.GET.get
+    initial = {"retracted": EXCLUDE, "flagged": EXCLUDE, "format": "csv"}
+    for name in ("split", "source", "validation_status"):
+        if get(f"{name}__exact"):
+            initial[name] = get(f"{name}__exact")
+    if get("fooled__isnull") == "True":
+        initial["fooled"] = "unknown"
+    elif get("fooled__exact") in ("0", "1"):
+        initial["fooled"] = "yes" if get("fooled__exact") == "1" else "no"
+    for name in ("retracted", "flagged"):
+        if get(f"{name}__exact") in ("0", "1"):
+            initial[name] = ONLY if get(f"{name}__exact") == "1" else EXCLUDE
+    initial["created_from"], initial["created_before"] = _moment(get("created_at__gte")), _moment(
+        get("created_at__lt"))
+    tasks = Task.objects.researched_by(request.user)
+    task_id = get("task__id__exact")
+    if task_id:
+        refuse_unknown([task_id], tasks.values_list("pk", flat=True), "task", "among your tasks")
+        initial["task"] = tasks.get(pk=task_id)
+    rounds = Round.objects.filter(task__in=tasks).select_related("task")
+    if "task" in initial:
+        rounds = rounds.filter(task=initial["task"])
+    where = f"task {initial['task'].name}" if "task" in initial else "your tasks"
+    if get("round__id__exact"):
+        value = get("round__id__exact")
+        refuse_unknown([value], rounds.values_list("pk", flat=True), "round", f"in {where}")
+        initial["round"] = rounds.get(pk=value)
+        initial["task"] = initial["round"].task
+    elif get("round__number"):
+        value = get("round__number")
+        refuse_unknown_round_numbers([value], rounds.values_list("number", flat=True), where)
+        if "task" in initial:  # without a task the list shows that round of every task: the form asks which
+            initial["round"] = rounds.get(number=value)
+    return initial
+
+
 @admin.register(Example)
 class ExampleAdmin(TaskScopedAdmin):
     list_display = ["__str__", "task", "round", "split", "source", "fooled", "validation_status",
                     "retracted", "flagged", "created_at"]
     # No date hierarchy (its years and months are distinct values over every example): the
     # date filter's choices are fixed ranges, served by the created_at index.
-    list_filter = [TASK_FILTER, "source", "split", "fooled", "validation_status", "retracted", "flagged",
-                   ("created_at", admin.DateFieldListFilter)]
+    # The round filter lists the chosen task's rounds (the Round table, not the examples).
+    list_filter = [TASK_FILTER, ("round", TaskRoundFilter), "source", "split", "fooled", "validation_status",
+                   "retracted", "flagged", ("created_at", admin.DateFieldListFilter)]
     list_select_related = ["task", "round__task"]
     sortable_by = ["created_at"]  # the orders an index serves
     search_fields = exact_search_fields = ["uid", "external_uid", "annotator__username"]
     fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
     readonly_fields = DECIDED_FIELDS
     inlines = [ValidationInline]
-    actions = [export_jsonl, flag_examples, unflag_examples, gold_correct, gold_incorrect]
+    actions = [flag_examples, unflag_examples, gold_correct, gold_incorrect]
+    # "Export…" above the list: the whole filtered list of one task, written by a job.
+    change_list_template = "admin/annotation/example/change_list.html"
 
     @property
     def search_help_text(self):
@@ -132,6 +239,47 @@ class ExampleAdmin(TaskScopedAdmin):
 
     def has_add_permission(self, request):
         return False  # examples are written through the annotation flow or imported
+
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_export"
+        return [path("export/", self.admin_site.admin_view(self.export_view), name=name), *super().get_urls()]
+
+    def export_view(self, request):
+        """Export the examples the list shows (its task, round and other filters) as a job:
+        a form, prefilled from the list's filters, that queues the job and goes to its page."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            form = ExportForm(request.POST, user=request.user)
+            if form.is_valid():
+                try:
+                    job = export_services.start_export(request.user, form.cleaned_data["task"], form.selection(),
+                                                       form.cleaned_data["format"])
+                except InvalidInput as exc:
+                    for field, problems in exc.errors.items():
+                        form.add_error(field if field in form.fields else None, problems)
+                except DomainError as exc:
+                    form.add_error(None, exc.message)
+                else:
+                    self.message_user(request, f"Export job #{job.pk} queued: its page shows how far it is and "
+                                               "offers the file once it is written.", messages.SUCCESS)
+                    return redirect(job.get_absolute_url())
+        else:
+            try:
+                form = ExportForm(initial=export_initial(request), user=request.user)
+            except FilterRefused as exc:
+                return TemplateResponse(request, "admin/filter_refused.html", {
+                    **self.admin_site.each_context(request), "opts": self.opts, "message": str(exc),
+                    "title": "Cannot export these examples", "list_url": "../"}, status=400)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Export examples",
+            "opts": self.opts,
+            "form": form,
+            "search_ignored": bool(request.GET.get("q", "").strip()),
+        }
+        return TemplateResponse(request, "admin/annotation/example/export.html", context,
+                                status=400 if form.is_bound else 200)
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser

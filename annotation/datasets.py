@@ -1,12 +1,11 @@
-# Long on purpose: the dataset engine for examples: import (validated, batched, idempotent) and export in one place.
-"""Importing data sets into a task, and exporting a task's examples.
+# Long on purpose: the import engine for examples (checks, duplicates, shared contexts, batched writes) in one place.
+"""Importing data sets into a task (exporting them is ``annotation.exporting``).
 
 ``import_records`` takes the records that ``annotation.importers`` reads (public
 data sets, our seed files, our own export) and writes them as examples of a
 task: each row is checked against the task's config, duplicates are skipped,
 contexts are shared by id, and the rows are written with ``bulk_create`` in
-batches. ``export_examples`` streams a task's examples as JSONL (the format
-``--format dynabench`` reads back exactly) or CSV.
+batches.
 
 Choices worth knowing:
 
@@ -33,12 +32,11 @@ Choices worth knowing:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
@@ -47,11 +45,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
-from core.rows import spreadsheet_safe
 from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Round, Task
 
-from .exporting import ANNOTATOR_METADATA_KEY, RECORD_KEYS, example_record, iter_jsonl
+from .exporting import ANNOTATOR_METADATA_KEY
 from .importers import FORMATS, SPLITS, FormatError, Record, RowError
 from .models import Example
 from .services import counters
@@ -479,71 +476,6 @@ def import_records(
     return report
 
 
-# --- export -----------------------------------------------------------------
-
-EXPORT_FORMATS = ("jsonl", "csv")
-
-
-def export_queryset(task: Task, *, round_number: int | None = None, validated_only: bool = False):
-    examples = Example.objects.filter(task=task)
-    if round_number is not None:
-        examples = examples.filter(round__number=round_number)
-    if validated_only:
-        examples = examples.filter(validation_status=Example.ValidationStatus.VERIFIED)
-    return examples
-
-
-def iter_records(queryset, chunk_size: int = 500) -> Iterator[dict]:
-    rows = queryset.select_related("task", "round", "context").order_by("pk")
-    for example in rows.iterator(chunk_size=chunk_size):
-        yield example_record(example)
-
-
-def _csv_cell(value):
-    if value is None:
-        return ""
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def export_examples(
-    task: Task,
-    out,
-    *,
-    round_number: int | None = None,
-    validated_only: bool = False,
-    fmt: str = "jsonl",
-    chunk_size: int = 500,
-) -> int:
-    """Write the task's examples to the text stream ``out``; return how many.
-
-    Reads the rows in chunks (constant memory), ordered by creation (pk).
-    JSONL: one export record per line (``annotation.exporting``), the same
-    keys on every line. CSV: one column per record key, nested values (context,
-    inputs, target, predictions, validation, metadata) as JSON text, booleans
-    as true/false, null as an empty cell; text that a spreadsheet would run as a
-    formula starts with an apostrophe (``core.rows.spreadsheet_safe``). JSONL is
-    the exact form.
-    """
-    if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"Unknown export format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}.")
-    examples = export_queryset(task, round_number=round_number, validated_only=validated_only)
-    n = 0
-    if fmt == "jsonl":
-        for line in iter_jsonl(examples, chunk_size=chunk_size):
-            out.write(line)
-            n += 1
-        return n
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(RECORD_KEYS)
-    for record in iter_records(examples, chunk_size=chunk_size):
-        writer.writerow([spreadsheet_safe(_csv_cell(record[key])) for key in RECORD_KEYS])
-        n += 1
-    return n
-
-
 __all__ = [
-    "BATCH_SIZE", "DatasetImportError", "EXPORT_FORMATS", "FormatError", "ImportReport",
-    "check_format", "export_examples", "export_queryset", "import_records", "iter_records",
+    "BATCH_SIZE", "DatasetImportError", "FormatError", "ImportReport", "check_format", "import_records",
 ]

@@ -132,6 +132,8 @@ class Example(models.Model):
             # (On PostgreSQL a GIN index on the words of ``inputs`` serves the admin's text
             # search: migration 0009 creates it there only.)
             models.Index(fields=["task", "created_at"], name="example_task_created"),
+            # ... and one round's (the round filter; a round is of one task).
+            models.Index(fields=["round", "created_at"], name="example_round_created"),
             models.Index(fields=["validation_status", "created_at"], name="example_status_created"),
             # Few rows are flagged or retracted: these lists need not walk the others.
             models.Index(fields=["created_at"], condition=models.Q(flagged=True), name="example_flagged_created"),

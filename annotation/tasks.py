@@ -25,7 +25,7 @@ from tasks.models import Task
 
 from . import runtime
 from .idempotency import prune
-from .services import counters, reliability
+from .services import counters, exports, reliability
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +101,10 @@ def reconcile_counts() -> int:
     """Recount every round's counters from the rows and repair drift (on the beat
     schedule); how many counters were repaired."""
     return len(counters.reconcile())
+
+
+@shared_task(name="annotation.export_examples", acks_late=True, reject_on_worker_lost=True)
+def export_examples(job_id: int) -> int:
+    """Write a selection of a task's examples to a file (a Job: ``services.exports``)."""
+    exports.run_export_job(job_id)
+    return job_id

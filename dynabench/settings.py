@@ -170,6 +170,7 @@ CELERY_TASK_ROUTES = {
     "annotation.prune_idempotency_keys": {"queue": "default"},
     "annotation.refit_reliability": {"queue": "default"},
     "annotation.refit_due_reliability": {"queue": "default"},
+    "annotation.export_examples": {"queue": "default"},
     "annotation.predict": {"queue": "inference"},
     "annotation.explain": {"queue": "explain"},
     "annotation.load_models": {"queue": "inference"},
@@ -426,8 +427,14 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # Serve files straight from the app folders while developing (no collectstatic).
 WHITENOISE_AUTOREFRESH = DEBUG
+# Files that jobs make (an export of examples), downloaded from the job's page by the task's
+# researchers (tasks.job_files): a folder that the web and the workers share.
+DYNABENCH_JOB_FILES_DIR = Path(env("DYNABENCH_JOB_FILES_DIR", default=str(VAR_DIR / "job-files")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "job_files": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                  "OPTIONS": {"location": DYNABENCH_JOB_FILES_DIR,
+                              "file_permissions_mode": 0o600, "directory_permissions_mode": 0o700}},
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG

@@ -71,6 +71,7 @@ urlpatterns = [
     path("tasks/<slug:slug>/submit/", leaderboard_views.submit_page, name="submit-model"),
     path("models/<int:pk>/", leaderboard_views.model_page, name="model-page"),
     path("jobs/<int:pk>/", leaderboard_views.job_page, name="job-detail"),
+    path("jobs/<int:pk>/file/", tasks_views.job_file, name="job-file"),
     path("mturk/hit/", crowd_views.hit_page, name="mturk-hit"),
     path("mturk/hit/submit/", crowd_views.hit_submit, name="mturk-hit-submit"),
     path("api/", include((api_patterns, "api"))),

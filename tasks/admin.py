@@ -242,7 +242,7 @@ class JobAdmin(TaskScopedAdmin):
     list_filter = ["kind", "status", TASK_FILTER]
     list_select_related = ["task", "created_by"]
     search_fields = ["log", "error", "celery_task_id"]
-    readonly_fields = ["kind", "status", "progress_bar", "time_left", "queue_place", "page", "task", "params",
+    readonly_fields = ["kind", "status", "progress_bar", "time_left", "queue_place", "page", "file", "task", "params",
                        "result", "log", "error", "attempts", "rerun_of", "queue", "celery_task_name",
                        "celery_task_id", "created_by", "created_at", "started_at", "heartbeat_at", "finished_at"]
     fields = readonly_fields
@@ -274,3 +274,11 @@ class JobAdmin(TaskScopedAdmin):
     @admin.display(description="page")
     def page(self, obj):
         return format_html('<a href="{}">progress page</a>', obj.get_absolute_url())
+
+    @admin.display(description="file")
+    def file(self, obj):
+        """The file the job made (an export), for its task's researchers (the link checks)."""
+        if not (obj.result or {}).get("file"):
+            return "–"
+        return format_html('<a href="{}">{}</a> ({} bytes)', reverse("job-file", args=[obj.pk]),
+                           obj.result.get("filename", "download"), obj.result.get("bytes", "?"))

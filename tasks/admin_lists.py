@@ -6,13 +6,17 @@ full-text search); ``TaskScopedAdmin`` shows a researcher who is not a
 superuser only the rows of the tasks they own. Every app's admin builds on these.
 """
 
+from urllib.parse import parse_qsl, urlencode
+
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q
+from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 from django.utils.text import smart_split, unescape_string_literal
+from django.utils.translation import gettext as _
 
 from core.errors import DomainError
 
@@ -116,6 +120,12 @@ def _last_field(model, path: str):
     return field
 
 
+class FilterRefused(Exception):
+    """A list's filter names a row that the user cannot filter by (another researcher's
+    task, a round of another task, an id that is no id): the list answers 400 with this
+    message instead of the admin's silent redirect or its 400 debug page."""
+
+
 class LargeListAdmin(admin.ModelAdmin):
     """A list that costs the same at a million rows as at a thousand: it counts at
     most ``list_count_limit`` rows (``BoundedPaginator``; the page says "more than"
@@ -123,13 +133,31 @@ class LargeListAdmin(admin.ModelAdmin):
     ``exact_search_fields`` is set, searches by exact values on indexed fields
     instead of ``icontains`` (which reads every row). ``text_search`` adds a search
     of words served by an index of the database in use, if it has one. Filters list
-    choices from small tables (``ScopedRelatedFilter``), never distinct values of the list."""
+    choices from small tables (``ScopedRelatedFilter``), never distinct values of the list,
+    and a value that is not one of their choices is answered 400 with what is wrong
+    (``FilterRefused``)."""
 
     list_count_limit = 1000
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     exact_search_fields: tuple[str, ...] = ()
     most_search_terms = 20
+
+    def lookup_allowed(self, lookup, value, request=None):
+        """Also the lookups a filter takes besides its own field's (the round filter's number)."""
+        for item in self.get_list_filter(request) if request is not None else self.list_filter:
+            if isinstance(item, tuple) and lookup in getattr(item[1], "extra_lookups", lambda path: ())(item[0]):
+                return True
+        return super().lookup_allowed(lookup, value, request)
+
+    def changelist_view(self, request, extra_context=None):
+        try:
+            return super().changelist_view(request, extra_context)
+        except FilterRefused as exc:
+            context = {**self.admin_site.each_context(request), "opts": self.opts, "message": str(exc),
+                       "title": f"Cannot filter the {self.opts.verbose_name_plural} so",
+                       "list_url": request.path}
+            return TemplateResponse(request, "admin/filter_refused.html", context, status=400)
 
     def count_limit(self) -> int:
         """The most rows the list counts; above a page and above "Show all" (the admin
@@ -206,14 +234,114 @@ def scoped_rows(model, user):
     return model._default_manager.all() if user.is_superuser else model._default_manager.filter(task__in=tasks)
 
 
+def refuse_unknown(values, known, what: str, where: str) -> None:
+    """FilterRefused for the first of ``values`` (the URL's) that is not in ``known`` (ids)."""
+    known = {str(pk) for pk in known}
+    for value in values or ():
+        if not str(value).isdigit():
+            raise FilterRefused(f"{value!r} is not the id of a {what}: choose one from the filter's list.")
+        if str(value) not in known:
+            raise FilterRefused(f"No {what} #{value} {where}: choose one from the filter's list.")
+
+
+def refuse_unknown_round_numbers(values, known, where: str) -> None:
+    """FilterRefused for the first of ``values`` that is not one of the round numbers ``known``."""
+    known = set(known)
+    for value in values:
+        if not str(value).isdigit():
+            raise FilterRefused(f"{value!r} is not a round number (0 or more).")
+        if int(value) not in known:
+            raise FilterRefused(f"No round {value} in {where}: choose one from the filter's list.")
+
+
 class ScopedRelatedFilter(admin.RelatedFieldListFilter):
     """A filter on a relation whose choices are the related rows in the user's tasks
     (the Task table, or the batches of those tasks): a read of a small table, where
-    ``RelatedOnlyFieldListFilter`` reads the distinct values over every listed row."""
+    ``RelatedOnlyFieldListFilter`` reads the distinct values over every listed row.
+    A value that is not one of the choices is refused (``FilterRefused``)."""
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        super().__init__(field, request, params, model, model_admin, field_path)
+        meta = field.related_model._meta
+        refuse_unknown(self.lookup_val, [pk for pk, _ in self.lookup_choices], meta.verbose_name,
+                       f"among your {meta.verbose_name_plural}")
 
     def field_choices(self, field, request, model_admin):
         rows = scoped_rows(field.related_model, request.user)  # in the related model's own order
         return [(row.pk, str(row)) for row in rows]
+
+    def choices(self, changelist):
+        """Choosing another task drops the round filter, whose rounds were the last task's."""
+        dependent = {key for key in changelist.params if key.startswith("round__")} \
+            if self.field.related_model is Task else set()
+        for choice in super().choices(changelist):
+            if dependent:
+                kept = [(k, v) for k, v in parse_qsl(choice["query_string"].lstrip("?"), keep_blank_values=True)
+                        if k not in dependent]
+                choice["query_string"] = "?" + urlencode(kept)
+            yield choice
+
+
+class TaskRoundFilter(admin.RelatedFieldListFilter):
+    """The round filter: the rounds of the task the list is filtered by (all the user's
+    tasks' rounds when none is), read from the Round table, never from the listed rows.
+    Besides the round's id it takes its number (``round__number=1``: that round of the
+    chosen task, or of every task). A round outside the user's tasks, or not of the chosen
+    task, is refused (``FilterRefused``)."""
+
+    @staticmethod
+    def extra_lookups(field_path: str) -> set[str]:
+        return {f"{field_path}__number"}
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        self.number_kwarg = f"{field_path}__number"
+        self.tasks = self._chosen_tasks(request, model_admin)
+        super().__init__(field, request, params, model, model_admin, field_path)
+        where = f"task {self.tasks[0].name}" if len(self.tasks) == 1 else "your tasks"
+        refuse_unknown(self.lookup_val, [pk for pk, _ in self.lookup_choices], "round", f"in {where}")
+        self.numbers = [str(value) for value in self.used_parameters.get(self.number_kwarg) or ()]
+        refuse_unknown_round_numbers(self.numbers, self.round_numbers.values(), where)
+
+    @staticmethod
+    def _chosen_tasks(request, model_admin) -> list:
+        """The tasks the list is filtered by, among the user's (the task filter refuses others)."""
+        path = getattr(model_admin, "task_path", "task")
+        wanted = [v for v in request.GET.getlist(f"{path}__id__exact") if v.isdigit()]
+        if not wanted:
+            return []
+        return list(scoped_rows(Task, request.user).filter(pk__in=wanted))
+
+    def expected_parameters(self):
+        return [*super().expected_parameters(), self.number_kwarg]
+
+    def has_output(self):
+        # A filter without output is not applied: a round asked for is, even if it is the only one.
+        return bool(self.lookup_val or self.numbers) or super().has_output()
+
+    def field_choices(self, field, request, model_admin):
+        rounds = scoped_rows(Round, request.user)
+        if self.tasks:
+            rounds = rounds.filter(task__in=self.tasks)
+        rounds = list(rounds.select_related("task").order_by("task__name", "number"))
+        self.round_numbers = {r.pk: r.number for r in rounds}
+        one_task = len(self.tasks) == 1
+        return [(r.pk, f"Round {r.number}" if one_task else f"{r.task.name}, round {r.number}") for r in rounds]
+
+    def choices(self, changelist):
+        chosen = [str(v) for v in self.lookup_val or ()]
+        yield {
+            "selected": not chosen and not self.numbers,
+            "query_string": changelist.get_query_string(
+                remove=[self.lookup_kwarg, self.lookup_kwarg_isnull, self.number_kwarg]),
+            "display": _("All"),
+        }
+        for pk, label in self.lookup_choices:
+            yield {
+                "selected": str(pk) in chosen or (not chosen and str(self.round_numbers[pk]) in self.numbers),
+                "query_string": changelist.get_query_string(
+                    {self.lookup_kwarg: pk}, [self.lookup_kwarg_isnull, self.number_kwarg]),
+                "display": label,
+            }
 
 
 # The task filter lists the tasks the researcher owns (every task, for superusers).

@@ -209,6 +209,7 @@ class Job(models.Model):
         EVALUATE_MODEL = "evaluate_model", "Evaluate a model"
         HEALTH_CHECK = "health_check", "Health check"
         CHECK_SUBMISSION = "check_submission", "Check a submitted model"
+        EXPORT_EXAMPLES = "export_examples", "Export examples"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"

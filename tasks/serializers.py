@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.urls import reverse
 from rest_framework import serializers
 
 from core.fields import StrictModelSerializer
@@ -71,10 +72,13 @@ class JobSerializer(serializers.ModelSerializer):
         "or without history."))
     url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
     page = serializers.SerializerMethodField(help_text="The job's page, for people.")
+    file = serializers.SerializerMethodField(help_text=(
+        "Where the task's researchers download the file the job made (an export of examples); null if it "
+        "made none."))
 
     class Meta:
         model = Job
-        fields = ["id", "url", "page", "kind", "status", "progress", "seconds_left", "queue_position", "estimated_start", "task",
+        fields = ["id", "url", "page", "file", "kind", "status", "progress", "seconds_left", "queue_position", "estimated_start", "task",
                   "params", "result", "log", "error", "attempts", "rerun_of", "created_at", "started_at",
                   "heartbeat_at", "finished_at"]
         read_only_fields = fields
@@ -91,6 +95,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_page(self, obj) -> str:
         return obj.get_absolute_url()
+
+    def get_file(self, obj) -> str | None:
+        return reverse("job-file", args=[obj.pk]) if (obj.result or {}).get("file") else None
 
 
 class ContextUploadSerializer(serializers.Serializer):

@@ -91,7 +91,14 @@ def worker_store(s3_endpoint):
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk, worker_store):
+def worker_job_files(tmp_path_factory):
+    """The folder the worker writes job files to (exports), and this process reads them from:
+    one folder both share, as web and workers share DYNABENCH_JOB_FILES_DIR."""
+    return tmp_path_factory.mktemp("job-files")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk, worker_store, worker_job_files):
     """A real `celery worker` process, on the test database, all queues (MTurk: the fake),
     with the threads pool `make worker` uses (predictions batched on its model thread).
     Its artifacts go to object storage (``worker_store``), through a cache of its own."""
@@ -104,7 +111,7 @@ def celery_worker_process(services, tmp_path_factory, _models_dir, worker_mturk,
     env = dict(os.environ)
     env.update(
         DATABASE_URL=database_url(connection.settings_dict),
-        DYNABENCH_MODELS_DIR=str(_models_dir),
+        DYNABENCH_MODELS_DIR=str(_models_dir), DYNABENCH_JOB_FILES_DIR=str(worker_job_files),
         DYNABENCH_ARTIFACTS_URL=worker_store["url"], AWS_ENDPOINT_URL_S3=worker_store["endpoint"],
         DYNABENCH_ARTIFACTS_CACHE=str(tmp_path_factory.mktemp("worker-artifact-cache")),
         PYTHONUNBUFFERED="1", INFERENCE_WARMUP_WAIT="120",

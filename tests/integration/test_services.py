@@ -43,6 +43,33 @@ def test_a_job_enqueued_on_commit_runs_in_the_worker(celery_worker_process):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_export_job_runs_in_the_worker_and_its_file_is_served_here(celery_worker_process, worker_job_files,
+                                                                      demo_tasks, researcher, client, settings):
+    from django.urls import reverse
+
+    from annotation.exporting import Selection
+    from annotation.models import Example
+    from annotation.services.exports import start_export
+    from tasks.jobs import wait_for_job
+
+    settings.STORAGES = {**settings.STORAGES, "job_files": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": worker_job_files}}}
+    task = demo_tasks["nli"]
+    rnd = task.open_round()
+    Example.objects.bulk_create([
+        Example(task=task, round=rnd, inputs={"hypothesis": f"h, \"{i}\"\n<b>x</b>"}, target={"label": "neutral"},
+                retracted=i % 50 == 0) for i in range(150)])
+    job = start_export(researcher, task, Selection(task_id=task.pk, round_number=rnd.number), "csv")
+    job = wait_for_job(job, timeout=120, poll_seconds=0.2)
+    assert job.status == Job.Status.SUCCEEDED, job.error or job.log
+    assert job.result["rows"] == 147 and job.progress == 100 and job.celery_task_id
+    client.force_login(researcher)
+    response = client.get(reverse("job-file", args=[job.pk]))
+    body = b"".join(response.streaming_content).decode()
+    assert response.status_code == 200 and body.count('"h, ""') == 147
+
+
+@pytest.mark.django_db(transaction=True)
 def test_predictions_go_through_the_inference_queue(celery_worker_process, live_tasks):
     from annotation.inference import predict_with
     from tasks.registry import round_target_models

@@ -157,14 +157,22 @@ def test_admin_shows_a_clear_error_for_a_bad_config(client, researcher):
     assert not Task.objects.filter(slug="broken").exists()
 
 
-def test_export_selected_examples_as_jsonl(populated, client, researcher):
+def test_the_example_list_exports_as_a_job(populated, client, researcher, settings, tmp_path,
+                                           django_capture_on_commit_callbacks):
+    settings.STORAGES = {**settings.STORAGES, "job_files": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": tmp_path}}}
     client.force_login(researcher)
-    response = client.post(reverse("admin:annotation_example_changelist"), {
-        "action": "export_jsonl", "_selected_action": [populated.pk],
-    })
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("application/x-ndjson")
-    lines = b"".join(response.streaming_content).decode().splitlines()
+    listed = client.get(reverse("admin:annotation_example_changelist") + f"?task__id__exact={populated.task_id}")
+    assert f'href="/admin/annotation/example/export/?task__id__exact={populated.task_id}"' in listed.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("admin:annotation_example_export"), {
+            "task": populated.task_id, "retracted": "exclude", "flagged": "exclude", "format": "jsonl"})
+    assert response.status_code == 302
+    job = Job.objects.get(kind=Job.Kind.EXPORT_EXAMPLES)
+    assert job.status == "succeeded" and response.url == job.get_absolute_url()
+    download = client.get(reverse("job-file", args=[job.pk]))
+    assert download.status_code == 200 and download["Content-Disposition"].startswith("attachment")
+    lines = b"".join(download.streaming_content).decode().splitlines()
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["uid"] == str(populated.uid)
@@ -174,6 +182,8 @@ def test_export_selected_examples_as_jsonl(populated, client, researcher):
     assert record["validation"] == {"status": "pending", "correct": 0, "incorrect": 0, "flagged": 0}
     assert record["annotator"].startswith("a-") and "annotator" not in record["annotator"]
     assert str(populated.annotator_id) != record["annotator"][2:]
+    job_page = client.get(reverse("admin:tasks_job_change", args=[job.pk])).content.decode()
+    assert reverse("job-file", args=[job.pk]) in job_page
 
 
 def test_admin_change_page_escapes_user_text(populated, client, researcher):

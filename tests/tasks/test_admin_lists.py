@@ -84,6 +84,7 @@ def lists(task, example):
         (Example, {}), (Example, {"task__id__exact": task.pk}), (Example, {"flagged__exact": "1"}),
         (Example, {"validation_status__exact": "pending", "fooled__isnull": "True"}),
         (Example, {"created_at__gte": week}), (Example, {"q": str(example.uid)}),
+        (Example, {"task__id__exact": task.pk, "round__id__exact": example.round_id}), (Example, {"round__number": "1"}),
         (Example, {"q": example.external_uid}), (Example, {"q": "annotator"}), (Example, {"q": "not-a-uuid"}),
         (Example, {"q": "words"}),
         (Validation, {}), (Validation, {"task__id__exact": task.pk, "label__exact": "correct"}),
@@ -309,6 +310,8 @@ def explain(sql, *also_off) -> str:
 @pytest.mark.parametrize(("model", "table", "params", "index"), [
     (Example, "annotation_example", {}, "created_at"),
     (Example, "annotation_example", {"task__id__exact": "TASK"}, "example_task_created"),
+    (Example, "annotation_example", {"round__id__exact": "ROUND"}, "example_round_created"),
+    (Example, "annotation_example", {"task__id__exact": "TASK", "round__id__exact": "ROUND"}, "example_round_created"),
     (Validation, "annotation_validation", {}, "validation_created"),
     (AnnotationSession, "annotation_annotationsession", {}, "session_created"),
     (Context, "tasks_context", {}, None),
@@ -320,7 +323,7 @@ def explain(sql, *also_off) -> str:
 def test_each_big_list_is_read_in_the_order_of_an_index(rows, client, superuser, model, table, params, index):
     rows.grow(5)
     client.force_login(superuser)
-    params = {k: rows.task.pk if v == "TASK" else v for k, v in params.items()}
+    params = {k: {"TASK": rows.task.pk, "ROUND": rows.round.pk}.get(v, v) for k, v in params.items()}
     _, sql = visit(client, model, params)
     plan = explain(main_query(sql, table))
     if connection.vendor == "postgresql":
@@ -333,3 +336,17 @@ def test_each_big_list_is_read_in_the_order_of_an_index(rows, client, superuser,
             assert re.search(rf"(SCAN|SEARCH) {table} USING (COVERING )?INDEX \S*{index}", plan), plan
         else:
             assert re.search(rf"^SCAN {table}$", plan, re.MULTILINE), plan  # the table's own b-tree, by id
+
+
+def test_every_task_scoped_list_refuses_a_task_or_batch_outside_the_users_with_400(rows, client, other_researcher):
+    """Not an empty list that looks like "no rows", nor the admin's silent redirect: a 400
+    that says which filter value is not one of the user's."""
+    rows.grow(2)
+    client.force_login(other_researcher)
+    for model, params in ((Validation, {"task__id__exact": rows.task.pk}),
+                          (AnnotationSession, {"task__id__exact": rows.task.pk}),
+                          (Context, {"task__id__exact": "x1"}), (Job, {"task__id__exact": rows.task.pk}),
+                          (Assignment, {"hit__batch__id__exact": rows.batch.pk})):
+        page, _ = visit(client, model, params, expect=400)
+        text = page.content.decode()
+        assert "among your" in text or "is not the id of a" in text, (model, text[:1000])
