@@ -38,7 +38,10 @@ METRICS = ["exact_match", "string_f1"]
 # ``target_confidence`` (``annotation.reliability``), and by a researcher after
 # ``max_votes`` votes without a decision.
 VALIDATION_POLICIES = ["fixed", "adaptive"]
-VALIDATION_DEFAULTS = {"policy": "fixed", "target_confidence": 0.998, "min_votes": 1, "max_votes": 5,
+# The default is the rule bench/validation_frontier.py picks (docs/annotation.md, "The
+# frontier, and the default"), with at least two counted votes: one account, however
+# well it did on gold items, never decides an example alone.
+VALIDATION_DEFAULTS = {"policy": "adaptive", "target_confidence": 0.9, "min_votes": 2, "max_votes": 5,
                        "gold_rate": 0.1}
 # Whose votes decide: ``decides`` "all" examples (the default) or only "paid" ones
 # need a trusted validator (``annotation.services.trust``); ``gold_*``: below

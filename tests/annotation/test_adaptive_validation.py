@@ -25,7 +25,10 @@ def adaptive(task, **rule):
     """The adaptive policy, on a task where any aged account decides unpaid examples
     (``validator_trust.decides: "paid"``): what is tested here is the policy's
     arithmetic; who may decide is tested in test_trust and test_gold."""
-    task.config = {**task.config, "validation": {"policy": "adaptive", **rule},
+    # The arithmetic below was worked out for a target of 0.998 and 1 to 5 votes (the
+    # default is 0.9 and 2 to 5): those are stated, not taken from the default.
+    task.config = {**task.config, "validation": {"policy": "adaptive", "target_confidence": 0.998, "min_votes": 1,
+                                                 **rule},
                    "validator_trust": {**task.config.get("validator_trust", {}), "decides": "paid"}}
     task.save()
     task.refresh_from_db()
@@ -56,9 +59,13 @@ def test_the_validation_object_is_checked_with_clear_errors():
     config = validate_task_config("classification", sentiment_config(policy="adaptive", target_confidence=0.99,
                                                                       max_votes=4))
     assert config.adaptive_validation
-    assert config.validation == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1, "max_votes": 4,
+    assert config.validation == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 2, "max_votes": 4,
                                  "gold_rate": 0.1}
-    assert validate_task_config("classification", sentiment_config()).validation["policy"] == "fixed"
+    # The default is the frontier's pick (tests/bench/test_validation_frontier.py), never one vote alone.
+    assert validate_task_config("classification", sentiment_config()).validation == {
+        "policy": "adaptive", "target_confidence": 0.9, "min_votes": 2, "max_votes": 5, "gold_rate": 0.1}
+    fixed = validate_task_config("classification", sentiment_config(policy="fixed"))
+    assert not fixed.adaptive_validation and fixed.num_matching_validations == 3
     for bad, says in [({"policy": "majority"}, "config.validation.policy"),
                       ({"target_confidence": 0.5}, "config.validation.target_confidence"),
                       ({"target_confidence": 1}, "config.validation.target_confidence"),
@@ -161,6 +168,8 @@ def test_spammers_lose_their_weight_and_then_decide_nothing(demo_tasks, annotato
     mislabelled example that the spammers both call correct stays undecided."""
     settings.RELIABILITY_REFIT_VOTES = 10_000  # the test refits when it says so
     task = demo_tasks["sentiment"]  # fixed policy while the history is written: 3 matching votes
+    task.config = {**task.config, "validation": {"policy": "fixed"}}
+    task.save()
     careful = [account(f"careful{i}", f"198.51.100.{90 + i}") for i in range(3)]
     always, coin = account("always", "198.51.100.98"), account("coin", "198.51.100.99")
     for voter in (always, coin, *careful):

@@ -224,7 +224,7 @@ def test_only_researchers_mark_gold_items_with_a_verdict_that_agrees(demo_tasks,
 
 def test_a_paid_example_needs_two_validators_who_are_not_one_person(demo_tasks, researcher, annotator):
     task = demo_tasks["sentiment"]
-    task.config = {**task.config, "num_matching_validations": 1}
+    task.config = {**task.config, "num_matching_validations": 1, "validation": {"policy": "fixed"}}
     task.save()
     example = paid(task, annotator)
     first, twin, other = (account("first", "198.51.100.140"), account("twin", "198.51.100.140"),

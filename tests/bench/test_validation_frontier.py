@@ -106,3 +106,21 @@ def test_a_quick_run(tmp_path):
     document = json.loads(out.read_text())
     assert document["data"]["cases"] == 300 and document["seeds"] == 2
     assert "Where the adaptive rule wins" in done.stdout
+
+
+def test_the_task_configs_default_is_the_rule_the_committed_frontier_picks():
+    """VALIDATION_DEFAULTS follows the frontier: the committed run's pick is the default's
+    rule, measured with the default's bounds, and a task left to the default decides by it."""
+    from tasks.config import VALIDATION_DEFAULTS, validate_task_config
+
+    document = json.loads(COMMITTED.read_text())
+    assert VALIDATION_DEFAULTS["policy"] == "adaptive"
+    assert document["default"]["choice"] == f"adaptive {VALIDATION_DEFAULTS['target_confidence']:g}"
+    assert document["setup"]["task_default"] == document["default"]["choice"]
+    assert document["setup"]["adaptive_bounds"] == {"min_votes": VALIDATION_DEFAULTS["min_votes"],
+                                                    "max_votes": VALIDATION_DEFAULTS["max_votes"]}
+    assert VALIDATION_DEFAULTS["min_votes"] >= 2  # one account never decides alone
+    config = validate_task_config("classification", {
+        "context_fields": [], "input_fields": [{"name": "text", "label": "Text"}], "model_inputs": ["text"],
+        "labels": [{"name": "a"}, {"name": "b"}]})
+    assert config.adaptive_validation and config.validation == VALIDATION_DEFAULTS

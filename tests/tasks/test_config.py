@@ -130,3 +130,33 @@ def test_a_task_bounds_the_sizes_of_submitted_models():
                             ({"max_vocab_size": 0}, "0 is less than the minimum of 1")]:
         with pytest.raises(ValidationError, match=message):
             validate_task_config(CLASSIFICATION, {**base, "model_limits": limits})
+
+
+@pytest.mark.django_db
+def test_tasks_made_before_the_default_moved_keep_fixed_three_matching():
+    """Migration tasks 0007: a task whose config left the validation rule to the default
+    (fixed 3-matching then) keeps that rule; what a config says itself is kept; a new
+    task gets the adaptive default."""
+    import importlib
+
+    from django.apps import apps
+
+    from tasks.models import Task
+
+    pin = importlib.import_module("tasks.migrations.0007_pin_validation_policy").pin
+    base = load_definition("sentiment")["config"]
+    made = {
+        "bare": Task.objects.create(slug="bare", name="Bare", task_type=CLASSIFICATION, config=copy.deepcopy(base)),
+        "gold": Task.objects.create(slug="gold", name="Gold", task_type=CLASSIFICATION, config={**base, "validation": {"gold_rate": 0.2}}),
+        "chose": Task.objects.create(slug="chose", name="Chose", task_type=CLASSIFICATION, config={
+            **base, "validation": {"policy": "adaptive", "target_confidence": 0.99}}),
+    }
+    pin(apps, None)
+    for task in made.values():
+        task.refresh_from_db()
+    bare = made["bare"].parsed_config
+    assert (bare.validation["policy"], bare.num_matching_validations, bare.adaptive_validation) == ("fixed", 3, False)
+    assert made["gold"].config["validation"] == {"gold_rate": 0.2, "policy": "fixed", "target_confidence": 0.998,
+                                                 "min_votes": 1}
+    assert made["chose"].config["validation"] == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1}
+    assert Task(slug="new", name="New", task_type=CLASSIFICATION, config=copy.deepcopy(base)).parsed_config.adaptive_validation
