@@ -137,7 +137,8 @@
       answerStart = null;
       if (!typed) { where.textContent = ""; return; }
       var idx = passage.indexOf(typed);
-      if (idx < 0) { where.textContent = "Not found in the passage: it must be copied exactly."; return; }
+      /* The server says why on Submit too (the answer must be a span of the passage). */
+      if (idx < 0) { where.textContent = "Not in the passage: the answer must be a span of it, typed exactly as it appears."; return; }
       answerStart = codePoints(passage.slice(0, idx));
       where.textContent = "Found in the passage at character " + answerStart + ".";
     }
