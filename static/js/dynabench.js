@@ -330,7 +330,7 @@
       if (!item) {
         $("item-standing").textContent = "";
         body.textContent = "";
-        body.appendChild(el("p", null, "Nothing to validate in this task right now. Thank you!"));
+        body.appendChild(el("p", null, root.dataset.emptyText));
         return;
       }
       body.textContent = "";
