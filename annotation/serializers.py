@@ -56,7 +56,9 @@ class AnswerSerializer(serializers.Serializer):
     label = StrictCharField(required=False, max_length=40, help_text="Classification: one of the task's labels.")
     text = StrictCharField(required=False, max_length=MAX_TEXT, trim_whitespace=False,
                            help_text="QA: the answer, a span of the passage.")
-    start = StrictIntegerField(required=False, min_value=0, max_value=MAX_DATABASE_ID,
+    # null is read as "not given": the service then says what the answer lacks (a span of
+    # the passage, or its offset), never a bare "may not be null".
+    start = StrictIntegerField(required=False, allow_null=True, min_value=0, max_value=MAX_DATABASE_ID,
                                help_text="QA: the span's character offset in the passage.")
 
 

@@ -28,7 +28,7 @@ from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
 from .serializers import ValidationItemSerializer
-from .services import examples, sessions, stats, validation
+from .services import examples, sessions, stats, trust, validation
 from .services.trust import record_address
 from .tokens import InvalidToken, make_token, session_from_token
 
@@ -136,6 +136,9 @@ def work_page_context(request, task, session, work) -> dict:
     else:
         example = validation.next_for(task, session.user)
         context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
+        # Said before the first vote: a new account's decisions wait (the trust rule's own setting).
+        context["votes_count_from"] = trust.votes_count_from(task, session.user, session)
+        context["min_account_age"] = trust.min_account_age_text()
     return context
 
 

@@ -12,7 +12,6 @@ change goes through a crowd service.
 """
 
 from decimal import Decimal
-from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -29,11 +28,8 @@ from tasks.models import Task
 
 from . import bonuses, budgets, costs, mturk, publishing, sync, workers
 from .models import Assignment, Batch, BonusPayment, CrowdBudget, TaskBlock, WorkerIdentity
+from .money import usd
 from .publishing import BatchRequest, post_hits, publish
-
-
-def _money(value) -> str:
-    return "—" if value is None else f"${value:.2f}"
 
 
 def _report_mturk(modeladmin, request, label: str, run):
@@ -194,7 +190,7 @@ class BatchAdmin(TaskScopedAdmin):
 
     @admin.display(description="spent")
     def spent(self, obj):
-        return _money(self._spend(obj).total)
+        return usd(self._spend(obj).total)
 
     @staticmethod
     def _committed(obj) -> Decimal:
@@ -205,15 +201,15 @@ class BatchAdmin(TaskScopedAdmin):
 
     @admin.display(description="committed (may still cost)")
     def committed_shown(self, obj):
-        return _money(self._committed(obj))
+        return usd(self._committed(obj))
 
     @admin.display(description="most it may cost")
     def max_cost_shown(self, obj):
-        return _money(obj.max_cost)
+        return usd(obj.max_cost)
 
     @admin.display(description="per verified fooling example")
     def per_verified_fooling(self, obj):
-        return _money(self._spend(obj).per_verified_fooling)
+        return usd(self._spend(obj).per_verified_fooling)
 
     @admin.display(description="spending")
     def spending(self, obj):
@@ -221,9 +217,9 @@ class BatchAdmin(TaskScopedAdmin):
         return format_html(
             "rewards {} + bonuses {} + MTurk fees {} = <strong>{}</strong> of at most {} "
             "({} approved assignments, {} verified model-fooling examples: <strong>{}</strong> each)",
-            _money(spend.rewards), _money(spend.bonuses), _money(spend.fees), _money(spend.total),
-            _money(obj.max_cost), spend.approved_assignments, spend.verified_fooling,
-            _money(spend.per_verified_fooling))
+            usd(spend.rewards), usd(spend.bonuses), usd(spend.fees), usd(spend.total),
+            usd(obj.max_cost), spend.approved_assignments, spend.verified_fooling,
+            usd(spend.per_verified_fooling))
 
     @admin.display(description="assignments")
     def assignment_counts(self, obj):
@@ -265,16 +261,16 @@ class BatchAdmin(TaskScopedAdmin):
                 form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
             else:
                 if batch.status == Batch.Status.AWAITING_APPROVAL:
-                    self.message_user(request, f"Batch {batch.pk} may cost up to ${batch.max_cost:.2f}; with what "
+                    self.message_user(request, f"Batch {batch.pk} may cost up to {usd(batch.max_cost)}; with what "
                                                "you published alone on this task in the last 24 hours that is over "
-                                               f"CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}): "
+                                               f"CROWD_APPROVAL_THRESHOLD ({usd(settings.CROWD_APPROVAL_THRESHOLD)}): "
                                                "nothing is posted until a superuser other than you approves it.",
                                       messages.WARNING)
                 else:
                     self.message_user(request, f"Published batch {batch.pk}: {batch.hits} HITs on the "
                                                f"{'sandbox' if batch.sandbox else 'LIVE site'}.", messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:crowd_batch_change", args=[batch.pk]))
-        base_url = settings.PUBLIC_BASE_URL
+        base_url = publishing.base_url_report(request.scheme, request.get_host())
         return TemplateResponse(request, "admin/crowd/publish.html", {
             **self.admin_site.each_context(request), "title": "Publish a batch of HITs", "form": form,
             "opts": self.model._meta, "sandbox": settings.MTURK_SANDBOX,
@@ -283,9 +279,10 @@ class BatchAdmin(TaskScopedAdmin):
                 {"ok": mturk.credentials_found(), "what": "AWS credentials",
                  "how": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the server's environment (or an AWS "
                         "profile) for the requester account"},
-                {"ok": urlsplit(base_url).scheme == "https", "what": "an HTTPS PUBLIC_BASE_URL",
-                 "how": f"MTurk shows only HTTPS pages in its frame; PUBLIC_BASE_URL is {base_url or 'unset'!r}"},
+                {"ok": base_url.ok, "what": "an HTTPS PUBLIC_BASE_URL"
+                 + (f" ({base_url.shown})" if base_url.ok else ""), "how": base_url.how},
             ],
+            "base_url_warning": base_url.warning,
             "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
                      "many": costs.MANY_ASSIGNMENTS},
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
@@ -374,19 +371,19 @@ class CrowdBudgetAdmin(TaskScopedAdmin):
 
     @admin.display(description="budget", ordering="amount")
     def amount_shown(self, obj):
-        return _money(obj.amount)
+        return usd(obj.amount)
 
     @admin.display(description="spent")
     def spent(self, obj):
-        return _money(self._standing(obj).spent)
+        return usd(self._standing(obj).spent)
 
     @admin.display(description="committed")
     def committed(self, obj):
-        return _money(self._standing(obj).committed)
+        return usd(self._standing(obj).committed)
 
     @admin.display(description="left")
     def left(self, obj):
-        return _money(self._standing(obj).left)
+        return usd(self._standing(obj).left)
 
     @admin.display(description="where it stands (the MTurk site in use)")
     def standing(self, obj):
@@ -587,7 +584,7 @@ class WorkerIdentityAdmin(LargeListAdmin):
 
     @admin.display(description="earned (rewards + bonuses)")
     def earned(self, obj):
-        return _money(obj.earned_rewards + obj.earned_bonuses)
+        return usd(obj.earned_rewards + obj.earned_bonuses)
 
     def has_module_permission(self, request):
         return request.user.is_superuser

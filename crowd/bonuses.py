@@ -60,6 +60,7 @@ from annotation.services.examples import signature_ok
 
 from . import mturk, watermarks
 from .models import Assignment, Batch, BonusPayment
+from .money import usd
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def _give_up(payment: BonusPayment, exc: Exception) -> None:
         return
     worker = payment.assignment.worker.worker_id
     logger.error("Bonus %s ($%s to %s) given up: %s", payment.pk, payment.amount, worker, exc)
-    mail_admins(f"A bonus could not be paid: ${payment.amount} to {worker}",
+    mail_admins(f"A bonus could not be paid: {usd(payment.amount)} to {worker}",
                 f"Bonus ledger row {payment.pk} (assignment {payment.assignment.assignment_id}) {reason}\n\n"
                 "It is marked gave_up in the admin (Crowd > Bonus payments). Check the assignment on MTurk, then "
                 "pay it by hand or mark it as settled.", fail_silently=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
@@ -20,15 +20,13 @@ from annotation.models import Example, Validation
 from annotation.services.reliability import validation_forecast
 
 from .models import Assignment, Batch, BonusPayment
+from .money import CENT, cents
 
-CENT = Decimal("0.01")
 FEE = Decimal("0.20")
 FEE_MANY_ASSIGNMENTS = Decimal("0.40")
 MANY_ASSIGNMENTS = 10
 
 
-def cents(value: Decimal) -> Decimal:
-    return Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def reward_fee(reward: Decimal, assignments_per_hit: int) -> Decimal:

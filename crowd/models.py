@@ -16,6 +16,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from .money import usd
+
 
 class WorkerIdentity(models.Model):
     """Links an MTurk worker id to the platform user that acts for it.
@@ -61,7 +63,9 @@ class Batch(models.Model):
         AWAITING_APPROVAL = "awaiting_approval", "Awaiting a superuser's approval"
         PUBLISHING = "publishing", "Publishing"
         PUBLISHED = "published", "Published"
-        FINISHED = "finished", "Finished (expired)"
+        # Its HITs were expired on MTurk (lifetime over, every assignment decided, or by
+        # hand): nobody new can accept them; work already taken is still synced and paid.
+        FINISHED = "finished", "Closed to new workers"
         CANCELLED = "cancelled", "Cancelled (never published)"
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False,
@@ -255,7 +259,7 @@ class BonusPayment(models.Model):
         ]
 
     def __str__(self):
-        return f"${self.amount} to {self.assignment.worker.worker_id} ({self.get_status_display()})"
+        return f"{usd(self.amount)} to {self.assignment.worker.worker_id} ({self.get_status_display()})"
 
 
 class Qualification(models.Model):
@@ -302,7 +306,7 @@ class TaskBlock(models.Model):
         constraints = [models.UniqueConstraint(fields=["worker", "task"], name="one_block_per_worker_and_task")]
 
     def __str__(self):
-        return f"{self.worker.worker_id} blocked on task {self.task_id}"
+        return f"{self.worker.worker_id} blocked on {self.task.slug}"
 
 
 class CrowdBudget(models.Model):
@@ -323,7 +327,7 @@ class CrowdBudget(models.Model):
         verbose_name = "crowd budget"
 
     def __str__(self):
-        return f"${self.amount} for task {self.task_id}"
+        return f"{usd(self.amount)} for {self.task.name} ({self.task.slug})"
 
 
 class RequesterAccount(models.Model):

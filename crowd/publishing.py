@@ -33,6 +33,7 @@ from tasks.roles import is_researcher
 
 from . import budgets, costs, mturk, workers
 from .models import Batch, Hit
+from .money import usd
 
 MAX_HITS = 1000
 # MTurk approves a submission by itself after the auto-approval delay: it must leave
@@ -114,11 +115,57 @@ def check_request(req: BatchRequest) -> Round:
 
 def check_reachable(task: Task) -> None:
     """Workers can reach the task's HITs: an https address, a public task."""
+    if not settings.PUBLIC_BASE_URL:
+        raise Conflict("PUBLIC_BASE_URL is unset: every HIT links to the platform's public address, and MTurk "
+                       "shows only HTTPS pages in its frame. Set it to the platform's public https:// address.")
     if urlsplit(settings.PUBLIC_BASE_URL).scheme != "https":
         raise Conflict(f"PUBLIC_BASE_URL is {settings.PUBLIC_BASE_URL!r}: MTurk shows only HTTPS pages in its "
                        "frame. Set it to the platform's public https:// address.")
     if not task.is_public:
         raise Conflict(f"Task {task.slug} is not public (inactive or hidden): MTurk workers could not reach it.")
+
+
+@dataclass(frozen=True)
+class BaseUrlReport:
+    """What the publish form says about the address HITs will link to."""
+
+    shown: str  # PUBLIC_BASE_URL as set, or (unset) the address this request came to
+    ok: bool  # publishing would accept it
+    how: str  # what to do when it is not ok
+    warning: str  # set, but not the host this request came to ("" when it is)
+
+
+def base_url_report(request_scheme: str, request_host: str) -> BaseUrlReport:
+    """The publish form's line about ``PUBLIC_BASE_URL``, given the scheme and the host
+    (with its port, as ``request.get_host()`` gives it) that the admin's request came
+    to: the setting as it is, with a warning when it names another host or port; or,
+    unset, the request's own address, which publishing does not take (HITs are also
+    posted by commands and later approvals, with no request: they need the setting)."""
+    configured = settings.PUBLIC_BASE_URL
+    here = f"{request_scheme}://{request_host}"
+    if not configured:
+        return BaseUrlReport(
+            shown=here, ok=False, warning="",
+            how=f"PUBLIC_BASE_URL is unset; this server answered this page at {here!r}. HITs link to "
+                "PUBLIC_BASE_URL and MTurk shows only HTTPS pages in its frame: set it to the platform's public "
+                "https:// address")
+    ok = urlsplit(configured).scheme == "https"
+    # Host and port only: a proxy that ends TLS makes the request's scheme http.
+    differs = _host_and_port(urlsplit(configured).netloc) != _host_and_port(request_host)
+    return BaseUrlReport(
+        shown=configured, ok=ok,
+        how="" if ok else f"MTurk shows only HTTPS pages in its frame; PUBLIC_BASE_URL is {configured!r}",
+        warning=(f"PUBLIC_BASE_URL is {configured!r}, but this page was reached at {here!r}: HITs link "
+                 "to PUBLIC_BASE_URL, so check that it is this server's public address." if differs else ""))
+
+
+def _host_and_port(netloc: str) -> str:
+    """``host[:port]`` in lower case, without a default port (80, 443)."""
+    netloc = netloc.rsplit("@", 1)[-1].lower()
+    for default in (":80", ":443"):
+        if netloc.endswith(default):
+            return netloc[: -len(default)]
+    return netloc
 
 
 def qualifications(batch: Batch) -> list[dict]:
@@ -198,7 +245,7 @@ def _ask_for_approval(batch: Batch) -> None:
                 f"Batch {batch.pk} ({batch.hits} HITs x {batch.assignments_per_hit} assignments on the "
                 f"{'sandbox' if batch.sandbox else 'LIVE site'}), asked for by {who}, may cost up to "
                 f"${batch.max_cost:.2f}; with what the same person published alone on the task in the last 24 hours "
-                f"that is over CROWD_APPROVAL_THRESHOLD (${settings.CROWD_APPROVAL_THRESHOLD}). "
+                f"that is over CROWD_APPROVAL_THRESHOLD ({usd(settings.CROWD_APPROVAL_THRESHOLD)}). "
                 "A superuser other than its creator approves it in the admin (Crowd work > Batches, "
                 "'Approve and publish'), or it can be cancelled there.", fail_silently=True)
 

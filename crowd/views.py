@@ -68,8 +68,9 @@ def hit_page(request):
 
 
 def _work_page(request, assignment, error: str = "", status: int = 200):
-    """The assignment's work page (write or validate), with the HIT bar; ``error``: why
-    a Submit was refused, shown in the bar (the work stays where it was)."""
+    """The assignment's work page (write or validate), with the HIT bar above the work
+    and Submit after it; ``error``: why a Submit was refused, shown beside Submit (the
+    work stays where it was), and only while the work is still short of what is asked."""
     batch, session = assignment.hit.batch, assignment.session
     context = work_page_context(request, batch.task, session, batch.mode)
     context.update({"assignment": assignment, "batch": batch, "done": work_done(assignment),

@@ -78,8 +78,10 @@ ALLOWED_HOSTS = env.list(
     "ALLOWED_HOSTS",
     default=["127.0.0.1", "localhost", "[::1]", "testserver"] if DEBUG else [],
 )
-PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
-CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[PUBLIC_BASE_URL])
+# The platform's public address (HIT links). Unset: none is assumed; the admin's publish
+# form shows the address its own request came to, and publishing asks for the setting.
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="").rstrip("/")
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[PUBLIC_BASE_URL] if PUBLIC_BASE_URL else [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",

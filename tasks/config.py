@@ -292,11 +292,14 @@ class TaskConfig:
         text, start = target.get("text"), target.get("start")
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput.field(f"{field}.text", "The answer needs 'text': the span of the passage.")
-        if start is None and not need_start:
-            found = passage.find(text)
-            if found < 0:
-                raise InvalidInput.field(f"{field}.text", "The answer must be copied exactly from the passage.")
-            return {"text": text, "start": found}
+        found = passage.find(text)
+        if found < 0:  # whatever the offset says: no offset makes it a span
+            raise InvalidInput.field(f"{field}.text", not_a_span(text))
+        if start is None:
+            if not need_start:
+                return {"text": text, "start": found}
+            raise InvalidInput.field(f"{field}.start", "The answer needs 'start': its character offset in the "
+                                                       f"passage (this text first occurs at {found}).")
         if not isinstance(start, int) or isinstance(start, bool):
             raise InvalidInput.field(f"{field}.start", "The answer needs 'start': its character offset.")
         end = start + len(text)
@@ -304,7 +307,8 @@ class TaskConfig:
             raise InvalidInput.field(f"{field}.start",
                                      f"The span {start}-{end} is outside the passage (0-{len(passage)}).")
         if passage[start:end] != text:
-            raise InvalidInput.field(f"{field}.text", "The answer must be the passage's text at the given offsets.")
+            raise InvalidInput.field(f"{field}.start", f"The passage's text at {start} is not the answer; "
+                                                       f"the answer first occurs at {found}.")
         return {"text": text, "start": start}
 
     def answers_agree(self, answer: dict, other: dict) -> bool:
@@ -357,6 +361,16 @@ def text_problem(value, max_length: int, *, required: bool) -> str | None:
     if "\x00" in value:
         return "Must not contain NUL characters."
     return None
+
+
+NOT_A_SPAN = "The answer must be a span of the passage: select it there, or type it exactly as it appears."
+SHOWN_TEXT = 60  # characters of a refused answer quoted back
+
+
+def not_a_span(text: str) -> str:
+    """What an answer that does not occur in the passage is told (the field's own rule)."""
+    shown = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + "…"
+    return f"{NOT_A_SPAN} {shown!r} does not appear in it."
 
 
 def _path(error: jsonschema.ValidationError) -> str:

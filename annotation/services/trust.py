@@ -252,6 +252,30 @@ def account_too_new(user) -> bool:
     return joined is None or timezone.now() - joined < age
 
 
+def min_account_age_text() -> str:
+    """``VALIDATOR_MIN_ACCOUNT_AGE`` in words: "24 hours", "2 days", "30 minutes"."""
+    seconds = int(settings.VALIDATOR_MIN_ACCOUNT_AGE)
+    # The largest unit that divides it evenly; days from two on ("24 hours", not "1 day").
+    for unit, size, least in (("day", 86400, 2 * 86400), ("hour", 3600, 3600), ("minute", 60, 60)):
+        if seconds >= least and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} second{'' if seconds == 1 else 's'}"
+
+
+def votes_count_from(task: Task, user, session: AnnotationSession | None):
+    """When a new account's decisions on ``task`` start to count (a datetime), or None
+    when the new-account wait does not hold them back: a researcher's, a validation
+    batch's worker (MTurk vouches for them), or an account old enough. The same order
+    as ``why_not_counted``, before any example is known."""
+    if is_researcher(user, task) or is_batch_validator(session) or (session is not None and session.provisional):
+        return None
+    if not account_too_new(user):
+        return None
+    joined = getattr(user, "date_joined", None) or timezone.now()
+    return joined + timedelta(seconds=settings.VALIDATOR_MIN_ACCOUNT_AGE)
+
+
 def why_not_counted(example: Example, validator, session: AnnotationSession | None) -> str:
     """Why ``validator``'s decision on ``example``, made in ``session``, does not count
     towards its outcome ("" when it counts). The caller has already refused the
@@ -300,9 +324,7 @@ def explain(validation: Validation) -> str:
     reason = validation.not_counted_because
     if not reason:
         return ""
-    hours = settings.VALIDATOR_MIN_ACCOUNT_AGE / 3600
-    age = f"{hours:g} hours" if hours >= 1 else f"{settings.VALIDATOR_MIN_ACCOUNT_AGE} seconds"
     text = EXPLANATIONS[reason]
     if "{standing}" in text:
         text = text.format(standing=standing(validation.example.task, validation.validator).describe())
-    return text.format(age=age)
+    return text.format(age=min_account_age_text())

@@ -137,7 +137,8 @@
       answerStart = null;
       if (!typed) { where.textContent = ""; return; }
       var idx = passage.indexOf(typed);
-      if (idx < 0) { where.textContent = "Not found in the passage: it must be copied exactly."; return; }
+      /* The server says why on Submit too (the answer must be a span of the passage). */
+      if (idx < 0) { where.textContent = "Not in the passage: the answer must be a span of it, typed exactly as it appears."; return; }
       answerStart = codePoints(passage.slice(0, idx));
       where.textContent = "Found in the passage at character " + answerStart + ".";
     }
@@ -329,7 +330,7 @@
       if (!item) {
         $("item-standing").textContent = "";
         body.textContent = "";
-        body.appendChild(el("p", null, "Nothing to validate in this task right now. Thank you!"));
+        body.appendChild(el("p", null, root.dataset.emptyText));
         return;
       }
       body.textContent = "";
@@ -447,19 +448,30 @@
 
   /* ------------------------------------------------------------- the HIT bar */
   /* "Done: n of N" follows the work (a retracted example stops counting), and Submit
-     before the work is done stays on the page with what is left (the server checks too). */
-  function bumpHitDone(by) {
-    var done = $("hit-done");
-    if (done) done.textContent = String(Math.max(0, parseInt(done.textContent, 10) + by));
-  }
+     before the work is done stays on the page with what is left (the server checks too).
+     A refusal shown earlier follows the counter: its numbers change with the work, and
+     it goes once the work asked for is done. */
   var hitForm = $("hit-submit-form");
+  function shortOfWork(done, required) {
+    return "This HIT asks for " + required + " " + hitForm.dataset.what + "; you have done " + done +
+      " so far. Do " + (required - done) + " more, then submit.";
+  }
+  function bumpHitDone(by) {
+    var counter = $("hit-done");
+    if (!counter) return;
+    var done = Math.max(0, parseInt(counter.textContent, 10) + by);
+    counter.textContent = String(done);
+    var error = $("hit-submit-error");
+    if (!hitForm || !error || !error.textContent) return;
+    var required = parseInt(hitForm.dataset.required, 10);
+    error.textContent = done >= required ? "" : shortOfWork(done, required);
+  }
   if (hitForm) {
     hitForm.addEventListener("submit", function (event) {
       var done = parseInt($("hit-done").textContent, 10), required = parseInt(hitForm.dataset.required, 10);
       if (done < required) {
         event.preventDefault();
-        $("hit-submit-error").textContent = "This HIT asks for " + required + " " + hitForm.dataset.what +
-          "; you have done " + done + " so far. Do " + (required - done) + " more, then submit.";
+        $("hit-submit-error").textContent = shortOfWork(done, required);
       }
     });
   }

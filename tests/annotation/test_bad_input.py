@@ -98,6 +98,39 @@ def test_bad_qa_spans(live_tasks, client_for, annotator, target, field):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("target", [
+    {"text": "purple elephants", "start": None},  # what the page sends for an answer it did not find
+    {"text": "purple elephants"},
+    {"text": "purple elephants", "start": 3},
+])
+def test_an_answer_not_in_the_passage_is_told_it_must_be_a_span(live_tasks, client_for, annotator, target):
+    client = client_for(annotator)
+    context = client.get("/api/tasks/qa/contexts/next/").json()
+    before = snapshot()
+    response = post(client, "qa", context["id"], {"question": "What colour was the sky?"}, target)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert list(body["errors"]) == ["target.text"]
+    [message] = body["errors"]["target.text"]
+    assert message.startswith("The answer must be a span of the passage") and "'purple elephants'" in message
+    assert "null" not in body["detail"] and body["detail"].startswith("target.text: ")  # it names the field
+    assert snapshot() == before
+
+
+def test_a_passage_text_without_its_offset_says_where_it_is(live_tasks, client_for, annotator):
+    client = client_for(annotator)
+    context = client.get("/api/tasks/qa/contexts/next/").json()
+    passage = context["fields"]["passage"]
+    answer = max(passage.split(), key=len)
+    before = snapshot()
+    for target in ({"text": answer, "start": None}, {"text": answer, "start": passage.index(answer) + 1}):
+        response = post(client, "qa", context["id"], {"question": "Which word?"}, target)
+        assert response.status_code == 400, response.content
+        [message] = response.json()["errors"]["target.start"]
+        assert f"first occurs at {passage.index(answer)}" in message
+    assert snapshot() == before
+
+
 def test_emoji_and_other_scripts_are_stored_exactly(live_tasks, client_for, annotator):
     client = client_for(annotator)
     context = client.get("/api/tasks/hate/contexts/next/").json()

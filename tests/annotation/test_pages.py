@@ -117,3 +117,69 @@ def test_the_validate_page_has_its_own_instructions_and_says_where_the_item_stan
     assert "3 matching votes decide an example" in page
     assert "1 vote so far; 3 matching votes decide it." in page
     assert '"votes_so_far": 1' in page and f'"id": {example.pk}' in page
+
+
+def test_a_new_account_is_told_before_its_first_vote_when_its_votes_start_to_count(
+        live_tasks, annotator, client, django_user_model, settings):
+    """The page says the trust rule's wait in the setting's own words, and that one's own
+    examples never come up; an established account is not told it waits."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    task = live_tasks["nli"]
+    Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(), annotator=annotator,
+                           inputs={"hypothesis": "Mine."}, target={"label": "neutral"}, fooled=True,
+                           prediction={"label": "entailment", "probabilities": {}})
+    settings.VALIDATOR_MIN_ACCOUNT_AGE = 3 * 86400
+    joined = timezone.now() - timedelta(hours=1)
+    newcomer = django_user_model.objects.create_user("newcomer", password="a-long-enough-pass-123",
+                                                     date_joined=joined)
+    client.force_login(newcomer)
+    page = " ".join(client.get("/tasks/nli/validate/").content.decode().split())
+    assert 'id="new-account-wait"' in page
+    assert "a new account's votes count only once the account is 3 days old" in page
+    counts_from = timezone.localtime(joined + timedelta(days=3))
+    assert f"decide nothing until {counts_from:%-d %B %Y, %H:%M} UTC" in page
+    assert "Your own examples are never shown to you" in page
+
+    settings.VALIDATOR_MIN_ACCOUNT_AGE = 90 * 60  # the words follow the setting
+    page = " ".join(client.get("/tasks/nli/validate/").content.decode().split())
+    assert "once the account is 90 minutes old" in page and "3 days" not in page
+
+    client.force_login(annotator)  # a month old, and the only example is their own
+    page = " ".join(client.get("/tasks/nli/validate/").content.decode().split())
+    assert 'id="new-account-wait"' not in page and "decide nothing" not in page
+    assert "Nothing to validate in this task right now (your own examples are never shown to you)." in page
+
+
+def test_the_new_account_wait_is_not_claimed_where_it_does_not_apply(live_tasks, researcher, mturk_worker, settings):
+    """A researcher decides at once, and a validation batch's worker is vouched for by
+    MTurk: neither waits (``why_not_counted`` in the same order)."""
+    from django.utils import timezone
+
+    from annotation.services import trust
+    from annotation.services.sessions import start_session
+
+    task = live_tasks["nli"]
+    for user in (researcher, mturk_worker):
+        user.date_joined = timezone.now()
+        user.save(update_fields=["date_joined"])
+    assert trust.votes_count_from(task, researcher, None) is None
+    session = start_session(mturk_worker, task)
+    assert trust.votes_count_from(task, mturk_worker, session) is not None  # a plain session: it waits
+    session.mturk_assignment_id = "3ASSIGNMENTX"
+    session.mode = "validate"
+    session.provisional = False
+    assert trust.votes_count_from(task, mturk_worker, session) is None
+    session.provisional = True
+    assert trust.votes_count_from(task, mturk_worker, session) is None  # it waits for MTurk instead
+
+
+@pytest.mark.parametrize("seconds, words", [(86400, "24 hours"), (2 * 86400, "2 days"), (3600, "1 hour"),
+                                            (5400, "90 minutes"), (61, "61 seconds"), (1, "1 second")])
+def test_the_account_age_in_words(settings, seconds, words):
+    from annotation.services import trust
+
+    settings.VALIDATOR_MIN_ACCOUNT_AGE = seconds
+    assert trust.min_account_age_text() == words

@@ -184,3 +184,22 @@ def test_a_model_still_loading_shows_warming_up_and_the_example_goes_through(liv
     page.wait_for_selector("#result:not([hidden])", timeout=60000)
     assert Example.objects.get(task=task).inputs == {"statement": "Warm words."}
     assert [e for e in errors if "status of 503" not in e] == []
+
+
+def test_a_qa_answer_not_in_the_passage_is_told_it_must_be_a_span(live_server, live_tasks, annotator, browser_page):
+    """Typed, not found: the page says so as it is typed, and on Submit shows the server's
+    reason under the answer (the field's own rule), never "may not be null"; nothing is stored."""
+    page, errors = browser_page
+    task = live_tasks["qa"]
+    open_create_page(page, live_server, annotator, task)
+    page.fill("#input-question", "What colour was the sky?")
+    page.fill("#answer-text", "purple elephants")
+    assert "the answer must be a span of it" in page.locator("#answer-where").inner_text()
+    page.click("#submit-example")
+    page.wait_for_selector("#error-target:has-text('span of the passage')")
+    shown = page.locator("#error-target").inner_text()
+    assert shown.startswith("The answer must be a span of the passage") and "'purple elephants'" in shown
+    assert "null" not in page.locator("#example-form").inner_text()
+    assert page.locator("#result").is_hidden() and not Example.objects.filter(task=task).exists()
+    # The 400 is logged by the browser as a failed resource load; nothing else may be.
+    assert [e for e in errors if "status of 400" not in e] == []

@@ -12,6 +12,8 @@ from crowd.assignments import completion_token
 from crowd.models import Assignment
 from crowd.publishing import BatchRequest, publish
 
+pytestmark = [pytest.mark.browser]
+
 SUBMIT_TO = "https://workersandbox.mturk.com"
 WORKER = "A2BROWSERWORKER1"
 
@@ -121,3 +123,48 @@ def test_other_pages_refuse_to_be_framed_even_by_mturk(live_server, published, o
     page.wait_for_timeout(1500)
     assert framed_url(page).startswith("chrome-error://")  # X-Frame-Options: DENY, frame-ancestors 'none'
     assert errors and all("frame-ancestors 'none'" in e or "X-Frame-Options" in e for e in errors), errors
+
+
+def test_submit_sits_after_the_work_and_a_stale_refusal_clears_as_the_counter_fills(
+        live_server, live_tasks, fake_mturk, settings, browser_page):
+    """Submit comes after the work, in the page and on screen; a refusal follows the counter
+    (its numbers change with the work) and is gone once the work asked for is done."""
+    settings.MTURK_ENDPOINT_URL = fake_mturk.endpoint_url
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    batch = publish(BatchRequest(task=live_tasks["sentiment"], mode="create", hits=1, assignments_per_hit=1,
+                                 reward=Decimal("0.50"), bonus_per_example=Decimal("0.25"),
+                                 examples_per_assignment=2))
+    hit = batch.hit_rows.get()
+    assignment_id = fake_mturk.accept(hit.hit_id, WORKER)
+    page, errors = browser_page
+    query = urlencode({"assignmentId": assignment_id, "hitId": hit.hit_id, "workerId": WORKER,
+                       "turkSubmitTo": SUBMIT_TO})
+    page.goto(f"{live_server.url}/mturk/hit/?{query}")
+    page.wait_for_selector("#context-fields .field .text")
+
+    def below(upper, lower):
+        return page.locator(lower).bounding_box()["y"] >= (
+            page.locator(upper).bounding_box()["y"] + page.locator(upper).bounding_box()["height"])
+
+    assert below(".hit-bar", "#example-form") and below("#example-form", "#hit-submit")
+    error = page.locator("#hit-submit-error")
+    page.click("#hit-submit")  # too early: refused on the page, nothing posted
+    assert "you have done 0 so far. Do 2 more" in error.inner_text()
+
+    def write(text):
+        page.fill("#input-statement", text)
+        page.locator("input[name=label][value=positive]").check()
+        page.click("#submit-example")
+        page.wait_for_selector("#result:not([hidden])")
+
+    write("Not the disaster the reviews promised.")
+    assert page.locator("#hit-done").inner_text() == "1"
+    assert "you have done 1 so far. Do 1 more" in error.inner_text()  # the numbers follow the work
+    assert below("#result", "#hit-submit")
+    page.click("#another")
+    page.wait_for_selector("#example-form:not([hidden])")
+    write("A second one, just as mild.")
+    assert page.locator("#hit-done").inner_text() == "2"
+    assert error.inner_text() == ""  # the requirement is met: no stale refusal
+    assert below("#result", "#hit-submit")
+    assert errors == []

@@ -162,3 +162,26 @@ def test_a_limit_taken_by_twenty_requests_at_once_allows_exactly_its_count():
         t.join()
     assert len(allowed) == 3
     assert limiter.take("someone") > 0 and limiter.take("someone-else") is None
+
+
+def test_sign_up_errors_read_as_errors_and_are_tied_to_their_fields(client, db):
+    """A refused sign-up says so at the top, and each field's error is marked as one: its
+    own red, announced element that the input names (aria-describedby) beside
+    aria-invalid; help text keeps the muted help style and never looks like an error."""
+    import re
+
+    response = client.post("/accounts/signup/", {"username": "walker1", "password1": "a-long-enough-pass-123",
+                                                 "password2": "something-else-456"})
+    html = response.content.decode()
+    assert 'role="alert" id="signup-errors"' in html and "fix the problem marked below" in html
+    [field] = re.findall(r"<input[^>]*id=\"id_password2\"[^>]*>", html)
+    assert 'aria-invalid="true"' in field
+    assert "id_password2_error" in re.search(r'aria-describedby="([^"]*)"', field).group(1)
+    error = re.search(r'<div class="field-error" id="id_password2_error" role="alert">(.*?)</div>', html, re.S)
+    assert error and "Error: The two password fields didn’t match." in error.group(1)
+    # The fields without an error are not marked, and the help stays help.
+    [password1] = re.findall(r"<input[^>]*id=\"id_password1\"[^>]*>", html)
+    assert "aria-invalid" not in password1 and "id_password1_error" not in html
+    helptext = re.search(r'<div class="meta helptext" id="id_password1_helptext">(.*?)</div>', html, re.S).group(1)
+    assert "at least 8 characters" in helptext and "Error" not in helptext
+    assert html.index('id="id_password2"') < html.index('id="id_password2_error"')  # the error follows its field

@@ -155,3 +155,76 @@ def test_a_task_block_is_its_researchers_to_lift_and_no_one_elses(live_tasks, cr
     response = client.post(url, {"action": "lift_task_blocks", "_selected_action": [block.pk]}, follow=True)
     assert "unblocked" in response.content.decode()
     assert not TaskBlock.objects.exists() and crowd.count("DisassociateQualificationFromWorker") == 1
+
+
+# --- words and numbers on the crowd's pages ------------------------------------------------
+
+
+@pytest.mark.parametrize("value, shown", [(Decimal("0.5"), "$0.50"), (Decimal("50"), "$50.00"), (None, "—"),
+                                          (Decimal("1E+1"), "$10.00"), (Decimal("-1.2"), "-$1.20"),
+                                          (Decimal("0.005"), "$0.01"), ("0.25", "$0.25")])
+def test_money_always_shows_dollars_and_cents(value, shown):
+    from crowd.money import usd
+
+    assert usd(value) == shown
+
+
+def test_a_budget_is_named_by_its_task_and_amounts_show_cents(live_tasks, crowd, client, superuser, settings):
+    settings.CROWD_APPROVAL_THRESHOLD = Decimal("0.5")  # as an operator may write it
+    client.force_login(superuser)
+    response = client.post(reverse("admin:crowd_crowdbudget_add"),
+                           {"task": live_tasks["sentiment"].pk, "amount": "50", "note": ""}, follow=True)
+    page = response.content.decode()
+    assert "$50.00 for Sentiment Analysis (sentiment)" in page
+    assert "for task " not in page
+    form = client.get(reverse("admin:crowd_batch_publish")).content.decode()
+    assert "may cost more than $0.50 (<code>CROWD_APPROVAL_THRESHOLD</code>)" in form
+    assert "$0.5 " not in form and "$0.5<" not in form and "$50<" not in form
+    response = client.post(reverse("admin:crowd_batch_publish"),
+                           {**PUBLISH, "task": live_tasks["sentiment"].pk}, follow=True)
+    assert "CROWD_APPROVAL_THRESHOLD ($0.50)" in response.content.decode()
+
+
+def test_a_closed_batch_reads_as_closed_to_new_workers(live_tasks, crowd, client, researcher):
+    batch = make_batch(live_tasks["sentiment"])
+    sync.expire_batch(batch)
+    client.force_login(researcher)
+    listing = client.get(reverse("admin:crowd_batch_changelist")).content.decode()
+    assert "Closed to new workers" in listing and "Finished (expired)" not in listing
+    assert Batch.Status.FINISHED.label == "Closed to new workers"
+
+
+def test_the_publish_form_shows_the_address_this_server_answers_at_when_unset(
+        live_tasks, crowd, client, researcher, settings):
+    settings.PUBLIC_BASE_URL = ""
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    client.force_login(researcher)
+    html = client.get(reverse("admin:crowd_batch_publish"), HTTP_HOST="127.0.0.1:8080").content.decode()
+    assert ("✘ Missing: an HTTPS PUBLIC_BASE_URL: PUBLIC_BASE_URL is unset; this server answered this page at "
+            "&#x27;http://127.0.0.1:8080&#x27;") in html
+    assert ":8000" not in html and 'id="base-url-warning"' not in html
+    # Publishing still asks for the setting (commands and later approvals have no request to go by).
+    response = client.post(reverse("admin:crowd_batch_publish"), {**PUBLISH, "task": live_tasks["sentiment"].pk},
+                           HTTP_HOST="127.0.0.1:8080")
+    assert "PUBLIC_BASE_URL is unset" in response.content.decode() and not Batch.objects.exists()
+
+
+def test_the_publish_form_shows_a_set_address_as_it_is_and_warns_when_it_is_another_host(
+        live_tasks, crowd, client, researcher, settings):
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "dynabench.example.org"]
+    client.force_login(researcher)
+    html = client.get(reverse("admin:crowd_batch_publish"), HTTP_HOST="127.0.0.1:8080").content.decode()
+    assert "✔ an HTTPS PUBLIC_BASE_URL (https://dynabench.example.org)" in html
+    assert 'id="base-url-warning"' in html
+    assert ("PUBLIC_BASE_URL is &#x27;https://dynabench.example.org&#x27;, but this page was reached at "
+            "&#x27;http://127.0.0.1:8080&#x27;") in html
+    # Reached at that host (a proxy that ends TLS leaves the request on http): no warning.
+    for host in ("dynabench.example.org", "dynabench.example.org:443"):
+        html = client.get(reverse("admin:crowd_batch_publish"), HTTP_HOST=host).content.decode()
+        assert "✔ an HTTPS PUBLIC_BASE_URL (https://dynabench.example.org)" in html
+        assert 'id="base-url-warning"' not in html
+    # Another port of the same host is another server.
+    settings.PUBLIC_BASE_URL = "https://dynabench.example.org:8443"
+    html = client.get(reverse("admin:crowd_batch_publish"), HTTP_HOST="dynabench.example.org").content.decode()
+    assert 'id="base-url-warning"' in html

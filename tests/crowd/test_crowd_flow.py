@@ -344,6 +344,33 @@ def test_submit_before_the_work_is_done_is_refused(live_tasks, crowd, client):
     assert '<strong id="hit-done">1</strong> of 3' in page
 
 
+def test_submit_comes_after_the_work_and_a_refusal_goes_once_the_work_is_done(live_tasks, crowd, client):
+    """The HIT bar (what is asked, what is done) is above the work; Submit and its refusal
+    follow the work, in the page's order; the refusal is never shown once enough is done."""
+    from django.template.loader import render_to_string
+
+    batch = make_batch(live_tasks["sentiment"], examples_per_assignment=3)
+    hit = batch.hit_rows.first()
+    token = token_of(arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER)))
+    write_pair(api(token), "sentiment", "Only two.")
+    body = client.post(reverse("mturk-hit-submit"), {"token": token}).content.decode()
+    assert body.index('class="hit-bar"') < body.index('id="context-h"') < body.index('id="example-form"') \
+        < body.index('id="result"') < body.index('id="hit-submit-error"') < body.index('id="hit-submit"')
+    assert "Bonus: $0.25 for each example" in body
+    refusal = re.search(r'id="hit-submit-error">([^<]*)<', body).group(1)
+    assert "Do 1 more, then submit." in refusal
+    # The same refusal, rendered once the work is done (a Submit racing the last example), is not shown.
+    for done, shown in ((2, True), (3, False), (4, False)):
+        html = render_to_string("crowd/_hit_submit.html", {"batch": batch, "done": done, "token": token,
+                                                            "submit_error": refusal})
+        assert (refusal in html) is shown, done
+    validating = make_batch(live_tasks["sentiment"], mode="validate", bonus_per_example=Decimal("0"),
+                            examples_per_assignment=1)
+    hit = validating.hit_rows.first()
+    page = arrive(client, hit.hit_id, crowd.accept(hit.hit_id, OTHER_WORKER)).content.decode()
+    assert page.index('class="hit-bar"') < page.index('id="item"') < page.index('id="hit-submit-form"')
+
+
 def test_the_assignment_token_works_only_for_its_task_and_its_kind_of_work(live_tasks, crowd, client):
     batch = make_batch(live_tasks["sentiment"])
     hit = batch.hit_rows.first()
