@@ -11,7 +11,7 @@ A writing batch pays for examples that fool the round's target, so the target mu
 be worth fooling: it must clear the task's reference line on the static test set
 (``check_target``: the majority-class answer, or for QA the SQuAD paper's
 sliding-window baseline; ``leaderboard.promotion.round_target_checks``). Otherwise
-the batch is refused (409 ``target_below_reference``) unless a superuser overrides
+the batch is refused (a Conflict, code ``target_below_reference``) unless a superuser overrides
 the rule with a stated reason, which is recorded on the batch with what the rule
 read. Approval checks the rule again for a batch that was not overridden.
 
@@ -155,7 +155,7 @@ def check_target(task: Task, rnd: Round, mode: str, *, allow_below_reference: bo
     fooling a target that does not clear it pays for examples nearly anyone could write.
 
     Returns (what the rule read, the override reason: "" when the rule passed or does
-    not apply). Raises ``TargetBelowReference`` (409) when it fails without the override
+    not apply). Raises ``TargetBelowReference`` (a Conflict) when it fails without the override
     and a non-empty reason, ``Forbidden`` (403) when someone other than a superuser asks
     for the override (``user`` None: the management command, run on the server).
     Validation batches judge examples already written, for no bonus: the rule is not
