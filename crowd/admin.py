@@ -23,6 +23,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
+from leaderboard.promotion import round_target_checks
 from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, TaskScopedAdmin
 from tasks.models import Task
 
@@ -45,6 +46,17 @@ def _report_mturk(modeladmin, request, label: str, run):
 
 def _seconds(hours: Decimal) -> int:
     return int(round(hours * 3600))
+
+
+def _target_rows(tasks) -> list[dict]:
+    """Each task's open round and whether its targets clear the reference line (what a
+    writing batch is refused for), as the publish page shows it."""
+    rows = []
+    for task in tasks.order_by("slug"):
+        rnd = task.open_round()
+        checks = round_target_checks(task, rnd, fresh=False) if rnd is not None else None
+        rows.append({"task": task, "round": rnd, "checks": checks})
+    return rows
 
 
 class PublishForm(forms.Form):
@@ -77,11 +89,20 @@ class PublishForm(forms.Form):
                   "validation batch, validators whose votes carry next to no evidence.")
     title = forms.CharField(required=False, max_length=128, help_text="Empty: a title made from the task.")
     description = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    allow_below_reference = forms.BooleanField(
+        required=False, label="Publish even if the target does not clear its reference line",
+        help_text="Superusers only, with a reason: a writing batch is refused while the round's target does not "
+                  "clear the task's reference line (see Targets above).")
+    override_reason = forms.CharField(
+        required=False, max_length=publishing.MAX_OVERRIDE_REASON, widget=forms.Textarea(attrs={"rows": 2}),
+        label="Reason for the override", help_text="Recorded on the batch.")
     confirm = forms.BooleanField(label="I have checked the amounts", required=True)
 
-    def __init__(self, *args, tasks=None, **kwargs):
+    def __init__(self, *args, tasks=None, superuser=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["task"].queryset = tasks if tasks is not None else Task.objects.none()
+        if not superuser:  # the service refuses the override to anyone else too
+            del self.fields["allow_below_reference"], self.fields["override_reason"]
 
     def request(self) -> BatchRequest:
         data = self.cleaned_data
@@ -94,7 +115,9 @@ class PublishForm(forms.Form):
             auto_approval_delay_seconds=_seconds(data["auto_approval_delay_hours"]),
             locales=tuple(c.strip().upper() for c in data["locales"].split(",") if c.strip()),
             min_approval_rate=data["min_approval_rate"], min_approved_count=data["min_approved_count"],
-            quality_block_threshold=data["quality_block_threshold"])
+            quality_block_threshold=data["quality_block_threshold"],
+            allow_below_reference=data.get("allow_below_reference", False),
+            override_reason=data.get("override_reason", ""))
 
 
 @admin.action(description="Sync with MTurk now (verify, approve or reject, returns, expiry)")
@@ -158,6 +181,7 @@ class BatchAdmin(TaskScopedAdmin):
                              "assignment_duration_seconds", "lifetime_seconds", "auto_approval_delay_seconds"]}),
         ("On MTurk", {"fields": ["title", "description", "keywords", "hit_type_id", "locales", "min_approval_rate",
                                  "min_approved_count", "quality_block_threshold", "uid"]}),
+        ("Reference rule", {"fields": ["reference_override_reason", "reference_overridden_by", "reference_checks"]}),
         ("Times", {"fields": ["created_by", "created_at", "approved_by", "approved_at", "published_at",
                               "expires_at", "finished_at", "last_synced_at"]}),
     ]
@@ -250,7 +274,7 @@ class BatchAdmin(TaskScopedAdmin):
         if not self.has_add_permission(request):
             return HttpResponseRedirect(reverse("admin:index"))
         tasks = Task.objects.all() if request.user.is_superuser else self.researched_tasks(request)
-        form = PublishForm(request.POST or None, tasks=tasks)
+        form = PublishForm(request.POST or None, tasks=tasks, superuser=request.user.is_superuser)
         if request.method == "POST" and form.is_valid():
             req = form.request()
             try:
@@ -287,6 +311,7 @@ class BatchAdmin(TaskScopedAdmin):
                      "many": costs.MANY_ASSIGNMENTS},
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
+            "targets": _target_rows(tasks),
             "approval_threshold": settings.CROWD_APPROVAL_THRESHOLD})
 
     def changelist_view(self, request, extra_context=None):

@@ -116,6 +116,20 @@ class Batch(models.Model):
         help_text="The superuser (another person than its creator) who let a batch over CROWD_APPROVAL_THRESHOLD "
                   "be published.")
     approved_at = models.DateTimeField(null=True, blank=True)
+    # The reference rule (crowd.publishing.check_target): a writing batch pays for fooling
+    # the round's target, so its target must clear the task's reference line, unless a
+    # superuser overrides the rule with a reason.
+    reference_checks = models.JSONField(
+        default=dict, blank=True,
+        help_text="What the reference rule read when the batch was published: the round's targets on the static "
+                  "test set, the reference line (majority-class answer, or for QA the sliding-window baseline) "
+                  "and the problems found. Empty for a validation batch.")
+    reference_override_reason = models.TextField(
+        blank=True, help_text="Why a superuser published this writing batch although its target does not clear "
+                              "the reference line. Empty: the rule was not overridden.")
+    reference_overridden_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The superuser who overrode the reference rule (empty with a reason: the command line).")
     published_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="When its HITs stop taking workers.")
     finished_at = models.DateTimeField(null=True, blank=True)

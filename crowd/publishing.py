@@ -7,6 +7,14 @@ batch has committed, or nothing is asked of MTurk. A batch over
 other than its creator approves it (``approve``), the money is checked again,
 and only then is anything posted.
 
+A writing batch pays for examples that fool the round's target, so the target must
+be worth fooling: it must clear the task's reference line on the static test set
+(``check_target``: the majority-class answer, or for QA the SQuAD paper's
+sliding-window baseline; ``leaderboard.promotion.round_target_checks``). Otherwise
+the batch is refused (a Conflict, code ``target_below_reference``) unless a superuser overrides
+the rule with a stated reason, which is recorded on the batch with what the rule
+read. Approval checks the rule again for a batch that was not overridden.
+
 The batch row is written first, with a uid; HIT number k is posted with the
 UniqueRequestToken ``dynabench-<uid>-<k>``, so publishing again after a crash,
 a timeout or a throttling error posts only the HITs that are missing and never
@@ -28,6 +36,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput
+from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
@@ -40,6 +49,18 @@ MAX_HITS = 1000
 # the sync (every 5 minutes) time to check the submission and reject a bad one.
 MIN_AUTO_APPROVAL_DELAY = 3600
 LOCALE = re.compile(r"[A-Z]{2}")
+MAX_OVERRIDE_REASON = 2000
+
+
+class TargetBelowReference(Conflict):
+    """A writing batch on a round whose target does not clear the task's reference
+    line (``check_target``); ``checks`` holds what the rule read."""
+
+    code = "target_below_reference"
+
+    def __init__(self, message: str, checks: dict):
+        super().__init__(message)
+        self.checks = checks
 
 
 @dataclass
@@ -62,6 +83,10 @@ class BatchRequest:
     min_approval_rate: int | None = 95
     min_approved_count: int | None = 100
     quality_block_threshold: float | None = None
+    # Publish a writing batch although the round's target does not clear the task's
+    # reference line: superusers only, with a reason (``check_target``).
+    allow_below_reference: bool = False
+    override_reason: str = ""
 
 
 def hit_url() -> str:
@@ -99,6 +124,11 @@ def check_request(req: BatchRequest) -> Round:
         raise InvalidInput.field("quality_block_threshold", "Must be a share from 0 to 1.")
     if req.min_approval_rate is not None and not 0 <= req.min_approval_rate <= 100:
         raise InvalidInput.field("min_approval_rate", "Must be a percentage from 0 to 100.")
+    if not isinstance(req.allow_below_reference, bool):
+        raise InvalidInput.field("allow_below_reference", "Must be true or false.")
+    if not isinstance(req.override_reason, str) or "\x00" in req.override_reason \
+            or len(req.override_reason.strip()) > MAX_OVERRIDE_REASON:
+        raise InvalidInput.field("override_reason", f"Must be text of at most {MAX_OVERRIDE_REASON} characters.")
     check_reachable(req.task)
     rounds = Round.objects.filter(task=req.task)
     rnd = rounds.filter(number=req.round_number).first() if req.round_number is not None \
@@ -111,6 +141,43 @@ def check_request(req: BatchRequest) -> Round:
     if rnd.number == 0:
         raise Conflict("Round 0 holds static data; it is never collected for.")
     return rnd
+
+
+OVERRIDE_HINT = ("A superuser may publish it anyway with the override (allow_below_reference) and a stated "
+                 "reason, which is recorded on the batch.")
+
+
+def check_target(task: Task, rnd: Round, mode: str, *, allow_below_reference: bool = False,
+                 reason: str = "", user=None) -> tuple[dict, str]:
+    """The reference rule of a writing batch: each target of ``rnd`` must clear the
+    task's reference line on the static test set (``round_target_checks``: its 95%
+    interval strictly above the majority-class answer, or for QA above the F1 of the
+    sliding-window baseline; a target not scored there cannot show it). A bonus for
+    fooling a target that does not clear it pays for examples nearly anyone could write.
+
+    Returns (what the rule read, the override reason: "" when the rule passed or does
+    not apply). Raises ``TargetBelowReference`` (a Conflict) when it fails without the override
+    and a non-empty reason, ``Forbidden`` (403) when someone other than a superuser asks
+    for the override (``user`` None: the management command, run on the server).
+    Validation batches judge examples already written, for no bonus: the rule is not
+    theirs."""
+    if mode != Batch.Mode.CREATE:
+        return {}, ""
+    checks = round_target_checks(task, rnd)
+    problems = checks["problems"]
+    if not problems:
+        return checks, ""
+    reason = (reason or "").strip()
+    refused = " ".join(p["message"] for p in problems)
+    if not allow_below_reference:
+        raise TargetBelowReference(f"No writing batch for {task.slug}: {refused} {OVERRIDE_HINT}", checks)
+    if user is not None and not (user.is_authenticated and user.is_active and user.is_superuser):
+        raise Forbidden("Only a superuser may publish a writing batch whose target does not clear the task's "
+                        "reference line.")
+    if not reason:
+        raise TargetBelowReference(f"No writing batch for {task.slug}: {refused} The override needs a stated "
+                                   "reason (override_reason).", checks)
+    return checks, reason
 
 
 def check_reachable(task: Task) -> None:
@@ -212,6 +279,8 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
     what open batches have committed), then post the batch's HIT type and HITs; or,
     over ``CROWD_APPROVAL_THRESHOLD``, leave the batch awaiting a superuser's approval."""
     rnd = check_request(req)
+    checks, override = check_target(req.task, rnd, req.mode, allow_below_reference=req.allow_below_reference,
+                                    reason=req.override_reason, user=user)
     most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                           bonus_per_example=req.bonus_per_example,
                           examples_per_assignment=req.examples_per_assignment, mode=req.mode)
@@ -230,7 +299,8 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
             lifetime_seconds=req.lifetime_seconds, auto_approval_delay_seconds=req.auto_approval_delay_seconds,
             locales=list(req.locales), min_approval_rate=req.min_approval_rate,
             min_approved_count=req.min_approved_count, quality_block_threshold=req.quality_block_threshold,
-            max_cost=most, created_by=user,
+            max_cost=most, created_by=user, reference_checks=checks, reference_override_reason=override,
+            reference_overridden_by=user if override and user is not None else None,
             status=Batch.Status.AWAITING_APPROVAL if waits else Batch.Status.PUBLISHING)
         Hit.objects.bulk_create([Hit(batch=batch, number=k) for k in range(1, req.hits + 1)])
     if waits:
@@ -272,6 +342,12 @@ def approve(batch: Batch, user) -> Batch:
     if batch.mode == Batch.Mode.CREATE and batch.round.status != Round.Status.OPEN:
         raise Conflict(f"Round {batch.round.number} of {batch.task.slug} is {batch.round.status}: writing "
                        "batches need the open round.")
+    if not batch.reference_override_reason:  # the target may have changed since it was asked for
+        try:
+            check_target(batch.task, batch.round, batch.mode)
+        except TargetBelowReference as exc:
+            raise TargetBelowReference(f"{exc.message} Cancel batch {batch.pk} and publish it again with the "
+                                       "override to go on.", exc.checks) from None
     balance = mturk.account_balance(sandbox=batch.sandbox)
     with transaction.atomic():
         budgets.lock_account(batch.sandbox)

@@ -156,7 +156,7 @@ class OverrideForm(forms.Form):
                                                    "promotion and in the new round's description.")
 
 
-@admin.action(description="Promote even if a promotion rule refuses it (below the majority line or today's "
+@admin.action(description="Promote even if a promotion rule refuses it (below the reference line or today's "
                           "target): asks for a reason")
 def promote_1_below_baseline(modeladmin, request, queryset):
     """The override, with an intermediate form: the scores the rules read, and a reason

@@ -143,11 +143,13 @@ class ModelEvaluate(APIView):
 class Promote(APIView):
     """Open the next round with the model (or an ensemble with the last rounds' targets)
     as its target; the open round closes. Refused (409) without a finished evaluation, and
-    (codes ``not_above_majority``, ``below_target``, ``target_not_comparable``,
-    ``stale_evaluation``, the message naming the scores) when the model's static-test
-    interval does not lie above the majority-class answer or it scores below today's
-    target on the same examples, unless ``allow_below_baseline`` is true and a
-    ``reason`` is given (recorded with the promotion)."""
+    (codes ``not_above_majority``, for extractive QA ``not_above_reference``,
+    ``below_target``, ``target_not_comparable``, ``stale_evaluation``, the message naming
+    the scores) when the model's static-test interval does not lie above the task's
+    reference line (the majority-class answer; for QA the F1 of the SQuAD paper's
+    sliding-window baseline) or it scores below today's target on the same examples,
+    unless ``allow_below_baseline`` is true and a ``reason`` is given (recorded with the
+    promotion)."""
 
     permission_classes = [permissions.IsAuthenticated]
     error_statuses = (409,)
@@ -177,13 +179,17 @@ class LeaderboardDatasetSerializer(LeaderboardMetricSerializer):
 
 
 class LeaderboardModelSerializer(serializers.Serializer):
-    id = serializers.IntegerField(allow_null=True, help_text="Empty for the majority-class baseline.")
+    id = serializers.IntegerField(allow_null=True, help_text=(
+        "Empty for the reference row: the majority-class baseline, or for extractive QA the sliding-window "
+        "baseline."))
     name = serializers.CharField()
     owner = serializers.CharField(allow_null=True)
     parameters = serializers.IntegerField(allow_null=True)
-    training_data = serializers.DictField()
+    training_data = serializers.DictField(help_text=(
+        "What the model learnt from; for the reference row, how it answers (majority_label; for QA the "
+        "sliding-window method, its span bound and its exact match per dataset)."))
     created_at = serializers.DateTimeField(allow_null=True)
-    baseline = serializers.BooleanField()
+    baseline = serializers.BooleanField(help_text="The reference row (in no rank), not a model.")
     public = serializers.BooleanField(help_text="False: a private model, shown to its owner and researchers only.")
 
 

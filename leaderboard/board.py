@@ -53,11 +53,14 @@ stay at their values in the Dynascore's replicates. Memory is one measurement,
 without an interval. A metric joins the Dynascore only when every ranked model
 has it.
 
-A majority-class baseline row (classification) predicts the most common label
-of the task's training data for every example, with that label's share as its
-confidence. It is a reference: shown with its performance and calibration, in
-no rank and with no Dynascore (a constant answer has no throughput or memory to
-weigh).
+A reference row shows the line a model has to clear. Classification: the
+majority-class baseline, which predicts the most common label of the task's
+training data for every example, with that label's share as its confidence
+(shown with its performance and calibration). Extractive QA: the sliding-window
+baseline of the SQuAD paper (``leaderboard.reference``, ``ml.baselines``), scored
+with the task's F1 on the same examples and resampled with the same draws as the
+models (its exact match is in the row's ``training_data``). Either is in no rank
+and has no Dynascore (it has no throughput or memory to weigh).
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ from ml import scoring
 from tasks.models import ModelVersion, Round, Task, resolve_artifact_path
 from tasks.roles import is_researcher
 
-from . import dynascore
+from . import dynascore, reference
 from .evaluation import (
     CONFIDENCE,
     RESAMPLES,
@@ -94,6 +97,8 @@ from .models import Evaluation
 from .rows import primary_metric, usable_examples
 
 BASELINE = "majority-class baseline"
+# How the task page and the promotion rules name each kind of reference line.
+REFERENCE_DESCRIPTION = {"majority": "always answering the most common label", "qa": reference.DESCRIPTION}
 # Board metric -> the key its per-dataset value has in Evaluation.metrics.
 STORED = {"calibration": "ece", "throughput": "throughput", "memory": "memory_mb",
           "robustness": "robustness", "fairness": "fairness"}
@@ -146,10 +151,24 @@ def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
     return counts
 
 
+def _qa_baseline(task: Task, numbers: list[int]) -> dict | None:
+    """``reference.line`` keyed by dataset name, as ``_baseline`` answers."""
+    found = reference.line(task, numbers)
+    if found is None:
+        return None
+    datasets = {dataset_name(n): d for n, d in found["datasets"].items()}
+    exact = {name: d["exact_match"] for name, d in datasets.items()}
+    return {"label": None, "name": found["name"], "kind": "qa",
+            "training_data": {**found["training_data"], "exact_match": exact}, "datasets": datasets,
+            "replicates": {dataset_name(n): v for n, v in found["replicates"].items()}}
+
+
 def _baseline(task: Task, numbers: list[int]) -> dict | None:
+    """The reference line on each of the rounds' test sets: the majority-class answer,
+    or for QA the sliding-window baseline (``_qa_baseline``)."""
     config = task.parsed_config
     if config.task_type == "extractive_qa":
-        return None
+        return _qa_baseline(task, numbers)
     train = Counter(t.get("label") for t in usable_examples(task, split="train").values_list("target", flat=True))
     if not train:
         return None
@@ -168,30 +187,39 @@ def _baseline(task: Task, numbers: list[int]) -> dict | None:
         datasets[dataset_name(number)] = {"performance": float(np.mean(per_example)), "n": len(golds),
                                           "interval": scoring.percentile_interval(values, CONFIDENCE), "ece": ece}
         replicates[dataset_name(number)] = values
-    return {"label": label, "datasets": datasets, "replicates": replicates}
+    return {"label": label, "name": BASELINE, "kind": "majority", "training_data": {"majority_label": label},
+            "datasets": datasets, "replicates": replicates}
 
 
 def _static_baseline(task: Task) -> dict | None:
-    """The majority-class answer on the static test set, cached like the boards (the
-    public task page asks for it on every view; it reads every training label)."""
+    """The reference line on the static test set (the majority-class answer, or for QA
+    the sliding-window baseline), cached like the boards (the public task page asks for
+    it on every view; it reads every training label, or every test question)."""
     from tasks.models import STATIC_ROUND
 
     seconds = settings.LEADERBOARD_CACHE_SECONDS
-    key = f"dynabench:static-baseline:{task.pk}:{_version(task)}" if seconds else None
+    key = f"dynabench:static-reference:{task.pk}:{_version(task)}" if seconds else None
     if key and (found := cache.get(key)) is not None:
         return found or None  # {} stands for "none" in the cache
-    baseline = (_baseline(task, [STATIC_ROUND]) or {}).get("datasets", {}).get(dataset_name(STATIC_ROUND))
+    found = _baseline(task, [STATIC_ROUND]) or {}
+    baseline = found.get("datasets", {}).get(dataset_name(STATIC_ROUND))
+    if baseline:
+        baseline = {"performance": baseline["performance"], "n": baseline["n"], "kind": found["kind"],
+                    "name": found["name"], "exact_match": baseline.get("exact_match")}
     if key:
-        cache.set(key, {"performance": baseline["performance"], "n": baseline["n"]} if baseline else {}, seconds)
+        cache.set(key, baseline or {}, seconds)
     return baseline
 
 
 def target_scores(task: Task, models) -> list[dict]:
-    """Each of ``models`` on the static test set (round 0), beside the majority-class
-    baseline there: what a task page says about how good its target is. A model not
-    scored there yet has ``value`` None. A score from when the static test set was
-    smaller (an import since) is not set beside the baseline on today's set: ``grown_to``
-    says how many examples the set has now, and ``baseline`` is None."""
+    """Each of ``models`` on the static test set (round 0), beside the reference line
+    there (``baseline``: the majority-class answer, or for QA the sliding-window
+    baseline; ``reference`` names it, ``reference_kind`` is "majority" or "qa",
+    ``reference_exact_match`` is the QA baseline's exact match): what a task page says
+    about how good its target is. A model not scored there yet has ``value`` None. A
+    score from when the static test set was smaller (an import since) is not set beside
+    the baseline on today's set: ``grown_to`` says how many examples the set has now,
+    and ``baseline`` is None."""
     from tasks.models import STATIC_ROUND
 
     if not models:
@@ -207,9 +235,12 @@ def target_scores(task: Task, models) -> list[dict]:
         interval = evaluation.intervals.get(metric) if evaluation else None
         grown = bool(evaluation and baseline and baseline.get("n") not in (None, evaluation.num_examples))
         line = baseline["performance"] if baseline and not grown else None
+        kind = baseline["kind"] if baseline else ("qa" if reference.is_qa(task) else "majority")
         out.append({"model": model, "metric": metric, "value": value, "interval": interval,
                     "num_examples": evaluation.num_examples if evaluation else 0,
                     "grown_to": baseline["n"] if grown else None, "baseline": line,
+                    "reference_kind": kind, "reference": REFERENCE_DESCRIPTION[kind],
+                    "reference_exact_match": baseline.get("exact_match") if baseline and not grown else None,
                     "above_baseline": (bool(interval and line is not None and interval[0] > line)
                                        if value is not None else None)})
     return out
@@ -332,12 +363,13 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
                     for name, d in baseline["datasets"].items()}
         values = dw @ np.vstack([baseline["replicates"][n] for n in names]) / dw.sum()
         performance = _weighted([baseline["datasets"][n]["performance"] for n in names], dw)
+        scores = {"performance": _metric(performance, scoring.percentile_interval(values, CONFIDENCE))}
+        if all("ece" in baseline["datasets"][n] for n in names):
+            scores["calibration"] = _metric(_weighted([baseline["datasets"][n]["ece"] for n in names], dw))
         baseline_row = {
-            "model": BASELINE, "name": BASELINE, "created": None, "info": None, "datasets": datasets,
-            "label": baseline["label"], "rank": None, "dynascore": None, "tied_with_next": None,
-            "performance_tied_with_next": None,
-            "scores": {"performance": _metric(performance, scoring.percentile_interval(values, CONFIDENCE)),
-                       "calibration": _metric(_weighted([baseline["datasets"][n]["ece"] for n in names], dw))}}
+            "model": baseline["name"], "name": baseline["name"], "created": None, "info": None, "datasets": datasets,
+            "label": baseline["label"], "training_data": baseline["training_data"], "rank": None, "dynascore": None,
+            "tied_with_next": None, "performance_tied_with_next": None, "scores": scores}
     if not rows:
         return Board(task, weights, names, [baseline_row] if baseline_row else [], shown_weights)
     for metric_name in STORED:  # a metric joins the Dynascore when every model has it
@@ -396,7 +428,7 @@ def row_json(row: dict, datasets: list[str], parameters: dict) -> dict:
         "model": {"id": model.pk if model else None, "name": row["name"],
                   "owner": (model.created_by.get_username() if model and model.created_by else None),
                   "parameters": parameters[model.pk] if model else None,
-                  "training_data": (model.training_data if model else {"majority_label": row.get("label")}),
+                  "training_data": (model.training_data if model else row.get("training_data", {})),
                   "created_at": model.created_at.isoformat() if model else None,
                   "baseline": model is None, "public": model.is_public if model else True},
         "rank": row["rank"],

@@ -17,7 +17,7 @@ from django.db import transaction
 from tasks.jobs import JobReporter, cancel_job, run_job, wait_for_job
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Task
 
-from . import board
+from . import board, reference
 from .evaluation import evaluate_model, start_evaluation
 from .promotion import compare_with_target, make_target_or_log, target_if_none
 from .static_data import StaticDataError, import_for_training
@@ -124,6 +124,9 @@ def run_evaluation_job(job_id: int) -> Job:
                 f"{model} on. Import a test set into round 0 (manage.py import_dataset --round 0 --split test, "
                 "or bootstrap_demo for the shipped seed set), or let a round's examples be verified first.")
         result = {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
+        if reference.is_qa(model.task):  # the QA reference line on the same test sets, for the pages to read
+            reporter.progress(100, "scoring the sliding-window baseline on the same test sets")
+            reference.warm(model.task, [e.round.number for e in evaluations])
         if job.params.get("promote_if_better"):
             result["promotion"] = compare_with_target(model, reporter, job)
         with transaction.atomic():

@@ -78,8 +78,9 @@ MAX_REASON = 2000
 
 class PromotionRefused(Conflict):
     """A promotion rule refused the model (``promotion_checks``): 409 with the first
-    problem's code (``not_above_majority``, ``below_target``, ``target_not_comparable``,
-    ``stale_evaluation``); ``checks`` holds the scores the rules read."""
+    problem's code (``not_above_majority``, for QA ``not_above_reference``,
+    ``below_target``, ``target_not_comparable``, ``stale_evaluation``); ``checks`` holds
+    the scores the rules read."""
 
     def __init__(self, message: str, code: str, checks: dict):
         super().__init__(message)
@@ -115,32 +116,46 @@ def _on_shared_examples(mine: Evaluation, theirs: Evaluation, metric: str) -> di
     return {"candidate": a, "target": b, "shared": mine.num_examples, "same_set": True}
 
 
+REFERENCE_CODES = {"majority": "not_above_majority", "qa": "not_above_reference"}
+REFERENCE_LABELS = {"majority": "Majority line", "qa": "Sliding-window line"}
+
+
 def promotion_checks(task: Task, model: ModelVersion) -> dict:
     """What promoting ``model`` would be measured against, and what the rules find:
 
-    - the majority line: ``model``'s 95% interval on the static test set (round 0) must
-      lie strictly above the score of always answering its most common label (equal is
-      not better: a model at the line is a coin, and nearly every example would fool it);
+    - the reference line: ``model``'s 95% interval on the static test set (round 0) must
+      lie strictly above it (equal is not better: a model at the line is no better than
+      a rule of thumb, and nearly every example would fool it). Classification: the
+      score of always answering the most common label (the majority line, code
+      ``not_above_majority``); extractive QA: the F1 of the SQuAD paper's sliding-window
+      baseline on the same examples (``leaderboard.reference``, code
+      ``not_above_reference``);
     - today's target: ``model`` must not score below each of today's targets on the
       static test examples both were scored on (which today's target must have).
 
-    A task without a static test set has no majority line and no common examples: the
-    rules cannot apply there. Returns {"metric", "candidate", "majority", "targets",
-    "problems"} (problems: a list of {"code", "message"}, empty when both rules pass).
+    A task without a static test set has no reference line and no common examples: the
+    rules cannot apply there. Returns {"metric", "candidate", "majority", "reference",
+    "targets", "problems"}: ``majority`` is the majority line (None for QA),
+    ``reference`` {"kind", "label", "description", "value", "exact_match"} the line the
+    rule read; problems: a list of {"code", "message"}, empty when both rules pass.
     """
     metric = primary_metric(task)
     targets = [t for t in current_targets(task) if t.pk != model.pk]
-    board.forget(task.pk)  # the majority line on the test set as it is now
+    board.forget(task.pk)  # the reference line on the test set as it is now
     scores = board.target_scores(task, [model, *targets])
     mine = scores[0]
     static = task.rounds.filter(number=STATIC_ROUND).first()
     evaluations = {e.model_version_id: e for e in Evaluation.objects.filter(
         model_version__in=[model, *targets], round=static, split="test")} if static else {}
     has_static_test = bool(static) and static.examples.filter(split="test").exists()
+    kind = mine["reference_kind"]
     checks = {"metric": metric, "static_test_set": has_static_test,
               "candidate": {"name": model.name, "value": mine["value"], "interval": mine["interval"],
                             "num_examples": mine["num_examples"]},
-              "majority": mine["baseline"], "targets": [], "problems": []}
+              "majority": mine["baseline"] if kind == "majority" else None,
+              "reference": {"kind": kind, "label": REFERENCE_LABELS[kind], "description": mine["reference"],
+                            "value": mine["baseline"], "exact_match": mine["reference_exact_match"]},
+              "targets": [], "problems": []}
     problems = checks["problems"]
     if not has_static_test:
         return checks
@@ -151,13 +166,14 @@ def promotion_checks(task: Task, model: ModelVersion) -> dict:
     elif mine["grown_to"]:
         problems.append({"code": "stale_evaluation", "message": (
             f"{model.name} was scored on {mine['num_examples']} static test examples; the set has "
-            f"{mine['grown_to']} now, so its score cannot be set beside the majority-class answer there. "
+            f"{mine['grown_to']} now, so its score cannot be set beside "
+            f"{'the majority-class answer' if kind == 'majority' else 'the sliding-window baseline'} there. "
             "Evaluate it again first.")})
     elif mine["baseline"] is not None and not (mine["interval"] and mine["interval"][0] > mine["baseline"]):
         where = ("its interval does not lie above it" if mine["interval"] else "it has no interval to show it")
-        problems.append({"code": "not_above_majority", "message": (
+        problems.append({"code": REFERENCE_CODES[kind], "message": (
             f"{label} on the static test set ({mine['num_examples']} examples), against "
-            f"{_pct(mine['baseline'])} for always answering the most common label: {where}, so as a target "
+            f"{_pct(mine['baseline'])} for {mine['reference']}: {where}, so as a target "
             "nearly any example would fool it.")})
     for target, theirs in zip(targets, scores[1:], strict=True):
         shared = None
@@ -184,6 +200,56 @@ def refusal(checks: dict) -> PromotionRefused | None:
     return PromotionRefused(" ".join([*(p["message"] for p in problems), OVERRIDE]), problems[0]["code"], checks)
 
 
+def round_target_checks(task: Task, rnd: Round, *, fresh: bool = True) -> dict:
+    """Whether each target model of ``rnd`` clears the task's reference line (the
+    promotion rule's first half, for a round already open): its 95% interval on the
+    static test set lies strictly above the majority line, or for QA the sliding-window
+    baseline. What a crowd batch that pays for fooling the target checks first.
+
+    Problems (codes): ``not_above_majority`` / ``not_above_reference`` (at or below the
+    line), ``target_not_evaluated`` (no score on the static test set: nothing shows it
+    clears the line), ``stale_evaluation`` (scored on a smaller static test set). A task
+    without a static test set, a round without a target, or a line that cannot be
+    computed (no training labels) gives none: the rule cannot apply there. Returns
+    {"metric", "static_test_set", "round", "reference", "targets", "problems"}. ``fresh``:
+    the line on the test set as it is now (drops the task's cached boards); a page that
+    only shows the rule reads the cached line."""
+    metric = primary_metric(task)
+    targets = list(rnd.target_models.order_by("pk"))
+    static = task.rounds.filter(number=STATIC_ROUND).first()
+    has_static_test = bool(static) and static.examples.filter(split="test").exists()
+    checks = {"metric": metric, "static_test_set": has_static_test, "round": rnd.number, "reference": None,
+              "targets": [], "problems": []}
+    if not has_static_test or not targets:
+        return checks
+    if fresh:
+        board.forget(task.pk)  # the line on the test set as it is now
+    scores = board.target_scores(task, targets)
+    kind = scores[0]["reference_kind"]
+    line = next((s["baseline"] for s in scores if s["baseline"] is not None), None)
+    checks["reference"] = {"kind": kind, "label": REFERENCE_LABELS[kind], "description": scores[0]["reference"],
+                           "value": line}
+    problems = checks["problems"]
+    for target, mine in zip(targets, scores, strict=True):
+        checks["targets"].append({"name": target.name, "value": mine["value"], "interval": mine["interval"],
+                                  "num_examples": mine["num_examples"], "clears": mine["above_baseline"]})
+        if mine["value"] is None:
+            problems.append({"code": "target_not_evaluated", "message": (
+                f"Round {rnd.number}'s target {target.name} has no {metric} on the static test set, so nothing "
+                f"shows it clears {mine['reference']}; evaluate it first.")})
+        elif mine["grown_to"]:
+            problems.append({"code": "stale_evaluation", "message": (
+                f"Round {rnd.number}'s target {target.name} was scored on {mine['num_examples']} static test "
+                f"examples; the set has {mine['grown_to']} now. Evaluate it again first.")})
+        elif mine["baseline"] is not None and not mine["above_baseline"]:
+            problems.append({"code": REFERENCE_CODES[kind], "message": (
+                f"Round {rnd.number}'s target {target.name} scores {_pct(mine['value'])}{_interval(mine['interval'])} "
+                f"{metric} on the static test set ({mine['num_examples']} examples), against "
+                f"{_pct(mine['baseline'])} for {mine['reference']}: its interval does not lie above it, so nearly "
+                "any example would fool it.")})
+    return checks
+
+
 def check_above_baseline(task: Task, model: ModelVersion) -> None:
     """PromotionRefused (a Conflict) when a promotion rule refuses ``model``."""
     refused = refusal(promotion_checks(task, model))
@@ -198,7 +264,7 @@ def promote(task: Task, model: ModelVersion, *, ensemble_size: int = 1, allow_be
 
     The next round is the newest draft round after the open one, if a researcher
     prepared it (contexts uploaded, say), else a new round r+1. A model that the rules
-    of ``promotion_checks`` refuse (its interval does not clear the majority line, or it
+    of ``promotion_checks`` refuse (its interval does not clear the reference line, or it
     scores below today's target on the same examples) is promoted only with
     ``allow_below_baseline`` AND a non-empty ``reason``; every promotion is recorded
     (``Promotion``: the scores read, whether a rule was overridden, the reason), and an
@@ -298,14 +364,16 @@ def compare_with_target(model: ModelVersion, reporter: JobReporter, job: Job) ->
     if not theirs:
         return decided(True, f"the target has no {metric} on round 0: {model.name} becomes the target")
     score, best = mine.metrics[metric], max(theirs)
-    board.forget(task.pk)  # the majority line on the test set as it is now (an import may have grown it)
-    majority = board.target_scores(task, [model])[0]["baseline"]
+    board.forget(task.pk)  # the reference line on the test set as it is now (an import may have grown it)
+    line = board.target_scores(task, [model])[0]
+    majority = line["baseline"]
     summary = (f"{model.name} {score:.1%} against the target's {best:.1%} {metric} on round 0's "
                f"{mine.num_examples} test examples"
-               + (f" (always answering the most common label: {majority:.1%})" if majority is not None else ""))
+               + (f" ({line['reference']}: {majority:.1%})" if majority is not None else ""))
     problems = promotion_checks(task, model)["problems"]
     if majority is not None and score < majority:
-        return decided(False, f"{summary}: below the majority line, the target stays")
+        where = "the majority line" if line["reference_kind"] == "majority" else "the sliding-window line"
+        return decided(False, f"{summary}: below {where}, the target stays")
     if problems:  # promotion would refuse it: the same rules as a researcher's promotion
         return decided(False, f"{summary}: {problems[0]['message']} The target stays")
     if score > best:

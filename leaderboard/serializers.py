@@ -48,7 +48,8 @@ class PromoteSerializer(serializers.Serializer):
     allow_below_baseline = serializers.BooleanField(
         required=False, default=False,
         help_text="Promote even if a promotion rule refuses the model: its static-test interval does not lie "
-                  "above the majority-class answer, or it scores below today's target on the same examples "
+                  "above the task's reference line (the majority-class answer; for extractive QA the "
+                  "sliding-window baseline's F1), or it scores below today's target on the same examples "
                   "(refused with 409 otherwise). Needs a reason.")
     reason = StrictCharField(
         required=False, default="", allow_blank=True, max_length=2000,

@@ -18,6 +18,7 @@ made-up worker and their pay into the study's records.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from decimal import Decimal
@@ -32,12 +33,13 @@ from crowd import sync
 from crowd.assignments import completion_token
 from crowd.fake_mturk import FakeMTurk
 from crowd.models import Assignment, Batch, WorkerIdentity
-from crowd.publishing import BatchRequest, publish
+from crowd.publishing import BatchRequest, TargetBelowReference, publish
 from tasks.models import Task
 from tasks.services import DEFAULT_TASK_SLUGS
 
 SUBMIT_TO = "https://workersandbox.mturk.com"
 WORKER = "A1DEMOWORKER0001"
+DEMO_OVERRIDE = "crowd_demo: a fake MTurk on this machine; no money is paid"
 
 
 def play_mturk(fake: FakeMTurk, batch: Batch, assignment_id: str, say, stop: threading.Event,
@@ -116,10 +118,18 @@ class Command(BaseCommand):
         settings.PUBLIC_BASE_URL = "https://dynabench.invalid"
         stop = threading.Event()
         try:
-            batch = publish(BatchRequest(task=task, mode=Batch.Mode.CREATE, hits=1, assignments_per_hit=1,
-                                         reward=Decimal("0.50"), bonus_per_example=Decimal("0.25"),
-                                         examples_per_assignment=options["examples"],
-                                         title=f"Fool the {task.name} model (demo)"))
+            request = BatchRequest(task=task, mode=Batch.Mode.CREATE, hits=1, assignments_per_hit=1,
+                                   reward=Decimal("0.50"), bonus_per_example=Decimal("0.25"),
+                                   examples_per_assignment=options["examples"],
+                                   title=f"Fool the {task.name} model (demo)")
+            try:
+                batch = publish(request)
+            except TargetBelowReference as exc:  # on a real MTurk this batch would be refused
+                self.stdout.write(f"On a real MTurk this batch would be refused: {exc.message}\n"
+                                  "The demo publishes it on its fake MTurk with the override (recorded on the "
+                                  "batch).\n\n")
+                batch = publish(dataclasses.replace(request, allow_below_reference=True,
+                                                    override_reason=DEMO_OVERRIDE))
             hit = batch.hit_rows.get()
             assignment_id = fake.accept(hit.hit_id, WORKER)
             base = f"http://127.0.0.1:{options['port']}{reverse('mturk-hit')}"

@@ -1,5 +1,6 @@
 """``manage.py mturk_publish --task SLUG --mode {create,validate} --hits N --assignments K
---reward 0.50 --bonus 0.25 [--round R] [--examples-per-assignment M] [--yes]``: prints the batch id."""
+--reward 0.50 --bonus 0.25 [--round R] [--examples-per-assignment M] [--override-reference REASON] [--yes]``:
+prints the batch id."""
 
 from decimal import Decimal, InvalidOperation
 
@@ -43,6 +44,10 @@ class Command(BaseCommand):
         parser.add_argument("--min-approved", type=int, default=100)
         parser.add_argument("--quality-threshold", type=float, default=None,
                             help="Soft-block workers whose examples are verified less often than this share.")
+        parser.add_argument("--override-reference", metavar="REASON", default="",
+                            help="Publish a writing batch although the round's target does not clear the task's "
+                                 "reference line (the majority-class answer, or for QA the sliding-window "
+                                 "baseline); the reason is recorded on the batch.")
         parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
 
     def handle(self, *args, **opts):
@@ -56,7 +61,8 @@ class Command(BaseCommand):
             lifetime_seconds=opts["lifetime"], auto_approval_delay_seconds=opts["auto_approval_delay"],
             locales=tuple(code.strip().upper() for code in opts["locales"].split(",") if code.strip()),
             min_approval_rate=opts["min_approval_rate"], min_approved_count=opts["min_approved"],
-            quality_block_threshold=opts["quality_threshold"])
+            quality_block_threshold=opts["quality_threshold"],
+            allow_below_reference=bool(opts["override_reference"].strip()), override_reason=opts["override_reference"])
         most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                               bonus_per_example=req.bonus_per_example,
                               examples_per_assignment=req.examples_per_assignment, mode=req.mode)
