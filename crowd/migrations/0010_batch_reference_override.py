@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crowd', '0008_batch_sync_lock'),
+        ('crowd', '0009_batch_status_closed'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
