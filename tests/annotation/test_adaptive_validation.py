@@ -104,6 +104,25 @@ def test_newcomers_need_more_votes_than_known_validators(demo_tasks, annotator):
     assert by_known.validation_status == "verified" and by_known.validations_correct == 2
 
 
+def test_under_the_default_rule_one_account_never_decides_alone(demo_tasks, annotator):
+    """The task default (adaptive 0.9, 2 to 5 votes): a validator whose record puts one
+    vote past the target still leaves the example pending; a second, separate account
+    decides it. What may decide at all (trust, one person's accounts) is test_trust's."""
+    task = demo_tasks["sentiment"]
+    task.config = {**task.config, "validator_trust": {"decides": "paid"}}
+    task.save()
+    task.refresh_from_db()
+    assert task.parsed_config.validation["min_votes"] == 2 and task.parsed_config.adaptive_validation
+    example = write(task, annotator, text="one expert")
+    expert = known(task, account("expert", "198.51.100.60"), accuracy=0.999)
+    vote(expert, example)
+    example.refresh_from_db()
+    assert example.decision_posterior > 0.99 and example.validation_status == "pending"
+    vote(known(task, account("second", "198.51.100.61")), example)
+    example.refresh_from_db()
+    assert example.validation_status == "verified" and example.validations_correct == 2
+
+
 def test_known_validators_reject_a_mislabelled_example(demo_tasks, annotator):
     task = adaptive(demo_tasks["sentiment"])
     example = write(task, annotator, label="negative")

@@ -50,6 +50,16 @@ def write(task, writer, *, label="positive", fooled=True, session=None, text="A 
         prediction={"label": "negative" if label == "positive" else "positive"})
 
 
+@pytest.fixture(autouse=True)
+def fixed_rule(demo_tasks):
+    """Who may decide is tested here under the fixed rule (three matching votes), where
+    each vote's weight is the same: the counts below are that rule's. The adaptive rule's
+    weights are test_adaptive_validation's (its newcomers' cap, one account never alone)."""
+    for task in demo_tasks.values():
+        task.config = {**task.config, "validation": {**task.config.get("validation", {}), "policy": "fixed"}}
+        task.save()
+
+
 def paid(task, writer, **kwargs):
     """An example written in an MTurk assignment: it can earn its writer money."""
     hit = sessions.start_session(writer, task, mturk_assignment_id=f"ASSIGN{writer.pk}",

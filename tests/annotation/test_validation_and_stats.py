@@ -60,7 +60,9 @@ def validate(client, example, label, *, answer="positive"):
 
 def test_queue_order_and_exclusions(demo_tasks, annotator, second_annotator, client_for, django_assert_num_queries):
     task = demo_tasks["sentiment"]
-    task.config = {**task.config, "validation": {"gold_rate": 0}}  # a gold draw would be one query more
+    # A gold draw would be one query more; the fixed rule's queue (the adaptive one also
+    # reads whether the validator's estimate is known: tests/annotation/test_adaptive_validation.py).
+    task.config = {**task.config, "validation": {"gold_rate": 0, "policy": "fixed"}}
     task.save()
     plain = make_example(task, annotator, fooled=False, text="plain")
     fooling = make_example(task, annotator, fooled=True, text="fooling")
@@ -215,6 +217,8 @@ def test_a_retracted_example_cannot_be_validated(demo_tasks, annotator, second_a
 
 def test_three_matching_validations_verify_and_count_verified_fooled(demo_tasks, annotator, client_for):
     task = demo_tasks["sentiment"]
+    task.config = {**task.config, "validation": {"policy": "fixed"}}  # the default is adaptive
+    task.save()
     example = make_example(task, annotator, fooled=True)
     a, b, c, d = users(4)
     for validator, label in [(a, "correct"), (b, "incorrect"), (c, "correct")]:
