@@ -145,8 +145,8 @@ def test_task_page_draws_the_error_rate_chart_server_side(demo_tasks, client):
     assert page.count("<svg") == 1 and "<script" not in page
     assert "round 1: error 50.0%, verified error 25.0%" in page
     assert "round 2: error 20.0%, verified error 10.0%" in page
-    # The verified bar of round 1 is a quarter of the plot height (172 px).
-    assert 'height="43.0" fill="#0b5cad"' in page
+    # The verified bar of round 1 is a quarter of the plot height (156 px).
+    assert 'height="39.0" fill="#0b5cad"' in page
 
 
 def test_bootstrap_demo_in_the_background_says_what_waits(capsys, settings):
