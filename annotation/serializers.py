@@ -22,6 +22,7 @@ from .exporting import anonymise
 from .models import Example, Validation
 from .services import reliability, trust
 from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
+from .services.stats import verified_rate
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
 MAX_ROUND_NUMBER = 2**31 - 1  # Round.number is a 32-bit column
@@ -383,6 +384,10 @@ class ValidatedSerializer(serializers.Serializer):
         return data
 
 
+VERIFIED_RATE_HELP = ("Verified model-fooling examples / examples collected; null until a collected example "
+                      "is decided (verified or rejected).")
+
+
 class RoundStatsFieldsMixin(serializers.Serializer):
     collected = serializers.IntegerField(source="n_collected", read_only=True)
     fooled = serializers.IntegerField(source="n_fooled", read_only=True)
@@ -390,13 +395,13 @@ class RoundStatsFieldsMixin(serializers.Serializer):
     verified_fooled = serializers.IntegerField(source="n_verified_fooled", read_only=True)
     validations = serializers.IntegerField(source="n_validations", read_only=True)
     model_error_rate = serializers.SerializerMethodField()
-    verified_model_error_rate = serializers.SerializerMethodField()
+    verified_model_error_rate = serializers.SerializerMethodField(help_text=VERIFIED_RATE_HELP)
 
     def get_model_error_rate(self, obj) -> float | None:
         return obj.n_fooled / obj.n_collected if obj.n_collected else None
 
     def get_verified_model_error_rate(self, obj) -> float | None:
-        return obj.n_verified_fooled / obj.n_collected if obj.n_collected else None
+        return verified_rate(obj.n_verified_fooled, obj.n_collected, obj.n_verified + obj.n_rejected)
 
 
 class RoundSerializer(RoundStatsFieldsMixin, serializers.ModelSerializer):
@@ -435,7 +440,7 @@ class RoundStatsSerializer(serializers.Serializer):
     verified_fooled = serializers.IntegerField()
     validations = serializers.IntegerField()
     model_error_rate = serializers.FloatField(allow_null=True)
-    verified_model_error_rate = serializers.FloatField(allow_null=True)
+    verified_model_error_rate = serializers.FloatField(allow_null=True, help_text=VERIFIED_RATE_HELP)
     blind_answers = serializers.IntegerField()
     blind_agreement = serializers.FloatField(allow_null=True,
                                              help_text="Share of blind answers that agreed with the writer's.")

@@ -15,7 +15,7 @@ from csp.constants import SELF
 from csp.decorators import csp_replace
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.db.models import Prefetch
+from django.db.models import Exists, OuterRef, Prefetch
 from django.http import Http404
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
@@ -51,8 +51,11 @@ def frameable_by_mturk(**directives):
 
 
 def home(request):
-    """The public tasks, each with its open round's counts (collected, fooled, verified)."""
-    open_rounds = stats.with_counts(Round.objects.filter(status=Round.Status.OPEN).order_by("number"))
+    """The public tasks, each with its open round's counts (collected, fooled, verified),
+    or, while the round has no target model (nothing can be written), that it waits for one."""
+    has_target = Exists(Round.target_models.through.objects.filter(round=OuterRef("pk")))
+    open_rounds = (stats.with_counts(Round.objects.filter(status=Round.Status.OPEN).order_by("number"))
+                   .annotate(has_target=has_target))
     tasks = (Task.objects.public().prefetch_related(Prefetch("rounds", queryset=open_rounds, to_attr="open_rounds"))
              .order_by("name"))
     return render(request, "tasks/home.html", {"tasks": tasks})

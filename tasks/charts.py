@@ -5,15 +5,17 @@ from __future__ import annotations
 from django.utils.html import escape
 
 
-def error_rate_chart(points: list[tuple[int, float | None, float | None]], *, width: int = 560,
+def error_rate_chart(points: list[tuple[int, float | None, float | None]], *, width: int = 440,
                      height: int = 220) -> str:
     """Bars per round: model error rate (light) and verified model error rate (dark).
 
-    ``points`` is ``[(round_number, model_error_rate, verified_model_error_rate)]``.
-    Only numbers go into the SVG; it has a title and a text description for
-    screen readers.
+    ``points`` is ``[(round_number, model_error_rate, verified_model_error_rate)]``; a
+    rate that is None (nothing collected, or nothing decided yet) draws no bar.
+    Only numbers go into the SVG; it has a title and a text description for screen
+    readers. Its type is set for a phone: the page shows it 342 px wide at 390 (the
+    text then about 11 px) and at most 34rem on a desktop (the stylesheet's ``.chart``).
     """
-    left, right, top, bottom = 44, 12, 14, 34
+    left, right, top, bottom = 44, 8, 12, 52
     plot_w, plot_h = width - left - right, height - top - bottom
     n = max(len(points), 1)
     slot = plot_w / n
@@ -30,7 +32,7 @@ def error_rate_chart(points: list[tuple[int, float | None, float | None]], *, wi
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         y = top + plot_h * (1 - tick)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d0d7de" />')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#57606a">'
+        parts.append(f'<text x="{left - 6}" y="{y + 5:.1f}" text-anchor="end" font-size="14" fill="#57606a">'
                      f'{int(tick * 100)}%</text>')
     for i, (number, error, verified) in enumerate(points):
         x0 = left + slot * i + slot / 2
@@ -40,13 +42,13 @@ def error_rate_chart(points: list[tuple[int, float | None, float | None]], *, wi
             h = plot_h * max(0.0, min(1.0, float(value)))
             parts.append(f'<rect x="{x0 + offset:.1f}" y="{top + plot_h - h:.1f}" width="{bar:.1f}" '
                          f'height="{h:.1f}" fill="{color}"><title>{_pct(value)}</title></rect>')
-        parts.append(f'<text x="{x0:.1f}" y="{height - bottom + 16}" text-anchor="middle" font-size="12" '
+        parts.append(f'<text x="{x0:.1f}" y="{top + plot_h + 18}" text-anchor="middle" font-size="15" '
                      f'fill="#1b1f24">R{int(number)}</text>')
     legend_y = height - 6
-    parts.append(f'<rect x="{left}" y="{legend_y - 9}" width="10" height="10" fill="#9ec5fe" />'
-                 f'<text x="{left + 14}" y="{legend_y}" font-size="11">model error rate</text>')
-    parts.append(f'<rect x="{left + 130}" y="{legend_y - 9}" width="10" height="10" fill="#0b5cad" />'
-                 f'<text x="{left + 144}" y="{legend_y}" font-size="11">verified model error rate</text>')
+    parts.append(f'<rect x="{left}" y="{legend_y - 11}" width="12" height="12" fill="#9ec5fe" />'
+                 f'<text x="{left + 17}" y="{legend_y}" font-size="14">model error rate</text>')
+    parts.append(f'<rect x="{left + 150}" y="{legend_y - 11}" width="12" height="12" fill="#0b5cad" />'
+                 f'<text x="{left + 167}" y="{legend_y}" font-size="14">verified model error rate</text>')
     parts.append("</svg>")
     return "".join(parts)
 

@@ -19,25 +19,38 @@ from django.db.models.functions import Coalesce
 from tasks.models import Round
 
 from ..exporting import anonymise
-from ..models import WriterCounts
+from ..models import SPLITS, WriterCounts
 from . import counters
 
 # The most annotators a round's statistics list (the top writers by verified fooling examples).
 ANNOTATORS_SHOWN = 100
 
 SUMMED = {"n_collected": "collected", "n_fooled": "fooled", "n_verified": "verified",
-          "n_verified_fooled": "verified_fooled", "n_validations": "decisions"}
+          "n_verified_fooled": "verified_fooled", "n_rejected": "rejected", "n_validations": "decisions"}
+USABLE = tuple(f"usable_{split}" for split in SPLITS)
 
 
 def rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def verified_rate(verified_fooled: int, collected: int, decided: int) -> float | None:
+    """The verified model error rate: verified model-fooling examples / examples
+    collected; None (shown as "–") until at least one collected example is decided
+    (verified or rejected): before that a 0 would claim that no example fooled the
+    model for sure, when none has been checked yet."""
+    return rate(verified_fooled, collected) if decided else None
+
+
 def with_counts(rounds: QuerySet) -> QuerySet:
     """``rounds`` annotated with ``n_collected``, ``n_fooled``, ``n_verified``,
-    ``n_verified_fooled`` and ``n_validations`` (decisions on collected examples), from
-    their counter rows: one join, one row per round."""
-    return rounds.annotate(**{name: Coalesce(F(f"counts__{field}"), Value(0)) for name, field in SUMMED.items()})
+    ``n_verified_fooled``, ``n_rejected``, ``n_validations`` (decisions on collected
+    examples) and ``n_usable`` (usable examples of any source, every split: what models
+    learn from and are tested on; for round 0, its imported static data), from their
+    counter rows: one join, one row per round."""
+    usable = sum((F(f"counts__{name}") for name in USABLE[1:]), F(f"counts__{USABLE[0]}"))
+    return rounds.annotate(**{name: Coalesce(F(f"counts__{field}"), Value(0)) for name, field in SUMMED.items()},
+                           n_usable=Coalesce(usable, Value(0)))
 
 
 def summary(rnd: Round) -> dict:
@@ -47,9 +60,12 @@ def summary(rnd: Round) -> dict:
         "fooled": rnd.n_fooled,
         "verified": rnd.n_verified,
         "verified_fooled": rnd.n_verified_fooled,
+        "decided": rnd.n_verified + rnd.n_rejected,
         "validations": rnd.n_validations,
+        "usable": rnd.n_usable,
         "model_error_rate": rate(rnd.n_fooled, rnd.n_collected),
-        "verified_model_error_rate": rate(rnd.n_verified_fooled, rnd.n_collected),
+        "verified_model_error_rate": verified_rate(rnd.n_verified_fooled, rnd.n_collected,
+                                                   rnd.n_verified + rnd.n_rejected),
     }
 
 
@@ -86,7 +102,8 @@ def round_stats(rnd: Round, *, identify: bool = False) -> dict:
         "verified_fooled": counts["verified_fooled"],
         "validations": counts["decisions"],
         "model_error_rate": rate(counts["fooled"], counts["collected"]),
-        "verified_model_error_rate": rate(counts["verified_fooled"], counts["collected"]),
+        "verified_model_error_rate": verified_rate(counts["verified_fooled"], counts["collected"],
+                                                   counts["verified"] + counts["rejected"]),
         "blind_answers": counts["blind_answers"],
         "blind_agreement": rate(counts["blind_agreeing"], counts["blind_answers"]),
         "target_models": target_models,

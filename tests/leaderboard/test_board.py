@@ -172,7 +172,7 @@ def test_the_page_offers_no_weight_for_a_metric_no_model_has_and_shortens_long_n
     assert 'name="performance"' in html
     for absent in ("throughput", "memory", "robustness", "fairness", "calibration"):
         assert f'name="{absent}"' not in html, absent
-    assert f'<td title="{long_name}">' in html and ">a-model-name-far-too-long-for-a…</a>" in html
+    assert f'<td class="name" title="{long_name}">' in html and ">a-model-name-far-too-long-for-a…</a>" in html
     assert '<div class="table-scroll">' in html
 
 

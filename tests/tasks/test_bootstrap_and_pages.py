@@ -71,10 +71,13 @@ def test_home_page_counts_the_open_rounds_examples(demo_tasks, client, settings)
     settings.TEMPLATES = templates  # the setting_changed signal resets the template engines
     task = demo_tasks["hate"]
     add_examples(task, task.open_round(), collected=3, fooled=2, verified_fooled=1)
-    page = client.get("/").content.decode()
+    for slug in ("hate", "nli"):  # writing is open once a round has a target model
+        model = ModelVersion.objects.create(task=demo_tasks[slug], name="target", artifact_path="x", sha256="0" * 64)
+        demo_tasks[slug].open_round().target_models.add(model)
+    page = " ".join(client.get("/").content.decode().split())
     assert "MISSING[" not in page
-    assert "3 examples written, 2 fooled the model, 1 of them verified" in " ".join(page.split())
-    assert "0 examples written, 0 fooled the model" in " ".join(page.split())  # the other tasks
+    assert "round 1 open · 3 examples written, 2 fooled the model, 1 of them verified" in page
+    assert "round 1 open · 0 examples written, 0 fooled the model" in page  # nli
 
 
 def add_examples(task, rnd, *, collected, fooled, verified_fooled, annotator=None):
@@ -100,7 +103,7 @@ def test_task_page_shows_rounds_and_counters(demo_tasks, client, django_assert_m
     with django_assert_max_num_queries(5):
         page = client.get("/tasks/hate/").content.decode()
     assert "Content warning" in page
-    assert "<td>10</td>" in page and "<td>4</td>" in page and "<td>3</td>" in page
+    assert '<td class="collected">10 written</td>' in page and "<td>4</td>" in page and "<td>3</td>" in page
     assert "40%" in page and "30%" in page
     assert client.get("/tasks/nope/").status_code == 404
 
@@ -142,8 +145,8 @@ def test_task_page_draws_the_error_rate_chart_server_side(demo_tasks, client):
     assert page.count("<svg") == 1 and "<script" not in page
     assert "round 1: error 50.0%, verified error 25.0%" in page
     assert "round 2: error 20.0%, verified error 10.0%" in page
-    # The verified bar of round 1 is a quarter of the plot height (172 px).
-    assert 'height="43.0" fill="#0b5cad"' in page
+    # The verified bar of round 1 is a quarter of the plot height (156 px).
+    assert 'height="39.0" fill="#0b5cad"' in page
 
 
 def test_bootstrap_demo_in_the_background_says_what_waits(capsys, settings):
