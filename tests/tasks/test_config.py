@@ -130,3 +130,19 @@ def test_a_task_bounds_the_sizes_of_submitted_models():
                             ({"max_vocab_size": 0}, "0 is less than the minimum of 1")]:
         with pytest.raises(ValidationError, match=message):
             validate_task_config(CLASSIFICATION, {**base, "model_limits": limits})
+
+
+def test_the_licence_and_language_of_a_tasks_releases():
+    base = {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+            "labels": [{"name": "yes"}, {"name": "no"}]}
+    config = validate_task_config(CLASSIFICATION, base)
+    assert (config.license, config.language) == ("unspecified", ["en"])
+    config = validate_task_config(CLASSIFICATION, {**base, "license": "cc-by-sa-4.0", "language": ["de", "pt-BR"]})
+    assert (config.license, config.language) == ("cc-by-sa-4.0", ["de", "pt-BR"])
+    with pytest.raises(ValidationError) as bad:
+        validate_task_config(CLASSIFICATION, {**base, "license": "CC-BY"})
+    assert "config.license: 'CC-BY' is not one of ['unspecified', 'cc0-1.0', 'cc-by-4.0'" in str(bad.value)
+    with pytest.raises(ValidationError, match="config.language.0: 'English' does not match"):
+        validate_task_config(CLASSIFICATION, {**base, "language": ["English"]})
+    with pytest.raises(ValidationError, match="'licence' was unexpected"):
+        validate_task_config(CLASSIFICATION, {**base, "licence": "mit"})
