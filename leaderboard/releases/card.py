@@ -234,8 +234,8 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def render_card(facts: dict, files: dict) -> str:
-    """README.md: the YAML header, then the card. ``files`` are the data files with their
-    digests (the card cannot list its own)."""
+    """README.md: the YAML header, then the card. ``files`` are the data files and the
+    Croissant file with their digests (the card cannot list its own)."""
     task, counts, v = facts["task"], facts["counts"], facts["validation"]
     license_id = facts["license"]
     out = ["---", yaml_header(facts).rstrip("\n"), "---", "",
@@ -265,7 +265,7 @@ def render_card(facts: dict, files: dict) -> str:
         "data = load_dataset(\"parquet\", data_files={"
         + ", ".join(f"\"{s}\": \"data/{s}.parquet\"" for s in facts["splits"]) + "})",
         "```", "",
-        "Each split is one Parquet file.",
+        "Each split is one Parquet file; `croissant.json` describes the same files in MLCommons' Croissant format.",
         "",
         "## What the writers were asked", "",
         paragraph(task["instructions"]) or "(no instructions recorded)", "",

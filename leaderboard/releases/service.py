@@ -4,7 +4,7 @@
 verified to release, the pseudonym key set, no other release of the task under way)
 and queues a ``release_dataset`` job. The job (``run_release_job``) checks the rounds
 again (one may have opened meanwhile), writes the split files a chunk at a time
-(progress on the Job row), then README.md, puts the folder in
+(progress on the Job row), then ``croissant.json`` and README.md, puts the folder in
 the artifact store under a location of its own, and only then records the
 ``Release`` with its version, counts and digests, in the transaction that completes
 the job: a release that exists has all its files, and a failed job leaves no row.
@@ -12,6 +12,7 @@ the job: a release that exists has all its files, and a failed job leaves no row
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import tempfile
@@ -30,11 +31,11 @@ from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
 from tasks.models import Job, Task
 
 from ..models import Release
-from . import card, files
+from . import card, croissant, files
 from .rows import check_rounds, columns, pseudonym, released_rows
 
 CELERY_TASK = "leaderboard.release_dataset"
-README = "README.md"
+README, CROISSANT = "README.md", "croissant.json"
 
 
 def usable_count(rounds, splits) -> int:
@@ -102,7 +103,9 @@ def build_release(task: Task, folder: Path, *, version: int, round_numbers, spli
                        f"hold no verified example in {', '.join(splits)}.")
     facts = card.card_facts(task, version=version, rounds=rounds, requested_splits=splits, tally=tally,
                             columns=cols, created_at=created_at)
-    listed = dict(data_files)
+    (folder / CROISSANT).write_text(json.dumps(croissant.croissant(facts, data_files), indent=2, ensure_ascii=False)
+                                    + "\n", encoding="utf-8")
+    listed = {**data_files, CROISSANT: files.describe(folder / CROISSANT)}
     (folder / README).write_text(card.render_card(facts, listed), encoding="utf-8")
     return facts, {README: files.describe(folder / README), **listed}
 

@@ -139,7 +139,7 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
     assert sum(counted.values()) == release.total_rows == len(nli.released)
 
     # Every file's sha256 is in the card, and is the file's.
-    for name in release.data_files:
+    for name in (*release.data_files, "croissant.json"):
         digest = release.files[name]["sha256"]
         assert f"| `{name}` |" in readme and f"`{digest}`" in readme
         from leaderboard.releases.files import sha256_of
@@ -254,7 +254,7 @@ def test_the_command_writes_the_folder_and_refuses_an_open_round(nli, tmp_path):
     out = tmp_path / "release"
     call_command("release_dataset", "--task", "nli", "--rounds", "0,1", "--out", str(out))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "README.md", "data/dev.parquet", "data/test.parquet", "data/train.parquet"]
+        "README.md", "croissant.json", "data/dev.parquet", "data/test.parquet", "data/train.parquet"]
     release = Release.objects.get()
     assert release.rounds == [0, 1] and release.created_by is None
     with pytest.raises(CommandError, match="Round 2 of nli is open"):
