@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.errors import DomainError
 from leaderboard.jobs import JobDidNotSucceed, wait_for_success
 from leaderboard.models import Release
-from leaderboard.releases import service
+from leaderboard.releases import hub, service
 from leaderboard.releases.rows import SPLITS
 from tasks.models import Task
 
@@ -24,8 +24,10 @@ def _numbers(text: str, what: str) -> list[int]:
 class Command(BaseCommand):
     help = (
         "Make a data release of a task: its verified examples of the chosen closed rounds and splits, as one "
-        "Parquet file per split and a data card (README.md with the Hugging Face Hub's header), recorded as the task's next release version (a job; this waits for it). --out DIR copies the "
-        "files to DIR (DIR/README.md, DIR/data/<split>.parquet). An open or draft round is refused."
+        "Parquet file per split, a data card (README.md with the Hugging Face Hub's header) and Croissant "
+        "metadata, recorded as the task's next release version (a job; this waits for it). --out DIR copies the "
+        "files to DIR (DIR/README.md, DIR/croissant.json, DIR/data/<split>.parquet); --push OWNER/NAME uploads "
+        "that folder to the Hub where HF_TOKEN is set. An open or draft round is refused."
     )
 
     def add_arguments(self, parser):
@@ -35,11 +37,15 @@ class Command(BaseCommand):
         parser.add_argument("--splits", default=",".join(SPLITS),
                             help=f"Splits, comma-separated (default: {','.join(SPLITS)}).")
         parser.add_argument("--out", metavar="DIR", help="Copy the release's files here (a missing or empty folder).")
+        parser.add_argument("--push", metavar="REPO", help="Upload the folder to this Hub data set repository "
+                                                           "(OWNER/NAME) with HF_TOKEN; implies a folder (--out, "
+                                                           "or a temporary one under var/).")
+        parser.add_argument("--private", action="store_true", help="With --push: make a new repository private.")
         parser.add_argument("--by", metavar="USERNAME", help="The researcher the release is recorded as made by.")
         parser.add_argument("--job-timeout", type=float, metavar="SECONDS",
                             help="Give up waiting for the job after this long (it goes on). Default: wait.")
 
-    def handle(self, *args, task, rounds, splits, out, by, job_timeout, **options):
+    def handle(self, *args, task, rounds, splits, out, push, private, by, job_timeout, **options):
         task_obj = Task.objects.filter(slug=task).first()
         if task_obj is None:
             known = ", ".join(Task.objects.order_by("slug").values_list("slug", flat=True)) or "(none)"
@@ -51,6 +57,15 @@ class Command(BaseCommand):
             user = get_user_model().objects.filter(username=by).first()
             if user is None:
                 raise CommandError(f"--by: no user {by!r}.")
+        if push:
+            try:
+                hub.check_repo_id(push)
+            except ValueError as exc:
+                raise CommandError(f"--push: {exc}") from None
+            if not out:
+                from django.conf import settings
+
+                out = str(Path(settings.VAR_DIR) / "releases" / task_obj.slug)
         folder = Path(out) if out else None
         if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise CommandError(f"--out {folder} is not empty: name a new or empty folder.")
@@ -73,5 +88,12 @@ class Command(BaseCommand):
             service.copy_release(release, folder)
         except (DomainError, OSError) as exc:
             raise CommandError(f"Could not write {folder}: {exc}") from None
-        self.stdout.write(f"written to {folder}: README.md, "
+        self.stdout.write(f"written to {folder}: README.md, croissant.json, "
                           + ", ".join(release.data_files))
+        if push:
+            try:
+                pushed = hub.push(folder, push, private=private,
+                                  message=f"Dynabench release {release} (rounds {release.rounds})")
+            except hub.NotPushed as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(self.style.SUCCESS(f"pushed to {pushed.url} (commit {pushed.commit or '?'})"))
