@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseForbidden
+from django.http import FileResponse, Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -27,11 +27,12 @@ from core.ratelimit import page_wait
 from core.uploads import bounded_uploads
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
-from tasks import jobs
+from tasks import artifacts, jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
 from . import board, cycle
+from .models import Release
 
 
 def research_context(task) -> dict:
@@ -397,3 +398,32 @@ def submit_page(request, slug):
             return redirect(job.get_absolute_url())
     return render(request, "leaderboard/submit.html", _submit_context(task, error, request.POST.get("name", "")),
                   status=status)
+
+
+def _visible_task(request, slug) -> Task:
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise Http404(f"No task {slug!r}.")
+    return task
+
+
+def release_file(request, slug, version, name):
+    """One file of a task's release, as a download: from this machine's disk, or through a
+    short-lived address of the object store."""
+    task = _visible_task(request, slug)
+    release = Release.objects.filter(task=task, version=version).first()
+    if release is None or name not in release.files:
+        raise Http404(f"Task {slug} has no release {version} with a file {name}.")
+    download_as = f"{slug}-v{version}-{name.rsplit('/', 1)[-1]}"
+    if release.location.startswith("s3://"):
+        return redirect(artifacts.stored_file_url(release.location, name, download_as=download_as))
+    try:
+        handle = open(artifacts.stored_file_path(release.location, name), "rb")  # noqa: SIM115 - FileResponse closes it
+    except FileNotFoundError:
+        raise Http404(f"{name} of {release} is missing from the artifact store.") from None
+    return FileResponse(handle, as_attachment=True, filename=download_as, content_type=DOWNLOAD_TYPES.get(
+        name.rsplit(".", 1)[-1], "application/octet-stream"))
+
+
+DOWNLOAD_TYPES = {"parquet": "application/vnd.apache.parquet", "json": "application/ld+json",
+                  "md": "text/markdown; charset=utf-8"}
