@@ -72,6 +72,7 @@ urlpatterns = [
     path("tasks/<slug:slug>/promote/<int:pk>/", leaderboard_views.promote_confirm, name="promote-confirm"),
     path("tasks/<slug:slug>/leaderboard/", leaderboard_views.leaderboard_page, name="leaderboard-page"),
     path("tasks/<slug:slug>/submit/", leaderboard_views.submit_page, name="submit-model"),
+    path("tasks/<slug:slug>/examples/", leaderboard_views.public_examples, name="public-examples"),
     path("tasks/<slug:slug>/releases/<int:version>/<path:name>", leaderboard_views.release_file,
          name="release-file"),
     path("models/<int:pk>/", leaderboard_views.model_page, name="model-page"),

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from annotation.models import ReliabilityFit
+from annotation.models import Example, ReliabilityFit
 from annotation.services import reliability, stats
 from annotation.views import task_page_context
 from core.accounts import too_many
@@ -33,6 +33,7 @@ from tasks.roles import is_researcher
 
 from . import board, cycle
 from .models import Release
+from .releases import browse
 
 
 def research_context(task) -> dict:
@@ -66,6 +67,7 @@ def task_detail(request, slug):
     context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
     context["challenger"] = promotion.challenger(task)
     context["is_researcher"] = is_researcher(request.user, task)
+    context["releases"] = _releases(task, limit=5)
     if context["is_researcher"]:
         context.update(research_context(task))
     return render(request, "leaderboard/task_detail.html", context)
@@ -405,6 +407,37 @@ def _visible_task(request, slug) -> Task:
     if task is None:
         raise Http404(f"No task {slug!r}.")
     return task
+
+
+def public_examples(request, slug):
+    """A task's verified examples of closed rounds, a page at a time, with the model's
+    answer; searchable by text (``leaderboard.releases.browse``)."""
+    task = _visible_task(request, slug)
+    params = {"round_number": request.GET.get("round"), "split": request.GET.get("split"),
+              "query": request.GET.get("q"), "before": request.GET.get("before")}
+    context = {"task": task, "splits": Example.Split.values, "releases": _releases(task),
+               "query": " ".join((request.GET.get("q") or "").split())[:browse.MAX_QUERY]}
+    try:
+        context["page"] = browse.browse(task, **params)
+    except InvalidInput as exc:
+        context["error"] = str(exc)
+        return render(request, "leaderboard/examples.html", context, status=400)
+    except DomainError as exc:  # NotFound: a round that is not closed (or not there)
+        raise Http404(str(exc)) from None
+    page = context["page"]
+    if page.next_before:
+        context["next_query"] = urlencode({k: v for k, v in (("round", page.round), ("split", page.split),
+                                                             ("q", page.query), ("before", page.next_before)) if v})
+    return render(request, "leaderboard/examples.html", context)
+
+
+def _releases(task, limit: int = 10) -> list:
+    """The task's newest releases, with their files' download addresses."""
+    found = list(Release.objects.filter(task=task).order_by("-version")[:limit])
+    for release in found:
+        release.downloads = [(name, entry, reverse("release-file", args=[task.slug, release.version, name]))
+                             for name, entry in release.files.items()]
+    return found
 
 
 def release_file(request, slug, version, name):
