@@ -415,8 +415,7 @@ def public_examples(request, slug):
     task = _visible_task(request, slug)
     params = {"round_number": request.GET.get("round"), "split": request.GET.get("split"),
               "query": request.GET.get("q"), "before": request.GET.get("before")}
-    context = {"task": task, "splits": Example.Split.values, "releases": _releases(task),
-               "query": " ".join((request.GET.get("q") or "").split())[:browse.MAX_QUERY]}
+    context = {"task": task, "splits": Example.Split.values, "releases": _releases(task)}
     try:
         context["page"] = browse.browse(task, **params)
     except InvalidInput as exc:

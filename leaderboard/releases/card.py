@@ -75,7 +75,7 @@ class Tally:
     votes_incorrect: int = 0
     blind_answers: int = 0
     blind_agreeing: int = 0
-    annotators: set = field(default_factory=set)
+    annotators: Counter = field(default_factory=Counter)  # pseudonym -> rows
     models: set = field(default_factory=set)
 
     def add(self, split: str, chunk: Chunk) -> None:
@@ -93,7 +93,7 @@ class Tally:
                 self.votes_correct += row["votes_correct"]
                 self.votes_incorrect += row["votes_incorrect"]
             if row["annotator"]:
-                self.annotators.add(row["annotator"])
+                self.annotators[row["annotator"]] += 1
             self.models.update(row["target_models"])
         self.blind_answers += chunk.blind_answers
         self.blind_agreeing += chunk.blind_agreeing
@@ -191,6 +191,7 @@ def card_facts(task: Task, *, version: int, rounds: list[Round], requested_split
             "blind_agreement_interval": list(wilson_interval(tally.blind_agreeing, tally.blind_answers)),
         },
         "annotators": len(tally.annotators),
+        "annotator_rows": sorted(tally.annotators.values(), reverse=True),
         "models": sorted(tally.models),
         "sections": [{"key": s.key, "heading": s.heading, "paragraphs": s.paragraphs, "facts": s.facts}
                      for s in sections],
@@ -203,7 +204,7 @@ def citation(facts: dict) -> str:
     title = " ".join(str(task["name"]).replace("{", "(").replace("}", ")").split())
     return (f"@misc{{dynabench_{task['slug'].replace('-', '_')}_v{facts['version']},\n"
             f"  title = {{{{{title}}}: Dynabench data release v{facts['version']}}},\n"
-            f"  note = {{Verified examples of rounds {', '.join(map(str, facts['rounds']))} of the Dynabench "
+            f"  note = {{Verified examples of round(s) {', '.join(map(str, facts['rounds']))} of the Dynabench "
             f"task {task['slug']}}},\n"
             f"  year = {{{facts['created_at'][:4]}}}\n}}")
 
@@ -323,15 +324,15 @@ def render_card(facts: dict, files: dict) -> str:
     if counted:
         out += [f"**Agreement:** on the released examples written on the platform, {v['votes_correct']} of "
                 f"{counted} counted validator decisions agreed with the outcome: "
-                f"{percent(v['vote_agreement'])} (95% Wilson interval {interval(*v['vote_agreement_interval'])})."]
+                f"{percent(v['vote_agreement'])} (95% Wilson interval {interval(*v['vote_agreement_interval'])}).", ""]
     else:
         out += ["**Agreement:** no counted validator decision on the released examples (researchers or imports "
-                "decided them)."]
+                "decided them).", ""]
     if v["blind_answers"]:
         out += [f"Validators' own (blind) answers agreed with the writer's in {v['blind_agreeing']} of "
                 f"{v['blind_answers']} cases: {percent(v['blind_agreement'])} "
-                f"({interval(*v['blind_agreement_interval'])})."]
-    out += ["", "Rejected, flagged and retracted examples, and examples still waiting for a decision, are not "
+                f"({interval(*v['blind_agreement_interval'])}).", ""]
+    out += ["Rejected, flagged and retracted examples, and examples still waiting for a decision, are not "
                 "released.", ""]
 
     out += ["## Annotators", "",
@@ -345,7 +346,9 @@ def render_card(facts: dict, files: dict) -> str:
                 "The platform holds no crowd-work records for these rounds: the writers and validators used site "
                 "accounts, and no payment to them is recorded here.", ""]
     for section in sections:
-        out += [f"### {section['heading']}", "", *section["paragraphs"], ""]
+        out += [f"### {section['heading']}", ""]
+        for para in section["paragraphs"]:
+            out += [para, ""]
 
     out += ["## Known limitations", ""]
     out += [f"- {line}" for line in limitations(facts)] + [""]
@@ -383,7 +386,9 @@ def limitations(facts: dict) -> list[str]:
         lines.append(f"No verified example in the split(s) {', '.join(facts['empty_splits'])}.")
     lines.append("Only verified examples are released: the rejected ones, which show what writers got wrong, "
                  "are not, so the data says little about how hard the task is for people.")
-    if facts["annotators"]:
-        lines.append("Writers contributed unequal numbers of examples: group by `annotator` when splitting or "
-                     "weighing, so a few prolific writers do not dominate an evaluation.")
+    rows = facts["annotator_rows"]
+    if len(rows) > 1 and rows[0] > rows[-1]:
+        lines.append(f"Writers contributed unequal numbers of examples (from {rows[-1]} to {rows[0]} of the "
+                     f"{sum(rows)} with a writer): group by `annotator` when splitting or weighing, so that a few "
+                     "prolific writers do not dominate an evaluation.")
     return lines

@@ -77,22 +77,28 @@ def check_rounds(task: Task, numbers, splits) -> tuple[list[Round], list[str]]:
     return [rounds[n] for n in numbers], splits
 
 
-def pseudonym(user_id: int | None, exported: str | None = None) -> str | None:
-    """The annotator id a release carries: a keyed hash of the account id (or, for an
-    example imported from another deployment's export, of the pseudonym it carried),
-    the same in every release of this deployment. None for data with no writer."""
+def pseudonym_key() -> str:
+    """The key of the annotator pseudonyms; ``Unavailable`` (503) when none is configured."""
     key = settings.RELEASE_PSEUDONYM_KEY
     if not key:
         raise Unavailable("Releases need RELEASE_PSEUDONYM_KEY: the key of the annotator pseudonyms they carry "
                           "(a keyed hash, never the account). Set it to a long random value and keep it: "
                           "changing it changes every published annotator id.", retry_after=3600)
+    return key
+
+
+def pseudonym(user_id: int | None, exported: str | None = None) -> str | None:
+    """The annotator id a release carries: a keyed hash of the account id (or, for an
+    example imported from another deployment's export, of the pseudonym it carried),
+    the same in every release of this deployment. None for data with no writer."""
     if user_id is not None:
         value = f"user:{user_id}"
     elif exported:
         value = f"exported:{exported}"
     else:
         return None
-    return "ann-" + salted_hmac(PSEUDONYM_SALT, value, secret=key, algorithm="sha256").hexdigest()[:20]
+    digest = salted_hmac(PSEUDONYM_SALT, value, secret=pseudonym_key(), algorithm="sha256").hexdigest()
+    return "ann-" + digest[:20]
 
 
 @dataclass(frozen=True)

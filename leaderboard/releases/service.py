@@ -32,7 +32,7 @@ from tasks.models import Job, Task
 
 from ..models import Release
 from . import card, croissant, files
-from .rows import check_rounds, columns, pseudonym, released_rows
+from .rows import check_rounds, columns, pseudonym_key, released_rows
 
 CELERY_TASK = "leaderboard.release_dataset"
 README, CROISSANT = "README.md", "croissant.json"
@@ -51,7 +51,7 @@ def start_release(task: Task, *, rounds, splits=None, user=None) -> Job:
     round, an unknown split, nothing verified in them, no pseudonym key, or another
     release of the task queued or running."""
     round_rows, splits = check_rounds(task, rounds, splits)
-    pseudonym(0)  # refuses (503) when RELEASE_PSEUDONYM_KEY is not set
+    pseudonym_key()  # refuses (503) when RELEASE_PSEUDONYM_KEY is not set
     if not usable_count(round_rows, splits):
         raise Conflict(f"Nothing to release: round(s) {', '.join(str(r.number) for r in round_rows)} of "
                        f"{task.slug} hold no verified example in {', '.join(splits)}.")

@@ -40,6 +40,8 @@ def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(nli, client_f
     assert answer.status_code == 202 and answer.json()["kind"] == "release_dataset"
     job = Job.objects.get(pk=answer.json()["id"])
     assert job.status == Job.Status.SUCCEEDED and job.created_by == researcher
+    page = client_for(researcher).get(job.get_absolute_url()).content.decode()
+    assert '<a href="/tasks/nli/#release-v1">v1</a>' in page and 'value="rerun"' not in page
     listed = anonymous.get(url)
     assert listed.status_code == 200
     [release] = listed.json()["results"]

@@ -2,6 +2,7 @@
 the command, and the rules (closed rounds only, verified data only, immutable)."""
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -154,8 +155,29 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
     assert f"{100 * fooled / len(written):.1f}% ({100 * low:.1f}%–{100 * high:.1f}%)" in readme
     assert "Fixed validation: an example is verified once 3 validators agree" in readme
     assert "1 of 2 cases" in readme  # blind answers: one of the two agreed
+    per_writer = Counter(e.annotator_id for e in nli.released if e.annotator_id)
+    assert per_writer[nli.released[3].annotator_id] == per_writer[nli.released[4].annotator_id]
+    assert "Writers contributed unequal" not in readme  # they did not, here
     assert "## Known limitations" in readme and "No licence was chosen" in readme
     assert "Content warning" not in readme  # NLI has none
+
+
+def test_the_limitations_say_only_what_holds_for_the_release():
+    from leaderboard.releases.card import limitations
+
+    facts = {"round_facts": [{"static": True, "collected": 0, "target_models": []}],
+             "validation": {"vote_agreement": None, "verified_by": {"imported": 3}}, "license": "mit",
+             "empty_splits": [], "annotator_rows": []}
+    lines = limitations(facts)
+    assert not any("fool particular target models" in line for line in lines)  # static data only
+    assert any(line.startswith("3 example(s) (source import or seed)") for line in lines)
+    facts.update(round_facts=[{"static": False, "collected": 5, "target_models": ["m1", "<b>m2</b>"]}],
+                 validation={"vote_agreement": 0.75, "verified_by": {"imported": 0}}, annotator_rows=[5, 2, 1],
+                 license="unspecified", empty_splits=["dev"])
+    text = "\n".join(limitations(facts))
+    assert "(&lt;b&gt;m2&lt;/b&gt;, m1)" in text and "disagreed with the outcome in 25.0%" in text
+    assert "from 1 to 5 of the 8 with a writer" in text and "No verified example in the split(s) dev." in text
+    assert "No licence was chosen" in text and "imported data set" not in text
 
 
 def test_the_card_escapes_what_people_wrote_and_carries_the_content_warning(demo_tasks, annotator,
