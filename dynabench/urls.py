@@ -11,6 +11,7 @@ from annotation import views as annotation_views
 from core import accounts
 from crowd import views as crowd_views
 from leaderboard import api as leaderboard_api
+from leaderboard import release_pages
 from leaderboard import views as leaderboard_views
 from tasks import api as tasks_api
 from tasks import views as tasks_views
@@ -72,8 +73,8 @@ urlpatterns = [
     path("tasks/<slug:slug>/promote/<int:pk>/", leaderboard_views.promote_confirm, name="promote-confirm"),
     path("tasks/<slug:slug>/leaderboard/", leaderboard_views.leaderboard_page, name="leaderboard-page"),
     path("tasks/<slug:slug>/submit/", leaderboard_views.submit_page, name="submit-model"),
-    path("tasks/<slug:slug>/examples/", leaderboard_views.public_examples, name="public-examples"),
-    path("tasks/<slug:slug>/releases/<int:version>/<path:name>", leaderboard_views.release_file,
+    path("tasks/<slug:slug>/examples/", release_pages.public_examples, name="public-examples"),
+    path("tasks/<slug:slug>/releases/<int:version>/<path:name>", release_pages.release_file,
          name="release-file"),
     path("models/<int:pk>/", leaderboard_views.model_page, name="model-page"),
     path("jobs/<int:pk>/", leaderboard_views.job_page, name="job-detail"),

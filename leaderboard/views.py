@@ -12,13 +12,13 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpResponseForbidden
+from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from annotation.models import Example, ReliabilityFit
+from annotation.models import ReliabilityFit
 from annotation.services import reliability, stats
 from annotation.views import task_page_context
 from core.accounts import too_many
@@ -27,12 +27,11 @@ from core.ratelimit import page_wait
 from core.uploads import bounded_uploads
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
-from tasks import artifacts, jobs
+from tasks import jobs
 from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
 from . import board, cycle
-from .models import Release
 from .releases import browse
 
 
@@ -67,7 +66,7 @@ def task_detail(request, slug):
     context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
     context["challenger"] = promotion.challenger(task)
     context["is_researcher"] = is_researcher(request.user, task)
-    context["releases"] = _releases(task, limit=5)
+    context["releases"] = browse.releases_with_downloads(task, limit=5)
     if context["is_researcher"]:
         context.update(research_context(task))
     return render(request, "leaderboard/task_detail.html", context)
@@ -401,61 +400,3 @@ def submit_page(request, slug):
     return render(request, "leaderboard/submit.html", _submit_context(task, error, request.POST.get("name", "")),
                   status=status)
 
-
-def _visible_task(request, slug) -> Task:
-    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
-    if task is None:
-        raise Http404(f"No task {slug!r}.")
-    return task
-
-
-def public_examples(request, slug):
-    """A task's verified examples of closed rounds, a page at a time, with the model's
-    answer; searchable by text (``leaderboard.releases.browse``)."""
-    task = _visible_task(request, slug)
-    params = {"round_number": request.GET.get("round"), "split": request.GET.get("split"),
-              "query": request.GET.get("q"), "before": request.GET.get("before")}
-    context = {"task": task, "splits": Example.Split.values, "releases": _releases(task)}
-    try:
-        context["page"] = browse.browse(task, **params)
-    except InvalidInput as exc:
-        context["error"] = str(exc)
-        return render(request, "leaderboard/examples.html", context, status=400)
-    except DomainError as exc:  # NotFound: a round that is not closed (or not there)
-        raise Http404(str(exc)) from None
-    page = context["page"]
-    if page.next_before:
-        context["next_query"] = urlencode({k: v for k, v in (("round", page.round), ("split", page.split),
-                                                             ("q", page.query), ("before", page.next_before)) if v})
-    return render(request, "leaderboard/examples.html", context)
-
-
-def _releases(task, limit: int = 10) -> list:
-    """The task's newest releases, with their files' download addresses."""
-    found = list(Release.objects.filter(task=task).order_by("-version")[:limit])
-    for release in found:
-        release.downloads = [(name, entry, reverse("release-file", args=[task.slug, release.version, name]))
-                             for name, entry in release.files.items()]
-    return found
-
-
-def release_file(request, slug, version, name):
-    """One file of a task's release, as a download: from this machine's disk, or through a
-    short-lived address of the object store."""
-    task = _visible_task(request, slug)
-    release = Release.objects.filter(task=task, version=version).first()
-    if release is None or name not in release.files:
-        raise Http404(f"Task {slug} has no release {version} with a file {name}.")
-    download_as = f"{slug}-v{version}-{name.rsplit('/', 1)[-1]}"
-    if release.location.startswith("s3://"):
-        return redirect(artifacts.stored_file_url(release.location, name, download_as=download_as))
-    try:
-        handle = open(artifacts.stored_file_path(release.location, name), "rb")  # noqa: SIM115 - FileResponse closes it
-    except FileNotFoundError:
-        raise Http404(f"{name} of {release} is missing from the artifact store.") from None
-    return FileResponse(handle, as_attachment=True, filename=download_as, content_type=DOWNLOAD_TYPES.get(
-        name.rsplit(".", 1)[-1], "application/octet-stream"))
-
-
-DOWNLOAD_TYPES = {"parquet": "application/vnd.apache.parquet", "json": "application/ld+json",
-                  "md": "text/markdown; charset=utf-8"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.urls import reverse
 
 from annotation.models import Example
 from core.errors import InvalidInput, NotFound
@@ -27,6 +28,7 @@ from core.pagination import MAX_KEY, whole_number
 from tasks.config import EXTRACTIVE_QA, text_problem
 from tasks.models import ModelVersion, Round, Task
 
+from ..models import Release
 from .rows import usable
 
 MAX_QUERY = 200
@@ -171,3 +173,11 @@ def rows_for(task: Task, examples: list[Example]) -> list[dict]:
         })
     return rows
 
+
+def releases_with_downloads(task: Task, limit: int = 10) -> list:
+    """The task's newest releases, with their files' download addresses."""
+    found = list(Release.objects.filter(task=task).order_by("-version")[:limit])
+    for release in found:
+        release.downloads = [(name, entry, reverse("release-file", args=[task.slug, release.version, name]))
+                             for name, entry in release.files.items()]
+    return found
