@@ -33,8 +33,8 @@ from .models import Release
 from .releases import service as release_service
 from .serializers import (
     ModelVersionSerializer,
+    NewReleaseSerializer,
     PromoteSerializer,
-    ReleaseRequestSerializer,
     ReleaseSerializer,
     TrainNextSerializer,
 )
@@ -327,10 +327,10 @@ class ReleaseList(generics.ListAPIView):
         task = visible_task(self.request, self.kwargs["slug"])
         return Release.objects.filter(task=task).select_related("task").order_by("-version")
 
-    @extend_schema(request=ReleaseRequestSerializer, responses={202: JobSerializer})
+    @extend_schema(request=NewReleaseSerializer, responses={202: JobSerializer})
     def post(self, request, slug):
         task = researched_task(request, slug)
-        data = ReleaseRequestSerializer(data=request.data)
+        data = NewReleaseSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         job = release_service.start_release(task, rounds=data.validated_data["rounds"],
                                             splits=data.validated_data.get("splits"), user=request.user)

@@ -89,7 +89,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 RELEASE_SPLITS = list(Example.Split.values)
 
 
-class ReleaseRequestSerializer(serializers.Serializer):
+class NewReleaseSerializer(serializers.Serializer):
     """What a data release holds: closed rounds, and splits."""
 
     rounds = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=100_000), min_length=1,
