@@ -179,6 +179,7 @@ CELERY_TASK_ROUTES = {
     "leaderboard.train_model": {"queue": "training"},
     "leaderboard.evaluate_model": {"queue": "training"},
     "leaderboard.check_submission": {"queue": "training"},
+    "leaderboard.release_dataset": {"queue": "default"},
     "tasks.sweep_stale_jobs": {"queue": "default"},
     "crowd.sync": {"queue": "default"},
     "crowd.pay_bonuses": {"queue": "default"},
@@ -519,6 +520,24 @@ SUBMISSION_CHECK_MEMORY_MB = _at_least("SUBMISSION_CHECK_MEMORY_MB", 256,
                                        lambda n: env.int(n, default=6144))
 SUBMISSION_CHECK_SECONDS = _at_least("SUBMISSION_CHECK_SECONDS", 1, lambda n: env.float(n, default=300.0))
 SUBMISSION_CHECK_THREADS = _at_least("SUBMISSION_CHECK_THREADS", 1, lambda n: env.int(n, default=2))
+# Data releases (leaderboard.releases): the key of the annotator pseudonyms a release
+# carries (a keyed hash of the account; never the account, username or MTurk id). Its
+# own setting, like ADDRESS_HASH_KEY: rotating SECRET_KEY keeps every published
+# pseudonym, so one annotator has one id across a deployment's releases. With DEBUG
+# on, a key generated once into var/; with DEBUG off and none set, making a release is
+# refused with this reason (the site itself runs without it).
+RELEASE_PSEUDONYM_KEY = env.str("RELEASE_PSEUDONYM_KEY", default="")
+if not RELEASE_PSEUDONYM_KEY and DEBUG:
+    RELEASE_PSEUDONYM_KEY = _local_secret_key("release_pseudonym_key")
+# Pushing a release to the Hugging Face Hub (manage.py release_dataset --push): a write
+# token, and the Hub's address (another for a private Hub). No token: nothing is pushed.
+HF_TOKEN = env.str("HF_TOKEN", default="")
+HF_ENDPOINT = env.str("HF_ENDPOINT", default="https://huggingface.co").rstrip("/")
+# The public browser of a task's verified examples: rows a page, and how many rows one
+# text search reads at most before it answers with what it found and where to go on.
+PUBLIC_EXAMPLES_PAGE = _at_least("PUBLIC_EXAMPLES_PAGE", 1, lambda n: env.int(n, default=25))
+PUBLIC_EXAMPLES_SEARCH_WINDOW = _at_least("PUBLIC_EXAMPLES_SEARCH_WINDOW", 1,
+                                          lambda n: env.int(n, default=2000))
 # A leaderboard is computed once per state of its task, weights and audience, and kept
 # in the cache this long (0: never cached). Evaluations and models drop it at once when
 # they change; the limit bounds what nothing signals (e.g. the baseline's training data).

@@ -11,6 +11,7 @@ from annotation import views as annotation_views
 from core import accounts
 from crowd import views as crowd_views
 from leaderboard import api as leaderboard_api
+from leaderboard import release_pages
 from leaderboard import views as leaderboard_views
 from tasks import api as tasks_api
 from tasks import views as tasks_views
@@ -32,6 +33,9 @@ api_patterns = [
     path("tasks/<slug:slug>/models/", leaderboard_api.ModelList.as_view(), name="model-list"),
     path("tasks/<slug:slug>/leaderboard/", leaderboard_api.Leaderboard.as_view(), name="leaderboard"),
     path("tasks/<slug:slug>/jobs/", tasks_api.JobList.as_view(), name="job-list"),
+    path("tasks/<slug:slug>/releases/", leaderboard_api.ReleaseList.as_view(), name="release-list"),
+    path("tasks/<slug:slug>/releases/<int:version>/", leaderboard_api.ReleaseDetail.as_view(),
+         name="release-detail"),
     path("models/<int:pk>/", leaderboard_api.ModelDetail.as_view(), name="model-detail"),
     path("models/<int:pk>/evaluate/", leaderboard_api.ModelEvaluate.as_view(), name="model-evaluate"),
     path("jobs/<int:pk>/", tasks_api.JobDetail.as_view(), name="job-detail"),
@@ -69,6 +73,9 @@ urlpatterns = [
     path("tasks/<slug:slug>/promote/<int:pk>/", leaderboard_views.promote_confirm, name="promote-confirm"),
     path("tasks/<slug:slug>/leaderboard/", leaderboard_views.leaderboard_page, name="leaderboard-page"),
     path("tasks/<slug:slug>/submit/", leaderboard_views.submit_page, name="submit-model"),
+    path("tasks/<slug:slug>/examples/", release_pages.public_examples, name="public-examples"),
+    path("tasks/<slug:slug>/releases/<int:version>/<path:name>", release_pages.release_file,
+         name="release-file"),
     path("models/<int:pk>/", leaderboard_views.model_page, name="model-page"),
     path("jobs/<int:pk>/", leaderboard_views.job_page, name="job-detail"),
     path("jobs/<int:pk>/file/", tasks_views.job_file, name="job-file"),

@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from annotation.models import Example
 from core.errors import DomainError
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
@@ -26,7 +27,9 @@ from tasks.admin_lists import (
 from tasks.models import Job, Task
 
 from . import cycle
-from .models import Evaluation, Promotion, Submission
+from .models import Evaluation, Promotion, Release, Submission
+from .releases import service as release_service
+from .releases.browse import public_rounds
 
 
 class TrainNextForm(forms.Form):
@@ -298,3 +301,78 @@ class SubmissionAdmin(ModelVersionAdmin):
         return format_html('<a href="{}">#{} {}{}</a>', reverse("admin:tasks_job_change", args=[obj.evaluation_job]),
                            obj.evaluation_job,
                            status.label, detail)
+
+
+class ReleaseForm(forms.Form):
+    rounds = forms.CharField(help_text="Closed round numbers, comma-separated (0: the static data), e.g. 0, 1.")
+    splits = forms.MultipleChoiceField(choices=[(s, s) for s in Example.Split.values],
+                                       initial=list(Example.Split.values), widget=forms.CheckboxSelectMultiple)
+
+    def clean_rounds(self):
+        try:
+            numbers = sorted({int(part) for part in self.cleaned_data["rounds"].replace(" ", "").split(",") if part})
+        except ValueError:
+            numbers = []
+        if not numbers or numbers[0] < 0:
+            raise forms.ValidationError("Write round numbers separated by commas, e.g. 0, 1.")
+        return numbers
+
+
+@admin.action(description="Make a data release of closed rounds (a job)")
+def release_dataset(modeladmin, request, queryset):
+    applied = "apply" in request.POST
+    form = ReleaseForm(request.POST if applied else None)
+    if applied and form.is_valid():
+        for task in queryset:
+            try:
+                job = release_service.start_release(task, rounds=form.cleaned_data["rounds"],
+                                                    splits=form.cleaned_data["splits"], user=request.user)
+            except DomainError as exc:
+                modeladmin.message_user(request, f"{task}: {exc}", messages.ERROR)
+            else:
+                modeladmin.message_user(request, format_html('{}: release job <a href="{}">#{}</a> queued.', task,
+                                                             job.get_absolute_url(), job.pk), messages.SUCCESS)
+        return None
+    return TemplateResponse(request, "admin/leaderboard/release_dataset.html", {
+        **modeladmin.admin_site.each_context(request), "title": "Make a data release", "form": form,
+        "opts": modeladmin.model._meta, "action": request.POST.get("action", ""),
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+        "tasks": [(task, public_rounds(task)) for task in queryset],
+    })
+
+
+TaskAdmin.extend(actions=[release_dataset])
+
+
+@admin.register(Release)
+class ReleaseAdmin(TaskScopedAdmin):
+    """Every release as it was made: read-only (a release never changes), with its files'
+    digests and download links. New ones come from the task's action, the API or
+    ``manage.py release_dataset``."""
+
+    list_display = ["__str__", "task", "version", "rounds", "splits", "rows", "license", "created_by", "created_at"]
+    list_filter = [TASK_FILTER]
+    list_select_related = ["task", "created_by"]
+    readonly_fields = ["task", "version", "rounds", "splits", "counts", "license", "downloads", "location", "job",
+                       "created_by", "created_at"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # published: others may have downloaded and cited it
+
+    @admin.display(description="examples")
+    def rows(self, obj):
+        return obj.total_rows
+
+    @admin.display(description="files")
+    def downloads(self, obj):
+        return format_html_join(
+            "", '<p><a href="{}">{}</a> <code>{}</code> ({} bytes)</p>',
+            ((reverse("release-file", args=[obj.task.slug, obj.version, name]), name, entry["sha256"],
+              entry["bytes"]) for name, entry in obj.files.items()))

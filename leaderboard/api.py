@@ -15,7 +15,7 @@ from rest_framework import generics, permissions, renderers, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api import researched_task, round_response
+from annotation.api import ReadAnyoneWriteResearchers, researched_task, round_response
 from annotation.serializers import RoundSerializer
 from core.errors import Forbidden, InvalidInput, NotFound
 from core.parsers import BoundedMultiPartParser
@@ -29,7 +29,15 @@ from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
 
 from . import board, cycle, dynascore, submissions
-from .serializers import ModelVersionSerializer, PromoteSerializer, TrainNextSerializer
+from .models import Release
+from .releases import service as release_service
+from .serializers import (
+    ModelVersionSerializer,
+    NewReleaseSerializer,
+    PromoteSerializer,
+    ReleaseSerializer,
+    TrainNextSerializer,
+)
 
 TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
 
@@ -297,3 +305,54 @@ def parse_weights_param(text):
         return dynascore.parse_weights(text)
     except ValueError as exc:
         raise InvalidInput.field("weights", str(exc)) from None
+
+
+def visible_task(request, slug) -> Task:
+    task = Task.objects.visible_to(request.user).filter(slug=slug).first()
+    if task is None:
+        raise NotFound(f"No task {slug!r}.")
+    return task
+
+
+@extend_schema(tags=["releases"])
+class ReleaseList(generics.ListAPIView):
+    """GET: a task's data releases, newest version first (anyone who may see the task):
+    each an immutable snapshot of verified examples of closed rounds, with every file's
+    sha256 and download address. POST (the task's researchers): make the next release
+    of ``rounds`` and ``splits``; the answer (202) is the job that writes it, whose
+    ``result`` names the release once it succeeded. Refused (409) for a round that is
+    open or a draft, when the rounds hold no verified example in the splits, or while
+    another release of the task is queued or running; 503 where releases are not
+    configured (no ``RELEASE_PSEUDONYM_KEY``)."""
+
+    serializer_class = ReleaseSerializer
+    permission_classes = [ReadAnyoneWriteResearchers]
+    error_statuses = {"POST": (409,)}
+
+    def get_queryset(self):
+        task = visible_task(self.request, self.kwargs["slug"])
+        return Release.objects.filter(task=task).select_related("task").order_by("-version")
+
+    @extend_schema(request=NewReleaseSerializer, responses={202: JobSerializer})
+    def post(self, request, slug):
+        task = researched_task(request, slug)
+        data = NewReleaseSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = release_service.start_release(task, rounds=data.validated_data["rounds"],
+                                            splits=data.validated_data.get("splits"), user=request.user)
+        return job_response(request, job)
+
+
+@extend_schema(tags=["releases"])
+class ReleaseDetail(generics.RetrieveAPIView):
+    """One release of a task, by its version."""
+
+    serializer_class = ReleaseSerializer
+    permission_classes = [PublicReads]
+
+    def get_object(self):
+        task = visible_task(self.request, self.kwargs["slug"])
+        release = Release.objects.filter(task=task, version=self.kwargs["version"]).select_related("task").first()
+        if release is None:
+            raise NotFound(f"Task {task.slug} has no release {self.kwargs['version']}.")
+        return release

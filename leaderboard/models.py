@@ -76,3 +76,65 @@ class Promotion(models.Model):
 
     def __str__(self):
         return f"{self.model_version} promoted into {self.round}" + (" (overridden)" if self.overridden else "")
+
+
+class ReleaseQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise ImmutableRelease("A release is immutable: its rows are never updated. Make a new release instead.")
+
+
+class ImmutableRelease(Exception):
+    """An attempt to change a release after it was made."""
+
+
+class Release(models.Model):
+    """A published, immutable snapshot of one task's verified data: chosen closed rounds
+    and splits, as one Parquet file per split, a data card (README.md with the Hugging
+    Face Hub's YAML header) and Croissant metadata, in the artifact store at ``location``
+    (``leaderboard.releases``). Made by a job; the row is written once its files are
+    stored, with their sha256s, and never changed after (``save`` and ``update``
+    refuse): a new snapshot is a new version."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="releases")
+    version = models.PositiveIntegerField(help_text="1, 2, ... per task.")
+    rounds = models.JSONField(help_text="The round numbers released, ascending.")
+    splits = models.JSONField(help_text="The splits released, each one Parquet file.")
+    counts = models.JSONField(default=dict, help_text="Rows per split, and per round and label within it.")
+    files = models.JSONField(
+        default=dict, help_text="Every file of the release by its path in the folder: sha256, bytes (and rows).")
+    license = models.CharField(max_length=40, help_text="The task's licence when the release was made.")
+    location = models.CharField(
+        max_length=500, help_text="The release's folder in the artifact store: a path relative to "
+                                  "DYNABENCH_MODELS_DIR, or an s3:// URL.")
+    job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                            help_text="The job that made it.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ReleaseQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["task", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "version"], name="release_version_unique_per_task"),
+            models.CheckConstraint(condition=models.Q(version__gte=1), name="release_version_from_1"),
+        ]
+
+    def __str__(self):
+        return f"{self.task.slug} v{self.version}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise ImmutableRelease(f"Release {self} is immutable: it is never changed after it is made. "
+                                   "Make a new release instead.")
+        super().save(*args, **kwargs)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(split["rows"] for split in self.counts.get("splits", {}).values())
+
+    @property
+    def data_files(self) -> list[str]:
+        """The Parquet files' paths in the folder, in the order of ``splits``."""
+        return [f"data/{split}.parquet" for split in self.splits]

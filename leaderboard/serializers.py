@@ -1,10 +1,13 @@
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from annotation.models import Example
 from core.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
 from tasks.models import ModelVersion
 
 from .evaluation import has_finished_evaluation
-from .models import Evaluation
+from .models import Evaluation, Release
 from .promotion import MAX_ENSEMBLE
 from .training import MODES, SELECTIONS
 
@@ -82,3 +85,47 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
     def get_evaluated(self, obj) -> bool:
         return has_finished_evaluation(obj)
+
+
+RELEASE_SPLITS = list(Example.Split.values)
+
+
+class NewReleaseSerializer(serializers.Serializer):
+    """What a data release holds: closed rounds, and splits."""
+
+    rounds = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=100_000), min_length=1,
+                                   max_length=1000, help_text="Round numbers; closed rounds only (0: the static data).")
+    splits = serializers.ListField(child=StrictChoiceField(choices=RELEASE_SPLITS), min_length=1, max_length=3,
+                                   required=False, help_text="Default: every split. Each is one Parquet file.")
+
+
+class ReleaseFileSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="The file's path in the release's folder.")
+    sha256 = serializers.CharField()
+    bytes = serializers.IntegerField()
+    rows = serializers.IntegerField(allow_null=True, help_text="Examples in a split's file; empty for the others.")
+    url = serializers.CharField(help_text="Where to download it.")
+
+
+class ReleaseSerializer(serializers.ModelSerializer):
+    """A published release: which rounds and splits, how many examples, its licence, and
+    every file with its sha256 and download address."""
+
+    task = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    rows = serializers.IntegerField(source="total_rows", help_text="Examples in every split together.")
+    files = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Release
+        fields = ["task", "version", "rounds", "splits", "rows", "counts", "license", "files", "created_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(ReleaseFileSerializer(many=True))
+    def get_files(self, release) -> list[dict]:
+        request = self.context.get("request")
+        out = []
+        for path, entry in release.files.items():
+            url = reverse("release-file", args=[release.task.slug, release.version, path])
+            out.append({"path": path, "sha256": entry["sha256"], "bytes": entry["bytes"], "rows": entry.get("rows"),
+                        "url": request.build_absolute_uri(url) if request is not None else url})
+        return out

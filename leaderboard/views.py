@@ -32,6 +32,7 @@ from tasks.models import Job, ModelVersion, Round, Task
 from tasks.roles import is_researcher
 
 from . import board, cycle
+from .releases import browse
 
 
 def research_context(task) -> dict:
@@ -65,6 +66,7 @@ def task_detail(request, slug):
     context["target_scores"] = board.target_scores(task, list(open_round.target_models.all())) if open_round else []
     context["challenger"] = promotion.challenger(task)
     context["is_researcher"] = is_researcher(request.user, task)
+    context["releases"] = browse.releases_with_downloads(task, limit=5)
     if context["is_researcher"]:
         context.update(research_context(task))
     return render(request, "leaderboard/task_detail.html", context)
@@ -403,3 +405,4 @@ def submit_page(request, slug):
             return redirect(job.get_absolute_url())
     return render(request, "leaderboard/submit.html", _submit_context(task, error, request.POST.get("name", "")),
                   status=status)
+

@@ -7,6 +7,7 @@ Pure Python, no torch.  All scores are fractions in [0, 1].
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -209,3 +210,26 @@ def model_fooled(
     if kind == "extractive_qa":
         return exact_match(str(pred_value), target_value) < 1.0
     return pred_value != target_value
+
+
+# -- proportions -----------------------------------------------------------------------
+
+WILSON_Z = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
+def wilson_interval(successes: int, total: int) -> tuple[float | None, float | None]:
+    """The 95% Wilson score interval of a proportion ``successes / total`` (a model error
+    rate: fooled / collected); ``(None, None)`` for no trials. Unlike the normal
+    approximation it stays within [0, 1] and is not zero-width at 0 or 1."""
+    if not total:
+        return None, None
+    if not 0 <= successes <= total:
+        raise ValueError(f"successes must be between 0 and total ({total}); got {successes}")
+    z = WILSON_Z
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    # At p = 0 or 1 the bound is exactly 0 or 1; the formula lands a rounding error short.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == total else min(1.0, centre + half)
+    return low, high

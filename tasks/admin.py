@@ -66,7 +66,8 @@ class TaskAdmin(Extensible, TaskScopedAdmin):
         ("Config", {"fields": ["config"], "description": (
             "JSON checked against the task config schema: context_fields, input_fields, labels, "
             "model_inputs, model_wrong_metric, num_matching_validations, context_sampling, "
-            "max_input_length, blind_validation."
+            "max_input_length, blind_validation, license (its data releases' licence: a Hub licence id "
+            "such as cc-by-4.0; default unspecified), language (default [\"en\"])."
         )}),
     ]
 

@@ -274,3 +274,81 @@ class S3Store:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- folders of plain files (data releases) --------------------------------------------------
+
+
+def _folder_name(folder: str) -> str:
+    folder = folder.strip("/")
+    if not _safe_name(folder):
+        raise ValueError(f"not a folder name inside the store: {folder!r}")
+    return folder
+
+
+def store_folder(local_dir: Path, folder: str) -> str:
+    """Put a finished folder of plain files (a data release) where every machine reads it,
+    under ``<store>/<folder>/``; returns the location to record. File store: moved to
+    ``<DYNABENCH_MODELS_DIR>/<folder>`` and recorded as that relative path. S3: every
+    file uploaded under ``<prefix>/<folder>/``, the local folder removed, and recorded
+    as the folder's URL. A location is written once: one that holds files already is
+    refused (``FileExistsError``), so what a record points at never changes."""
+    folder, local_dir = _folder_name(folder), Path(local_dir)
+    names = sorted(p.relative_to(local_dir).as_posix() for p in local_dir.rglob("*") if p.is_file())
+    where = configured()
+    if where.scheme != "s3":
+        dest = Path(settings.DYNABENCH_MODELS_DIR) / folder
+        if dest.exists() and any(dest.iterdir()):
+            raise FileExistsError(f"{dest} holds files already; a stored folder is written once")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            dest.rmdir()
+        shutil.move(str(local_dir), dest)
+        return folder
+    store = S3Store(where.bucket)
+    prefix = where.key(folder)
+    listed = store._call("list", prefix, _client().list_objects_v2, Bucket=where.bucket, Prefix=f"{prefix}/",
+                         MaxKeys=1)
+    if listed.get("KeyCount"):
+        raise FileExistsError(f"{where.url(folder)} holds files already; a stored folder is written once")
+    for name in names:
+        store.upload_file(local_dir / name, f"{prefix}/{name}")
+    shutil.rmtree(local_dir, ignore_errors=True)
+    return where.url(folder)
+
+
+def stored_file_path(location: str, name: str) -> Path:
+    """A file of a folder stored by ``store_folder`` on this machine's disk (file store);
+    ``ValueError`` for a name outside the folder or a location in object storage."""
+    if location.startswith("s3://") or not _safe_name(name):
+        raise ValueError(f"{name!r} of {location!r} is not a file on this machine")
+    return local_path(location) / name
+
+
+def stored_file_url(location: str, name: str, *, seconds: int = 600, download_as: str = "") -> str:
+    """A time-limited URL to fetch one file of a folder stored in object storage (a
+    presigned GET, ``seconds`` long), offered as a download named ``download_as``."""
+    if not location.startswith("s3://") or not _safe_name(name):
+        raise ValueError(f"{name!r} of {location!r} is not in object storage")
+    parts = urlsplit(location)
+    key = f"{parts.path.strip('/')}/{name}"
+    params = {"Bucket": parts.netloc, "Key": key}
+    if download_as:
+        params["ResponseContentDisposition"] = f'attachment; filename="{download_as}"'
+    return S3Store(parts.netloc)._call("sign", key, _client().generate_presigned_url, "get_object",
+                                       Params=params, ExpiresIn=seconds)
+
+
+def copy_stored_file(location: str, name: str, dest: Path) -> None:
+    """Copy one file of a folder stored by ``store_folder`` to ``dest`` (downloaded from
+    object storage, or copied from this machine's disk)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not location.startswith("s3://"):
+        shutil.copyfile(stored_file_path(location, name), dest)
+        return
+    if not _safe_name(name):
+        raise ValueError(f"{name!r} is not a file of {location!r}")
+    parts = urlsplit(location)
+    key = f"{parts.path.strip('/')}/{name}"
+    S3Store(parts.netloc)._call("read", key, _client().download_file, parts.netloc, key, str(dest))

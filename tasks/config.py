@@ -24,6 +24,8 @@ from django.core.exceptions import ValidationError
 from core.errors import InvalidInput
 from ml import metrics
 
+from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
+
 CLASSIFICATION = "classification"
 EXTRACTIVE_QA = "extractive_qa"
 TASK_TYPES = [
@@ -142,6 +144,9 @@ CONFIG_SCHEMA = {
                 "unconfirmed_per_hit": {"type": "integer", "minimum": 1, "maximum": 1000},
             },
         },
+        "license": {"enum": list(LICENSES)},
+        "language": {"type": "array", "minItems": 1, "maxItems": 20, "uniqueItems": True,
+                     "items": {"type": "string", "pattern": "^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$"}},
         "model_limits": {
             "type": "object",
             "additionalProperties": False,
@@ -162,6 +167,8 @@ DEFAULTS = {
     "validation": VALIDATION_DEFAULTS,
     "model_limits": {},
     "crowd_limits": {},
+    "license": DEFAULT_LICENSE,
+    "language": DEFAULT_LANGUAGES,
 }
 DEFAULT_F1_THRESHOLD = 0.4
 # Contexts (passages, premises) come from researchers and data sets, not from
@@ -201,6 +208,10 @@ class TaskConfig:
     # MTurk has not confirmed that may be open on one HIT at once (default: twice the
     # HIT's assignments, plus 2).
     crowd_limits: dict = field(default_factory=dict)
+    # What the task's data releases say about it (``leaderboard.releases``): the licence
+    # (a key of ``LICENSES``) and the languages of its text (ISO 639 codes).
+    license: str = DEFAULT_LICENSE
+    language: list[str] = field(default_factory=lambda: list(DEFAULT_LANGUAGES))
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
@@ -392,6 +403,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
     merged = {**DEFAULTS, **config}
     merged["validator_trust"] = {**DEFAULTS["validator_trust"], **merged["validator_trust"]}
     merged["validation"] = {**VALIDATION_DEFAULTS, **merged["validation"]}
+    merged["language"] = list(merged["language"])
     problems: list[str] = []
     context_names = [f["name"] for f in merged["context_fields"]]
     input_names = [f["name"] for f in merged["input_fields"]]

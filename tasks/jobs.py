@@ -424,6 +424,9 @@ def rerun_job(job: Job, user=None) -> Job:
                        "the model is uploaded again instead.")
     if job.kind == Job.Kind.TRAIN_MODEL and job.status == Job.Status.SUCCEEDED:
         raise Conflict(f"Job #{job.pk} succeeded and registered its model; start a new training job instead.")
+    if job.kind == Job.Kind.RELEASE_DATASET and job.status == Job.Status.SUCCEEDED:
+        raise Conflict(f"Job #{job.pk} succeeded and published its release; a release is never made twice from "
+                       "one job. Make a new release instead.")
     if not job.celery_task_name:
         raise Conflict(f"Job #{job.pk} was run outside a queue; it cannot be re-run from here.")
     new = create_job(job.kind, params=job.params, task=job.task, user=user or job.created_by, rerun_of=job)

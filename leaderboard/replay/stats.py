@@ -15,10 +15,11 @@ set's sampling, and the spread over seeds is reported beside it (``by_seed``).
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from ml.metrics import wilson_interval
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -109,17 +110,9 @@ def paired_difference(better, worse, name: str, resamples: int = RESAMPLES,
 
 
 def wilson(successes: int, total: int) -> tuple[float | None, float | None]:
-    """The 95% Wilson score interval of a proportion (a model error rate at collection)."""
-    if not total:
-        return None, None
-    z = 1.959963984540054
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    # At p = 0 or 1 the bound is exactly 0 or 1; the formula lands a rounding error short.
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == total else min(1.0, centre + half)
-    return low, high
+    """The 95% Wilson score interval of a proportion (a model error rate at collection):
+    ``ml.metrics.wilson_interval``, the one the data releases' cards use too."""
+    return wilson_interval(successes, total)
 
 
 def mean(values: Sequence[float]) -> float | None:

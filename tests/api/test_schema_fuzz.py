@@ -152,6 +152,9 @@ def refine(schema: dict, world: dict) -> dict:
     for name in ("RoundCreateRequest", "RoundTargetsRequest"):
         components[name]["properties"]["target_models"]["items"] = model_id
     components["TrainNextRequest"]["properties"]["rounds"]["items"] = {"type": "integer", "enum": [1]}
+    # A release names rounds of the task (round 1 is open in the world: a 409, as documented;
+    # the releases themselves are tested in tests/leaderboard/test_release*.py).
+    components["NewReleaseRequest"]["properties"]["rounds"]["items"] = {"type": "integer", "enum": [1]}
     # Leaderboard weights: the pattern admits a metric twice or every weight 0, which the
     # server refuses (400, as documented); valid ones are drawn from these. Dataset weights
     # name rounds with a test set, and the fuzzed task has none: only the empty value is

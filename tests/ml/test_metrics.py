@@ -109,3 +109,15 @@ def test_model_fooled_qa():
 def test_model_fooled_rejects_unknown_metric():
     with pytest.raises(ValueError):
         M.model_fooled("bleu", "a", "b")
+
+
+def test_wilson_interval_of_a_proportion():
+    from ml.metrics import wilson_interval
+
+    low, high = wilson_interval(50, 100)
+    assert (round(low, 4), round(high, 4)) == (0.4038, 0.5962)
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
+    assert wilson_interval(10, 10) == (pytest.approx(0.7225, abs=1e-4), 1.0)
+    assert wilson_interval(0, 0) == (None, None)
+    with pytest.raises(ValueError, match="between 0 and total"):
+        wilson_interval(11, 10)

@@ -99,8 +99,9 @@ def test_task_page_shows_rounds_and_counters(demo_tasks, client, django_assert_m
     Example.objects.create(task=task, round=task.open_round(), inputs={"statement": "imported"},
                            target={"label": "hateful"}, fooled=True, source="import", external_uid="x1")
     assert retracted.pk  # neither the retracted nor the imported example counts
-    # task, rounds with counts, target models, the job preparing one (the round has none) (+ session)
-    with django_assert_max_num_queries(5):
+    # task, rounds with counts, target models, the job preparing one (the round has none), the
+    # newest data releases (+ session)
+    with django_assert_max_num_queries(6):
         page = client.get("/tasks/hate/").content.decode()
     assert "Content warning" in page
     assert '<td class="collected">10 written</td>' in page and "<td>4</td>" in page and "<td>3</td>" in page

@@ -160,3 +160,19 @@ def test_tasks_made_before_the_default_moved_keep_fixed_three_matching():
                                                  "min_votes": 1}
     assert made["chose"].config["validation"] == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1}
     assert Task(slug="new", name="New", task_type=CLASSIFICATION, config=copy.deepcopy(base)).parsed_config.adaptive_validation
+
+
+def test_the_licence_and_language_of_a_tasks_releases():
+    base = {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
+            "labels": [{"name": "yes"}, {"name": "no"}]}
+    config = validate_task_config(CLASSIFICATION, base)
+    assert (config.license, config.language) == ("unspecified", ["en"])
+    config = validate_task_config(CLASSIFICATION, {**base, "license": "cc-by-sa-4.0", "language": ["de", "pt-BR"]})
+    assert (config.license, config.language) == ("cc-by-sa-4.0", ["de", "pt-BR"])
+    with pytest.raises(ValidationError) as bad:
+        validate_task_config(CLASSIFICATION, {**base, "license": "CC-BY"})
+    assert "config.license: 'CC-BY' is not one of ['unspecified', 'cc0-1.0', 'cc-by-4.0'" in str(bad.value)
+    with pytest.raises(ValidationError, match="config.language.0: 'English' does not match"):
+        validate_task_config(CLASSIFICATION, {**base, "language": ["English"]})
+    with pytest.raises(ValidationError, match="'licence' was unexpected"):
+        validate_task_config(CLASSIFICATION, {**base, "licence": "mit"})
