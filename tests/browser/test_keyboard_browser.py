@@ -256,3 +256,64 @@ def test_at_390_px_the_tab_order_follows_the_screen(live_server, live_tasks, ann
         assert names.index("input-statement") < names.index("submit-example")
     assert_follows_the_screen(stops)
     assert errors == []
+
+
+def luminance(rgb):
+    def channel(c):
+        c = c / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a, b):
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+RING = """() => {
+  const a = document.activeElement;
+  const rgb = s => (s.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+  const style = getComputedStyle(a);
+  // The ring is drawn outside the element: it sits on its parents' background.
+  let node = a.parentElement, bg = [255, 255, 255];
+  while (node) {
+    const c = rgb(getComputedStyle(node).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0)) { bg = c.slice(0, 3); break; }
+    node = node.parentElement;
+  }
+  const halo = style.boxShadow === "none" ? null : rgb(style.boxShadow).slice(0, 3);
+  return {name: a.id || a.dataset.label || a.name || a.textContent.trim().slice(0, 30),
+          visible: a.matches(":focus-visible"), outline: rgb(style.outlineColor).slice(0, 3),
+          style: style.outlineStyle, width: parseFloat(style.outlineWidth), halo: halo, bg: bg};
+}"""
+
+
+@pytest.mark.parametrize("page_name", ["create", "validate"])
+def test_the_focus_ring_contrasts_3_to_1_with_what_it_sits_on(live_server, live_tasks, annotator, second_annotator,
+                                                             browser_page, page_name):
+    """WCAG 2.2 SC 1.4.11: every control reached by Tab shows a ring of at least 2 px whose
+    dark line meets 3:1 against the background around it, with a light halo beside it
+    (3:1 against the dark line) so the ring stays visible on a dark background too."""
+    page, errors = browser_page
+    task = live_tasks["sentiment"]
+    make_items(task, second_annotator, 1)
+    page.goto(token_url(live_server, annotator, task, page_name))
+    page.wait_for_selector("#context-fields .field .text" if page_name == "create" else "#blind-step:not([hidden])")
+    backgrounds, seen = set(), []
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement === document.body"):
+            break
+        ring = page.evaluate(RING)
+        if seen and ring["name"] == seen[0]:
+            break
+        seen.append(ring["name"])
+        assert ring["visible"] and ring["style"] == "solid" and ring["width"] >= 2, ring
+        assert contrast(ring["outline"], ring["bg"]) >= 3, ring
+        assert ring["halo"] is not None and contrast(ring["outline"], ring["halo"]) >= 3, ring
+        backgrounds.add(tuple(ring["bg"]))
+    assert len(seen) > 3
+    assert (246, 248, 250) in backgrounds  # the grey counters box, as well as white
+    assert errors == []
