@@ -79,7 +79,7 @@
     words.sort(function (a, b) { return a.start - b.start; }).forEach(function (w) {
       if (w.start < pos) return;
       if (w.start > pos) out.appendChild(document.createTextNode(chars.slice(pos, w.start).join("")));
-      var span = el("span", "heat", chars.slice(w.start, w.end).join(""));
+      var span = el("span", "heat " + (w.heat >= 0 ? "towards" : "against"), chars.slice(w.start, w.end).join(""));
       span.style.backgroundColor = heatColor(w.heat);
       span.title = "attribution " + w.attribution.toFixed(4);
       out.appendChild(span);
@@ -87,6 +87,25 @@
     });
     if (pos < chars.length) out.appendChild(document.createTextNode(chars.slice(pos).join("")));
     return out;
+  }
+
+  /* The heat as text (WCAG 1.1.1, 1.4.1): the words that pushed most towards the answer
+     and most against it, strongest first, each with its signed attribution. */
+  function heatSummary(text, words) {
+    var chars = Array.from(text);
+    function strongest(sign) {
+      return words.filter(function (w) { return sign > 0 ? w.heat >= 0 : w.heat < 0; })
+        .sort(function (a, b) { return Math.abs(b.attribution) - Math.abs(a.attribution); })
+        .slice(0, 5)
+        .map(function (w) {
+          var n = Math.abs(w.attribution).toFixed(4);
+          return "“" + chars.slice(w.start, w.end).join("") + "” (" + (sign > 0 ? "+" : "−") + n + ")";
+        });
+    }
+    var towards = strongest(1), against = strongest(-1);
+    return el("p", "meta heat-summary",
+      "Most towards the answer: " + (towards.length ? towards.join(", ") : "none") +
+      ". Most against it: " + (against.length ? against.join(", ") : "none") + ".");
   }
 
   function probabilityList(probabilities) {
@@ -289,6 +308,7 @@
           var box = el("div", "field");
           box.appendChild(el("span", "field-name", field));
           box.appendChild(heatText(texts[field], byField[field]));
+          box.appendChild(heatSummary(texts[field], byField[field]));
           body.appendChild(box);
         });
         $("explanation").hidden = false;

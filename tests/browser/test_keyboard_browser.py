@@ -88,6 +88,19 @@ def test_write_submit_why_and_write_another_by_keyboard(live_server, live_tasks,
     page.wait_for_selector("#explanation:not([hidden]) .heat")
     assert wait_for_focus(page, "#explanation") == "#explanation"
     assert page.locator("#explain").is_disabled()
+    # The heat has a text form and a cue besides hue: towards underlined solid, against dashed,
+    # and below each text its strongest words with their signed attributions.
+    spans = page.evaluate("""() => [...document.querySelectorAll('#explanation .heat')].map(s => ({
+        towards: s.classList.contains('towards'), against: s.classList.contains('against'),
+        line: getComputedStyle(s).borderBottomStyle, value: Math.abs(parseFloat(s.title.split(' ')[1]))}))""")
+    assert spans and all(s["towards"] != s["against"] for s in spans)
+    assert {s["line"] for s in spans if s["towards"]} <= {"solid"} and {s["line"] for s in spans if s["against"]} <= {"dashed"}
+    summary = " ".join(page.locator("#explanation .heat-summary").all_inner_texts())
+    assert "Most towards the answer: " in summary and "Most against it: " in summary
+    for direction, sign in (("towards", "+"), ("against", "−")):
+        values = [s["value"] for s in spans if s[direction]]
+        if values:
+            assert f"({sign}{max(values):.4f})" in summary, summary
 
     # Write another: back to the first field of a fresh form.
     page.focus("#another")
