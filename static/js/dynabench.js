@@ -79,7 +79,7 @@
     words.sort(function (a, b) { return a.start - b.start; }).forEach(function (w) {
       if (w.start < pos) return;
       if (w.start > pos) out.appendChild(document.createTextNode(chars.slice(pos, w.start).join("")));
-      var span = el("span", "heat", chars.slice(w.start, w.end).join(""));
+      var span = el("span", "heat " + (w.heat >= 0 ? "towards" : "against"), chars.slice(w.start, w.end).join(""));
       span.style.backgroundColor = heatColor(w.heat);
       span.title = "attribution " + w.attribution.toFixed(4);
       out.appendChild(span);
@@ -87,6 +87,25 @@
     });
     if (pos < chars.length) out.appendChild(document.createTextNode(chars.slice(pos).join("")));
     return out;
+  }
+
+  /* The heat as text (WCAG 1.1.1, 1.4.1): the words that pushed most towards the answer
+     and most against it, strongest first, each with its signed attribution. */
+  function heatSummary(text, words) {
+    var chars = Array.from(text);
+    function strongest(sign) {
+      return words.filter(function (w) { return sign > 0 ? w.heat >= 0 : w.heat < 0; })
+        .sort(function (a, b) { return Math.abs(b.attribution) - Math.abs(a.attribution); })
+        .slice(0, 5)
+        .map(function (w) {
+          var n = Math.abs(w.attribution).toFixed(4);
+          return "“" + chars.slice(w.start, w.end).join("") + "” (" + (sign > 0 ? "+" : "−") + n + ")";
+        });
+    }
+    var towards = strongest(1), against = strongest(-1);
+    return el("p", "meta heat-summary",
+      "Most towards the answer: " + (towards.length ? towards.join(", ") : "none") +
+      ". Most against it: " + (against.length ? against.join(", ") : "none") + ".");
   }
 
   function probabilityList(probabilities) {
@@ -117,6 +136,14 @@
 
     function clearErrors() {
       Array.prototype.forEach.call(root.querySelectorAll(".field-error"), function (n) { n.textContent = ""; });
+      Array.prototype.forEach.call(form.querySelectorAll("[aria-invalid]"), function (n) { n.removeAttribute("aria-invalid"); });
+    }
+    /* The controls an error key names: they carry aria-invalid="true" while it shows. */
+    function controlsFor(key) {
+      if (key.indexOf("inputs.") === 0) return [$("input-" + key.slice(7))].filter(Boolean);
+      if (key === "target.label") return Array.prototype.slice.call(form.querySelectorAll("input[name=label]"));
+      if (key.indexOf("target") === 0 && $("answer-text")) return [$("answer-text")];
+      return [];
     }
     /* Field errors next to their fields; anything else (503: the model is down)
        above the button. The form keeps what the annotator wrote either way. */
@@ -125,7 +152,11 @@
       var errors = (data && data.errors) || {};
       Object.keys(errors).forEach(function (key) {
         var target = $("error-" + key) || (key.indexOf("target") === 0 && $("error-target")) || null;
-        if (target) { target.textContent = [].concat(errors[key]).join(" "); shown = true; }
+        if (target) {
+          target.textContent = [].concat(errors[key]).join(" ");
+          shown = true;
+          controlsFor(key).forEach(function (n) { n.setAttribute("aria-invalid", "true"); });
+        }
       });
       if (!shown) $("error-form").textContent = errorText(data);
     }
@@ -257,7 +288,8 @@
       $("explain").disabled = false;
       $("retract").disabled = false;
       $("flag").disabled = false;
-      $("another").focus();
+      /* The verdict first: reading on from the focus gives the answer, then "Write another". */
+      verdict.focus();
     }
 
     $("explain").addEventListener("click", function () {
@@ -265,7 +297,7 @@
       button.disabled = true;
       $("result-status").textContent = "Computing the explanation…";
       api(root, "POST", "examples/" + example.id + "/explanation/", {}).then(function (r) {
-        if (!r.ok) { $("result-status").textContent = errorText(r.data); button.disabled = false; return; }
+        if (!r.ok) { $("result-status").textContent = errorText(r.data); button.disabled = false; button.focus(); return; }
         $("result-status").textContent = "";
         var body = $("explanation-body");
         body.textContent = "";
@@ -276,9 +308,11 @@
           var box = el("div", "field");
           box.appendChild(el("span", "field-name", field));
           box.appendChild(heatText(texts[field], byField[field]));
+          box.appendChild(heatSummary(texts[field], byField[field]));
           body.appendChild(box);
         });
         $("explanation").hidden = false;
+        $("explanation").focus();  /* the button disabled itself: the focus goes on to what it showed */
       });
     });
 
@@ -320,7 +354,9 @@
 
     function answerText(target) { return isQA ? target.text : target.label; }
 
-    function show(next) {
+    /* moveFocus: after a vote the focus goes to the next item's first control, or to
+       the message that says there is none (never back to <body>). */
+    function show(next, moveFocus) {
       item = next;
       $("validate-status").textContent = "";
       $("decide-step").hidden = true;
@@ -330,7 +366,11 @@
       if (!item) {
         $("item-standing").textContent = "";
         body.textContent = "";
-        body.appendChild(el("p", null, root.dataset.emptyText));
+        var empty = el("p", null, root.dataset.emptyText);
+        empty.id = "empty";
+        empty.tabIndex = -1;
+        body.appendChild(empty);
+        if (moveFocus) empty.focus();
         return;
       }
       body.textContent = "";
@@ -360,6 +400,7 @@
           });
         }
         $("blind-step").hidden = false;
+        if (moveFocus) choices.querySelector("input").focus();
       } else {
         reveal(item.target, item.blind_answer ? answerText(item.blind_answer) : null);
       }
@@ -374,16 +415,33 @@
       $("decide-step").querySelector("button").focus();
     }
 
+    /* A blind answer missing: the status says so and the controls carry aria-invalid
+       until an answer is given. */
+    function invalid(controls, message) {
+      $("validate-status").textContent = message;
+      Array.prototype.forEach.call(controls, function (n) {
+        n.setAttribute("aria-invalid", "true");
+        n.setAttribute("aria-describedby", "validate-status");
+      });
+      controls[0].focus();
+    }
+    $("blind-choices").addEventListener("input", function () {
+      Array.prototype.forEach.call($("blind-choices").querySelectorAll("[aria-invalid]"), function (n) {
+        n.removeAttribute("aria-invalid");
+        n.removeAttribute("aria-describedby");
+      });
+    });
+
     /* Blind validation: the server stores this answer, and only then shows the writer's. */
     $("reveal").addEventListener("click", function () {
       var answer;
       if (isQA) {
         var typed = $("blind-answer").value;
-        if (!typed.trim()) { $("validate-status").textContent = "Type your answer first."; return; }
+        if (!typed.trim()) { invalid([$("blind-answer")], "Type your answer first."); return; }
         answer = { text: typed };
       } else {
         var checked = root.querySelector("input[name=blind-label]:checked");
-        if (!checked) { $("validate-status").textContent = "Choose your answer first."; return; }
+        if (!checked) { invalid(root.querySelectorAll("input[name=blind-label]"), "Choose your answer first."); return; }
         answer = { label: checked.value };
       }
       api(root, "POST", "examples/" + item.id + "/blind-answer/", { answer: answer }).then(function (r) {
@@ -401,7 +459,7 @@
           $("count-validated").textContent = String(r.data.session.validations_done);
           bumpHitDone(1);
           api(root, "GET", "tasks/" + slug + "/validations/next/").then(function (n) {
-            show(n.status === 200 ? n.data : null);
+            show(n.status === 200 ? n.data : null, true);
             // A decision that does not count says why (a new account, or not yet trusted on paid examples).
             $("validate-status").textContent = r.data.counted ? "Thanks, recorded." : "Thanks, recorded. " + r.data.note;
           });

@@ -183,3 +183,17 @@ def test_the_account_age_in_words(settings, seconds, words):
 
     settings.VALIDATOR_MIN_ACCOUNT_AGE = seconds
     assert trust.min_account_age_text() == words
+
+
+def test_the_error_rate_chart_has_a_caption_and_its_table(demo_tasks, client):
+    """The chart's text alternative (issue 43): a figure caption that points to the table
+    below, and that table, captioned, with each round's two error rates."""
+    import re
+
+    html = client.get("/tasks/sentiment/").content.decode()
+    figure = re.search(r'<figure class="chart">(.*?)</figure>', html, re.S).group(1)
+    assert "<svg" in figure and "<figcaption>" in figure and "The table below gives the same figures" in figure
+    table = html[html.index('id="rounds-table"'):]
+    assert table.index("<caption>") < table.index("</table>") and "the chart's figures" in table
+    assert "Model error rate</th>" in table and "Verified model error rate</th>" in table
+    assert html.index("<figure") < html.index('id="rounds-table"')

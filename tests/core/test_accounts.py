@@ -185,3 +185,16 @@ def test_sign_up_errors_read_as_errors_and_are_tied_to_their_fields(client, db):
     helptext = re.search(r'<div class="meta helptext" id="id_password1_helptext">(.*?)</div>', html, re.S).group(1)
     assert "at least 8 characters" in helptext and "Error" not in helptext
     assert html.index('id="id_password2"') < html.index('id="id_password2_error"')  # the error follows its field
+
+
+def test_a_refused_sign_in_marks_both_fields_invalid_and_names_the_reason(annotator, client):
+    import re
+
+    html = client.get("/accounts/login/").content.decode()
+    assert "aria-invalid" not in html
+    response = client.post("/accounts/login/", {"username": annotator.username, "password": "not-the-password"})
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="login-error"' in html
+    for field in ("id_username", "id_password"):
+        [tag] = re.findall(rf'<input[^>]*id="{field}"[^>]*>', html)
+        assert 'aria-invalid="true"' in tag and 'aria-describedby="login-error"' in tag
