@@ -40,9 +40,8 @@ METRICS = ["exact_match", "string_f1"]
 # ``target_confidence`` (``annotation.reliability``), and by a researcher after
 # ``max_votes`` votes without a decision.
 VALIDATION_POLICIES = ["fixed", "adaptive"]
-# The default is the rule bench/validation_frontier.py picks (docs/annotation.md, "The
-# frontier, and the default"), with at least two counted votes: one account, however
-# well it did on gold items, never decides an example alone.
+# The default is bench/validation_frontier.py's pick (docs/annotation.md), with at least two
+# counted votes: one account, however well it did on gold items, never decides alone.
 VALIDATION_DEFAULTS = {"policy": "adaptive", "target_confidence": 0.9, "min_votes": 2, "max_votes": 5,
                        "gold_rate": 0.1}
 # Whose votes decide: ``decides`` "all" examples (the default) or only "paid" ones

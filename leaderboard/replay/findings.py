@@ -312,7 +312,7 @@ def replicate_spread(a: dict, b: dict) -> tuple[float | None, str]:
         if entry.get("number") not in (0, 1) or entry.get("number") not in first:
             continue
         mine, theirs = _results(first[entry["number"]]), _results(entry)
-        for name in set(mine) & set(theirs):
+        for name in sorted(set(mine) & set(theirs)):
             if _valid(mine[name]) and _valid(theirs[name]):
                 gap = abs(mine[name]["accuracy"] - theirs[name]["accuracy"])
                 if widest is None or gap > widest:

@@ -155,17 +155,23 @@ def doc_section(reports: dict[str, dict], level: int = 3) -> str:
     h = "#" * level
     lines: list[str] = []
     for folder, report in reports.items():
+        pooled = len(report.get("seeds") or []) > 1
+        name = SUMMARY if pooled else REPORT
+        beside = (f"`{Path(name).with_suffix('.md')}` beside it, each seed's own under `seed-<n>/`" if pooled
+                  else f"`{Path(name).with_suffix('.md')}` beside it")
         lines += [f"{h} {_title(report)}", "",
-                  f"From `bench/results/replay/{folder}/report.json` (all tables: `report.md` beside it). "
-                  + _facts(report), ""]
+                  f"From `bench/results/replay/{folder}/{name}` (all tables: {beside}). " + _facts(report), ""]
         lines += round_summary(report) + [""]
         suites = suite_summary(report)
         if suites:
             lines += suites + [""]
     groups: dict[tuple, list[dict]] = {}
     for report in reports.values():
-        groups.setdefault((report.get("task"), report.get("mode"), len(report.get("seeds") or [])), []).append(report)
-    for (task, mode, _), group in groups.items():
+        design = (report.get("task"), report.get("mode"), json.dumps((report.get("data") or {}).get("caps"),
+                                                                     sort_keys=True),
+                  len(report.get("rounds") or []), tuple(report.get("seeds") or []))
+        groups.setdefault(design, []).append(report)
+    for (task, mode, *_), group in groups.items():
         strategies = {r.get("strategy") for r in group}
         if len(strategies) > 1:
             lines += [f"{h} {cell(TASK_NAMES.get(task, task))}, {cell(mode)} mode: the strategies side by side", "",
