@@ -153,7 +153,10 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
     fooled = sum(1 for e in written if e.fooled)
     low, high = wilson_interval(fooled, len(written))
     assert f"{100 * fooled / len(written):.1f}% ({100 * low:.1f}%–{100 * high:.1f}%)" in readme
-    assert "Fixed validation: an example is verified once 3 validators agree" in readme
+    # The task's rule, in words: the default (adaptive, tasks/config.py) with its own numbers.
+    assert ("Adaptive validation: each vote is weighed by its validator's estimated reliability, and an example "
+            "is decided once the probability that its writer is right (or wrong) reaches 0.9, after 2 to 5 votes"
+            in readme)
     assert "1 of 2 cases" in readme  # blind answers: one of the two agreed
     per_writer = Counter(e.annotator_id for e in nli.released if e.annotator_id)
     assert per_writer[nli.released[3].annotator_id] == per_writer[nli.released[4].annotator_id]
