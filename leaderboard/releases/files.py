@@ -10,9 +10,10 @@ fields, has the same columns.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from tasks.public_data import sha256_of  # one file hash for the project (releases re-export it)
 
 from .rows import Chunk, Column
 
@@ -50,14 +51,6 @@ def write_split(path: Path, cols: list[Column], chunks: Iterable[Chunk],
             if on_chunk is not None:
                 on_chunk(chunk)
     return written
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe(path: Path, **extra) -> dict:
