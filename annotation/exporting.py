@@ -397,24 +397,22 @@ def write_examples(task, out, selection: Selection | None = None, *, fmt: str = 
         return None if advance is None else (lambda done: advance(label, done, total))
 
     if fmt == "jsonl":
-        progress = step(WRITING)
-        for record in records(rows, page_size, up_to=up_to):
+        def write(record):
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            report.rows += 1
-            if progress is not None and report.rows % page_size == 0:
-                progress(report.rows)
-        if progress is not None:
-            progress(report.rows)
-        return report
-    report.columns = find_columns(task.parsed_config, rows, page_size, up_to=up_to, advance=step(FINDING_COLUMNS))
-    known = set(report.columns)
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(report.columns)
+    else:
+        report.columns = find_columns(task.parsed_config, rows, page_size, up_to=up_to,
+                                      advance=step(FINDING_COLUMNS))
+        known = set(report.columns)
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(report.columns)
+
+        def write(record):
+            cells = flat_row(record)
+            report.cells_left_out += sum(1 for column in cells if column not in known)
+            writer.writerow([csv_cell(cells.get(column)) for column in report.columns])
     progress = step(WRITING)
     for record in records(rows, page_size, up_to=up_to):
-        cells = flat_row(record)
-        report.cells_left_out += sum(1 for column in cells if column not in known)
-        writer.writerow([csv_cell(cells.get(column)) for column in report.columns])
+        write(record)
         report.rows += 1
         if progress is not None and report.rows % page_size == 0:
             progress(report.rows)
