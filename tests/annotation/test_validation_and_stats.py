@@ -281,6 +281,10 @@ def test_concurrent_validators_never_over_count(demo_tasks, annotator):
     from core.errors import Conflict
 
     task = demo_tasks["sentiment"]
+    # Under the fixed rule every vote weighs the same, so "exactly N" is three votes; the
+    # adaptive rule's own race is test_adaptive_validation's.
+    task.config = {**task.config, "validation": {"policy": "fixed"}}
+    task.save()
     example = make_example(task, annotator, fooled=True)
     validators = users(8, "racer")
     for user in validators:
