@@ -57,6 +57,7 @@ BLOCKS = {
     "validation": ("validation.json", sections.validation),
     "validation-frontier": ("validation-frontier.json", sections.validation_frontier),
     "scale": ("scale.json", sections.scale),
+    "qa-training": ("qa-training.json", sections.qa_training),
     "replay": ("replay/<run>/report.json", sections.replay),
 }
 MARKER = re.compile(r"^<!-- results:([^:\s]+):(?:begin|end)\b", re.MULTILINE)  # a marker line

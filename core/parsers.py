@@ -9,39 +9,12 @@ from rest_framework import exceptions
 from rest_framework.parsers import JSONParser, MultiPartParser
 
 from .exceptions import PayloadTooLarge
+from .rows import MAX_JSON_DEPTH, json_depth_exceeds
 
-MAX_JSON_DEPTH = 32
 # JSON is Unicode text (RFC 8259). Any other codec Python knows would be accepted
 # by name from the Content-Type's charset, including compressors (bz2, zlib) that
 # would inflate a small body past the size limit after it was checked.
 JSON_ENCODINGS = {"utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"}
-
-
-def json_depth_exceeds(text: str, limit: int) -> bool:
-    """Whether the JSON text nests arrays and objects deeper than ``limit``.
-
-    Cheap for ordinary bodies: only a text with more than ``limit`` opening brackets
-    in all is scanned (strings skipped)."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth, in_string, escaped = 0, False, False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
 
 
 def json_encoding(name: str) -> str:

@@ -13,7 +13,35 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from .parsers import MAX_JSON_DEPTH, json_depth_exceeds
+# The API (core.parsers) refuses JSON bodies nested deeper with the same check.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """Whether the JSON text nests arrays and objects deeper than ``limit``.
+
+    Cheap for ordinary bodies: only a text with more than ``limit`` opening brackets
+    in all is scanned (strings skipped)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
 
 
 class RowError(NamedTuple):

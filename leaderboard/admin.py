@@ -106,6 +106,9 @@ class TrainStaticForm(forms.Form):
         min_value=1, required=False, label="Training examples",
         help_text="At most this many of round 0's train examples (a fixed sample); empty: all of them.")
     max_steps = forms.IntegerField(min_value=1, required=False, help_text="Stop after this many steps; empty: no cap.")
+    max_minutes = forms.IntegerField(
+        min_value=1, max_value=7 * 24 * 60, required=False, label="Time budget (minutes)",
+        help_text="Stop after this many minutes of training and keep what it reached; empty: no budget.")
     name = forms.CharField(required=False, max_length=100, help_text="Empty: round0-static (then -2, -3...).")
 
 
@@ -115,7 +118,7 @@ def train_static_model(modeladmin, request, queryset):
         return training.start_static_training(
             task, name=values["name"] or training.default_static_model_name(task), mode=values["mode"],
             static_limit=values["static_limit"], epochs=values["epochs"], batch_size=values["batch_size"],
-            max_steps=values["max_steps"], user=request.user)
+            max_steps=values["max_steps"], max_minutes=values["max_minutes"], user=request.user)
 
     return start_job_with_form(
         modeladmin, request, queryset, form_class=TrainStaticForm, start=start,

@@ -39,7 +39,7 @@ from .serializers import (
     TrainNextSerializer,
 )
 
-TRAIN_OPTIONS = ("epochs", "max_steps", "batch_size", "lr", "seed")
+TRAIN_OPTIONS = ("epochs", "max_steps", "max_minutes", "batch_size", "lr", "seed")
 
 
 @extend_schema(tags=["models"])

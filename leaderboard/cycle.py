@@ -40,14 +40,14 @@ class NoNewExamples(Conflict):
     code = "no_new_examples"
 
 
-RECIPE_KEYS = ("epochs", "batch_size", "lr", "seed", "max_steps")
+RECIPE_KEYS = ("epochs", "batch_size", "lr", "seed", "max_steps", "max_minutes")
 
 
 def seed_recipe(task: Task) -> tuple[dict, ModelVersion | None]:
     """The training recipe a "train next" job follows unless the researcher changes it:
     that of the task's seed model, the first model trained here that was a round's
     target (its epochs, batch size, learning rate, seed and step cap, as its training
-    recorded them), and that model. ({}, None) when there is none (the library's
+    recorded them, and its time budget if it had one), and that model. ({}, None) when there is none (the library's
     defaults then)."""
     models = (ModelVersion.objects.filter(task=task, submitted=False).exclude(target_of_rounds=None)
               .order_by("created_at", "pk").distinct())

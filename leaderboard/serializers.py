@@ -38,6 +38,9 @@ class TrainNextSerializer(serializers.Serializer):
     # Left out: the seed model's recipe (leaderboard.cycle.seed_recipe), not the library's defaults.
     epochs = StrictIntegerField(required=False, min_value=1, max_value=50)
     max_steps = StrictIntegerField(required=False, min_value=1, max_value=10_000_000)
+    max_minutes = StrictIntegerField(required=False, min_value=1, max_value=7 * 24 * 60,
+                                     help_text="A time budget: stop after this many minutes of training and keep "
+                                               "what it reached (scored on dev there).")
     batch_size = StrictIntegerField(required=False, min_value=1, max_value=256)
     lr = serializers.FloatField(required=False, min_value=1e-8, max_value=1.0)
     seed = StrictIntegerField(required=False, min_value=0, max_value=2**31 - 1)

@@ -206,7 +206,7 @@ def train_and_register(task: Task, rows_by_split: dict[str, list[dict]], *, name
 
 
 TRAIN_OPTION_LIMITS = {"epochs": (1, 50), "batch_size": (1, 256), "max_steps": (1, 10_000_000),
-                       "seed": (0, 2**31 - 1)}
+                       "max_minutes": (1, 7 * 24 * 60), "seed": (0, 2**31 - 1)}
 
 
 def _check_options(options: dict) -> dict:

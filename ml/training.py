@@ -7,6 +7,7 @@ the ones saved).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -31,130 +32,13 @@ from .backbones import (
     resolve_backbone,
 )
 from .errors import ArtifactError, InputError
-from .inference import (
-    answer_questions,
-    classify,
-    context_range,
-    encode_classification,
-    encode_qa,
-    pad_batch,
-)
+from .features import classification_features, qa_features, validate_rows
+from .inference import answer_questions, classify, pad_batch
 from .spec import TaskSpec
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[float, str], None]
-
-
-# -- row validation --------------------------------------------------------------------
-
-
-def _qa_answers(row: Mapping[str, Any], passage: str, where: str) -> list[tuple[str, int]]:
-    """``[(text, start_char)]`` from ``answer`` or ``answers``; the first is trained on."""
-    raw = row.get("answers")
-    if raw is None:
-        raw = [row.get("answer")] if row.get("answer") is not None else []
-    if isinstance(raw, Mapping):
-        raw = [raw]
-    if not raw:
-        raise InputError("answer", f"{where}: an answer is required")
-    answers = []
-    for answer in raw:
-        if not isinstance(answer, Mapping):
-            raise InputError("answer", f"{where}: must be {{'text': ..., 'start': ...}}")
-        text = answer.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise InputError("answer", f"{where}: answer text must not be empty")
-        start = answer.get("start", answer.get("answer_start"))
-        if start is None:
-            start = passage.find(text)
-            if start < 0:
-                raise InputError(
-                    "answer", f"{where}: answer {text!r} does not occur in the passage"
-                )
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise InputError("answer", f"{where}: answer start must be a character offset")
-        if passage[start : start + len(text)] != text:
-            raise InputError(
-                "answer",
-                f"{where}: passage[{start}:{start + len(text)}] is not the answer {text!r}",
-            )
-        answers.append((text, start))
-    return answers
-
-
-def validate_rows(spec: TaskSpec, rows: Sequence[Mapping[str, Any]], split: str) -> list[dict]:
-    """Validate training/dev rows; returns ``[{"inputs", "label"|"answers"}]``."""
-    clean = []
-    for i, row in enumerate(rows):
-        where = f"{split} row {i}"
-        if not isinstance(row, Mapping) or "inputs" not in row:
-            raise InputError("inputs", f"{where}: each row needs an 'inputs' mapping")
-        try:
-            inputs = spec.validate_inputs(row["inputs"])
-        except InputError as exc:
-            raise InputError(exc.field, f"{where}: {exc.message}") from exc
-        if spec.is_classification:
-            if "label" not in row:
-                raise InputError("label", f"{where}: a label is required")
-            try:
-                label = spec.label_index(row["label"])
-            except InputError as exc:
-                raise InputError("label", f"{where}: {exc.message}") from exc
-            clean.append({"inputs": inputs, "label": label})
-        else:
-            clean.append({"inputs": inputs, "answers": _qa_answers(row, inputs["passage"], where)})
-    return clean
-
-
-# -- features ---------------------------------------------------------------------------
-
-
-def _classification_features(tokenizer, spec: TaskSpec, rows: list[dict]) -> list[dict]:
-    encoding = encode_classification(
-        tokenizer, spec, [r["inputs"] for r in rows], padding=False, return_tensors=None
-    )
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoding]
-    return [
-        {**{k: encoding[k][i] for k in keys}, "labels": row["label"]} for i, row in enumerate(rows)
-    ]
-
-
-def qa_features(tokenizer, spec: TaskSpec, rows: list[dict]) -> list[dict]:
-    """One training feature per passage window, with the answer's token positions.
-
-    A window that does not contain the whole (first) answer points both positions at
-    the [CLS] token (index 0), the usual SQuAD recipe.
-    """
-    encoding = encode_qa(tokenizer, spec, [r["inputs"] for r in rows])
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoding]
-    features = []
-    for i in range(len(encoding["input_ids"])):
-        row = rows[encoding["overflow_to_sample_mapping"][i]]
-        text, start_char = row["answers"][0]
-        end_char = start_char + len(text)
-        offsets = encoding["offset_mapping"][i]
-        ctx = context_range(encoding, i)
-        start_pos = end_pos = 0
-        if ctx is not None:
-            c0, c1 = ctx
-            if offsets[c0][0] <= start_char and offsets[c1][1] >= end_char:
-                start_pos = c0
-                while start_pos <= c1 and offsets[start_pos][0] <= start_char:
-                    start_pos += 1
-                start_pos -= 1
-                end_pos = c1
-                while end_pos >= c0 and offsets[end_pos][1] >= end_char:
-                    end_pos -= 1
-                end_pos += 1
-        features.append(
-            {
-                **{k: encoding[k][i] for k in keys},
-                "start_positions": start_pos,
-                "end_positions": end_pos,
-            }
-        )
-    return features
 
 
 # -- evaluation -----------------------------------------------------------------------------
@@ -231,6 +115,8 @@ def train(
     warmup_ratio: float = 0.1,
     device: Any = None,
     freeze_encoder: bool = False,
+    max_minutes: float | None = None,
+    snapshot_minutes: Sequence[float] = (),
 ) -> ArtifactInfo:
     """Fine-tune ``backbone`` on ``train_rows``; save the best epoch to ``out_dir``.
 
@@ -244,6 +130,15 @@ def train(
     ``max_steps``) the model is scored on ``dev_rows``; the best-scoring epoch
     (accuracy then macro-F1; QA: F1 then exact match) is saved.  With no dev rows the
     last weights are saved.
+
+    ``max_minutes`` is a time budget: training stops after the step that reaches that
+    many minutes of training (dev scoring and saving are not counted), is scored on
+    ``dev_rows`` there like a ``max_steps`` stop, and saved. The learning-rate schedule
+    depends on the step alone (it is laid out for ``epochs`` and ``max_steps``), so a
+    run's weights at minute t are what a run with a budget of t minutes would keep.
+    ``snapshot_minutes`` saves those weights as they are at each of these minutes of
+    training (no dev scoring) beside ``out_dir``, as ``<out_dir>-at-<m>min``: a
+    training curve in one run (``bench/qa_training.py``).
 
     ``progress(percent, message)`` is called at the start, about every 1% of the
     steps, after each evaluation and at the end; raising from it aborts training
@@ -260,6 +155,11 @@ def train(
         raise TypeError("spec must be a TaskSpec")
     if epochs < 1 or batch_size < 1 or lr <= 0 or (max_steps is not None and max_steps < 1):
         raise ValueError("epochs, batch_size, lr and max_steps must be positive")
+    if max_minutes is not None and not max_minutes > 0:
+        raise ValueError("max_minutes must be positive")
+    snapshots = sorted(float(m) for m in snapshot_minutes)
+    if any(not m > 0 for m in snapshots):
+        raise ValueError("snapshot_minutes must be positive")
     if Path(out_dir).exists():
         raise ArtifactError(f"artifact directory {out_dir} already exists")
     train_clean = validate_rows(spec, train_rows, "train")
@@ -300,7 +200,7 @@ def train(
     )
 
     if spec.is_classification:
-        features = _classification_features(tokenizer, spec, train_clean)
+        features = classification_features(tokenizer, spec, train_clean)
     else:
         features = qa_features(tokenizer, spec, train_clean)
     steps_per_epoch = math.ceil(len(features) / batch_size)
@@ -325,16 +225,25 @@ def train(
     best_epoch = 0
     best_dev: dict[str, Any] | None = None
     train_seconds = 0.0
+    budget_seconds = None if max_minutes is None else 60.0 * max_minutes
+
+    def done(step: int, seconds: float) -> float:
+        """The share of the run behind us: of its steps, or of its time budget if that ends it first."""
+        share = step / total_steps
+        return min(1.0, max(share, seconds / budget_seconds)) if budget_seconds else share
+
+    out_of_time = False
+    snapshots_saved: list[dict[str, Any]] = []
     step = 0
     epoch = 0
-    while epoch < epochs and step < total_steps:
+    while epoch < epochs and step < total_steps and not out_of_time:
         epoch += 1
         model.train()
         order = torch.randperm(len(features), generator=generator).tolist()
         loss_sum, loss_count = 0.0, 0
         epoch_started = time.perf_counter()
         for begin in range(0, len(order), batch_size):
-            if step >= total_steps:
+            if step >= total_steps or out_of_time:
                 break
             batch = pad_batch([features[i] for i in order[begin : begin + batch_size]], pad_id)
             out = model(**{k: v.to(device) for k, v in batch.items()})
@@ -346,11 +255,28 @@ def train(
             step += 1
             loss_sum += float(out.loss.detach())
             loss_count += 1
-            if step % report_every == 0 or step == total_steps:
+            clock = train_seconds + time.perf_counter() - epoch_started
+            while snapshots and clock >= 60.0 * snapshots[0]:
+                minute = snapshots.pop(0)
+                paused = time.perf_counter()
+                model.eval()
+                snapshot = Path(f"{os.fspath(out_dir)}-at-{minute:g}min")
+                save_artifact(copy.deepcopy(model).to("cpu"), tokenizer, spec, snapshot, backbone=str(backbone),
+                              training_data={"train_count": len(train_clean), **(training_data or {})},
+                              metrics={"kind": spec.kind, "steps": step, "epoch": epoch, "train_seconds": round(clock, 3),
+                                       "snapshot_minutes": minute})
+                snapshots_saved.append({"minutes": minute, "step": step, "path": str(snapshot)})
+                model.train()
+                epoch_started += time.perf_counter() - paused  # saving is not training time
+            if budget_seconds is not None and clock >= budget_seconds:
+                out_of_time = True
+            if step % report_every == 0 or step == total_steps or out_of_time:
                 report(
-                    1.0 + 94.0 * step / total_steps,
+                    1.0 + 94.0 * done(step, clock),
                     f"epoch {epoch}/{epochs} step {step}/{total_steps} "
-                    f"loss {loss_sum / loss_count:.4f}",
+                    f"loss {loss_sum / loss_count:.4f}"
+                    + (f", {clock / 60:.1f} of {max_minutes:g} minutes" if max_minutes is not None else "")
+                    + (": the time budget is spent" if out_of_time else ""),
                 )
         train_seconds += time.perf_counter() - epoch_started
         entry: dict[str, Any] = {
@@ -372,7 +298,7 @@ def train(
                 best_dev = dev
             scores = ", ".join(f"{k} {v:.4f}" for k, v in dev.items() if k != "report")
             report(
-                1.0 + 94.0 * step / total_steps,
+                1.0 + 94.0 * done(step, train_seconds),
                 f"epoch {epoch} dev {scores}" + (" (best so far)" if improved else ""),
             )
         history.append(entry)
@@ -397,6 +323,8 @@ def train(
         "train_seconds": round(train_seconds, 3),
         "train_examples_per_second": round(examples_seen / max(train_seconds, 1e-9), 2),
         "history": history,
+        **({"stopped_by_time_budget": out_of_time} if max_minutes is not None else {}),
+        **({"snapshots": snapshots_saved} if snapshot_minutes else {}),
         "hyperparameters": {
             "epochs": epochs,
             "batch_size": batch_size,
@@ -407,6 +335,7 @@ def train(
             "warmup_ratio": warmup_ratio,
             "max_tokens": spec.max_tokens,
             "freeze_encoder": freeze_encoder,
+            "max_minutes": max_minutes,
         },
         "device": str(device),
     }

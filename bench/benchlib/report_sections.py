@@ -500,6 +500,42 @@ def validation_frontier(document: dict) -> str:
     return doc_block(document)
 
 
+def qa_training(document: dict) -> str:
+    """``qa-training.json``: each mark's F1 with its interval beside the sliding-window
+    line on the same questions, and the sentence that reads them (which marks clear the
+    line, by the platform's rule: the interval above it), generated here."""
+    data, line, training = document["data"], document["reference"], document["training"]
+    recipe = ", ".join(f"{key} {value}" for key, value in document["recipe"].items())
+    load = document["machine"]
+    lines = [f"{document['backbone']} on {document['device']} ({load['cpus']} CPUs, {load['torch_threads']} torch "
+             f"threads; 1-minute load average during training {load['load_during_training']['mean']:.2f} on "
+             f"average, {load['load_during_training']['max']:.2f} at most: the training's own threads count "
+             f"in it). Recipe: {recipe}, {document['max_tokens']} tokens. "
+             f"Data: {data['train_questions']:,} training questions ({data['train_features']:,} features), "
+             f"{data['dev_questions']} dev, {data['test_questions']:,} held-out questions; {data['split']}. "
+             f"F1 against the first gold answer (the platform's scoring) with its 95% bootstrap interval; "
+             f"the line: the sliding-window baseline on the same questions, F1 {pct(line['f1'])} "
+             f"({pct(line['f1_interval'][0])}–{pct(line['f1_interval'][1])})."]
+    rows = [[f"{m['minutes']:g}", f"{m['steps']:,}", f"{m['examples_seen']:,}", pct(m["f1"]),
+             f"{pct(m['f1_interval'][0])}–{pct(m['f1_interval'][1])}",
+             f"{100 * m['minus_reference']['difference']:+.1f} ({100 * m['minus_reference']['interval'][0]:+.1f} to "
+             f"{100 * m['minus_reference']['interval'][1]:+.1f})", pct(m["exact_match"]), pct(m["f1_all_answers"]),
+             yes_no(m["clears_reference"])] for m in document["marks"]]
+    lines.append(markdown_table(["minutes", "steps", "questions seen", "F1", "95% interval",
+                                 "minus the line (points)", "EM", "F1 (all answers)", "clears the line"], rows))
+    clearing = [m for m in document["marks"] if m["clears_reference"]]
+    epochs = training["epochs_run"]
+    if clearing:
+        first = clearing[0]
+        verdict = (f"The first mark whose interval lies above the line: {first['minutes']:g} minutes "
+                   f"({first['steps']:,} steps).")
+    else:
+        verdict = "No mark's interval lies above the line: no budget measured here makes a target the rule accepts."
+    lines.append(f"{verdict} Training stopped {'by its time budget' if training['stopped_by_time_budget'] else 'at the end of its epochs'}"
+                 f" in epoch {epochs}.")
+    return "\n\n".join(lines) + "\n"
+
+
 def replay(reports: dict[str, dict]) -> str:
     """The replay reports (``{folder: report}``): ``leaderboard.replay.results``'s tables,
     what ``manage.py replay_tables`` puts there (pure Python, no Django)."""

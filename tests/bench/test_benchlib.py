@@ -313,3 +313,24 @@ def test_descendants_of_a_process_without_children_and_of_a_gone_one():
 
     assert cpu.descendants(2**22 + 12345) == []  # above any pid_max: no such process
     assert cpu.cpu_seconds(2**22 + 12345) == 0.0
+
+
+def test_the_benchmarks_read_data_sets_without_django(tmp_path):
+    """bench/baselines.py and bench/qa_training.py read the data sets through
+    annotation.importers in a plain Python process: nothing on that path may need
+    Django's settings (core.parsers once did, through core.rows)."""
+    import os
+    import subprocess
+
+    rows = tmp_path / "squad.json"
+    rows.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "1", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    code = ("import sys; sys.path.insert(0, 'bench'); from benchlib.data import load_records; "
+            f"records = load_records('squad', __import__('pathlib').Path({str(rows)!r}), {{}}); "
+            "print(len(records), records[0].target['text'], 'django' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["DYNABENCH_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "France", "False"]

@@ -94,6 +94,67 @@ def test_real_data_targets_follow_the_seed_ones_and_replace_them_only_when_bette
         assert first.status == Round.Status.OPEN and list(first.target_models.all()) == [seed]
 
 
+def write_squad(folder, articles: int = 10):
+    """A SQuAD-shaped file: articles of a few paragraphs, each question answered by a
+    span of its paragraph (``answer_start`` exact)."""
+    import json
+
+    data = []
+    for a in range(articles):
+        paragraphs = []
+        for p in range(2):
+            place, year = f"Town{a}x{p}", 1900 + 7 * a + p
+            context = f"The bridge of {place} was built in {year} by a company of engineers from the coast."
+            qas = [{"id": f"{a}-{p}-when", "question": f"When was the bridge of {place} built?",
+                    "answers": [{"text": str(year), "answer_start": context.index(str(year))}]},
+                   {"id": f"{a}-{p}-who", "question": f"Who built the bridge of {place}?",
+                    "answers": [{"text": "a company of engineers",
+                                 "answer_start": context.index("a company of engineers")}]}]
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"Article_{a}", "paragraphs": paragraphs})
+    path = folder / "squad" / "dev-v1.1.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": "1.1", "data": data}))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_runs_qa_target_trains_on_squad_under_its_time_budget_and_must_clear_the_line(tmp_path, settings):
+    """With SQuAD in the data folder, QA's real-data job follows its seed model's: it
+    imports every question split by article, trains with the QA recipe under the
+    budget of DYNABENCH_QA_TRAINING_MINUTES, and replaces the seed target only if it
+    scores higher AND its interval clears the sliding-window line (a two-step model
+    does not: the reason says so)."""
+    from tasks.jobs import resume_queued_jobs
+
+    write_squad(tmp_path)
+    settings.JOBS_RUN_INLINE = False
+    settings.DYNABENCH_QA_TRAINING_MINUTES = 7
+    demo.bootstrap_demo(slugs=["qa"], train_options=TINY, background=True, real_data=True, data_dir=tmp_path)
+    seed_job = Job.objects.get(task__slug="qa", kind=Job.Kind.TRAIN_MODEL, status=Job.Status.QUEUED)
+    spec = seed_job.params["then_train"]
+    assert spec["name"] == "round0-real" and spec["promote_if_better"] is True
+    assert spec["import_data"]["format"] == "squad" and spec["import_data"]["limit"] is None  # every question
+    assert {key: spec[key] for key in ("lr", "max_minutes")} == {"lr": demo.QA_TRAINING["lr"], "max_minutes": 7}
+
+    settings.JOBS_RUN_INLINE = True
+    resume_queued_jobs()
+    assert not Job.objects.exclude(status=Job.Status.SUCCEEDED).exists(), list(Job.objects.values("kind", "error"))
+    task = Task.objects.get(slug="qa")
+    real = ModelVersion.objects.get(task=task, name="round0-real")
+    assert real.metrics["hyperparameters"]["max_minutes"] == 7
+    static = Round.objects.get(task=task, number=0)
+    imported = static.examples.exclude(external_uid__startswith="seed-")
+    assert imported.count() == 40  # 10 articles x 2 paragraphs x 2 questions, none twice
+    splits = {}
+    for example in imported.select_related("context"):  # an article lies in one split
+        splits.setdefault(example.context.fields["title"], set()).add(example.split)
+    assert len(splits) == 10 and all(len(found) == 1 for found in splits.values()), splits
+    decision = Job.objects.get(kind=Job.Kind.EVALUATE_MODEL, params__model_version=real.pk).result["promotion"]
+    assert decision["promote"] is False, decision
+    assert "sliding-window" in decision["reason"] or "reference" in decision["reason"], decision
+    assert [m.name for m in task.open_round().target_models.all()] == ["round0-seed"]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("score", "promoted"), [(1.0, True), (0.0, False), ("under the majority line", False)])
 def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, live_tasks, score, promoted):

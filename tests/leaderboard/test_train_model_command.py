@@ -316,7 +316,8 @@ def shared_data_dir() -> Path:
         pytest.skip("the real data sets are absent: DYNABENCH_DATA_DIR is unset or not a directory "
                     "(default: ../shared/data from the project root)")
     base = Path(base)
-    wanted = ["nli/mnli/dev.jsonl", "sst2/train_full.tsv", "sst2/dev.tsv", "davidson/labeled_data.csv"]
+    wanted = ["nli/mnli/dev.jsonl", "sst2/train_full.tsv", "sst2/dev.tsv", "davidson/labeled_data.csv",
+              "squad/dev-v1.1.json"]
     absent = [name for name in wanted if not (base / name).is_file()]
     if absent:
         pytest.skip(f"real data files absent under {base}: {', '.join(absent)}")
@@ -327,6 +328,7 @@ def shared_data_dir() -> Path:
 def test_bootstrap_demo_real_data(monkeypatch):
     shared_data_dir()
     monkeypatch.setattr(demo, "REAL_DATA_TRAINING", dict(TINY))
+    monkeypatch.setattr(demo, "QA_TRAINING", dict(TINY))
     monkeypatch.setattr(training, "DEMO_TRAINING", {**training.DEMO_TRAINING, **TINY})  # QA's seed model
     # An earlier plain demo left a seed model as NLI round 1's target: the real model is promoted.
     demo.bootstrap_demo(with_models=False)
@@ -337,7 +339,7 @@ def test_bootstrap_demo_real_data(monkeypatch):
     out = io.StringIO()
     call_command("bootstrap_demo", "--real-data", "--limit", "40", stdout=out)
     output = out.getvalue()
-    for slug in ("nli", "sentiment", "hate"):
+    for slug in ("nli", "sentiment", "hate", "qa"):
         task = Task.objects.get(slug=slug)
         model = ModelVersion.objects.get(task=task, name=demo.REAL_MODEL_NAME)
         static = Round.objects.get(task=task, number=0)
@@ -350,7 +352,7 @@ def test_bootstrap_demo_real_data(monkeypatch):
         assert f"trained and registered {model}" in output
         assert not ModelVersion.objects.filter(task=task, name="round0-seed").exclude(pk=seed_target.pk).exists()
     # A fresh round 1 gets the real model; NLI's round 1 had a target, so round 2 opens with it.
-    for slug in ("sentiment", "hate"):
+    for slug in ("sentiment", "hate", "qa"):
         first = Round.objects.get(task__slug=slug, number=1)
         assert first.status == Round.Status.OPEN
         assert [m.name for m in first.target_models.all()] == [demo.REAL_MODEL_NAME]
@@ -369,9 +371,12 @@ def test_bootstrap_demo_real_data(monkeypatch):
     hate_train = Example.objects.filter(task__slug="hate", round__number=0, split="train",
                                         external_uid__startswith="davidson-")
     assert hate_train.filter(target__label="hateful").count() == hate_train.filter(target__label="not-hateful").count()
-    # QA keeps the seed model, with a note.
-    assert "qa: no real data (SQuAD fine-tuning" in output
-    assert [m.name for m in Round.objects.get(task__slug="qa", number=1).target_models.all()] == ["round0-seed"]
+    # QA trains on SQuAD under its time budget; a fresh round 1 takes it as its first target (the
+    # crowd then refuses to pay for writing against it while it is below the sliding-window line).
+    assert "qa: round 0 <- SQuAD v1.1 dev, split 80/10/10 by article" in output
+    assert f"max_minutes {settings.DYNABENCH_QA_TRAINING_MINUTES}" in output
+    assert [m.name for m in Round.objects.get(task__slug="qa", number=1).target_models.all()] == [
+        demo.REAL_MODEL_NAME]
 
     again = io.StringIO()
     call_command("bootstrap_demo", "--real-data", "--limit", "40", stdout=again)

@@ -9,7 +9,7 @@ import pytest
 
 import ml
 from ml import InputError
-from ml.training import qa_features, validate_rows
+from ml.features import qa_features, validate_rows
 
 
 def test_training_fits_its_small_training_set(sentiment_model):
@@ -236,3 +236,47 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b))
+
+
+def test_a_time_budget_stops_training_and_keeps_what_it_reached(tmp_path, sentiment_spec, sentiment_rows):
+    """A budget far below one step's time: training stops after the first step, scores
+    on dev there, and saves; an epoch cap alone would have run 3 epochs of 2 steps."""
+    calls = []
+    info = ml.train(sentiment_spec, sentiment_rows, sentiment_rows, tmp_path / "budget", epochs=3, batch_size=8,
+                    max_minutes=1e-6, progress=lambda pct, msg: calls.append((pct, msg)))
+    metrics = info.metadata["metrics"]
+    assert metrics["steps"] == 1 and metrics["epochs_run"] == 1
+    assert metrics["stopped_by_time_budget"] is True
+    assert metrics["hyperparameters"]["max_minutes"] == 1e-6
+    assert metrics["dev_accuracy"] is not None  # scored where it stopped
+    assert any("the time budget is spent" in message for _, message in calls)
+    percents = [p for p, _ in calls]
+    assert percents == sorted(percents) and percents[-1] == 100.0
+
+
+def test_a_budget_that_is_not_reached_changes_nothing(tmp_path, sentiment_spec, sentiment_rows):
+    info = ml.train(sentiment_spec, sentiment_rows[:8], [], tmp_path / "roomy", max_steps=2, batch_size=4,
+                    max_minutes=60)
+    metrics = info.metadata["metrics"]
+    assert metrics["steps"] == 2 and metrics["stopped_by_time_budget"] is False
+
+
+def test_snapshots_save_the_weights_of_that_minute_beside_the_model(tmp_path, sentiment_spec, sentiment_rows, cache):
+    info = ml.train(sentiment_spec, sentiment_rows[:8], [], tmp_path / "curve", max_steps=3, batch_size=4,
+                    snapshot_minutes=[1e-6])
+    snapshots = info.metadata["metrics"]["snapshots"]
+    assert [(s["minutes"], s["step"]) for s in snapshots] == [(1e-6, 1)]
+    path = Path(snapshots[0]["path"])
+    assert path == tmp_path / "curve-at-1e-06min" and path.is_dir()
+    snapshot = ml.verify_artifact(path)
+    assert snapshot.metadata["metrics"]["steps"] == 1
+    # It loads and predicts like any model, and holds other weights than the final one.
+    assert ml.predict(ml.ModelRef(str(path)), [sentiment_rows[0]["inputs"]], cache=cache)[0]["label"]
+    assert snapshot.metadata["files"]["model.safetensors"] != info.metadata["files"]["model.safetensors"]
+
+
+@pytest.mark.parametrize("options", [{"max_minutes": 0}, {"max_minutes": -1}, {"snapshot_minutes": [0]}])
+def test_a_budget_must_be_positive(tmp_path, sentiment_spec, sentiment_rows, options):
+    with pytest.raises(ValueError, match="must be positive"):
+        ml.train(sentiment_spec, sentiment_rows[:4], [], tmp_path / "no", max_steps=1, **options)
+    assert not (tmp_path / "no").exists()
