@@ -93,7 +93,10 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
 
     _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]
-    task.config = {**task.config, "validator_trust": {"min_answers": 2, "min_agreement": 0.8}}
+    # The fixed rule (three counted votes decide): the votes below are counted one by one; the
+    # adaptive rule's weights have their own tests (tests/annotation/test_adaptive_validation.py).
+    task.config = {**task.config, "validator_trust": {"min_answers": 2, "min_agreement": 0.8},
+                   "validation": {"policy": "fixed"}}
     task.save()
     rnd = task.open_round()
     stats_url = f"/api/tasks/{task.slug}/rounds/{rnd.number}/stats/"
