@@ -45,7 +45,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
-from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Round, Task
 
 from .exporting import ANNOTATOR_METADATA_KEY
@@ -143,7 +142,7 @@ class _Importer:
         self.contexts: dict[object, list] = {}  # key -> [signature of fields, pk or None]
         self.seen: set[str] = set()  # external uids and uids taken in this run
         self.context_names = self.config.context_field_names
-        self.is_qa = self.config.task_type == EXTRACTIVE_QA
+        self.without_context = self.config.kind.without_context
         if split is not None and split not in SPLITS:
             raise DatasetImportError(f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
         if round_number is not None and (not _is_int(round_number) or round_number < 0):
@@ -166,8 +165,8 @@ class _Importer:
                 if not isinstance(context, dict):
                     return "the context must be a JSON object"
                 config.clean_context_fields(context.get("fields"))
-            elif self.is_qa:
-                return "a QA example needs a context with the passage"
+            elif self.without_context:
+                return self.without_context
             config.clean_target(record.target, context["fields"] if context else None)
         except InvalidInput as exc:
             return str(exc)

@@ -40,7 +40,6 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import InvalidInput, NotFound, TooLarge
 from core.rows import spreadsheet_safe
-from tasks.config import EXTRACTIVE_QA
 
 from .models import Example
 
@@ -303,14 +302,13 @@ FOUND_PARTS = ("prediction", "model_predictions", "metadata")
 
 def fixed_columns(config) -> dict[str, list[str]]:
     """The columns every CSV of a task has, in groups around the found ones."""
-    qa = config.task_type == EXTRACTIVE_QA
-    answer = ["text", "start"] if qa else ["label"]
+    kind = config.kind
     return {
         "head": ["uid", "external_uid", "task", "round", "split", "source", "context_id", "context_tag",
                  *(f"context.{name}" for name in config.context_field_names),
                  *(f"inputs.{name}" for name in config.input_field_names),
-                 *(f"target.{part}" for part in answer)],
-        "prediction": [f"prediction.{part}" for part in answer],
+                 *(f"target.{part}" for part in kind.export_target_parts)],
+        "prediction": [f"prediction.{part}" for part in kind.export_prediction_parts],
         "middle": ["fooled", "retracted", "flagged", "validation.status", "validation.correct",
                    "validation.incorrect", "validation.flagged", "annotator", "created_at"],
     }

@@ -86,19 +86,19 @@ class ExampleCreatedSerializer(serializers.Serializer):
     latency_ms = serializers.FloatField(source="example.latency_ms")
     session = SessionSerializer()
 
-    def _is_qa(self, created) -> bool:
-        return "answer" in created.example.prediction
+    def _shown(self, created) -> dict:
+        """The prediction's parts, as the task's kind shows them (the task came with the example)."""
+        example = created.example
+        return example.task.parsed_config.kind.shown_prediction(example.prediction)
 
     def get_prediction(self, created) -> str:
-        prediction = created.example.prediction
-        return prediction["answer"] if self._is_qa(created) else prediction["label"]
+        return self._shown(created)["prediction"]
 
     def get_probabilities(self, created) -> dict[str, float] | None:
-        return None if self._is_qa(created) else created.example.prediction["probabilities"]
+        return self._shown(created)["probabilities"]
 
     def get_span(self, created) -> dict[str, int] | None:
-        prediction = created.example.prediction
-        return {"start": prediction["start"], "end": prediction["end"]} if self._is_qa(created) else None
+        return self._shown(created)["span"]
 
     def get_models(self, created) -> list[int]:
         return sorted(int(k) for k in created.example.model_predictions)

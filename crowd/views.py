@@ -44,7 +44,7 @@ def _sample(task):
                .order_by("-pk").first())  # the newest: an index walk
     if example is None:
         return None
-    return {"inputs": example.inputs, "label": example.target.get("label") or example.target.get("text")}
+    return {"inputs": example.inputs, "label": task.parsed_config.kind.shown_answer(example.target)}
 
 
 @never_cache

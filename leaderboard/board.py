@@ -98,7 +98,7 @@ from .rows import primary_metric, usable_examples
 
 BASELINE = "majority-class baseline"
 # How the task page and the promotion rules name each kind of reference line.
-REFERENCE_DESCRIPTION = {"majority": "always answering the most common label", "qa": reference.DESCRIPTION}
+REFERENCE_DESCRIPTION = {"majority": "always answering the most common label", reference.LINE: reference.DESCRIPTION}
 # Board metric -> the key its per-dataset value has in Evaluation.metrics.
 STORED = {"calibration": "ece", "throughput": "throughput", "memory": "memory_mb",
           "robustness": "robustness", "fairness": "fairness"}
@@ -158,7 +158,7 @@ def _qa_baseline(task: Task, numbers: list[int]) -> dict | None:
         return None
     datasets = {dataset_name(n): d for n, d in found["datasets"].items()}
     exact = {name: d["exact_match"] for name, d in datasets.items()}
-    return {"label": None, "name": found["name"], "kind": "qa",
+    return {"label": None, "name": found["name"], "kind": reference.LINE,
             "training_data": {**found["training_data"], "exact_match": exact}, "datasets": datasets,
             "replicates": {dataset_name(n): v for n, v in found["replicates"].items()}}
 
@@ -167,7 +167,7 @@ def _baseline(task: Task, numbers: list[int]) -> dict | None:
     """The reference line on each of the rounds' test sets: the majority-class answer,
     or for QA the sliding-window baseline (``_qa_baseline``)."""
     config = task.parsed_config
-    if config.task_type == "extractive_qa":
+    if reference.applies(task):
         return _qa_baseline(task, numbers)
     train = Counter(t.get("label") for t in usable_examples(task, split="train").values_list("target", flat=True))
     if not train:
@@ -235,7 +235,7 @@ def target_scores(task: Task, models) -> list[dict]:
         interval = evaluation.intervals.get(metric) if evaluation else None
         grown = bool(evaluation and baseline and baseline.get("n") not in (None, evaluation.num_examples))
         line = baseline["performance"] if baseline and not grown else None
-        kind = baseline["kind"] if baseline else ("qa" if reference.is_qa(task) else "majority")
+        kind = baseline["kind"] if baseline else task.parsed_config.kind.reference_line
         out.append({"model": model, "metric": metric, "value": value, "interval": interval,
                     "num_examples": evaluation.num_examples if evaluation else 0,
                     "grown_to": baseline["n"] if grown else None, "baseline": line,

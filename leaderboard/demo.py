@@ -239,7 +239,7 @@ def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int 
         config = task.parsed_config
         static = read_static_data(
             data.format_name, [parse_source(source, base=data_dir) for source in data.sources],
-            labels=config.label_names if config.task_type != "extractive_qa" else None,
+            labels=config.kind.import_labels,
             dev_fraction=data.dev_fraction, test_fraction=data.test_fraction, limit=limit or data.limit,
             balance=data.balance)
         if not static.total:
@@ -358,7 +358,7 @@ def import_seed_examples(task: Task) -> int:
         return 0
     config = task.parsed_config
     data = read_static_data("seed", [Source(path)],
-                            labels=config.label_names if config.task_type != "extractive_qa" else None)
+                            labels=config.kind.import_labels)
     if data.errors:
         where, error = data.errors[0]
         raise StaticDataError(f"{where} line {error.line}: {error.message}")

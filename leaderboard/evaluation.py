@@ -147,7 +147,7 @@ BATCH1_SAMPLE = 16  # examples timed one at a time
 
 
 def _answer(task: Task, prediction: dict):
-    return prediction.get("answer") if task.parsed_config.task_type == "extractive_qa" else prediction.get("label")
+    return task.parsed_config.kind.answer_of(prediction)
 
 
 def perturbed_sample(n: int) -> list[int]:
@@ -183,7 +183,7 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
         found["throughput_batch1"] = len(single) / max(time.perf_counter() - started, 1e-9)
     found["memory_mb"] = model_memory_mb(ref, [row["inputs"] for row in rows])
     found["parameters_mb"] = parameters_mb(ref)
-    qa = task.parsed_config.task_type == "extractive_qa"
+    kind = task.parsed_config.kind
     positions = perturbed_sample(len(rows))
     for name, perturb in (("robustness", scoring.perturb_typos), ("fairness", scoring.perturb_fairness)):
         changed_rows, kept, where = [], [], []
@@ -191,7 +191,7 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
             row = rows[i]
             inputs, changed = dict(row["inputs"]), False
             for field, text in row["inputs"].items():
-                if (qa and field != "question") or not isinstance(text, str):
+                if not kind.perturbs(field) or not isinstance(text, str):
                     continue
                 result = perturb(text, scoring.example_rng(f"{name}-{SEED}", (example_ids[i], field)))
                 inputs[field], changed = result.text, changed or result.changed
@@ -267,20 +267,8 @@ def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batc
     details: dict = {"predictions": predictions}
     if rows:
         details["throughput"] = len(rows) / elapsed if elapsed > 0 else None
-    if config.task_type == "extractive_qa":
-        golds = [r["answer"]["text"] for r in rows]
-        answers = [p["answer"] for p in predictions]
-        scores = ml_metrics.squad_scores(answers, golds)
-        details["per_example"] = [round(ml_metrics.f1(a, g), 6) for a, g in zip(answers, golds, strict=True)]
-        wrong = [config.model_fooled(r["answer"], p) for r, p in zip(rows, predictions, strict=True)]
-    else:
-        golds = [r["label"] for r in rows]
-        labels = [p["label"] for p in predictions]
-        scores = ml_metrics.classification_report(golds, labels, labels=config.label_names)
-        wrong = [config.model_fooled({"label": g}, p) for g, p in zip(golds, predictions, strict=True)]
-        details.update(per_example=[float(g == p) for g, p in zip(golds, labels, strict=True)], gold=golds,
-                       pred=labels, confidence=[round(float(p["probabilities"][p["label"]]), 6)
-                                                for p in predictions])
+    scores, scored, wrong = config.kind.score(rows, predictions)
+    details.update(scored)
     scores["num_examples"] = len(rows)
     scores["model_error_rate"] = sum(wrong) / len(rows) if rows else None
     return scores, details

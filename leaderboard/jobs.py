@@ -124,7 +124,7 @@ def run_evaluation_job(job_id: int) -> Job:
                 f"{model} on. Import a test set into round 0 (manage.py import_dataset --round 0 --split test, "
                 "or bootstrap_demo for the shipped seed set), or let a round's examples be verified first.")
         result = {"evaluations": {f"round {e.round.number}": e.metrics for e in evaluations}}
-        if reference.is_qa(model.task):  # the QA reference line on the same test sets, for the pages to read
+        if reference.applies(model.task):  # the QA reference line on the same test sets, for the pages to read
             reporter.progress(100, "scoring the sliding-window baseline on the same test sets")
             reference.warm(model.task, [e.round.number for e in evaluations])
         if job.params.get("promote_if_better"):

@@ -37,8 +37,12 @@ METHOD = {"method": "sliding window over the question's words (Rajpurkar et al. 
           "max_span_words": baselines.MAX_SPAN_WORDS, "version": baselines.VERSION}
 
 
-def is_qa(task: Task) -> bool:
-    return task.parsed_config.task_type == "extractive_qa"
+LINE = "qa"  # the reference line's name among the kinds' (``TaskKind.reference_line``)
+
+
+def applies(task: Task) -> bool:
+    """Whether this line is the task's reference line (its kind's)."""
+    return task.parsed_config.kind.reference_line == LINE
 
 
 def _key(task: Task, number: int, ids: list[int]) -> str:
@@ -88,6 +92,6 @@ def line(task: Task, numbers: list[int]) -> dict | None:
 def warm(task: Task, numbers) -> None:
     """Compute (and cache) the line on these rounds' test sets: an evaluation job does
     it after scoring a QA model, so no page computes it."""
-    if is_qa(task):
+    if applies(task):
         for number in numbers:
             per_example(task, number)

@@ -27,14 +27,7 @@ def ml_spec(task: Task):
 def example_row(config, context_fields: dict | None, inputs: dict, target: dict) -> dict:
     """An Example (context fields + inputs + target) as an ``ml`` training row."""
     fields = {**(context_fields or {}), **inputs}
-    model_inputs = {name: fields.get(name, "") for name in config.model_inputs}
-    if config.task_type == "extractive_qa":
-        passage_field, question_field = config.model_inputs
-        return {
-            "inputs": {"passage": model_inputs[passage_field], "question": model_inputs[question_field]},
-            "answer": {"text": target["text"], "start": target["start"]},
-        }
-    return {"inputs": model_inputs, "label": target["label"]}
+    return config.kind.training_row({name: fields.get(name, "") for name in config.model_inputs}, target)
 
 
 def example_rows(task: Task, examples: Iterable) -> list[dict]:
@@ -110,5 +103,5 @@ def data_summary(rows_by_split: dict[str, list[dict]], **extra) -> dict:
 
 
 def primary_metric(task: Task) -> str:
-    """The number a round's column shows: accuracy, or SQuAD F1 for QA."""
-    return "f1" if task.parsed_config.task_type == "extractive_qa" else "accuracy"
+    """The number a round's column shows (the task kind's): accuracy, or SQuAD F1 for QA."""
+    return task.parsed_config.kind.primary_metric

@@ -254,7 +254,7 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
     try:
         data = read_static_data(
             spec["format"], [parse_source(source) for source in spec["sources"]],
-            labels=config.label_names if config.task_type != "extractive_qa" else None,
+            labels=config.kind.import_labels,
             dev_fraction=spec.get("dev_fraction", 0.1), test_fraction=spec.get("test_fraction", 0.1),
             limit=spec.get("limit"), balance=spec.get("balance", False))
     except StaticDataError as exc:

@@ -11,7 +11,9 @@ an annotator's inputs, answer and a context must look like
 (``clean_inputs``, ``clean_target``, ``clean_context_fields``), when two answers
 agree and so when the model was fooled (``answers_agree``, ``model_fooled``),
 and the bounds the ML spec gets (``ml_spec_dict``). The API, the importer,
-``Context.clean``, the validation flow and the evaluations all call these.
+``Context.clean``, the validation flow and the evaluations all call these. What
+depends on the kind of answer (a label, a span...) is the task kind's
+(``TaskConfig.kind``, ``tasks.kinds``).
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
-from ml import metrics
 
+from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
 
-CLASSIFICATION = "classification"
-EXTRACTIVE_QA = "extractive_qa"
-TASK_TYPES = [
-    (CLASSIFICATION, "Classification (a label per example)"),
-    (EXTRACTIVE_QA, "Extractive question answering (a span of the passage)"),
-]
+# The built-in kinds' names (what tests and fixtures spell); product code asks the kind.
+CLASSIFICATION = ClassificationKind.name
+EXTRACTIVE_QA = ExtractiveQAKind.name
+# The Django model's choices: the kinds built in (a kind registered later, by a test, is
+# accepted by ``validate_task_config`` but not offered in forms).
+TASK_TYPES = [(name, kind.title) for name, kind in KINDS.items()]
 SAMPLING_STRATEGIES = ["least_used", "uniform", "least_fooled"]
 METRICS = ["exact_match", "string_f1"]
 # How an example is decided: ``fixed`` when ``num_matching_validations`` counted votes
@@ -223,8 +225,13 @@ class TaskConfig:
         return self.validation["policy"] == "adaptive"
 
     @property
+    def kind(self) -> TaskKind:
+        """The task's kind (``tasks.kinds``), bound to this config."""
+        return KINDS[self.task_type](self)
+
+    @property
     def label_names(self) -> list[str]:
-        return [label["name"] for label in self.labels]
+        return self.kind.label_names
 
     @property
     def context_field_names(self) -> list[str]:
@@ -285,56 +292,20 @@ class TaskConfig:
 
     def clean_target(self, target, context_fields: dict | None, *, field: str = "target",
                      need_start: bool = True) -> dict:
-        """An answer to an example: ``{"label"}`` from the task's labels, or for QA
-        ``{"text", "start"}``, the passage's text at that character offset. Without
-        ``need_start`` a QA answer may be the text alone (a validator's blind answer),
-        and must then occur in the passage."""
+        """An answer to an example, checked by the task's kind: ``{"label"}`` from the
+        task's labels, or for QA ``{"text", "start"}``, the passage's text at that
+        character offset. Without ``need_start`` a QA answer may be the text alone (a
+        validator's blind answer), and must then occur in the passage."""
         if not isinstance(target, dict):
             raise InvalidInput.field(field, "Must be an object.")
-        if self.task_type != EXTRACTIVE_QA:
-            label = target.get("label")
-            if label not in self.label_names:
-                raise InvalidInput.field(f"{field}.label", f"{label!r} is not one of {self.label_names}.")
-            return {"label": label}
-        passage = (context_fields or {}).get(self.answer_context_field)
-        if not isinstance(passage, str):
-            raise InvalidInput.field(field, "A QA answer needs the context's passage.")
-        text, start = target.get("text"), target.get("start")
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput.field(f"{field}.text", "The answer needs 'text': the span of the passage.")
-        found = passage.find(text)
-        if found < 0:  # whatever the offset says: no offset makes it a span
-            raise InvalidInput.field(f"{field}.text", not_a_span(text))
-        if start is None:
-            if not need_start:
-                return {"text": text, "start": found}
-            raise InvalidInput.field(f"{field}.start", "The answer needs 'start': its character offset in the "
-                                                       f"passage (this text first occurs at {found}).")
-        if not isinstance(start, int) or isinstance(start, bool):
-            raise InvalidInput.field(f"{field}.start", "The answer needs 'start': its character offset.")
-        end = start + len(text)
-        if start < 0 or end > len(passage):
-            raise InvalidInput.field(f"{field}.start",
-                                     f"The span {start}-{end} is outside the passage (0-{len(passage)}).")
-        if passage[start:end] != text:
-            raise InvalidInput.field(f"{field}.start", f"The passage's text at {start} is not the answer; "
-                                                       f"the answer first occurs at {found}.")
-        return {"text": text, "start": start}
+        return self.kind.clean_target(target, context_fields, field=field, need_start=need_start)
 
     def answers_agree(self, answer: dict, other: dict) -> bool:
         """Whether two answers (targets or predictions) say the same thing, by the
         task's metric: the same label; for QA a SQuAD exact match, or token F1 at
         least the threshold (``string_f1``). The one rule behind "fooled" and behind
         a blind validator agreeing with the writer."""
-        if self.task_type != EXTRACTIVE_QA:
-            return answer.get("label") == other.get("label")
-        a = answer.get("text", answer.get("answer"))
-        b = other.get("text", other.get("answer"))
-        if not isinstance(a, str) or not isinstance(b, str):
-            return False
-        if self.model_wrong_metric["type"] == "string_f1":
-            return metrics.f1(a, b) >= self.metric_threshold
-        return metrics.exact_match(a, b) == 1.0
+        return self.kind.answers_agree(answer, other)
 
     def model_fooled(self, target: dict, prediction: dict) -> bool:
         """The model got the writer's example wrong: its answer disagrees with the target."""
@@ -342,14 +313,11 @@ class TaskConfig:
 
     def ml_spec_dict(self) -> dict:
         """The Django-free description that ``ml.TaskSpec.from_dict`` takes."""
-        kind = "extractive_qa" if self.task_type == EXTRACTIVE_QA else "classification"
-        if self.task_type == EXTRACTIVE_QA:
-            names = dict(zip(self.model_inputs, ["passage", "question"], strict=True))
-        else:
-            names = {name: name for name in self.model_inputs}
+        kind = self.kind
+        names = kind.ml_field_names()
         contexts = set(self.context_field_names)
         return {
-            "kind": kind,
+            "kind": kind.ml_kind,
             "labels": self.label_names,
             "input_fields": list(names.values()),
             "max_chars": self.max_input_length,
@@ -373,16 +341,6 @@ def text_problem(value, max_length: int, *, required: bool) -> str | None:
     return None
 
 
-NOT_A_SPAN = "The answer must be a span of the passage: select it there, or type it exactly as it appears."
-SHOWN_TEXT = 60  # characters of a refused answer quoted back
-
-
-def not_a_span(text: str) -> str:
-    """What an answer that does not occur in the passage is told (the field's own rule)."""
-    shown = text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + "…"
-    return f"{NOT_A_SPAN} {shown!r} does not appear in it."
-
-
 def _path(error: jsonschema.ValidationError) -> str:
     parts = ["config", *[str(p) for p in error.absolute_path]]
     return ".".join(parts)
@@ -390,7 +348,8 @@ def _path(error: jsonschema.ValidationError) -> str:
 
 def validate_task_config(task_type: str, config) -> TaskConfig:
     """Check ``config`` for a task of ``task_type``; return it with defaults."""
-    if task_type not in dict(TASK_TYPES):
+    kind = KINDS.get(task_type)
+    if kind is None:
         raise ValidationError({"task_type": f"Unknown task type {task_type!r}."})
     if not isinstance(config, dict):
         raise ValidationError({"config": "The config must be a JSON object."})
@@ -424,26 +383,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
         problems.append(f"config.validation: min_votes ({validation['min_votes']}) is more than max_votes "
                         f"({validation['max_votes']}).")
 
-    metric = merged["model_wrong_metric"]
-    if task_type == CLASSIFICATION:
-        if len(label_names) < 2:
-            problems.append("config.labels: a classification task needs at least two labels.")
-        if metric["type"] != "exact_match":
-            problems.append("config.model_wrong_metric: classification tasks use exact_match.")
-        if merged.get("answer_context_field"):
-            problems.append("config.answer_context_field: only extractive QA tasks have one.")
-    else:
-        if label_names:
-            problems.append("config.labels: an extractive QA task has no labels.")
-        answer_field = merged.get("answer_context_field")
-        if not answer_field:
-            problems.append("config.answer_context_field: QA needs the context field the answer is a span of.")
-        elif answer_field not in context_names:
-            problems.append(f"config.answer_context_field: {answer_field!r} is not a context field.")
-        if len(merged["model_inputs"]) != 2 or merged["model_inputs"][0] != answer_field:
-            problems.append(
-                "config.model_inputs: QA takes exactly [passage field, question field], passage first."
-            )
+    problems += kind.config_problems(merged, context_names, label_names)
     if problems:
         raise ValidationError({"config": problems})
 

@@ -22,7 +22,6 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
-from tasks.config import EXTRACTIVE_QA
 from tasks.models import Context, Job, ModelVersion, Round, Task
 from tasks.registry import open_round_with_models, target_model
 from tasks.roles import is_researcher
@@ -53,13 +52,11 @@ def waiting_for_target(task: Task) -> str:
 
 
 def model_inputs(task: Task, context_fields: dict | None, inputs: dict) -> dict:
-    """The ``ml`` input row: the config's model inputs in order; QA as passage + question."""
+    """The ``ml`` input row: the config's model inputs in order, named as the task's kind
+    says (QA: passage + question)."""
     config = task.parsed_config
     fields = {**(context_fields or {}), **inputs}
-    if config.task_type == EXTRACTIVE_QA:
-        passage_field, question_field = config.model_inputs
-        return {"passage": fields[passage_field], "question": fields[question_field]}
-    return {name: fields[name] for name in config.model_inputs}
+    return config.kind.ml_inputs({name: fields[name] for name in config.model_inputs})
 
 
 # --- signatures ----------------------------------------------------------------------
@@ -199,14 +196,14 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
         raise Conflict(f"Model version {model_ids[0]}, which answered this example, no longer exists.")
     member = example.model_predictions[str(model_ids[0])]
     config = example.task.parsed_config
-    target = None if config.task_type == EXTRACTIVE_QA else member["label"]
+    kind = config.kind
+    target = kind.explanation_target(member)
     context_fields = example.context.fields if example.context_id else None
     explanation = explain_with(target_model(model_version), model_inputs(example.task, context_fields, example.inputs),
                                target, n_steps, account=user.pk)
-    if config.task_type == EXTRACTIVE_QA:  # name the fields as the task does
-        names = dict(zip(["passage", "question"], config.model_inputs, strict=True))
-        for word in explanation["words"]:
-            word["field"] = names.get(word["field"], word["field"])
+    names = {ml_name: name for name, ml_name in kind.ml_field_names().items() if ml_name != name}
+    for word in explanation["words"]:  # name the fields as the task does
+        word["field"] = names.get(word["field"], word["field"])
     explanation["model_version"] = model_ids[0]
     with transaction.atomic():  # merge into the stored metadata, not the copy read before the model ran
         stored = Example.objects.select_for_update().only("metadata").get(pk=example.pk)

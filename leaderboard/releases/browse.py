@@ -25,7 +25,7 @@ from django.urls import reverse
 from annotation.models import Example
 from core.errors import InvalidInput, NotFound
 from core.pagination import MAX_KEY, whole_number
-from tasks.config import EXTRACTIVE_QA, text_problem
+from tasks.config import text_problem
 from tasks.models import ModelVersion, Round, Task
 
 from ..models import Release
@@ -154,7 +154,7 @@ def rows_for(task: Task, examples: list[Example]) -> list[dict]:
     answer, the model's answer and whether it fooled the model (one query for the names
     of the models that answered)."""
     config = task.parsed_config
-    qa = config.task_type == EXTRACTIVE_QA
+    kind = config.kind
     ids = {int(k) for e in examples for k in (e.model_predictions or {}) if str(k).isdigit()}
     names = dict(ModelVersion.objects.filter(task=task, pk__in=ids).values_list("pk", "name")) if ids else {}
     rows = []
@@ -165,7 +165,7 @@ def rows_for(task: Task, examples: list[Example]) -> list[dict]:
             "uid": str(e.uid), "split": e.split, "source": e.source,
             "context": [(f.get("label") or f["name"], context.get(f["name"], "")) for f in config.context_fields],
             "inputs": [(f.get("label") or f["name"], e.inputs.get(f["name"], "")) for f in config.input_fields],
-            "answer": e.target.get("text") if qa else e.target.get("label"),
+            "answer": kind.shown_answer(e.target),
             "model_answer": prediction.get("label", prediction.get("answer", prediction.get("text"))),
             "fooled": e.fooled,
             "models": [names.get(int(k), f"model #{k}") for k in sorted(e.model_predictions or {}, key=str)

@@ -21,15 +21,14 @@ from dataclasses import dataclass, field
 
 from annotation.services import counters
 from ml.metrics import wilson_interval
-from tasks.config import EXTRACTIVE_QA
+from tasks.kinds import kind_named
 from tasks.licenses import LICENSES
 from tasks.models import Round, Task
 
 from .contributions import card_sections
 from .rows import VERIFIED_BY, Chunk, Column
 
-TASK_CATEGORIES = {EXTRACTIVE_QA: "question-answering"}
-DEFAULT_TASK_CATEGORY = "text-classification"
+DEFAULT_TASK_CATEGORY = "text-classification"  # for a task whose kind is no longer known
 SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
 
@@ -63,7 +62,7 @@ def size_category(rows: int) -> str:
 class Tally:
     """What the written rows say, gathered chunk by chunk."""
 
-    qa: bool
+    labelled: bool  # answers are labels: rows are counted by label too
     rows: Counter = field(default_factory=Counter)  # split -> rows
     by_round: dict = field(default_factory=lambda: defaultdict(Counter))  # split -> round -> rows
     by_label: dict = field(default_factory=lambda: defaultdict(Counter))  # split -> (round, label) -> rows
@@ -83,7 +82,7 @@ class Tally:
             number = row["round"]
             self.rows[split] += 1
             self.by_round[split][number] += 1
-            if not self.qa:
+            if self.labelled:
                 self.by_label[split][(number, row["label"])] += 1
             self.round_rows[number] += 1
             self.verified_by[row["verified_by"]] += 1
@@ -103,7 +102,7 @@ class Tally:
         splits = {}
         for split, n in self.rows.items():
             entry = {"rows": n, "by_round": {str(r): c for r, c in sorted(self.by_round[split].items())}}
-            if not self.qa:
+            if self.labelled:
                 entry["by_round_label"] = {
                     str(r): {label: self.by_label[split][(r, label)] for label in labels}
                     for r in sorted(self.by_round[split])}
@@ -162,7 +161,7 @@ def card_facts(task: Task, *, version: int, rounds: list[Round], requested_split
     """Everything the card and the Croissant metadata say, as plain data (kept in the
     release job's result)."""
     config = task.parsed_config
-    labels = [] if tally.qa else config.label_names
+    labels = config.label_names if tally.labelled else []
     splits = [s for s in requested_splits if tally.rows[s]]
     counted = tally.votes_correct + tally.votes_incorrect
     sections = card_sections(task, rounds)
@@ -209,6 +208,12 @@ def citation(facts: dict) -> str:
             f"  year = {{{facts['created_at'][:4]}}}\n}}")
 
 
+def hub_category(task_type: str) -> str:
+    """The Hub's task category for a task of this type (its kind's)."""
+    kind = kind_named(task_type)
+    return kind.hub_category if kind else DEFAULT_TASK_CATEGORY
+
+
 def yaml_header(facts: dict) -> str:
     """The Hub's YAML metadata (``huggingface_hub.DatasetCardData``): what the Hub's search,
     its licence badge and its data viewer read, and which file is which split."""
@@ -218,7 +223,7 @@ def yaml_header(facts: dict) -> str:
     data = DatasetCardData(
         license="unknown" if license_id == "unspecified" else license_id,
         language=facts["language"],
-        task_categories=[TASK_CATEGORIES.get(facts["task"]["task_type"], DEFAULT_TASK_CATEGORY)],
+        task_categories=[hub_category(facts["task"]["task_type"])],
         size_categories=[size_category(facts["counts"]["rows"])],
         pretty_name=f"{facts['task']['name']} (Dynabench, v{facts['version']})",
         tags=["dynabench", "adversarial", "human-and-model-in-the-loop"],

@@ -26,7 +26,7 @@ from django.utils.crypto import salted_hmac
 from annotation.exporting import ANNOTATOR_METADATA_KEY
 from annotation.models import Example, Validation
 from core.errors import Conflict, InvalidInput, Unavailable
-from tasks.config import EXTRACTIVE_QA, TaskConfig
+from tasks.config import TaskConfig
 from tasks.models import ModelVersion, Round, Task
 
 SPLITS = tuple(Example.Split.values)
@@ -122,14 +122,8 @@ def columns(task: Task) -> list[Column]:
     for field in config.input_fields:
         what = field.get("label") or field["name"]
         cols.append(Column(field["name"], "text", f"What the writer wrote: {what}.", nullable=False))
-    if config.task_type == EXTRACTIVE_QA:
-        cols += [Column("answer_text", "text", f"The writer's answer: a span of {config.answer_context_field}.",
-                        nullable=False),
-                 Column("answer_start", "int", f"The answer's character offset in {config.answer_context_field}.",
-                        nullable=False)]
-    else:
-        cols.append(Column("label", "text", f"The writer's label, one of {', '.join(config.label_names)}.",
-                           nullable=False))
+    cols += [Column(name, kind, description, nullable=False)
+             for name, kind, description in config.kind.release_answer_columns()]
     cols += [
         Column("model_answer", "text", "The target model's answer when the example was written (the round's "
                                        "ensemble answer where it had several models); empty when no model answered."),
@@ -190,7 +184,7 @@ def released_rows(task: Task, rounds: list[Round], split: str, *, chunk: int = C
     id) index, plus a query each for its researchers' decisions, its blind answers and
     the names of new models. Memory holds one chunk."""
     config = task.parsed_config
-    qa = config.task_type == EXTRACTIVE_QA
+    kind = config.kind
     names = ModelNames(task)
     for rnd in rounds:
         base = usable(Example.objects.filter(round_id=rnd.pk, split=split))
@@ -214,10 +208,7 @@ def released_rows(task: Task, rounds: list[Round], split: str, *, chunk: int = C
                     row[name] = value if isinstance(value, str) else None
                 for name in config.input_field_names:
                     row[name] = e.inputs.get(name)
-                if qa:
-                    row["answer_text"], row["answer_start"] = e.target.get("text"), e.target.get("start")
-                else:
-                    row["label"] = e.target.get("label")
+                row.update(kind.release_answer_values(e.target))
                 correct, incorrect = e.validations_correct, e.validations_incorrect
                 if e.source != Example.Source.ANNOTATION:
                     verified_by = "imported"

@@ -26,7 +26,6 @@ from django.utils import timezone
 from annotation.models import RoundCounts
 from core.errors import Conflict
 from tasks import artifacts
-from tasks.config import EXTRACTIVE_QA
 from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
 from tasks.models import Job, Task
 
@@ -78,7 +77,7 @@ def build_release(task: Task, folder: Path, *, version: int, round_numbers, spli
     rows, ``croissant.json`` and ``README.md``. Returns (facts, files)."""
     rounds, splits = check_rounds(task, round_numbers, splits)
     cols = columns(task)
-    tally = card.Tally(qa=task.parsed_config.task_type == EXTRACTIVE_QA)
+    tally = card.Tally(labelled=task.parsed_config.kind.has_labels)
     expected = max(usable_count(rounds, splits), 1)
     created_at = timezone.now()
     written = 0

@@ -108,7 +108,7 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"No such file: {', '.join(missing)}")
         config = task_obj.parsed_config
-        labels = config.label_names if config.task_type != "extractive_qa" else None
+        labels = config.kind.import_labels
 
         write(f"Task {task_obj.slug}, format {format_name}: {len(sources)} file(s) into round {STATIC_ROUND} "
               "(static data).")
