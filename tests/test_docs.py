@@ -76,3 +76,28 @@ def test_the_readme_is_a_manual_and_the_manual_is_complete():
     # Nothing cites a file outside the repository.
     for document in documents():
         assert "../shared" not in document.read_text(encoding="utf-8"), document
+
+
+PRODUCT = ("dynabench", "core", "tasks", "annotation", "leaderboard", "crowd", "ml")
+ENV_READ = re.compile(r'(?:\benv(?:\.\w+)?|_at_least|environ\.get|getenv|_from_env)\(\s*"([A-Z][A-Z0-9_]+)"'
+                      r'|environ\["([A-Z][A-Z0-9_]+)"\](?!\s*=[^=])')
+
+
+def test_every_setting_read_from_the_environment_is_in_the_operations_table():
+    """docs/operations.md's settings table names every variable the product reads from
+    the environment (dynabench/settings.py's env(...), env.int(...), _at_least(...),
+    and os.environ reads anywhere in the apps and ml), and every row names a variable
+    the product code mentions: a setting added without its row, or a row left after
+    its setting went, fails here by name."""
+    read, mentioned = set(), set()
+    for path in (p for top in PRODUCT for p in (ROOT / top).rglob("*.py") if "migrations" not in p.parts):
+        text = path.read_text()
+        read |= {a or b for a, b in ENV_READ.findall(text)}
+        mentioned |= set(re.findall(r'"([A-Z][A-Z0-9_]+)"', text))
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    table = operations.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for line in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split(" | ")[0])}
+    assert len(read) > 80  # the patterns still find the settings module's reads
+    assert sorted(read - documented) == [], "read from the environment without a row in docs/operations.md"
+    assert sorted(documented - mentioned) == [], "rows in docs/operations.md for variables no code mentions"
