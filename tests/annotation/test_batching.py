@@ -1,4 +1,4 @@
-"""Dynamic batching, the explanation lane and warm-up (issue 12).
+"""Dynamic batching, the explanation lane and warm-up.
 
 The Batcher on its own (batches form, each request gets its own slice, one bad
 input fails alone, a caller who gave up is skipped), then with the real models:

@@ -186,7 +186,7 @@ def test_the_account_age_in_words(settings, seconds, words):
 
 
 def test_the_error_rate_chart_has_a_caption_and_its_table(demo_tasks, client):
-    """The chart's text alternative (issue 43): a figure caption that points to the table
+    """The chart's text alternative: a figure caption that points to the table
     below, and that table, captioned, with each round's two error rates."""
     import re
 

@@ -1,4 +1,4 @@
-"""What the task page's rounds table and the home page's cards say (issue 37, s.3):
+"""What the task page's rounds table and the home page's cards say:
 round 0 shows the static examples it holds, not "0 collected"; a verified model error
 rate is "–" until an example is decided, not "0%"; a round with no target model is
 not "open" on the home page. Every number comes from the counters, never from counting

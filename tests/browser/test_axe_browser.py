@@ -1,5 +1,5 @@
 """An axe-core scan (WCAG 2.2 A and AA rules) of the pages we write, at desktop and phone
-width, in the states an annotator meets: issue 43. Any violation fails.
+width, in the states an annotator meets (WCAG 2.2 AA). Any violation fails.
 
 axe-core comes from the npm registry, pinned in package.json/package-lock.json and
 installed into node_modules/ by ``npm ci`` (what ``make lint`` runs); the test skips with

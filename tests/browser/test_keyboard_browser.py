@@ -1,4 +1,4 @@
-"""The write and validate pages by keyboard alone (WCAG 2.2 AA, issue 43): after each step
+"""The write and validate pages by keyboard alone (WCAG 2.2 AA): after each step
 the focus is where the next step starts, never dropped to <body>; and at phone width the
 Tab order follows the order on screen.
 

@@ -2,7 +2,7 @@
 page is wider than the screen (a wide table scrolls in its own box), the error-rate
 chart keeps readable type, a job's log wraps, the leaderboard fits a desktop with each
 number on one line, each slider's value sits with its own name, and today's target model
-is above the fold of the task page (issue 37, s.2 and s.3)."""
+is above the fold of the task page."""
 
 import pytest
 

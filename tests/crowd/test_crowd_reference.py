@@ -1,5 +1,5 @@
 """A writing batch pays for fooling the round's target, so the target must clear the
-task's reference line (issue 37, section 5): the sliding-window baseline for QA, the
+task's reference line: the sliding-window baseline for QA, the
 majority-class answer for classification. Otherwise publishing is refused, unless a
 superuser overrides the rule with a reason, which the batch records.
 

@@ -1,4 +1,4 @@
-"""The promotion rules (issue 37, section 1), through the service, the API, the admin
+"""The promotion rules, through the service, the API, the admin
 action and the task page: a candidate whose static-test interval does not lie strictly
 above the majority line, or that scores below today's target on the same examples, is
 promoted only with the override AND a stated reason, which is recorded on the round.

@@ -1,4 +1,4 @@
-"""The QA reference line (issue 37, section 5): the sliding-window baseline of the SQuAD
+"""The QA reference line: the sliding-window baseline of the SQuAD
 paper, scored on the static test set as the models are, shown as the reference row of
 the QA board and beside the target on the task page, and read by the promotion rules
 (code ``not_above_reference``).

@@ -1,4 +1,4 @@
-"""Train next (issue 37, section 1): with no new usable examples it is refused (409
+"""Train next: with no new usable examples it is refused (409
 ``no_new_examples``, nothing queued) unless asked for, and the page says so first; the
 next model follows the seed model's recipe unless the researcher changes it, and the
 job page shows that recipe. The evaluation job page shows its result, and after a
