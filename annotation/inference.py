@@ -261,7 +261,7 @@ def prefetch_models(task) -> bool:
     """Embedded mode: start loading the open round's target models on the model
     thread, without waiting for it (a promoted model, or one the start missed).
     Called when a context is served: the annotator spends seconds writing, so the
-    first example does not wait for the model to load (5-6 s on 2 cores). Checked at most once a minute per task
+    first example does not wait for the model to load. Checked at most once a minute per task
     and process; in service mode the workers load their models when they start.
     True when a load was queued."""
     if not embedded():
