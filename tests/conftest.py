@@ -12,36 +12,16 @@ TIMED_PASSES = 2
 os.environ.setdefault("EVALUATION_TIMED_PASSES", str(TIMED_PASSES))
 
 from datetime import timedelta  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-
-def _data_dir_for_tests() -> str | None:
-    """Where the tests read the real data sets: ``DYNABENCH_DATA_DIR`` when set; else
-    ``var/data`` when ``manage.py fetch_data`` filled it; else the copy the CI machines
-    keep next to the repository (``../shared/data``). Tests that need a file skip, with
-    the reason, where none has it."""
-    if os.environ.get("DYNABENCH_DATA_DIR"):
-        return None
-    root = Path(__file__).resolve().parents[1]
-    fetched, shared = root / "var" / "data", root.parent / "shared" / "data"
-    if any(fetched.glob("*/*")) or not shared.is_dir():
-        return None
-    return str(shared)
-
-
-DATA_DIR_FOR_TESTS = _data_dir_for_tests()
-if DATA_DIR_FOR_TESTS:
-    os.environ["DYNABENCH_DATA_DIR"] = DATA_DIR_FOR_TESTS  # processes the tests start read it too
+# The real data sets are where the setting DYNABENCH_DATA_DIR says (default var/data,
+# which `manage.py fetch_data` fills; .ci/run sets it to the CI machines' copy). Tests
+# that need a file skip, with the reason, where it is absent.
 
 
 def pytest_configure(config):
-    if DATA_DIR_FOR_TESTS:
-        from django.conf import settings
-
-        settings.DYNABENCH_DATA_DIR = DATA_DIR_FOR_TESTS  # read before this file was: pytest-django set up first
     _own_redis_cache_per_test_process()
 
 

@@ -1,6 +1,6 @@
 """Readers of public data sets and the import service/command.
 
-Real rows come from DYNABENCH_DATA_DIR (../shared/data): read in place, or
+Real rows come from DYNABENCH_DATA_DIR: read in place, or
 a slice of the first rows written into tmp_path at test time. Nothing from
 the data sets is copied into the repository.
 """
@@ -38,8 +38,7 @@ def data_file():
     def get(relative: str) -> Path:
         base = settings.DYNABENCH_DATA_DIR
         if not base:
-            pytest.skip("the real data sets are absent: DYNABENCH_DATA_DIR is unset and ../shared/data "
-                        "does not exist")
+            pytest.skip("the real data sets are absent: DYNABENCH_DATA_DIR is empty")
         path = Path(base) / relative
         if not path.exists():
             pytest.skip(f"real data file {path} is absent")

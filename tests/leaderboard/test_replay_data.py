@@ -525,7 +525,7 @@ def test_fast_plans_from_the_real_data():
     base = default_data_dir()
     if base is None:
         pytest.skip("the real data sets are absent: DYNABENCH_DATA_DIR is unset or not a directory "
-                    "(default: ../shared/data from the project root)")
+                    "(default var/data, which manage.py fetch_data fills)")
     absent = [name for task in ("nli", "hate") for name in required_files(task)
               if not (base / name).is_file()]
     if absent:

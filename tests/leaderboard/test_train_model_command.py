@@ -314,7 +314,7 @@ def shared_data_dir() -> Path:
     base = getattr(settings, "DYNABENCH_DATA_DIR", "")
     if not base or not Path(base).is_dir():
         pytest.skip("the real data sets are absent: DYNABENCH_DATA_DIR is unset or not a directory "
-                    "(default: ../shared/data from the project root)")
+                    "(default var/data, which manage.py fetch_data fills)")
     base = Path(base)
     wanted = ["nli/mnli/dev.jsonl", "sst2/train_full.tsv", "sst2/dev.tsv", "davidson/labeled_data.csv",
               "squad/dev-v1.1.json"]
