@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.errors import Conflict, NotFound
 from tasks.jobs import JobReporter, cancel_job, run_job, wait_for_job
 from tasks.models import STATIC_ROUND, Job, ModelVersion, Task
 
@@ -46,7 +46,7 @@ def run_training_job(job_id: int) -> Job:
                           + f" ({MODES[params.get('mode', 'full')]})")
         parent = ModelVersion.objects.filter(pk=params["parent"]).first() if params.get("parent") else None
         if params.get("parent") and parent is None:
-            raise ValidationError(f"The parent model #{params['parent']} no longer exists.")
+            raise NotFound(f"The parent model #{params['parent']} no longer exists.")
         rounds = task.rounds.filter(number__in=[STATIC_ROUND, *summary["rounds"]] if params.get(
             "include_static", True) else summary["rounds"])
         result = {}
@@ -119,7 +119,7 @@ def run_evaluation_job(job_id: int) -> Job:
                                      measure=job.params.get("measure", True))
         if not evaluations:
             numbers = ", ".join(str(r.number) for r in rounds) or "none"
-            raise ValidationError(
+            raise Conflict(
                 f"No usable {split} examples in round(s) {numbers} of task {model.task.slug}: nothing to score "
                 f"{model} on. Import a test set into round 0 (manage.py import_dataset --round 0 --split test, "
                 "or bootstrap_demo for the shipped seed set), or let a round's examples be verified first.")

@@ -7,11 +7,10 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 
-from django.core.exceptions import ValidationError
-
 import ml
 from annotation.models import Example
 from annotation.services.examples import signature_ok
+from core.errors import InvalidInput
 from tasks.jobs import JobReporter
 from tasks.models import Task
 from tasks.services import SEED_DIR
@@ -88,7 +87,7 @@ def read_seed_rows(slug: str, config=None) -> dict[str, list[dict]]:
         return splits
     for record in read_records("seed", path):
         if isinstance(record, RowError):
-            raise ValidationError(f"{path}: line {record.line}: {record.message}")
+            raise InvalidInput([{"line": record.line, "message": record.message}], message=f"{path} has a bad row.")
         context_fields = record.context["fields"] if record.context else None
         splits[record.split or "train"].append(example_row(config, context_fields, record.inputs, record.target))
     return splits

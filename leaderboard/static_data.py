@@ -42,6 +42,7 @@ from pathlib import Path
 
 from annotation.datasets import import_records
 from annotation.importers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
+from core.errors import InvalidInput
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 from tasks.services import ensure_static_round
 
@@ -248,8 +249,6 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
     ``test_fraction``, ``limit`` (rows of each split), ``balance`` and ``description``.
     Known rows are skipped, so a rerun of the job imports nothing twice. No usable row
     fails the job with the reason."""
-    from django.core.exceptions import ValidationError
-
     config = task.parsed_config
     try:
         data = read_static_data(
@@ -258,9 +257,9 @@ def import_for_training(task: Task, spec: dict, reporter) -> StaticImport:
             dev_fraction=spec.get("dev_fraction", 0.1), test_fraction=spec.get("test_fraction", 0.1),
             limit=spec.get("limit"), balance=spec.get("balance", False))
     except StaticDataError as exc:
-        raise ValidationError(f"The data to import cannot be used: {exc}") from None
+        raise InvalidInput.field("import_data", f"The data to import cannot be used: {exc}") from None
     if not data.total:
-        raise ValidationError(f"No usable rows to import in {', '.join(spec['sources'])}.")
+        raise InvalidInput.field("import_data", f"No usable rows to import in {', '.join(spec['sources'])}.")
     imported = import_static_data(task, data)
     counts = static_training_counts(task)
     reporter.progress(0, f"round 0 <- {spec.get('description') or spec['format']}: {imported.created} rows imported "

@@ -9,7 +9,6 @@ import shutil
 from collections.abc import Callable, Iterable
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import ml
@@ -181,7 +180,7 @@ def train_and_register(task: Task, rows_by_split: dict[str, list[dict]], *, name
     point leaves no ModelVersion and no half-written artifact.
     """
     if not rows_by_split.get("train"):
-        raise ValidationError(f"No training examples for task {task.slug}.")
+        raise Conflict(f"No training examples for task {task.slug}.")
     out_dir = artifact_dir_for(task, name)
     options = {"backbone": settings.DYNABENCH_BACKBONE, **train_options}
     if parent is not None:

@@ -7,11 +7,10 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput
+from core.errors import Conflict, InvalidInput, NotFound
 
 from .config import validate_task_config
 from .models import STATIC_ROUND, Context, ModelVersion, Round, Task
@@ -27,7 +26,7 @@ TASK_FIELDS = ["name", "task_type", "config", "goal", "instructions", "content_w
 def load_definition(slug: str) -> dict:
     path = DEFINITIONS_DIR / f"{slug}.json"
     if not path.exists():
-        raise ValidationError(f"No task definition named {slug!r} in {DEFINITIONS_DIR}.")
+        raise NotFound(f"No task definition named {slug!r} in {DEFINITIONS_DIR}.")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -252,8 +252,9 @@ def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_
     job = start_evaluation(model)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
-    assert "No usable test examples in round(s) 1 of task sentiment" in job.error
-    assert "import_dataset --round 0 --split test" in job.error
+    # A refusal with its reason (a domain error), not a crash: the message alone, no traceback
+    assert job.error.startswith("No usable test examples in round(s) 1 of task sentiment"), job.error
+    assert "import_dataset --round 0 --split test" in job.error and "Traceback" not in job.error
     assert not has_finished_evaluation(model)
 
 
