@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from annotation.datasets import import_records
-from annotation.importers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
+from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 from tasks.services import ensure_static_round
 

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ["annotation", "core", "crowd", "dynabench", "leaderboard", "ml", "tasks"]
+PRODUCT = ["annotation", "core", "crowd", "datafiles", "dynabench", "leaderboard", "ml", "tasks"]
 LIMIT = 450
 
 
