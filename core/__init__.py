@@ -11,5 +11,6 @@ Nothing here knows about tasks, examples or models; the apps build on it:
 - ``core.cache``: the Redis cache that signs what it pickles and refuses the rest;
 - ``core.ratelimit``: failure counters on the shared cache (sign-in lockout,
   sign-up limits) and the client address they key on;
-- ``core.accounts``: sign-up, sign-in and API token views with those limits.
+- ``core.accounts``: sign-up, sign-in and API token views with those limits;
+- ``core.svg``: what every SVG chart draws alike (scales, gridlines, lines, escaping).
 """
