@@ -1,7 +1,7 @@
 # Long on purpose: the import engine for examples (checks, duplicates, shared contexts, batched writes) in one place.
 """Importing data sets into a task (exporting them is ``annotation.exporting``).
 
-``import_records`` takes the records that ``annotation.importers`` reads (public
+``import_records`` takes the records that ``datafiles.readers`` reads (public
 data sets, our seed files, our own export) and writes them as examples of a
 task: each row is checked against the task's config, duplicates are skipped,
 contexts are shared by id, and the rows are written with ``bulk_create`` in
@@ -45,10 +45,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError
 from tasks.models import Context, Round, Task
 
 from .exporting import ANNOTATOR_METADATA_KEY
-from .importers import FORMATS, SPLITS, FormatError, Record, RowError
 from .models import Example
 from .services import counters
 
@@ -456,7 +456,7 @@ def import_records(
     ``report.errors`` with their line numbers. Strict: one transaction; any
     bad row raises ``DatasetImportError`` listing them all, and nothing is
     written. Raises ``DatasetImportError`` too when the file gives no split
-    or round and none was passed, and ``importers.FormatError`` when the file
+    or round and none was passed, and ``datafiles.readers.FormatError`` when the file
     cannot be read in its format at all.
     """
     importer = _Importer(task, round_number=round_number, split=split, strict=strict, source=source,

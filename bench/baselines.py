@@ -5,7 +5,7 @@ held-out scores and how badly the adversarial rounds fool it.
     .venv/bin/python bench/baselines.py --quick         # smoke run, a few minutes
     .venv/bin/python bench/baselines.py --tasks nli,hate --train-size nli=4000 --epochs 1
 
-Everything goes through the project's Django-free code: ``annotation.importers.read_records``
+Everything goes through the project's Django-free code: ``datafiles.readers.read_records``
 reads and maps the files (same label mapping as the importer), ``ml.train`` fine-tunes
 all-MiniLM-L6-v2 (best epoch on the dev split is kept), ``ml.predict`` scores the
 held-out sets, ``ml.metrics`` computes the numbers.  Data come from

@@ -26,4 +26,5 @@ modules, one idea each:
 - ``core.slots``: at most N calls of one kind in flight across every process;
 - ``core.consumers``: which queues a live worker consumes;
 - ``core.progress``: progress of a long management command.
+- ``core.svg``: what every SVG chart draws alike (scales, gridlines, lines, escaping).
 """

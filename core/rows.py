@@ -2,7 +2,7 @@
 CSV records with the physical line each starts on (a quoted cell may span lines), and
 ``RowError``, one problem with one row, for error messages that point at the right
 line. Uploads (``tasks.uploads``, untrusted) and data set imports
-(``annotation.importers``) both read through here. Also ``spreadsheet_safe`` for the CSV
+(``datafiles.readers``) both read through here. Also ``spreadsheet_safe`` for the CSV
 files the platform writes. No Django here."""
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def read_seed_rows(slug: str, config=None) -> dict[str, list[dict]]:
     Read with the same ``seed`` reader that ``import_dataset`` uses. Without
     ``config``, the task's shipped definition is used (no database needed).
     """
-    from annotation.importers import RowError, read_records
+    from datafiles.readers import RowError, read_records
     from tasks.config import validate_task_config
     from tasks.services import load_definition
 

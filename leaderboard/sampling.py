@@ -8,7 +8,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 
-from annotation.importers import Record
+from datafiles.readers import Record
 
 
 def stable_hash(seed: int, purpose: str, key: str) -> int:

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from annotation.datasets import import_records
-from annotation.importers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
 from core.errors import InvalidInput
+from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
 from tasks.models import STATIC_ROUND, ModelVersion, Task
 from tasks.services import ensure_static_round
 

@@ -131,8 +131,8 @@ def configure_torch_threads() -> int | None:
 
     Torch's default is a thread per core, which several busy processes on few cores
     contend for (bench/RESULTS.md, "One torch thread"): a web process in embedded
-    mode defaults to one fewer than its cores, at least one (``dynabench/wsgi.py``), a
-    worker to its share of the cores (``dynabench/celery.py``).
+    mode defaults to one fewer than its cores, at least one (``annotation.startup``), a
+    worker to its share of the cores (also ``annotation.startup``).
     """
     threads = positive_int_from_env("DYNABENCH_TORCH_THREADS", ArtifactError)
     if threads is None:

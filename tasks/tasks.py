@@ -5,18 +5,14 @@ import socket
 
 from celery import shared_task
 
+from .health import database_health
 from .jobs import run_job
 
 
 @shared_task(name="dynabench.health_check")
 def health_check() -> dict:
     """Round trip through broker, worker, database and result backend."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        db_ok = cursor.fetchone()[0] == 1
-    return {"ok": db_ok, "hostname": socket.gethostname(), "pid": os.getpid(), "database": connection.vendor}
+    return {**database_health(), "hostname": socket.gethostname(), "pid": os.getpid()}
 
 
 @shared_task(name="tasks.health_check_job", acks_late=True)

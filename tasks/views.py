@@ -1,7 +1,6 @@
 import logging
 
 from django.contrib.auth.decorators import login_required
-from django.db import connection
 from django.http import FileResponse, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
@@ -9,6 +8,7 @@ from core.api import http_status
 from core.errors import DomainError
 
 from . import job_files
+from .health import database_health
 from .roles import is_researcher
 
 log = logging.getLogger(__name__)
@@ -18,12 +18,11 @@ log = logging.getLogger(__name__)
 def healthz(request):
     """Liveness plus a database round trip, for load balancers."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return JsonResponse({"ok": True, "database": connection.vendor})
+        report = database_health()
     except Exception as exc:  # report, don't crash the probe
         log.warning("health check: the database is unavailable: %s", exc)
         return JsonResponse({"ok": False, "error": type(exc).__name__}, status=503)
+    return JsonResponse(report, status=200 if report["ok"] else 503)
 
 
 def _said(message: str, status: int) -> HttpResponse:

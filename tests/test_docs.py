@@ -9,7 +9,7 @@ from django.core.management import get_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "RESULTS.md"]
-TOP = ("annotation/", "core/", "crowd/", "dynabench/", "leaderboard/", "ml/", "tasks/", "tests/", "bench/",
+TOP = ("annotation/", "core/", "crowd/", "datafiles/", "dynabench/", "leaderboard/", "ml/", "tasks/", "tests/", "bench/",
        "docs/", "templates/", "static/", ".ci/")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ["annotation", "core", "crowd", "dynabench", "leaderboard", "ml", "tasks"]
+PRODUCT = ["annotation", "core", "crowd", "datafiles", "dynabench", "leaderboard", "ml", "tasks"]
 LIMIT = 450
 
 

@@ -24,9 +24,9 @@ class Missing(Exception):
 
 
 def load_records(fmt: str, path: Path, notes: dict) -> list:
-    """Records from ``path`` via the project's importer (``annotation.importers``, no
+    """Records from ``path`` via the project's readers (``datafiles.readers``, no
     Django); malformed rows are logged and counted in ``notes["row_errors"]``."""
-    from annotation.importers import RowError, read_records
+    from datafiles.readers import RowError, read_records
 
     if not path.is_file():
         raise Missing(f"{path} not found")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tasks.public_data import sha256_of  # one file hash for the project (releases re-export it)
+from datafiles.fetching import sha256_of  # one file hash for the project (releases re-export it)
 
 from .rows import Chunk, Column
 

@@ -1,9 +1,10 @@
 """The replay report's chart: bars of the model error rate at collection above lines of
-each model's accuracy on each round's test set, with the majority answer. Pure, no Django."""
+each model's accuracy on each round's test set, with the majority answer. Pure, no Django:
+drawn with ``core.svg``, as the pages' charts are."""
 
 from __future__ import annotations
 
-import html
+from core.svg import Panel, broken_line, svg_open, text, title_and_desc
 
 from .report import DASH, error_rate, metric_matrix, number, pct, rounds_of
 
@@ -14,11 +15,6 @@ DASHES = ("", "6 3", "2 3")  # cycled once the palette runs out
 def _round_label(entry: dict, index: int) -> str:
     value = number(entry.get("number"))
     return f"R{value:g}" if value is not None else f"#{index}"
-
-
-def _x(value) -> str:
-    """Text escaped for XML character data and attribute values."""
-    return html.escape(str(value), quote=True)
 
 
 def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
@@ -34,11 +30,9 @@ def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
     plot_w = width - left - legend_w - right
     top_a, height_a = 64, 120  # bars
     top_b, height_b = top_a + height_a + 70, height - (top_a + height_a + 70) - 56  # lines
-    n = max(len(rounds), 1)
-    slot = plot_w / n
-
-    def xpos(i: int) -> float:
-        return left + slot * i + slot / 2
+    bars = Panel(left, top_a, plot_w, height_a, len(rounds))
+    lines = Panel(left, top_b, plot_w, height_b, len(rounds))
+    slot, xpos = bars.slot, bars.x
 
     title = f"Replay of real adversarial rounds: {report.get('task', '?')} ({report.get('mode', '?')} mode)"
     desc_parts = []
@@ -56,49 +50,42 @@ def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
                       + ("; ".join(line_desc) or "none") + ".")
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" role="img" aria-labelledby="replay-title replay-desc" '
-        f'font-family="sans-serif">',
-        f'<title id="replay-title">{_x(title)}</title>',
-        f'<desc id="replay-desc">{_x(" ".join(desc_parts))}</desc>',
+        svg_open(width, height, "replay", sized=True, attributes={"font-family": "sans-serif"}),
+        *title_and_desc("replay", title, " ".join(desc_parts)),
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff" />',
-        f'<text x="{left}" y="24" font-size="15" font-weight="bold" fill="#1b1f24">{_x(title)}</text>',
+        f'<text x="{left}" y="24" font-size="15" font-weight="bold" fill="#1b1f24">{text(title)}</text>',
     ]
 
-    def panel(top: float, h: float, heading: str, axis: str) -> None:
+    def panel(area: Panel, heading: str, axis: str) -> None:
+        top, h = area.top, area.height
         out.append(f'<text x="{left}" y="{top - 12:.1f}" font-size="13" fill="#1b1f24">'
-                   f'{_x(heading)}</text>')
-        for tick in (0, 0.25, 0.5, 0.75, 1.0):
-            y = top + h * (1 - tick)
-            out.append(f'<line x1="{left}" x2="{left + plot_w:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-                       f'stroke="#d0d7de" />')
-            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
-                       f'fill="#57606a">{int(tick * 100)}%</text>')
+                   f'{text(heading)}</text>')
+        out.extend(area.grid(right=f"{left + plot_w:.1f}", font_size=11, label_dy=4))
         mid = top + h / 2
         out.append(f'<text x="16" y="{mid:.1f}" transform="rotate(-90 16 {mid:.1f})" '
-                   f'text-anchor="middle" font-size="11" fill="#57606a">{_x(axis)}</text>')
+                   f'text-anchor="middle" font-size="11" fill="#57606a">{text(axis)}</text>')
         for i, label in enumerate(labels):
             out.append(f'<text x="{xpos(i):.1f}" y="{top + h + 16:.1f}" text-anchor="middle" '
-                       f'font-size="12" fill="#1b1f24"><title>{_x(names[i])}</title>{_x(label)}</text>')
+                       f'font-size="12" fill="#1b1f24"><title>{text(names[i])}</title>{text(label)}</text>')
 
     # Top: bars.
-    panel(top_a, height_a, "Model error rate at collection (examples that fooled the target)",
+    panel(bars, "Model error rate at collection (examples that fooled the target)",
           "error rate")
     bar = min(36.0, slot / 2)
     for i, entry in enumerate(rounds):
         rate = error_rate(entry.get("collection"))
         if rate is None:
             continue
-        h = height_a * max(0.0, min(1.0, rate))
+        h = bars.length(rate)
         target = (entry.get("collection") or {}).get("target") or DASH
-        out.append(f'<rect x="{xpos(i) - bar / 2:.1f}" y="{top_a + height_a - h:.1f}" '
+        out.append(f'<rect x="{xpos(i) - bar / 2:.1f}" y="{bars.bottom - h:.1f}" '
                    f'width="{bar:.1f}" height="{h:.1f}" fill="#9ec5fe" stroke="#0b5cad">'
-                   f'<title>{_x(f"{names[i]}: {pct(rate)} against {target}")}</title></rect>')
-        out.append(f'<text x="{xpos(i):.1f}" y="{top_a + height_a - h - 4:.1f}" text-anchor="middle" '
+                   f'<title>{text(f"{names[i]}: {pct(rate)} against {target}")}</title></rect>')
+        out.append(f'<text x="{xpos(i):.1f}" y="{bars.bottom - h - 4:.1f}" text-anchor="middle" '
                    f'font-size="10" fill="#1b1f24">{pct(rate)}</text>')
 
     # Bottom: one line per model across the rounds' test sets.
-    panel(top_b, height_b, "Accuracy on each round's test set, per model", "accuracy")
+    panel(lines, "Accuracy on each round's test set, per model", "accuracy")
     out.append(f'<text x="{left + plot_w / 2:.1f}" y="{top_b + height_b + 36:.1f}" '
                f'text-anchor="middle" font-size="11" fill="#57606a">test set of round</text>')
     legend_x = left + plot_w + 24
@@ -115,10 +102,10 @@ def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
         value = number(((references.get(name) or {}).get("majority") or {}).get("accuracy"))
         if value is None:
             continue
-        y = top_b + height_b * (1 - max(0.0, min(1.0, value)))
+        y = lines.y(value)
         out.append(f'<line x1="{xpos(i) - slot * 0.4:.1f}" x2="{xpos(i) + slot * 0.4:.1f}" y1="{y:.1f}" '
                    f'y2="{y:.1f}" stroke="#8c959f" stroke-width="3" stroke-dasharray="4 2">'
-                   f'<title>{_x(f"majority answer on {name}: {pct(value)}")}</title></line>')
+                   f'<title>{text(f"majority answer on {name}: {pct(value)}")}</title></line>')
         majority_drawn = True
     if majority_drawn:
         y = top_b + 4 + len(models) * 18
@@ -133,28 +120,19 @@ def svg_chart(report: dict, *, width: int = 760, height: int = 470) -> str:
         points = []
         for i in range(len(rounds)):
             value = row[column_of[names[i]]] if names[i] in column_of else None
-            points.append(None if value is None else
-                          (xpos(i), top_b + height_b * (1 - max(0.0, min(1.0, value))), value))
-        segment: list[tuple[float, float, float]] = []
-        for point in [*points, None]:
-            if point is not None:
-                segment.append(point)
-                continue
-            if len(segment) > 1:
-                path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in segment)
-                out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                           f'stroke-width="2"{dash_attr} />')
-            segment = []
+            points.append(None if value is None else (xpos(i), lines.y(value), value))
+        out.extend(broken_line([point and point[:2] for point in points],
+                               f'fill="none" stroke="{color}" stroke-width="2"{dash_attr}'))
         for i, point in enumerate(points):
             if point is None:
                 continue
             px, py, value = point
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
-                       f'<title>{_x(f"{model} on {names[i]}: {pct(value)}")}</title></circle>')
+                       f'<title>{text(f"{model} on {names[i]}: {pct(value)}")}</title></circle>')
         y = top_b + 4 + m * 18
         out.append(f'<line x1="{legend_x}" x2="{legend_x + 14}" y1="{y:.1f}" y2="{y:.1f}" '
                    f'stroke="{color}" stroke-width="2"{dash_attr} />')
         out.append(f'<text x="{legend_x + 18}" y="{y + 4:.1f}" font-size="11" fill="#1b1f24">'
-                   f'{_x(model)}</text>')
+                   f'{text(model)}</text>')
     out.append("</svg>")
     return "\n".join(out)

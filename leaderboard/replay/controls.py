@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from annotation.importers import Record
+from datafiles.readers import Record
 
 CONTROLS = ("static", "balanced")
 DESCRIPTIONS = {

@@ -2,7 +2,7 @@
 """What a replay of real adversarial rounds feeds the platform, read from the data directory.
 
 ``build_plan(task, data_dir)`` reads the public data sets (``manage.py fetch_data``
-puts them in the data directory) with the readers in ``annotation.importers`` and
+puts them in the data directory) with the readers in ``datafiles.readers`` and
 lays them out as rounds:
 
 - ``nli``: round 0 is static, MNLI dev-matched + SNLI dev (``nli/{mnli,snli}/dev.jsonl``),
@@ -68,7 +68,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from annotation.importers import FormatError, Record, RowError, read_records
+from datafiles.readers import FormatError, Record, RowError, read_records
 
 from ..sampling import cap_records, group_keys, stable_hash
 

@@ -62,12 +62,12 @@ from django.utils import timezone
 
 import ml
 from annotation.datasets import import_records
-from annotation.importers import Record
 from annotation.models import Example
 from annotation.services.examples import create_example
 from annotation.services.validation import validate_example
 from core.errors import DomainError
 from core.progress import Advance, counter
+from datafiles.readers import Record
 from leaderboard.models import Evaluation
 from tasks import services as task_services
 from tasks.models import Context, ModelVersion, Task

@@ -292,7 +292,7 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
     the receiver returns only once the models are loaded: the worker's loop, which
     takes the first task, starts after it."""
     import ml
-    from dynabench import celery as worker_signals
+    from annotation import startup as worker_signals
     from tasks.registry import open_rounds_target_models
 
     refs = [m.ref() for m in open_rounds_target_models()]
@@ -318,7 +318,7 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
 def test_a_worker_waits_for_its_models_within_a_limit_and_past_a_failed_load(caplog):
     from concurrent.futures import Future
 
-    from dynabench.celery import wait_for_models
+    from annotation.startup import wait_for_models
 
     failed, loaded, never = Future(), Future(), Future()
     failed.set_exception(RuntimeError("broken artifact"))

@@ -13,10 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from annotation.datasets import import_records
-from annotation.importers import Record
 from annotation.models import AnnotationSession, Example, RoundCounts, Validation, WriterCounts
 from annotation.services import counters, examples, sessions, validation
 from annotation.services.stats import round_stats
+from datafiles.readers import Record
 
 pytestmark = pytest.mark.django_db
 

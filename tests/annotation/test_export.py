@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 
 from annotation.datasets import import_records
 from annotation.exporting import RECORD_KEYS, Selection, anonymise, example_record, write_examples
-from annotation.importers import read_records
 from annotation.models import Example
+from datafiles.readers import read_records
 from tasks.models import Context, Round, Task
 from tasks.services import create_task, load_definition
 

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from annotation.datasets import DatasetImportError, check_format, import_records
-from annotation.importers import (
+from annotation.models import Example
+from datafiles.readers import (
     FORMATS,
     FormatError,
     Record,
@@ -25,7 +26,6 @@ from annotation.importers import (
     read_records,
     round_number,
 )
-from annotation.models import Example
 from tasks.models import Context, Round
 
 SEED_DIR = Path(settings.BASE_DIR) / "tasks" / "seed" / "examples"

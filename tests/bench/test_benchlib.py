@@ -317,7 +317,7 @@ def test_descendants_of_a_process_without_children_and_of_a_gone_one():
 
 def test_the_benchmarks_read_data_sets_without_django(tmp_path):
     """bench/baselines.py and bench/qa_training.py read the data sets through
-    annotation.importers in a plain Python process: nothing on that path may need
+    datafiles.readers in a plain Python process: nothing on that path may need
     Django's settings (core.parsers once did, through core.rows)."""
     import os
     import subprocess

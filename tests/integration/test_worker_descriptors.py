@@ -1,4 +1,4 @@
-"""A worker never closes a database connection's descriptor twice (dynabench.celery).
+"""A worker never closes a database connection's descriptor twice (annotation.startup).
 
 Celery's Django fix-up answers ``worker_process_init`` by ``os.close``-ing the descriptor
 of every open database connection and then closing the connection, which closes the
@@ -22,6 +22,7 @@ from celery import signals
 from celery.fixups.django import DjangoWorkerFixup
 from django.db import connection
 
+import annotation.startup
 import dynabench.celery
 
 from .conftest import ROOT, database_url
@@ -33,7 +34,7 @@ STRACE = shutil.which("strace")
 @pytest.fixture
 def celery_django_fixup():
     fixup = DjangoWorkerFixup(dynabench.celery.app)
-    # connected after dynabench.celery's receivers, as the worker's start-up does
+    # connected after annotation.startup's receivers (which dynabench.celery connects), as the worker's start-up does
     signals.worker_process_init.connect(fixup.on_worker_process_init)
     yield fixup
     signals.worker_process_init.disconnect(fixup.on_worker_process_init)
@@ -44,7 +45,7 @@ def celery_django_fixup():
 def test_worker_process_init_leaves_no_connection_for_the_fixup_to_close_twice(
         services, monkeypatch, celery_django_fixup, process):
     solo = process.startswith("the solo")
-    monkeypatch.setattr(dynabench.celery, "_main_pid", os.getpid() if solo else -1)
+    monkeypatch.setattr(annotation.startup, "_main_pid", os.getpid() if solo else -1)
     # a connection open in this thread, as one is after anything has read the database
     connection.ensure_connection()
     descriptor = connection.connection.fileno()

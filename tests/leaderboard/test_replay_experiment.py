@@ -224,7 +224,7 @@ def test_a_paired_difference_on_a_template_suite_resamples_templates():
 
 
 def test_the_balanced_sampler_matches_label_shares_fresh_rows_first():
-    from annotation.importers import Record
+    from datafiles.readers import Record
     from leaderboard.replay.controls import BalancedSampler, control_names, label_shares, quotas
 
     pool = [Record(line=i, external_uid=f"p{i}", inputs={"statement": f"s{i}"},

@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from annotation.datasets import import_records
-from annotation.importers import Record, context_id
 from annotation.models import Example
+from datafiles.readers import Record, context_id
 from leaderboard import demo, training
 from leaderboard.evaluation import has_finished_evaluation
 from leaderboard.models import Evaluation

@@ -1,4 +1,4 @@
-"""``manage.py fetch_data``: pinned downloads into the data folder (tasks.public_data).
+"""``manage.py fetch_data``: pinned downloads into the data folder (datafiles.fetching).
 
 Every download here comes from a mirror this test builds and serves on 127.0.0.1: no test
 reaches the internet. The files are shaped like the upstream ones (a SNLI archive with its
@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from tasks.public_data import ANLI_MEMBERS, CATALOGUE, MANIFESTS, sha256_of
+from datafiles.fetching import ANLI_MEMBERS, CATALOGUE, MANIFESTS, sha256_of
 
 SNLI_ROWS = [
     {"sentence1": "A man plays a guitar on stage.", "sentence2": "A man is playing music.",
@@ -265,7 +265,7 @@ def test_dynahate_from_an_http_mirror_is_split_into_the_files_the_replay_reads(m
 
     fetch_data("dynahate", "--dest", str(dest), "--from", mirror.base)
 
-    from annotation.importers import read_dynahate
+    from datafiles.readers import read_dynahate
 
     dev = list(read_dynahate(dest / "dynahate/db_dev.csv"))
     test = list(read_dynahate(dest / "dynahate/db_test.csv"))

@@ -225,7 +225,7 @@ def test_examples_are_written_through_the_api_and_judged_by_the_kind(boolq, clie
 
 def import_test_set(task):
     from annotation.datasets import import_records
-    from annotation.importers import Record
+    from datafiles.readers import Record
 
     records = [Record(line=n + 1, external_uid=f"test-{n}", inputs={"question": QUESTIONS[n][0]},
                       target={"label": QUESTIONS[n][1], "rationale": "the passage says so"}, split="test",
@@ -260,7 +260,7 @@ def test_a_model_is_evaluated_on_the_kinds_rounds(boolq):
 def test_the_export_and_the_release_carry_the_rationale(boolq, tmp_path, yes_no):
     from annotation.datasets import import_records
     from annotation.exporting import Selection, write_examples
-    from annotation.importers import read_records
+    from datafiles.readers import read_records
     from leaderboard.releases.card import hub_category
     from leaderboard.releases.rows import columns
     from tasks.models import Task

@@ -1,11 +1,11 @@
-"""Pool processes split the cores between them (dynabench.celery)."""
+"""Pool processes split the cores between them (annotation.startup)."""
 
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from dynabench.celery import split_cores_between_pool_processes, torch_threads_per_process
+from annotation.startup import split_cores_between_pool_processes, torch_threads_per_process
 
 
 @pytest.mark.parametrize(("cpus", "processes", "threads"), [(2, 2, 1), (2, 1, 2), (16, 4, 4), (2, 8, 1), (3, 2, 1)])

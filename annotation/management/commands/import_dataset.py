@@ -3,9 +3,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.datasets import DatasetImportError, check_format, import_records
-from annotation.importers import FORMATS, SPLITS, FormatError, read_records
 from annotation.models import Example
 from core import progress
+from datafiles.readers import FORMATS, SPLITS, FormatError, read_records
 from tasks.models import Task
 
 SHOWN_ERRORS = 20

@@ -2,9 +2,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from annotation.datasets import DatasetImportError, check_format
-from annotation.importers import FORMATS, SPLITS
 from core import progress
 from core.errors import DomainError, InvalidInput
+from datafiles.readers import FORMATS, SPLITS
 from leaderboard import promotion, training
 from leaderboard.jobs import train_static_model
 from leaderboard.rows import primary_metric

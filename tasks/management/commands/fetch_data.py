@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.public_data import CATALOGUE, RETRIES, FetchError, fetch
+from datafiles.fetching import CATALOGUE, RETRIES, FetchError, fetch
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
         dest = Path(options["dest"] or settings.DYNABENCH_DATA_DIR)
         names = options["names"] or list(CATALOGUE)
         if options["list"]:
-            from tasks.public_data import is_installed
+            from datafiles.fetching import is_installed
 
             for name, data in CATALOGUE.items():
                 state = "there" if is_installed(data, dest) else "absent"

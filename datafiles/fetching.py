@@ -1,4 +1,5 @@
-"""The public data sets the platform imports, and ``fetch_data``, which puts them in the data folder.
+"""The public data sets the platform imports, and ``fetch``, which puts them in the data folder
+(``manage.py fetch_data`` calls it with the folder from the settings). No Django here.
 
 Each data set comes from its official location, pinned by sha256, and is written into
 the data folder (``DYNABENCH_DATA_DIR``, default ``var/data``) in the layout the importers,

@@ -12,7 +12,7 @@ This module imports nothing from Django, so scripts such as
 ``bench/baselines.py`` and the demo-model training can read the same files
 without a database::
 
-    from annotation.importers import read_records
+    from datafiles.readers import read_records
     for item in read_records("anli", "anli/R1/dev.jsonl"):
         ...
 
