@@ -35,7 +35,8 @@ from django.conf import settings
 from core import replies, slots
 from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
 from tasks.jobs import celery_task
-from tasks.registry import TargetModel, open_round_with_models
+from tasks.registry import TargetModel
+from tasks.targets import open_round_with_models
 
 from . import runtime
 

@@ -229,7 +229,7 @@ def load_and_wait(models: list[dict], timeout: float) -> int:
 def warm_up_in_background() -> list[Future]:
     """Load the open rounds' target models on the model thread, without waiting (at
     the start of a web process in embedded mode, and of a worker's pool process)."""
-    from tasks.registry import open_rounds_target_models
+    from tasks.targets import open_rounds_target_models
 
     try:
         models = open_rounds_target_models()

@@ -309,7 +309,7 @@ class Job(models.Model):
     def describe_progress(self) -> str:
         """Where an active job stands, in words a page can show: its place in the queue and
         when it should start (``estimated_start``), or how far it is and the time left."""
-        from .templatetags.dynabench_format import hours_minutes
+        from core.durations import hours_minutes
 
         def minutes(seconds: float) -> str:
             return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"

@@ -145,7 +145,7 @@ def _drive(cfg: dict) -> dict:
 
     from annotation.inference import predict_with
     from tasks.models import Task
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     from .stats import summary_ms
 

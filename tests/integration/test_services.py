@@ -72,7 +72,7 @@ def test_an_export_job_runs_in_the_worker_and_its_file_is_served_here(celery_wor
 @pytest.mark.django_db(transaction=True)
 def test_predictions_go_through_the_inference_queue(celery_worker_process, live_tasks):
     from annotation.inference import predict_with
-    from tasks.registry import round_target_models
+    from tasks.targets import round_target_models
 
     rnd = live_tasks["nli"].open_round()
     [result] = predict_with(round_target_models(rnd), [{"premise": "Two dogs run on a beach.",
@@ -112,7 +112,8 @@ def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_t
 def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_worker_process, live_tasks, settings):
     from annotation import inference
     from core import replies
-    from tasks.registry import TargetModel, open_round_with_models
+    from tasks.registry import TargetModel
+    from tasks.targets import open_round_with_models
 
     assert settings.INFERENCE_REPLY_URL.startswith("redis://")  # the direct-reply path is the one in use
     task = live_tasks["sentiment"]
@@ -177,7 +178,7 @@ def test_an_explanation_on_its_queue_does_not_hold_up_predictions(celery_worker_
     import threading
 
     from annotation import inference
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["qa"])[1]
     inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,

@@ -16,7 +16,8 @@ from leaderboard.jobs import run_training_job
 from leaderboard.models import Evaluation
 from leaderboard.rows import read_seed_rows, untampered
 from tasks.models import Job, ModelVersion, Round
-from tasks.registry import models_root, register_model, round_target_models
+from tasks.registry import models_root, register_model
+from tasks.targets import round_target_models
 
 pytestmark = pytest.mark.django_db
 

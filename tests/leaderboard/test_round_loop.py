@@ -407,7 +407,7 @@ def test_promote_an_ensemble_of_the_last_targets(sentiment, model_a, model_b, jo
     assert two.ensemble_mode == Round.EnsembleMode.MEAN
 
     from annotation.inference import predict_with
-    from tasks.registry import round_target_models
+    from tasks.targets import round_target_models
 
     [answer] = predict_with(round_target_models(two), [{"statement": "Lovely."}])
     assert sorted(answer["members"]) == sorted(str(m.pk) for m in (model_a, model_b))

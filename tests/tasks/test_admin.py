@@ -228,8 +228,8 @@ def test_the_admin_lists_only_a_researchers_own_tasks_and_staff_as_co_owners(pop
 
 def test_a_round_takes_only_its_own_tasks_models(populated, client, researcher):
     from core.errors import Conflict
-    from tasks.registry import open_round_with_models
     from tasks.services import open_round
+    from tasks.targets import open_round_with_models
 
     nli, sentiment = Task.objects.get(slug="nli"), Task.objects.get(slug="sentiment")
     foreign = ModelVersion.objects.get(name="r0")  # an NLI model
