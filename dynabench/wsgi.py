@@ -39,7 +39,7 @@ def _resume_jobs() -> None:
 
     from django.db import DatabaseError
 
-    from tasks.jobs import resume_queued_jobs
+    from jobs.engine import resume_queued_jobs
 
     try:
         sent = resume_queued_jobs()

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 import ml
 from annotation.models import Example
 from annotation.services.examples import signature_ok
-from tasks.jobs import JobReporter
+from jobs.engine import JobReporter
 from tasks.models import Task
 from tasks.services import SEED_DIR
 

@@ -1,12 +1,14 @@
 """The rounds' target models, as inference calls see them (``TargetModel``): which
 ready models answer for a round, read in one query on the hot path of a new example.
 They sit with the catalogue because they are read through ``Round``; the registry
-below (``tasks.registry``) knows model versions, not rounds."""
+below (``registry.services``) knows model versions, not rounds."""
 
 from __future__ import annotations
 
-from .models import ModelVersion, Round, Task
-from .registry import TargetModel
+from registry.models import ModelVersion
+from registry.services import TargetModel
+
+from .models import Round, Task
 
 
 def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel]:

@@ -139,7 +139,7 @@ def _same(batched, alone):
 @pytest.mark.django_db
 def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment_artifact):
     from annotation.runtime import predict_refs
-    from tasks.registry import TargetModel, register_model, target_model
+    from registry.services import TargetModel, register_model, target_model
     from tasks.targets import open_round_with_models
 
     cases = []
@@ -215,7 +215,7 @@ def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, cl
     response = client.post("/api/tasks/sentiment/examples/", body, format="json")
     assert response.status_code == 201, response.content
     # A broken artifact is not "warming up": it says what failed.
-    from tasks.registry import TargetModel
+    from registry.services import TargetModel
 
     settings.INFERENCE_WARMUP_WAIT = 60
     broken = TargetModel(model.id, "broken", "/nonexistent/artifact", model.sha256)
@@ -348,7 +348,7 @@ def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks,
     import shutil
 
     import ml
-    from tasks.registry import TargetModel
+    from registry.services import TargetModel
     from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["sentiment"])[1]

@@ -12,8 +12,10 @@ from annotation.models import AnnotationSession, Example
 from annotation.services import sessions
 from annotation.services.stats import round_stats
 from annotation.tokens import make_token, session_from_token
-from tasks import registry, targets
-from tasks.models import ModelVersion, Round
+from registry import services as registry
+from registry.models import ModelVersion
+from tasks import targets
+from tasks.models import Round
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,9 @@
 """The model registry: registering model versions, and the references the inference
 code passes around (the rounds' target models, read as such: ``tasks.targets``).
 
+A ``task`` passed in is a ``tasks.Task``: this app sits below the task catalogue, so
+it uses what the row offers (``slug``, ``parsed_config``) without importing it.
+
 A ``TargetModel`` is what an inference call needs to know about a model version
 (id, name, artifact path, sha256): the web process reads it with the round's
 target models in one query and sends it along, so neither the inference thread
@@ -23,9 +26,10 @@ from django.utils.text import slugify
 
 import ml
 from core.errors import Conflict, InvalidInput
+from jobs.models import Job
 
 from . import artifacts
-from .models import Job, ModelVersion, Round, Task, resolve_artifact_path
+from .models import ModelVersion, resolve_artifact_path
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class TargetModel:
 
     def fetch(self):
         """``ref()``, once the artifact is on this machine (downloaded from object
-        storage if need be: ``tasks.artifacts.ensure_local``)."""
+        storage if need be: ``registry.artifacts.ensure_local``)."""
         artifacts.ensure_local(self.path, self.sha256)
         return self.ref()
 
@@ -72,7 +76,7 @@ def ref_for(model_version: ModelVersion):
 MODEL_NAME_MAX = 100
 
 
-def check_new_model_name(task: Task, name) -> str:
+def check_new_model_name(task, name) -> str:
     """``name`` (stripped) for a new model of ``task``, or the domain error that says
     why not: 1 to 100 characters, no NUL, not a model of the task already, and not the
     name a queued or running job (training, a submission's check) will register. The
@@ -96,15 +100,15 @@ def models_root() -> Path:
     return root
 
 
-def artifact_dir_for(task: Task, name: str) -> Path:
+def artifact_dir_for(task, name: str) -> Path:
     """A fresh directory name for a new artifact of ``task`` (not created)."""
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S-%f")
     return models_root() / task.slug / f"{slugify(name) or 'model'}-{stamp}"
 
 
 @transaction.atomic
-def register_model(task: Task, info, *, name: str, parent: ModelVersion | None = None,
-                   rounds: Iterable[Round] = (), user=None) -> ModelVersion:
+def register_model(task, info, *, name: str, parent: ModelVersion | None = None,
+                   rounds: Iterable = (), user=None) -> ModelVersion:
     """Register a finished artifact (``ml.ArtifactInfo``), after verifying it once more
     on disk and checking that it was trained for this task's labels."""
     verified = ml.verify_artifact(info.path, info.sha256)
