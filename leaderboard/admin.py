@@ -294,7 +294,7 @@ class SubmissionAdmin(ModelVersionAdmin):
 
     def has_visibility_permission(self, request):
         """Who may make submissions private or public: those who may change models."""
-        return request.user.has_perm("tasks.change_modelversion")
+        return request.user.has_perm("registry.change_modelversion")
 
     @admin.display(description="evaluation", ordering="evaluation_status")
     def evaluation(self, obj):
