@@ -16,8 +16,9 @@ from rest_framework.views import APIView
 from core.errors import Forbidden, InvalidInput, NotFound
 from core.pagination import KeysetPagination
 from core.ratelimit import ScopedRateThrottle
+from registry.models import ModelVersion
 from tasks import services as task_services
-from tasks.models import ModelVersion, Round
+from tasks.models import Round
 from tasks.roles import is_researcher
 
 from . import idempotency

@@ -12,7 +12,7 @@ Two ways to run them, chosen by the deployment:
 * **Embedded mode** (no broker): in this process, on its model thread and in its
   explanation lane (``annotation.runtime``, where the models run either way).
 
-Either way the caller sends model references (``tasks.registry.TargetModel``), so
+Either way the caller sends model references (``registry.services.TargetModel``), so
 nobody queries the database to answer. What goes wrong becomes: no answer in time or
 the queue down (``InferenceUnavailable``, 503 with Retry-After), no worker consuming
 the queue at all (``NoWorker``, 503 at once: the workers' heartbeats,
@@ -34,8 +34,9 @@ from django.conf import settings
 
 from core import replies, slots
 from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
-from tasks.jobs import celery_task
-from tasks.registry import TargetModel, open_round_with_models
+from jobs.engine import celery_task
+from registry.services import TargetModel
+from tasks.targets import open_round_with_models
 
 from . import runtime
 

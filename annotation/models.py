@@ -47,7 +47,7 @@ class Example(models.Model):
         default=dict, blank=True, help_text="Each target model's prediction, keyed by model version id."
     )
     prediction = models.JSONField(null=True, blank=True, help_text="The round's (ensemble) prediction.")
-    model_versions = models.ManyToManyField("tasks.ModelVersion", blank=True, related_name="examples")
+    model_versions = models.ManyToManyField("registry.ModelVersion", blank=True, related_name="examples")
     fooled = models.BooleanField(null=True, blank=True, help_text="Empty when no model answered.")
     retracted = models.BooleanField(default=False)
     flagged = models.BooleanField(default=False)

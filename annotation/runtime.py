@@ -25,7 +25,7 @@ web process does, through the client.
   gives it a fresh model thread and lane. Nothing here imports torch before a model
   is loaded, so a parent that never predicted can fork safely.
 
-Models are described by messages (``tasks.registry.TargetModel.message()``:
+Models are described by messages (``registry.services.TargetModel.message()``:
 ``{"id", "name", "path", "sha256"}``), so answering costs no database query; bare
 version ids (from scripts) are looked up (``resolve``).
 """
@@ -43,7 +43,7 @@ from django.conf import settings
 
 import ml
 from core.errors import Unavailable
-from tasks.registry import TargetModel
+from registry.services import TargetModel
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ def resolve(models: list) -> list[dict]:
     ids = [m for m in models if not isinstance(m, dict)]
     if not ids:
         return list(models)
-    from tasks.models import ModelVersion
-    from tasks.registry import target_model
+    from registry.models import ModelVersion
+    from registry.services import target_model
 
     found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status=ModelVersion.Status.READY)}
     missing = [pk for pk in ids if pk not in found]
@@ -229,7 +229,7 @@ def load_and_wait(models: list[dict], timeout: float) -> int:
 def warm_up_in_background() -> list[Future]:
     """Load the open rounds' target models on the model thread, without waiting (at
     the start of a web process in embedded mode, and of a worker's pool process)."""
-    from tasks.registry import open_rounds_target_models
+    from tasks.targets import open_rounds_target_models
 
     try:
         models = open_rounds_target_models()

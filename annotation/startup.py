@@ -8,7 +8,7 @@
   parent), and stamps a heartbeat for the queues it consumes.
 
 The models run here (``annotation.runtime``), so the policy of their threads and
-warm-up is this app's; job resumption is the job engine's (``tasks.jobs``), called
+warm-up is this app's; job resumption is the job engine's (``jobs.engine``), called
 from here because the web process starts here. Nothing at module level touches Django
 or torch: ``dynabench.celery`` imports this before Django's settings are read.
 
@@ -74,7 +74,7 @@ def resume_jobs() -> None:
     training before it serves), on this process's background job thread."""
     from django.db import DatabaseError
 
-    from tasks.jobs import resume_queued_jobs
+    from jobs.engine import resume_queued_jobs
 
     try:
         sent = resume_queued_jobs()

@@ -3,7 +3,7 @@ worker's model thread and explanation lane) for predictions, explanations and
 loads, and small housekeeping tasks.
 
 The web process sends model references (``{"id", "name", "path", "sha256"}``, see
-``tasks.registry.TargetModel``), so a prediction costs the worker no database
+``registry.services.TargetModel``), so a prediction costs the worker no database
 query; the artifact is verified against the sha256 when the model cache loads it,
 and weights load through safetensors only. Plain version ids are accepted too (for
 scripts): they are looked up, and must be ready.

@@ -63,8 +63,8 @@ def main() -> None:
         from annotation.services import counters
         from leaderboard.evaluation import evaluate_model
         from leaderboard.rows import ml_spec, read_seed_rows
+        from registry.services import register_model
         from tasks.models import Round
-        from tasks.registry import register_model
         from tasks.services import create_task, load_definition
 
         task, _ = create_task(load_definition("sentiment"))

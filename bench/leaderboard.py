@@ -41,9 +41,11 @@ COLUMNS = [("measure", "<10"), ("ms", ">9.1f"), ("x bare", ">8.1f"), ("queries",
 def populate(n_models: int, n_datasets: int):
     import numpy as np
 
+    from jobs.models import Job
     from leaderboard.board import pack
     from leaderboard.models import Evaluation
-    from tasks.models import Job, ModelVersion, Round
+    from registry.models import ModelVersion
+    from tasks.models import Round
     from tasks.services import create_task, load_definition
 
     definition = load_definition("sentiment")

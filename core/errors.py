@@ -87,6 +87,12 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
+class RetryLater(Unavailable):
+    """Unavailable for now and worth another attempt: a job that meets it is queued
+    again after ``retry_after`` seconds (``jobs.engine.run_job``), not failed. Raised
+    by a dependency a job needs (the artifact store), so the job engine need not know it."""
+
+
 class QueryTimeout(Unavailable):
     """A query of a web request ran past ``REQUEST_QUERY_TIMEOUT`` and the database
     stopped it (``core.query_ceiling``); narrower requests, or a later try, may pass."""

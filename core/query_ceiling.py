@@ -23,7 +23,7 @@ each statement may run ``seconds``:
   a handler left behind would interrupt whatever used the connection next).
 
 Only the thread in the block is under it: Celery workers, the embedded job thread
-(``tasks.jobs``), management commands and any thread a request starts run their
+(``jobs.engine``), management commands and any thread a request starts run their
 queries to the end. The ceiling is per statement: a request of many queries may
 take longer than ``seconds`` in all.
 """

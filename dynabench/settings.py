@@ -96,6 +96,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "csp",
+    "jobs",
+    "registry",
     "tasks",
     "annotation",
     "leaderboard",
@@ -180,7 +182,7 @@ CELERY_TASK_ROUTES = {
     "leaderboard.evaluate_model": {"queue": "training"},
     "leaderboard.check_submission": {"queue": "training"},
     "leaderboard.release_dataset": {"queue": "default"},
-    "tasks.sweep_stale_jobs": {"queue": "default"},
+    "tasks.sweep_stale_jobs": {"queue": "default"},  # jobs/tasks.py; the name predates the jobs app, kept
     "crowd.sync": {"queue": "default"},
     "crowd.pay_bonuses": {"queue": "default"},
 }
@@ -393,8 +395,8 @@ SPECTACULAR_SETTINGS = {
     # Several models have a ``status``; each choice set gets its own name.
     "ENUM_NAME_OVERRIDES": {
         "RoundStatusEnum": "tasks.models.Round.Status",
-        "JobStatusEnum": "tasks.models.Job.Status",
-        "ModelVersionStatusEnum": "tasks.models.ModelVersion.Status",
+        "JobStatusEnum": "jobs.models.Job.Status",
+        "ModelVersionStatusEnum": "registry.models.ModelVersion.Status",
         "ExampleValidationStatusEnum": "annotation.models.Example.ValidationStatus",
     },
 }
@@ -436,7 +438,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Serve files straight from the app folders while developing (no collectstatic).
 WHITENOISE_AUTOREFRESH = DEBUG
 # Files that jobs make (an export of examples), downloaded from the job's page by the task's
-# researchers (tasks.job_files): a folder that the web and the workers share.
+# researchers (jobs.files): a folder that the web and the workers share.
 DYNABENCH_JOB_FILES_DIR = Path(env("DYNABENCH_JOB_FILES_DIR", default=str(VAR_DIR / "job-files")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -484,7 +486,7 @@ CONTENT_SECURITY_POLICY = {
 # The public data sets (``manage.py fetch_data`` fills it): imports, real-data targets, replays, benches.
 DYNABENCH_DATA_DIR = env("DYNABENCH_DATA_DIR", default=str(VAR_DIR / "data"))
 DYNABENCH_MODELS_DIR = Path(env("DYNABENCH_MODELS_DIR", default=str(VAR_DIR / "models")))
-# Where model artifacts, uploaded submissions and replay reports are kept (tasks.artifacts):
+# Where model artifacts, uploaded submissions and replay reports are kept (registry.artifacts):
 # file:///path (a folder: DYNABENCH_MODELS_DIR, the default) or s3://bucket/prefix, read by
 # every web and worker machine, each through its own local cache of verified downloads.
 DYNABENCH_ARTIFACTS_URL = env("DYNABENCH_ARTIFACTS_URL", default="")

@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 
 from annotation.models import Example
 from core.errors import DomainError
+from jobs.models import Job
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
 from tasks.admin import ModelVersionAdmin, TaskAdmin
@@ -24,7 +25,7 @@ from tasks.admin_lists import (
     TaskScopedAdmin,
     run_service_action,
 )
-from tasks.models import Job, Task
+from tasks.models import Task
 
 from . import cycle
 from .models import Evaluation, Promotion, Release, Submission
@@ -293,7 +294,7 @@ class SubmissionAdmin(ModelVersionAdmin):
 
     def has_visibility_permission(self, request):
         """Who may make submissions private or public: those who may change models."""
-        return request.user.has_perm("tasks.change_modelversion")
+        return request.user.has_perm("registry.change_modelversion")
 
     @admin.display(description="evaluation", ordering="evaluation_status")
     def evaluation(self, obj):
@@ -301,7 +302,7 @@ class SubmissionAdmin(ModelVersionAdmin):
             return "none yet"
         status = Job.Status(obj.evaluation_status)
         detail = f" ({obj.evaluation_progress}%)" if status == Job.Status.RUNNING else ""
-        return format_html('<a href="{}">#{} {}{}</a>', reverse("admin:tasks_job_change", args=[obj.evaluation_job]),
+        return format_html('<a href="{}">#{} {}{}</a>', reverse("admin:jobs_job_change", args=[obj.evaluation_job]),
                            obj.evaluation_job,
                            status.label, detail)
 

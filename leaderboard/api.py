@@ -23,8 +23,9 @@ from core.rows import spreadsheet_safe
 from core.uploads import MULTIPART_OVERHEAD_BYTES, BoundedUploads
 from leaderboard import promotion
 from leaderboard.evaluation import start_evaluation
+from registry.models import ModelVersion
 from tasks.api import job_response
-from tasks.models import ModelVersion, Task
+from tasks.models import Task
 from tasks.roles import is_researcher
 from tasks.serializers import JobSerializer
 

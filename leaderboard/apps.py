@@ -8,7 +8,8 @@ class LeaderboardConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_delete, post_save
 
-        from tasks.models import Job, ModelVersion
+        from jobs.models import Job
+        from registry.models import ModelVersion
 
         from . import signals
         from .models import Evaluation, Submission

@@ -79,7 +79,8 @@ from django.db.models import Q
 
 from core.errors import InvalidInput
 from ml import scoring
-from tasks.models import ModelVersion, Round, Task, resolve_artifact_path
+from registry.models import ModelVersion, resolve_artifact_path
+from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
 from . import dynascore, reference

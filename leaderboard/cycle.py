@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from annotation.services import counters
 from core.errors import Conflict, InvalidInput
+from jobs.models import Job
 from leaderboard import training
-from tasks.models import Job, ModelVersion, Task
+from registry.models import ModelVersion
+from tasks.models import Task
 
 from .evaluation import evaluated_model_ids
 from .models import Evaluation

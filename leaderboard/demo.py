@@ -44,12 +44,14 @@ from django.db import transaction
 
 from core.errors import DomainError
 from core.progress import Advance, counted
+from jobs.engine import held_for_the_server
+from jobs.models import Job
 from leaderboard import promotion, training
 from leaderboard.evaluation import has_finished_evaluation, start_evaluation
 from leaderboard.jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
+from registry.models import ModelVersion
 from tasks import services
-from tasks.jobs import held_for_the_server
-from tasks.models import Job, ModelVersion, Task
+from tasks.models import Task
 from tasks.services import SEED_DIR
 
 from .jobs import train_static_model
@@ -151,7 +153,7 @@ def ensure_demo_models(slugs: Iterable[str], progress: Callable[[str], None] | N
     without a finished evaluation (an older demo) is evaluated.
 
     ``background``: queue the jobs and return (``make run`` serves at once; the web
-    process runs them, ``tasks.jobs.resume_queued_jobs``). Otherwise wait for them.
+    process runs them, ``jobs.engine.resume_queued_jobs``). Otherwise wait for them.
     Returns the models trained now (none with ``background``). ``advance(label, done,
     total)`` counts the tasks done (``core.progress``)."""
     if background:

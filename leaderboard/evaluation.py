@@ -20,11 +20,13 @@ from django.db import transaction
 
 import ml
 from core.errors import Conflict
+from jobs.engine import JobReporter, create_job, enqueue_by_name
+from jobs.models import Job
 from ml import metrics as ml_metrics
 from ml import scoring
-from tasks.jobs import JobReporter, create_job, enqueue_by_name
-from tasks.models import Job, ModelVersion, Round, Task
-from tasks.registry import ref_for
+from registry.models import ModelVersion
+from registry.services import ref_for
+from tasks.models import Round, Task
 
 from .models import Evaluation
 from .rows import example_rows, primary_metric, untampered, usable_examples

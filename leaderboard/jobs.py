@@ -14,8 +14,10 @@ from collections.abc import Callable
 from django.db import transaction
 
 from core.errors import Conflict, NotFound
-from tasks.jobs import JobReporter, cancel_job, run_job, wait_for_job
-from tasks.models import STATIC_ROUND, Job, ModelVersion, Task
+from jobs.engine import JobReporter, cancel_job, run_job, wait_for_job
+from jobs.models import Job
+from registry.models import ModelVersion
+from tasks.models import STATIC_ROUND, Task
 
 from . import board, reference
 from .evaluation import evaluate_model, start_evaluation

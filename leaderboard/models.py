@@ -1,13 +1,13 @@
 from django.conf import settings
 from django.db import models
 
-from tasks.models import ModelVersion
+from registry.models import ModelVersion
 
 
 class Evaluation(models.Model):
     """A model's scores on one round's split (accuracy/F1, or EM/F1 for QA)."""
 
-    model_version = models.ForeignKey("tasks.ModelVersion", on_delete=models.CASCADE, related_name="evaluations")
+    model_version = models.ForeignKey("registry.ModelVersion", on_delete=models.CASCADE, related_name="evaluations")
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="evaluations")
     split = models.CharField(max_length=5, default="test")
     num_examples = models.PositiveIntegerField(default=0)
@@ -32,7 +32,7 @@ class Evaluation(models.Model):
         default=bytes, blank=True,
         help_text="The other metrics (replicates['metrics'] names them, in order) on the same resamples, "
                   "float32 one after another: the Dynascore's interval resamples them with performance.")
-    job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    job = models.ForeignKey("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -59,7 +59,7 @@ class Promotion(models.Model):
     the majority line) and, when a rule was overridden, the reason stated for it."""
 
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="promotions")
-    model_version = models.ForeignKey("tasks.ModelVersion", on_delete=models.CASCADE, related_name="promotions")
+    model_version = models.ForeignKey("registry.ModelVersion", on_delete=models.CASCADE, related_name="promotions")
     ensemble_size = models.PositiveSmallIntegerField(default=1)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                              related_name="+")
@@ -106,7 +106,7 @@ class Release(models.Model):
     location = models.CharField(
         max_length=500, help_text="The release's folder in the artifact store: a path relative to "
                                   "DYNABENCH_MODELS_DIR, or an s3:// URL.")
-    job = models.ForeignKey("tasks.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+    job = models.ForeignKey("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
                             help_text="The job that made it.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+")

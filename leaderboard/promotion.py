@@ -12,10 +12,12 @@ from django.db.models import Max
 import ml
 from annotation.inference import preload
 from core.errors import Conflict, DomainError, InvalidInput
+from jobs.engine import JobReporter
+from jobs.models import Job
+from registry.models import ModelVersion
+from registry.services import target_model
 from tasks import services as task_services
-from tasks.jobs import JobReporter
-from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
-from tasks.registry import target_model
+from tasks.models import STATIC_ROUND, Round, Task
 
 from . import board
 from .evaluation import evaluate_model, has_finished_evaluation

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 
 from annotation.models import Example
 from core.errors import DomainError, InvalidInput
-from tasks import artifacts
+from registry import artifacts
 from tasks.models import Task
 
 from .models import Release

@@ -11,7 +11,7 @@ import ml
 from annotation.models import Example
 from annotation.services.examples import signature_ok
 from core.errors import InvalidInput
-from tasks.jobs import JobReporter
+from jobs.engine import JobReporter
 from tasks.models import Task
 from tasks.services import SEED_DIR
 

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from annotation.models import Example
 from core.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
-from tasks.models import ModelVersion
+from registry.models import ModelVersion
 
 from .evaluation import has_finished_evaluation
 from .models import Evaluation, Release

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from tasks.models import Job, ModelVersion
+from jobs.models import Job
+from registry.models import ModelVersion
 
 from . import board
 

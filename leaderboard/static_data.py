@@ -43,7 +43,8 @@ from pathlib import Path
 from annotation.datasets import import_records
 from core.errors import InvalidInput
 from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
-from tasks.models import STATIC_ROUND, ModelVersion, Task
+from registry.models import ModelVersion
+from tasks.models import STATIC_ROUND, Task
 from tasks.services import ensure_static_round
 
 from .models import Evaluation

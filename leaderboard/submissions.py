@@ -45,9 +45,10 @@ from django.db import IntegrityError, transaction
 
 from core.errors import DomainError, InvalidInput, TooLarge, TooMany, Unavailable
 from core.ratelimit import Limiter
-from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
-from tasks.models import Job, Task
-from tasks.registry import check_new_model_name, models_root, register_model
+from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
+from jobs.models import Job
+from registry.services import check_new_model_name, models_root, register_model
+from tasks.models import Task
 from tasks.roles import is_researcher
 
 from .evaluation import start_evaluation

@@ -14,9 +14,11 @@ from django.db import transaction
 import ml
 from annotation.services import counters
 from core.errors import Conflict, DomainError, InvalidInput
-from tasks.jobs import JobReporter, create_job, enqueue_by_name
-from tasks.models import STATIC_ROUND, Job, ModelVersion, Round, Task
-from tasks.registry import artifact_dir_for, check_new_model_name, register_model
+from jobs.engine import JobReporter, create_job, enqueue_by_name
+from jobs.models import Job
+from registry.models import ModelVersion
+from registry.services import artifact_dir_for, check_new_model_name, register_model
+from tasks.models import STATIC_ROUND, Round, Task
 
 from .evaluation import score_rows
 from .rows import data_summary, example_rows, ml_spec, untampered, usable_examples

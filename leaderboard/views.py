@@ -25,10 +25,12 @@ from core.accounts import too_many
 from core.errors import DomainError, InvalidInput, TooLarge
 from core.ratelimit import page_wait
 from core.uploads import bounded_uploads
+from jobs import engine
+from jobs.models import Job
 from leaderboard import promotion, training
 from leaderboard.evaluation import start_evaluation
-from tasks import jobs
-from tasks.models import Job, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
 from . import board, cycle
@@ -168,10 +170,10 @@ def job_page(request, pk):
             return HttpResponseForbidden("Only the task's researchers can cancel or re-run its jobs.")
         try:
             if request.POST.get("action") == "cancel":
-                jobs.cancel_job(job, request.user)
+                engine.cancel_job(job, request.user)
                 messages.success(request, f"Job #{job.pk} cancelled.")
             elif request.POST.get("action") == "rerun":
-                new = jobs.rerun_job(job, request.user)
+                new = engine.rerun_job(job, request.user)
                 messages.success(request, f"Job #{job.pk} queued again as job #{new.pk}.")
                 return redirect(new.get_absolute_url())
         except DomainError as exc:

@@ -20,10 +20,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError, InvalidInput
+from jobs import engine
+from jobs.models import Job
+from registry.models import ModelVersion
 
-from . import jobs, services, uploads
+from . import services, uploads
 from .admin_lists import TASK_FILTER, Extensible, TaskScopedAdmin, run_service_action
-from .models import Context, Job, ModelVersion, Round, Task
+from .models import Context, Round, Task
 
 
 class RoundInline(admin.TabularInline):
@@ -228,12 +231,12 @@ class ModelVersionAdmin(Extensible, TaskScopedAdmin):
 
 @admin.action(description="Cancel the selected jobs (a running one stops at its next report)")
 def cancel_jobs(modeladmin, request, queryset):
-    run_service_action(modeladmin, request, queryset, lambda job: jobs.cancel_job(job, request.user), "Cancelled")
+    run_service_action(modeladmin, request, queryset, lambda job: engine.cancel_job(job, request.user), "Cancelled")
 
 
 @admin.action(description="Run the selected jobs again (new jobs, same parameters)")
 def rerun_jobs(modeladmin, request, queryset):
-    run_service_action(modeladmin, request, queryset, lambda job: jobs.rerun_job(job, request.user), "Queued again")
+    run_service_action(modeladmin, request, queryset, lambda job: engine.rerun_job(job, request.user), "Queued again")
 
 
 @admin.register(Job)

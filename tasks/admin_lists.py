@@ -19,8 +19,9 @@ from django.utils.text import smart_split, unescape_string_literal
 from django.utils.translation import gettext as _
 
 from core.errors import DomainError
+from registry.models import ModelVersion
 
-from .models import Context, ModelVersion, Round, Task
+from .models import Context, Round, Task
 
 
 class Extensible:

@@ -12,9 +12,11 @@ from core.errors import Forbidden, NotFound
 from core.parsers import BoundedMultiPartParser
 from core.schema import FileErrorSerializer
 from core.uploads import BoundedUploads
+from jobs import engine
+from jobs.models import Job
 
-from . import jobs, services, uploads
-from .models import Context, Job, Round, Task
+from . import services, uploads
+from .models import Context, Round, Task
 from .roles import IsResearcherOrReadOnly, is_researcher
 from .serializers import (
     ContextSerializer,
@@ -131,7 +133,7 @@ class JobCancel(APIView):
     def post(self, request, pk):
         job = job_for(request, pk)
         _researcher_of_job(request, job)
-        return job_response(request, jobs.cancel_job(job, request.user), status.HTTP_200_OK)
+        return job_response(request, engine.cancel_job(job, request.user), status.HTTP_200_OK)
 
 
 @extend_schema(tags=["jobs"])
@@ -145,7 +147,7 @@ class JobRerun(APIView):
     def post(self, request, pk):
         job = job_for(request, pk)
         _researcher_of_job(request, job)
-        return job_response(request, jobs.rerun_job(job, request.user))
+        return job_response(request, engine.rerun_job(job, request.user))
 
 
 @extend_schema(tags=["contexts"])

@@ -12,11 +12,8 @@ class TasksConfig(AppConfig):
 
         from core.cache import redis_without_password
 
-        from .artifacts import configured
-
         checks.register(redis_without_password, checks.Tags.security, deploy=True)
 
-        configured()  # a malformed DYNABENCH_ARTIFACTS_URL stops the process at start, saying why
         _answer_kept_alive_connections_at_once()
 
         pre_migrate.connect(_note_permissions, dispatch_uid="tasks-researcher-permissions-before")

@@ -53,7 +53,7 @@ class IsResearcherOrReadOnly(permissions.BasePermission):
 
 
 RESEARCHERS_GROUP = "Researchers"
-RESEARCHER_APPS = ["tasks", "annotation", "leaderboard", "crowd"]
+RESEARCHER_APPS = ["tasks", "jobs", "registry", "annotation", "leaderboard", "crowd"]
 
 
 def grant_researcher_permissions(group=None, using: str = "default", exclude=()) -> None:

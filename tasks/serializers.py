@@ -5,10 +5,11 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from core.fields import StrictModelSerializer
+from jobs.models import Job
 
 from . import services, uploads
 from .config import validate_task_config
-from .models import Context, Job, Round, Task
+from .models import Context, Round, Task
 
 
 class TaskSerializer(StrictModelSerializer):

@@ -11,9 +11,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, NotFound
+from registry.models import ModelVersion
 
 from .config import validate_task_config
-from .models import STATIC_ROUND, Context, ModelVersion, Round, Task
+from .models import STATIC_ROUND, Context, Round, Task
 
 log = logging.getLogger(__name__)
 

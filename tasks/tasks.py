@@ -5,8 +5,9 @@ import socket
 
 from celery import shared_task
 
+from jobs.engine import run_job
+
 from .health import database_health
-from .jobs import run_job
 
 
 @shared_task(name="dynabench.health_check")
@@ -26,11 +27,3 @@ def health_check_job(job_id: int) -> int:
     run_job(job_id, work)
     return job_id
 
-
-@shared_task(name="tasks.sweep_stale_jobs")
-def sweep_stale_jobs() -> dict:
-    """The beat schedule runs it every minute (``CELERY_BEAT_SCHEDULE``)."""
-    from .jobs import sweep_stale_jobs as sweep
-
-    report = sweep()
-    return {"requeued": report.requeued, "failed": report.failed, "closed": report.closed}

@@ -6,8 +6,8 @@ from django.views.decorators.cache import never_cache
 
 from core.api import http_status
 from core.errors import DomainError
+from jobs import files as job_files
 
-from . import job_files
 from .health import database_health
 from .roles import is_researcher
 

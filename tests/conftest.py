@@ -117,7 +117,7 @@ def _background_jobs_done(request):
         return
     request.getfixturevalue("transactional_db")
     yield
-    from tasks.jobs import wait_for_background_jobs
+    from jobs.engine import wait_for_background_jobs
 
     assert wait_for_background_jobs(300), "the background job thread was still busy 300 s after the test"
 
@@ -343,7 +343,7 @@ def other_sentiment_artifact(tmp_path_factory, tiny_artifacts):
 @pytest.fixture
 def live_tasks(demo_tasks, tiny_artifacts):
     """The demo tasks with a registered target model on each open round."""
-    from tasks.registry import register_model
+    from registry.services import register_model
 
     for slug, task in demo_tasks.items():
         model = register_model(task, tiny_artifacts[slug], name=f"{slug}-tiny")

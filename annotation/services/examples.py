@@ -22,9 +22,12 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
-from tasks.models import Context, Job, ModelVersion, Round, Task
-from tasks.registry import open_round_with_models, target_model
+from jobs.models import Job
+from registry.models import ModelVersion
+from registry.services import target_model
+from tasks.models import Context, Round, Task
 from tasks.roles import is_researcher
+from tasks.targets import open_round_with_models
 
 from ..inference import explain_with, predict_with
 from ..models import AnnotationSession, Example, forget_examples

@@ -3,7 +3,7 @@ task's examples (``exporting.Selection``: a round, a split, retracted and flagge
 left out unless asked...), and a Job writes them with the one exporter
 (``annotation.exporting``), a page of rows at a time, reporting its progress; the file
 is kept for the task's researchers to download from the job's page
-(``tasks.job_files``)."""
+(``jobs.files``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Forbidden, InvalidInput, NotFound
-from tasks.job_files import delete_job_file, save_job_file
-from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
-from tasks.models import Job, Task
+from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
+from jobs.files import delete_job_file, save_job_file
+from jobs.models import Job
+from tasks.models import Task
 from tasks.roles import is_researcher
 
 from ..exporting import FORMATS, PHASES, Selection, write_examples

@@ -35,7 +35,7 @@ from django.db import transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
-from tasks.jobs import send_task_in_background
+from jobs.engine import send_task_in_background
 from tasks.models import Task
 
 from .. import reliability as R

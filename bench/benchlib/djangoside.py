@@ -74,7 +74,7 @@ def _target_model(task, cfg: dict):
     import ml
     from leaderboard import training
     from leaderboard.rows import data_summary, read_seed_rows
-    from tasks.registry import register_model
+    from registry.services import register_model
 
     name = cfg["model_name"]
     manifest = Path(cfg["models_dir"]) / f"{task.slug}-{name}-{cfg['steps']}steps.json"
@@ -145,7 +145,7 @@ def _drive(cfg: dict) -> dict:
 
     from annotation.inference import predict_with
     from tasks.models import Task
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     from .stats import summary_ms
 

@@ -25,8 +25,9 @@ from django.urls import reverse
 from annotation.models import Example
 from core.errors import InvalidInput, NotFound
 from core.pagination import MAX_KEY, whole_number
+from registry.models import ModelVersion
 from tasks.config import text_problem
-from tasks.models import ModelVersion, Round, Task
+from tasks.models import Round, Task
 
 from ..models import Release
 from .rows import usable

@@ -26,8 +26,9 @@ from django.utils.crypto import salted_hmac
 from annotation.exporting import ANNOTATOR_METADATA_KEY
 from annotation.models import Example, Validation
 from core.errors import Conflict, InvalidInput, Unavailable
+from registry.models import ModelVersion
 from tasks.config import TaskConfig
-from tasks.models import ModelVersion, Round, Task
+from tasks.models import Round, Task
 
 SPLITS = tuple(Example.Split.values)
 CHUNK = 1000

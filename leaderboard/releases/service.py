@@ -25,9 +25,10 @@ from django.utils import timezone
 
 from annotation.models import RoundCounts
 from core.errors import Conflict
-from tasks import artifacts
-from tasks.jobs import JobReporter, create_job, enqueue_by_name, run_job
-from tasks.models import Job, Task
+from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
+from jobs.models import Job
+from registry import artifacts
+from tasks.models import Task
 
 from ..models import Release
 from . import card, croissant, files

@@ -69,9 +69,10 @@ from core.errors import DomainError
 from core.progress import Advance, counter
 from datafiles.readers import Record
 from leaderboard.models import Evaluation
+from registry.models import ModelVersion
+from registry.services import ref_for
 from tasks import services as task_services
-from tasks.models import Context, ModelVersion, Task
-from tasks.registry import ref_for
+from tasks.models import Context, Task
 
 from .. import promotion, training
 from ..evaluation import start_evaluation

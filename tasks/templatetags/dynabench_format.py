@@ -1,21 +1,9 @@
-"""Template filters for numbers people read: durations in hours and minutes."""
+"""Template filters for numbers people read: durations in hours and minutes
+(``core.durations``, which the job engine uses too)."""
 
 from django import template
 
+from core.durations import hours_minutes
+
 register = template.Library()
-
-
-@register.filter
-def hours_minutes(seconds) -> str:
-    """3600 -> "1 hour", 5400 -> "1 hour 30 minutes", 90 -> "2 minutes" (rounded), "" for nothing."""
-    try:
-        total = int(round(float(seconds) / 60))
-    except (TypeError, ValueError):
-        return ""
-    hours, minutes = divmod(max(total, 0), 60)
-    parts = []
-    if hours:
-        parts.append(f"{hours} hour{'s' if hours != 1 else ''}")
-    if minutes or not hours:
-        parts.append(f"{minutes} minute{'s' if minutes != 1 else ''}")
-    return " ".join(parts)
+register.filter("hours_minutes", hours_minutes)

@@ -375,7 +375,7 @@ def test_without_a_broker_a_refit_runs_on_the_background_thread_not_in_the_vote(
                                                                                  monkeypatch):
     """The vote that makes a refit due answers at once; the refit runs on the process's
     background job thread (``make run``), never inside the request that cast the vote."""
-    from tasks import jobs
+    from jobs import engine
 
     settings.RELIABILITY_REFIT_VOTES = 1
     task = adaptive(demo_tasks["sentiment"])
@@ -395,8 +395,8 @@ def test_without_a_broker_a_refit_runs_on_the_background_thread_not_in_the_vote(
         assert started.wait(20), "the refit did not start on the background thread"
         assert not ReliabilityFit.objects.filter(task=task, fitted_at__isnull=False).exists()
         gate.set()
-        assert jobs.wait_for_background_jobs(20), "the refit did not finish"
+        assert engine.wait_for_background_jobs(20), "the refit did not finish"
     finally:
         gate.set()
-    assert ran_on and ran_on[0].startswith(jobs.RUNNER_NAME), ran_on
+    assert ran_on and ran_on[0].startswith(engine.RUNNER_NAME), ran_on
     assert ReliabilityFit.objects.get(task=task).votes == 1

@@ -139,7 +139,8 @@ def _same(batched, alone):
 @pytest.mark.django_db
 def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment_artifact):
     from annotation.runtime import predict_refs
-    from tasks.registry import TargetModel, open_round_with_models, register_model, target_model
+    from registry.services import TargetModel, register_model, target_model
+    from tasks.targets import open_round_with_models
 
     cases = []
     sentiment = open_round_with_models(live_tasks["sentiment"])[1]
@@ -168,7 +169,7 @@ def test_batched_answers_equal_one_at_a_time_answers(live_tasks, other_sentiment
 @pytest.mark.django_db
 def test_a_bad_input_among_concurrent_requests_fails_alone(live_tasks):
     from core.errors import InvalidInput
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     models = open_round_with_models(live_tasks["sentiment"])[1]
     rows = [{"statement": "Good."}, {"statement": ""}, {"statement": "Bad."}, {"statement": "Fine."}]
@@ -192,7 +193,7 @@ def test_a_bad_input_among_concurrent_requests_fails_alone(live_tasks):
 def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, client_for, annotator, settings):
     import ml
     from annotation.models import Example
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     task = live_tasks["sentiment"]
     [model] = open_round_with_models(task)[1]
@@ -214,7 +215,7 @@ def test_a_model_still_loading_answers_503_warming_up_then_serves(live_tasks, cl
     response = client.post("/api/tasks/sentiment/examples/", body, format="json")
     assert response.status_code == 201, response.content
     # A broken artifact is not "warming up": it says what failed.
-    from tasks.registry import TargetModel
+    from registry.services import TargetModel
 
     settings.INFERENCE_WARMUP_WAIT = 60
     broken = TargetModel(model.id, "broken", "/nonexistent/artifact", model.sha256)
@@ -231,7 +232,7 @@ def test_the_web_process_loads_the_open_rounds_models_at_start(live_tasks, monke
     import ml
 
     ml.default_cache().clear()
-    from tasks.registry import open_rounds_target_models
+    from tasks.targets import open_rounds_target_models
 
     refs = [m.ref() for m in open_rounds_target_models()]
     import dynabench.wsgi
@@ -263,7 +264,7 @@ def test_an_embedded_web_process_leaves_a_core_to_its_request_threads_unless_tol
 
 @pytest.mark.django_db
 def test_an_explanation_does_not_hold_up_the_predictions_behind_it(live_tasks):
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["qa"])[1]
     inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,
@@ -293,7 +294,7 @@ def test_a_threads_or_solo_worker_warms_its_models_when_ready_but_a_prefork_pare
     takes the first task, starts after it."""
     import ml
     from annotation import startup as worker_signals
-    from tasks.registry import open_rounds_target_models
+    from tasks.targets import open_rounds_target_models
 
     refs = [m.ref() for m in open_rounds_target_models()]
     monkeypatch.setattr(worker_signals, "_main_pid", os.getpid())  # as worker_init recorded it in the worker
@@ -347,7 +348,8 @@ def test_a_failed_load_answers_for_itself_until_the_artifact_changes(live_tasks,
     import shutil
 
     import ml
-    from tasks.registry import TargetModel, open_round_with_models
+    from registry.services import TargetModel
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["sentiment"])[1]
     path = tmp_path / "later"
@@ -385,7 +387,7 @@ def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings
     """Each integration pass (EXPLANATION_PASS_STEPS steps) and the prediction's pass
     first calls give_way; the chunked integration gives the unchunked attributions."""
     import ml
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["sentiment"])[1]
     message = model.message()
@@ -410,7 +412,7 @@ def test_an_explanation_gives_way_before_each_of_its_passes(live_tasks, settings
 def test_a_qa_explanation_gives_way_once_for_its_windows_and_once_per_gradient_pass(live_tasks, settings):
     """A long passage has several windows: their prediction passes give way once
     together, not once each (a backlog of 200 ms waits per window otherwise)."""
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["qa"])[1]
     passage = " ".join(f"Sentence {i} says that the river near town {i} floods in spring." for i in range(80))

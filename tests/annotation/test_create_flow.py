@@ -212,7 +212,7 @@ def test_anonymous_visitors_cannot_annotate(live_tasks, anonymous):
 
 def test_an_ensemble_round_averages_its_models(live_tasks, other_sentiment_artifact, client_for, annotator):
     """Two different target models in mean mode: the stored prediction is the mean of the members'."""
-    from tasks.registry import register_model
+    from registry.services import register_model
 
     task = live_tasks["sentiment"]
     rnd = task.open_round()

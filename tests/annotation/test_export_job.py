@@ -13,7 +13,8 @@ from annotation import exporting
 from annotation.models import Example
 from annotation.services import exports
 from core.errors import Forbidden
-from tasks.models import Job, Round
+from jobs.models import Job
+from tasks.models import Round
 
 LIST = "/admin/annotation/example/"
 EXPORT = "/admin/annotation/example/export/"

@@ -12,8 +12,10 @@ from annotation.models import AnnotationSession, Example
 from annotation.services import sessions
 from annotation.services.stats import round_stats
 from annotation.tokens import make_token, session_from_token
-from tasks import registry
-from tasks.models import ModelVersion, Round
+from registry import services as registry
+from registry.models import ModelVersion
+from tasks import targets
+from tasks.models import Round
 
 pytestmark = pytest.mark.django_db
 
@@ -41,27 +43,27 @@ def test_open_round_with_models_follows_the_ensemble_mode_and_model_state(live_t
     rnd.target_models.add(second)
 
     with CaptureQueriesContext(connection) as queries:
-        got_round, models = registry.open_round_with_models(task)
+        got_round, models = targets.open_round_with_models(task)
     assert len(queries) == 1
     assert (got_round.pk, got_round.number, got_round.status) == (rnd.pk, rnd.number, Round.Status.OPEN)
     assert [m.id for m in models] == [first.pk]  # single mode: the first by id
     assert models[0] == registry.target_model(first)
 
     Round.objects.filter(pk=rnd.pk).update(ensemble_mode=Round.EnsembleMode.MEAN)
-    _, models = registry.open_round_with_models(task)
+    _, models = targets.open_round_with_models(task)
     assert [m.id for m in models] == [first.pk, second.pk]
-    assert models == registry.round_target_models(Round.objects.get(pk=rnd.pk))
+    assert models == targets.round_target_models(Round.objects.get(pk=rnd.pk))
 
     ModelVersion.objects.filter(pk=first.pk).update(status=ModelVersion.Status.RETIRED)
-    _, models = registry.open_round_with_models(task)
+    _, models = targets.open_round_with_models(task)
     assert [m.id for m in models] == [second.pk]
 
     ModelVersion.objects.filter(pk=second.pk).update(status=ModelVersion.Status.RETIRED)
-    got_round, models = registry.open_round_with_models(task)  # no model: the round, found apart
+    got_round, models = targets.open_round_with_models(task)  # no model: the round, found apart
     assert got_round.pk == rnd.pk and models == []
 
     Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED)
-    assert registry.open_round_with_models(task) == (None, [])
+    assert targets.open_round_with_models(task) == (None, [])
 
 
 def test_bump_session_returns_the_stored_counters(live_tasks, annotator):
@@ -155,7 +157,7 @@ def test_embedded_predictions_run_on_one_inference_thread(live_tasks, monkeypatc
         return real_predict(*args, **kwargs)
 
     monkeypatch.setattr(ml, "predict", recording_predict)
-    _, models = registry.open_round_with_models(live_tasks["nli"])
+    _, models = targets.open_round_with_models(live_tasks["nli"])
     rows = [{"premise": "A dog runs.", "hypothesis": f"An animal moves {i}."} for i in range(6)]
     results = [None] * len(rows)
 
@@ -226,7 +228,7 @@ def test_serving_a_context_loads_the_model_before_the_first_example(live_tasks, 
 
     monkeypatch.setattr(inference, "_prefetched", {})
     task = live_tasks["sentiment"]
-    [model] = registry.open_round_with_models(task)[1]
+    [model] = targets.open_round_with_models(task)[1]
     ref = model.ref()
     ml.default_cache().clear()
     client = client_for(annotator)

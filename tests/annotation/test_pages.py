@@ -77,8 +77,8 @@ def test_a_round_without_its_target_says_what_is_under_way_and_when(demo_tasks, 
 
     from django.utils import timezone
 
-    from tasks.jobs import create_job
-    from tasks.models import Job
+    from jobs.engine import create_job
+    from jobs.models import Job
 
     task = demo_tasks["sentiment"]
     body = {"context": task.contexts.first().pk, "inputs": {"statement": "Fine."}, "target": {"label": "positive"}}

@@ -11,8 +11,8 @@ import pytest
 from annotation.models import Example
 from annotation.services import counters
 from annotation.services.stats import verified_rate
+from registry.models import ModelVersion
 from tasks import services as task_services
-from tasks.models import ModelVersion
 
 pytestmark = pytest.mark.django_db
 

@@ -56,8 +56,8 @@ def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_resear
     from annotation.models import Example
     from annotation.services.sessions import start_session
     from annotation.tokens import make_token
-    from tasks.jobs import create_job
-    from tasks.models import Job
+    from jobs.engine import create_job
+    from jobs.models import Job
 
     task = live_tasks["sentiment"]
     rnd = task.open_round()

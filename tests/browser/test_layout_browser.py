@@ -7,7 +7,7 @@ is above the fold of the task page."""
 import pytest
 
 from annotation.models import Example
-from tasks.models import Job
+from jobs.models import Job
 from tests.conftest import PASSWORD
 from tests.leaderboard.test_board import boarded  # noqa: F401  (the fixture and its data)
 

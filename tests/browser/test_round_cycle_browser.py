@@ -19,8 +19,10 @@ import pytest
 from django.urls import NoReverseMatch, reverse
 
 from annotation.models import Example
+from jobs.models import Job
 from leaderboard.models import Evaluation
-from tasks.models import Context, Job, ModelVersion, Round
+from registry.models import ModelVersion
+from tasks.models import Context, Round
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -48,7 +50,7 @@ def cycle_researcher(django_user_model):
 def sentiment(demo_tasks, tiny_artifact, cycle_researcher):
     """The sentiment task: round 1 open with model r1 as its target, model r2 ready for
     round 2, a small verified test set in round 1; owned by ``cycle_researcher``."""
-    from tasks.registry import register_model
+    from registry.services import register_model
 
     task = demo_tasks["sentiment"]
     task.owners.add(cycle_researcher)
@@ -136,7 +138,7 @@ def test_a_researcher_runs_a_round_cycle_in_the_admin(live_server, sentiment, cy
     assert Round.objects.get(task=task, number=1).status == Round.Status.CLOSED
 
     # The refusal: a model with no finished evaluation is not promoted, and the admin says why.
-    run_action(page, base, "admin:tasks_modelversion_changelist", [r1_model.pk], "promote_1")
+    run_action(page, base, "admin:registry_modelversion_changelist", [r1_model.pk], "promote_1")
     page.wait_for_selector("ul.messagelist li.error")
     [refusal] = message(page, "error")
     assert "sentiment-r1 has no finished evaluation; evaluate it first" in refusal
@@ -186,11 +188,11 @@ def test_a_researcher_runs_a_round_cycle_in_the_admin(live_server, sentiment, cy
     # evaluates the current target too, then reads them side by side.
     evaluation_job = Job.objects.get(kind=Job.Kind.EVALUATE_MODEL, params__model_version=candidate.pk)
     assert evaluation_job.status == Job.Status.SUCCEEDED, evaluation_job.error
-    run_action(page, base, "admin:tasks_modelversion_changelist", [r2_model.pk], "evaluate_models")
+    run_action(page, base, "admin:registry_modelversion_changelist", [r2_model.pk], "evaluate_models")
     page.wait_for_selector("ul.messagelist li.success")
     assert message(page, "success") == ["Evaluation queued: 1."]
     assert Evaluation.objects.filter(model_version=r2_model, round__number=1).exists()
-    page.goto(f"{base}{reverse('admin:tasks_modelversion_change', args=[candidate.pk])}")
+    page.goto(f"{base}{reverse('admin:registry_modelversion_change', args=[candidate.pk])}")
     table = page.locator(".field-evaluations_vs_target")
     assert "evaluation finished" in table.inner_text()
     # text_content: the admin's CSS shows table heads in capitals.
@@ -201,7 +203,7 @@ def test_a_researcher_runs_a_round_cycle_in_the_admin(live_server, sentiment, cy
         assert cell.endswith(f"({len(TEST_SET)})") and 0 <= float(cell.split()[0]) <= 1
 
     # (f) Promote: round 3 opens with the candidate as its target; round 2 closes.
-    run_action(page, base, "admin:tasks_modelversion_changelist", [candidate.pk], "promote_1")
+    run_action(page, base, "admin:registry_modelversion_changelist", [candidate.pk], "promote_1")
     page.wait_for_selector("ul.messagelist li.success")
     assert message(page, "success") == ["Promoted; the next round is open: 1."]
     page.goto(f"{base}{reverse('admin:tasks_round_changelist')}")

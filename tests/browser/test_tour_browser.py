@@ -18,7 +18,9 @@ import pytest
 
 from annotation.models import Example, Validation
 from crowd.models import Assignment
-from tasks.models import Job, ModelVersion, Round
+from jobs.models import Job
+from registry.models import ModelVersion
+from tasks.models import Round
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

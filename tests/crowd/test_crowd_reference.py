@@ -121,8 +121,8 @@ def test_a_classification_target_at_the_majority_line_is_refused(demo_tasks, cro
                                external_uid=f"s-{i}", inputs={"statement": f"Sentence {i}."}, target={"label": label})
     target = registry_row(task, "sentiment-target")
     ids = list(static.examples.filter(split="test").order_by("pk").values_list("pk", flat=True))
+    from jobs.models import Job
     from leaderboard.models import Evaluation
-    from tasks.models import Job
 
     Evaluation.objects.create(model_version=target, round=static, split="test", num_examples=4,
                               metrics={"accuracy": 0.75}, intervals={"accuracy": [0.75, 1.0]}, example_ids=ids,

@@ -7,7 +7,7 @@ import time
 import boto3
 import pytest
 
-from tasks.models import Job
+from jobs.models import Job
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,8 @@ def test_a_model_trained_and_evaluated_by_the_worker_is_loaded_here_from_the_sto
     from annotation.models import Example
     from leaderboard.models import Evaluation
     from leaderboard.training import start_training
-    from tasks.models import ModelVersion
-    from tasks.registry import ref_for, target_model
+    from registry.models import ModelVersion
+    from registry.services import ref_for, target_model
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()

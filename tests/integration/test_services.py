@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from tasks.jobs import create_job, enqueue
-from tasks.models import Job
+from jobs.engine import create_job, enqueue
+from jobs.models import Job
 from tasks.tasks import health_check, health_check_job
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_an_export_job_runs_in_the_worker_and_its_file_is_served_here(celery_wor
     from annotation.exporting import Selection
     from annotation.models import Example
     from annotation.services.exports import start_export
-    from tasks.jobs import wait_for_job
+    from jobs.engine import wait_for_job
 
     settings.STORAGES = {**settings.STORAGES, "job_files": {
         "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": worker_job_files}}}
@@ -72,7 +72,7 @@ def test_an_export_job_runs_in_the_worker_and_its_file_is_served_here(celery_wor
 @pytest.mark.django_db(transaction=True)
 def test_predictions_go_through_the_inference_queue(celery_worker_process, live_tasks):
     from annotation.inference import predict_with
-    from tasks.registry import round_target_models
+    from tasks.targets import round_target_models
 
     rnd = live_tasks["nli"].open_round()
     [result] = predict_with(round_target_models(rnd), [{"premise": "Two dogs run on a beach.",
@@ -86,7 +86,7 @@ def test_predictions_go_through_the_inference_queue(celery_worker_process, live_
 def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_tasks):
     from annotation.models import Example
     from leaderboard.training import start_training
-    from tasks.models import ModelVersion
+    from registry.models import ModelVersion
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
@@ -112,7 +112,8 @@ def test_a_training_job_runs_on_the_training_queue(celery_worker_process, demo_t
 def test_worker_answers_come_back_on_a_reply_list_and_failures_say_why(celery_worker_process, live_tasks, settings):
     from annotation import inference
     from core import replies
-    from tasks.registry import TargetModel, open_round_with_models
+    from registry.services import TargetModel
+    from tasks.targets import open_round_with_models
 
     assert settings.INFERENCE_REPLY_URL.startswith("redis://")  # the direct-reply path is the one in use
     task = live_tasks["sentiment"]
@@ -177,7 +178,7 @@ def test_an_explanation_on_its_queue_does_not_hold_up_predictions(celery_worker_
     import threading
 
     from annotation import inference
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     [model] = open_round_with_models(live_tasks["qa"])[1]
     inputs = {"passage": "Water boils at 100 degrees at sea level. " * 20,

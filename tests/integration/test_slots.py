@@ -66,7 +66,7 @@ def test_a_slot_is_given_back_on_error_and_a_dead_holder_stops_counting(url):
 def test_an_explanation_beyond_the_bound_is_refused_at_once_in_service_mode(celery_worker_process, live_tasks,
                                                                           settings):
     from annotation import inference
-    from tasks.registry import open_round_with_models
+    from tasks.targets import open_round_with_models
 
     settings.EXPLANATION_QUEUE_MAX = 1
     [model] = open_round_with_models(live_tasks["qa"])[1]

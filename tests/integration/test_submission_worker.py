@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from tasks.models import Job, ModelVersion, Round
+from jobs.models import Job
+from registry.models import ModelVersion
+from tasks.models import Round
 from tests.leaderboard.test_board import LEANING  # a name and gender words: fairness is measured
 from tests.leaderboard.test_models_and_jobs import add_examples
 from tests.leaderboard.test_submissions_api import model_zip, upload

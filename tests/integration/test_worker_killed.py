@@ -246,7 +246,7 @@ def round_state(task):
 
 def artifact_entries(task) -> set[str]:
     """Names under the task's models folder, hidden temporary ones included."""
-    from tasks.registry import models_root
+    from registry.services import models_root
 
     folder = models_root() / task.slug
     return set(os.listdir(folder)) if folder.is_dir() else set()
@@ -278,12 +278,13 @@ def test_a_worker_killed_mid_training_is_swept_and_its_job_finishes_on_a_fresh_w
     from celery.result import AsyncResult
 
     import ml
+    from jobs.engine import sweep_stale_jobs
+    from jobs.models import Job
     from leaderboard.evaluation import has_finished_evaluation
     from leaderboard.rows import read_seed_rows
     from leaderboard.tasks import train_model
     from leaderboard.training import start_training, train_and_register
-    from tasks.jobs import sweep_stale_jobs
-    from tasks.models import Job, ModelVersion
+    from registry.models import ModelVersion
 
     started = time.monotonic()
 
@@ -398,9 +399,10 @@ def test_a_worker_killed_mid_training_is_swept_and_its_job_finishes_on_a_fresh_w
 
 @pytest.mark.django_db(transaction=True)
 def test_sweeping_a_job_lost_on_its_last_attempt_fails_it_and_touches_nothing(services, demo_tasks, settings):
+    from jobs.engine import JobReporter, JobStopped, claim, create_job, sweep_stale_jobs
+    from jobs.models import Job
     from leaderboard.tasks import train_model
-    from tasks.jobs import JobReporter, JobStopped, claim, create_job, sweep_stale_jobs
-    from tasks.models import Job, ModelVersion
+    from registry.models import ModelVersion
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from annotation.models import Example, Validation
+from registry.models import ModelVersion
 from tasks import services
 from tasks.config import EXTRACTIVE_QA
-from tasks.models import Context, ModelVersion, Round
+from tasks.models import Context, Round
 
 MARKUP = '<script>alert("x")</script><b>bold</b> & <img src=x onerror=alert(1)>'
 

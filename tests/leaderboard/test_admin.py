@@ -5,8 +5,9 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
 from annotation.models import Example
-from tasks.models import Job, ModelVersion
-from tasks.registry import register_model
+from jobs.models import Job
+from registry.models import ModelVersion
+from registry.services import register_model
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def test_the_evaluation_table_is_escaped_and_says_when_there_is_none(demo_tasks,
     task = demo_tasks["sentiment"]
     model = register_model(task, tiny_artifact("sentiment"), name="<b>bold</b>")
     client.force_login(researcher)
-    content = client.get(reverse("admin:tasks_modelversion_change", args=[model.pk])).content.decode()
+    content = client.get(reverse("admin:registry_modelversion_change", args=[model.pk])).content.decode()
     assert "No evaluation yet: use the action" in content
     assert "<b>bold</b>" not in content and "&lt;b&gt;bold&lt;/b&gt;" in content
     assert ModelVersion.objects.count() == 1
@@ -48,7 +49,7 @@ def test_the_submissions_list_shows_uploads_only_with_their_evaluation_and_hides
         demo_tasks, tiny_artifact, client, researcher, annotator, other_researcher):
     from django.contrib.auth.models import Group, Permission
 
-    from tasks.jobs import create_job
+    from jobs.engine import create_job
     from tasks.roles import RESEARCHERS_GROUP
 
     task = demo_tasks["sentiment"]

@@ -11,8 +11,9 @@ from leaderboard import board
 from leaderboard.board import unpack
 from leaderboard.evaluation import start_evaluation
 from leaderboard.models import Evaluation
-from tasks.models import ModelVersion, Round
-from tasks.registry import register_model
+from registry.models import ModelVersion
+from registry.services import register_model
+from tasks.models import Round
 from tests.leaderboard.test_models_and_jobs import SENTENCES, add_examples
 
 pytestmark = pytest.mark.django_db

@@ -10,13 +10,16 @@ from django.core.exceptions import ValidationError
 from annotation.inference import predict_with
 from annotation.models import Example
 from core.errors import Conflict
+from jobs.models import Job
 from leaderboard import training
 from leaderboard.evaluation import has_finished_evaluation, start_evaluation
 from leaderboard.jobs import run_training_job
 from leaderboard.models import Evaluation
 from leaderboard.rows import read_seed_rows, untampered
-from tasks.models import Job, ModelVersion, Round
-from tasks.registry import models_root, register_model, round_target_models
+from registry.models import ModelVersion
+from registry.services import models_root, register_model
+from tasks.models import Round
+from tasks.targets import round_target_models
 
 pytestmark = pytest.mark.django_db
 
@@ -171,9 +174,9 @@ def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client)
 @pytest.mark.django_db(transaction=True)
 def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(settings):
     """`make run`: the command returns at once with the jobs queued; the web process
-    resumes them (tasks.jobs.resume_queued_jobs), and each model becomes round 1's target."""
+    resumes them (jobs.engine.resume_queued_jobs), and each model becomes round 1's target."""
+    from jobs.engine import resume_queued_jobs
     from leaderboard.demo import bootstrap_demo
-    from tasks.jobs import resume_queued_jobs
 
     settings.JOBS_RUN_INLINE = False  # as under `make run`: jobs would go to this process's background thread
     report = bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
@@ -201,8 +204,8 @@ def test_bootstrap_demo_in_the_background_queues_jobs_that_a_web_process_runs(se
 def test_on_the_background_thread_a_models_evaluation_follows_its_training_at_once(demo_tasks):
     """`make run` queues four trainings; each model's evaluation (queued by its training job)
     runs next, not after the other trainings, so the first target is ready in one training's time."""
+    from jobs.engine import resume_queued_jobs, wait_for_background_jobs
     from leaderboard.demo import bootstrap_demo
-    from tasks.jobs import resume_queued_jobs, wait_for_background_jobs
 
     bootstrap_demo(slugs=["sentiment", "hate"], train_options=TINY, background=True)
     assert len(resume_queued_jobs()) == 2  # on this process's background job thread
@@ -225,8 +228,8 @@ def test_a_job_left_running_by_a_stopped_server_runs_again_when_the_next_one_sta
 
     from django.utils import timezone
 
+    from jobs.engine import claim, resume_queued_jobs
     from leaderboard.demo import bootstrap_demo
-    from tasks.jobs import claim, resume_queued_jobs
 
     bootstrap_demo(slugs=["sentiment"], train_options=TINY, background=True)
     job = Job.objects.get(kind=Job.Kind.TRAIN_MODEL)

@@ -11,9 +11,10 @@ import pytest
 from django.urls import reverse
 
 from annotation.models import Example
+from jobs.models import Job
 from leaderboard.models import Evaluation
-from tasks.models import Job, ModelVersion
-from tasks.registry import register_model
+from registry.models import ModelVersion
+from registry.services import register_model
 
 pytestmark = pytest.mark.django_db
 
@@ -398,6 +399,6 @@ def test_names_logs_and_errors_are_escaped(sentiment, tiny_artifact, client, res
     assert f"<td>m{escaped}</td>" in content
 
     # The admin's evaluation table too.
-    researcher_admin = client.get(reverse("admin:tasks_modelversion_change", args=[model.pk])).content.decode()
+    researcher_admin = client.get(reverse("admin:registry_modelversion_change", args=[model.pk])).content.decode()
     assert SCRIPT not in researcher_admin and f"m{escaped}" in researcher_admin
 

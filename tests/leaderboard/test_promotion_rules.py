@@ -15,11 +15,12 @@ from django.urls import reverse
 
 from annotation.models import Example
 from core.errors import Conflict
+from jobs.models import Job
 from leaderboard import promotion
 from leaderboard.models import Evaluation, Promotion
+from registry.services import register_model
 from tasks import services as task_services
-from tasks.models import Job, Round
-from tasks.registry import register_model
+from tasks.models import Round
 
 pytestmark = pytest.mark.django_db
 
@@ -199,7 +200,7 @@ def test_the_admin_promote_action_refuses_and_the_override_asks_for_a_reason(set
     task, static, target, candidate = setup
     score(candidate, static, [1.0, 1.0, 1.0, 0.0], (0.5, 1.0))
     client.force_login(researcher)
-    url = reverse("admin:tasks_modelversion_changelist")
+    url = reverse("admin:registry_modelversion_changelist")
     response = client.post(url, {"action": "promote_1", ACTION_CHECKBOX_NAME: [candidate.pk]}, follow=True)
     [message] = [str(m) for m in response.context["messages"]]
     assert "does not lie above it" in message and "the-candidate scores 75.0% [50.0%, 100.0%]" in message

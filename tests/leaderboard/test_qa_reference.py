@@ -16,13 +16,14 @@ import pytest
 
 from annotation.models import Example
 from core.errors import Conflict
+from jobs.models import Job
 from leaderboard import promotion, reference
 from leaderboard.evaluation import dataset_seed
 from leaderboard.models import Evaluation, Promotion
 from ml import baselines, scoring
+from registry.models import ModelVersion
+from registry.services import register_model
 from tasks import services as task_services
-from tasks.models import Job, ModelVersion
-from tasks.registry import register_model
 from tests.ml.test_baselines import BRIDGE, OWNER
 
 pytestmark = pytest.mark.django_db

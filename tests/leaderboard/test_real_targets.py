@@ -11,11 +11,13 @@ import random
 import pytest
 from django.utils.html import escape
 
+from jobs.models import Job
 from leaderboard import demo, promotion
 from leaderboard.evaluation import start_evaluation
 from leaderboard.jobs import wait_for_success
 from leaderboard.models import Evaluation
-from tasks.models import Job, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Round, Task
 
 TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}
 WORDS = {"positive": ["great", "lovely", "moving", "superb", "charming"],
@@ -36,7 +38,7 @@ def write_sst2(folder, rows_per_split: int = 24):
 
 @pytest.mark.django_db(transaction=True)
 def test_real_data_targets_follow_the_seed_ones_and_replace_them_only_when_better(tmp_path, settings):
-    from tasks.jobs import resume_queued_jobs
+    from jobs.engine import resume_queued_jobs
 
     write_sst2(tmp_path)
     settings.JOBS_RUN_INLINE = False  # as under `make run`: the command leaves the jobs for the server
@@ -124,7 +126,7 @@ def test_make_runs_qa_target_trains_on_squad_under_its_time_budget_and_must_clea
     budget of DYNABENCH_QA_TRAINING_MINUTES, and replaces the seed target only if it
     scores higher AND its interval clears the sliding-window line (a two-step model
     does not: the reason says so)."""
-    from tasks.jobs import resume_queued_jobs
+    from jobs.engine import resume_queued_jobs
 
     write_squad(tmp_path)
     settings.JOBS_RUN_INLINE = False
@@ -161,8 +163,8 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
     """The rule itself: the candidate's stored round-0 score against the target's, which
     is scored again on the same examples, and against always answering the most common
     label. A candidate at 100% wins; one at 0%, or just under the majority line, does not."""
+    from jobs.engine import JobReporter, create_job
     from leaderboard.board import target_scores
-    from tasks.jobs import JobReporter, create_job
 
     task = live_tasks["sentiment"]
     demo.import_seed_examples(task)
@@ -192,7 +194,7 @@ def test_a_candidate_replaces_the_target_only_if_it_scores_higher(demo_tasks, li
 
 @pytest.mark.django_db(transaction=True)
 def test_the_task_page_says_a_real_data_model_is_on_its_way_and_then_what_was_decided(tmp_path, settings, client):
-    from tasks.jobs import resume_queued_jobs
+    from jobs.engine import resume_queued_jobs
 
     write_sst2(tmp_path)
     settings.JOBS_RUN_INLINE = False

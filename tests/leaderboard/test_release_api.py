@@ -7,9 +7,9 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
+from jobs.models import Job
 from leaderboard.models import Release
 from leaderboard.releases import service
-from tasks.models import Job
 from tests.leaderboard.release_data import populate
 
 

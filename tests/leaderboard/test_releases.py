@@ -11,11 +11,12 @@ from django.core.management import CommandError, call_command
 from annotation.models import Example
 from annotation.services.examples import delete_examples
 from core.errors import Conflict, InvalidInput, Unavailable
+from jobs import engine
+from jobs.models import Job
 from leaderboard.models import ImmutableRelease, Release
 from leaderboard.releases import service
 from leaderboard.releases.rows import pseudonym
-from tasks import jobs
-from tasks.models import Job, Round
+from tasks.models import Round
 from tests.leaderboard.release_data import MARKUP, populate
 
 
@@ -239,7 +240,7 @@ def test_releases_refuse_open_and_draft_rounds_unknown_splits_and_nothing_to_rel
 
 def test_a_round_opened_or_a_key_lost_after_queueing_fails_the_job_with_the_reason(nli, settings):
     settings.JOBS_RUN_INLINE = False  # leave the job queued (a command run outside a server)
-    with jobs.held_for_the_server():
+    with engine.held_for_the_server():
         job = service.start_release(nli.task, rounds=[1])
     settings.RELEASE_PSEUDONYM_KEY = ""
     with pytest.raises(Unavailable, match="RELEASE_PSEUDONYM_KEY"):
@@ -252,7 +253,7 @@ def test_a_round_opened_or_a_key_lost_after_queueing_fails_the_job_with_the_reas
 
 def test_one_release_job_per_task_at_a_time(nli, settings):
     settings.JOBS_RUN_INLINE = False
-    with jobs.held_for_the_server():
+    with engine.held_for_the_server():
         first = service.start_release(nli.task, rounds=[1])
         with pytest.raises(Conflict, match=f"job #{first.pk}"):
             service.start_release(nli.task, rounds=[0])
@@ -271,7 +272,7 @@ def test_a_release_is_immutable_and_the_next_is_the_next_version(nli):
     first.refresh_from_db()
     assert first.license == "unspecified"
     with pytest.raises(Conflict, match="never made twice"):
-        jobs.rerun_job(first.job)
+        engine.rerun_job(first.job)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,10 +9,12 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from annotation.models import Example, Validation
+from jobs.models import Job
 from leaderboard.evaluation import has_finished_evaluation
 from leaderboard.models import Evaluation
 from leaderboard.replay.report import interface_problems
-from tasks.models import Job, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Round, Task
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -6,12 +6,14 @@ from django.db import IntegrityError, transaction
 
 from annotation.models import Example
 from core.errors import Conflict, InvalidInput
+from jobs.models import Job
 from leaderboard import promotion, training
 from leaderboard.evaluation import has_finished_evaluation, start_evaluation
 from leaderboard.models import Evaluation
+from registry.models import ModelVersion
+from registry.services import register_model
 from tasks import services as task_services
-from tasks.models import Job, ModelVersion, Round
-from tasks.registry import register_model
+from tasks.models import Round
 
 pytestmark = pytest.mark.django_db
 
@@ -317,7 +319,7 @@ def test_a_training_cancelled_while_it_runs_registers_nothing(demo_tasks, tiny_a
 
     from django.db import connection
 
-    from tasks.jobs import cancel_job
+    from jobs.engine import cancel_job
 
     if connection.vendor != "postgresql":
         pytest.skip("two threads writing at once are tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI); "
@@ -380,7 +382,7 @@ def test_promote_a_single_model(sentiment, model_a, model_b, jobs):
     assert sentiment.open_round() == one
     evaluated(model_b, jobs)
     import ml
-    from tasks.registry import target_model
+    from registry.services import target_model
 
     ml.default_cache().clear()
     two = promotion.promote(sentiment, model_b)
@@ -407,7 +409,7 @@ def test_promote_an_ensemble_of_the_last_targets(sentiment, model_a, model_b, jo
     assert two.ensemble_mode == Round.EnsembleMode.MEAN
 
     from annotation.inference import predict_with
-    from tasks.registry import round_target_models
+    from tasks.targets import round_target_models
 
     [answer] = predict_with(round_target_models(two), [{"statement": "Lovely."}])
     assert sorted(answer["members"]) == sorted(str(m.pk) for m in (model_a, model_b))

@@ -15,9 +15,11 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from jobs.models import Job
 from leaderboard.evaluation import start_evaluation
 from leaderboard.submissions import checking_folder, incoming_folder, remove_leftovers
-from tasks.models import Job, ModelVersion, Round
+from registry.models import ModelVersion
+from tasks.models import Round
 from tests.leaderboard import upload_recorder
 from tests.leaderboard.test_models_and_jobs import add_examples
 
@@ -382,7 +384,7 @@ def test_what_a_killed_worker_left_is_removed_by_the_next_check(scored_task, ann
                                                                 settings, django_capture_on_commit_callbacks):
     """A worker killed mid-check leaves its job's work folder and archive; the sweeper
     fails the job, and the next check removes them (a running check's are kept)."""
-    from tasks.jobs import create_job
+    from jobs.engine import create_job
 
     dead = create_job(Job.Kind.CHECK_SUBMISSION, task=scored_task, user=annotator,
                       params={"name": "lost", "archive": "a" * 32 + ".zip"})
@@ -408,7 +410,7 @@ def test_what_a_killed_worker_left_is_removed_by_the_next_check(scored_task, ann
 
 
 def test_a_check_job_is_not_run_again(scored_task, annotator, researcher, client_for):
-    from tasks.jobs import create_job
+    from jobs.engine import create_job
 
     job = create_job(Job.Kind.CHECK_SUBMISSION, task=scored_task, user=annotator, params={"name": "once"})
     Job.objects.filter(pk=job.pk).update(status=Job.Status.FAILED, celery_task_name="leaderboard.check_submission")

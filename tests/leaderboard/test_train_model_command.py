@@ -15,12 +15,14 @@ from django.urls import reverse
 from annotation.datasets import import_records
 from annotation.models import Example
 from datafiles.readers import Record, context_id
+from jobs.models import Job
 from leaderboard import demo, training
 from leaderboard.evaluation import has_finished_evaluation
 from leaderboard.models import Evaluation
 from leaderboard.sampling import stable_hash
 from leaderboard.static_data import StaticDataError, hash_splits, parse_source, read_static_data
-from tasks.models import Job, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Round, Task
 from tasks.services import create_task, load_definition
 
 TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}

@@ -14,11 +14,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotation.models import Example
+from jobs.models import Job
 from leaderboard import cycle, promotion
 from leaderboard.models import Evaluation
+from registry.models import ModelVersion
+from registry.services import register_model
 from tasks import services as task_services
-from tasks.models import Job, ModelVersion
-from tasks.registry import register_model
 
 pytestmark = pytest.mark.django_db
 

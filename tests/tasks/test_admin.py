@@ -6,8 +6,10 @@ from django.urls import reverse
 from annotation.models import AnnotationSession, Example, Validation
 from annotation.services.sessions import start_session
 from crowd.models import WorkerIdentity
+from jobs.models import Job
 from leaderboard.models import Evaluation
-from tasks.models import Context, Job, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Context, Round, Task
 
 TASK_SCOPED = [Task, Round, Context, Job, Example, Validation, ModelVersion, AnnotationSession, Evaluation]
 
@@ -182,7 +184,7 @@ def test_the_example_list_exports_as_a_job(populated, client, researcher, settin
     assert record["validation"] == {"status": "pending", "correct": 0, "incorrect": 0, "flagged": 0}
     assert record["annotator"].startswith("a-") and "annotator" not in record["annotator"]
     assert str(populated.annotator_id) != record["annotator"][2:]
-    job_page = client.get(reverse("admin:tasks_job_change", args=[job.pk])).content.decode()
+    job_page = client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
     assert reverse("job-file", args=[job.pk]) in job_page
 
 
@@ -228,8 +230,8 @@ def test_the_admin_lists_only_a_researchers_own_tasks_and_staff_as_co_owners(pop
 
 def test_a_round_takes_only_its_own_tasks_models(populated, client, researcher):
     from core.errors import Conflict
-    from tasks.registry import open_round_with_models
     from tasks.services import open_round
+    from tasks.targets import open_round_with_models
 
     nli, sentiment = Task.objects.get(slug="nli"), Task.objects.get(slug="sentiment")
     foreign = ModelVersion.objects.get(name="r0")  # an NLI model

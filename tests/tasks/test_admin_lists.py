@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from annotation.models import AnnotationSession, Example, Validation, ValidatorReliability
 from crowd.models import Assignment, Batch, BonusPayment, Hit, WorkerIdentity
-from tasks.models import Context, Job, Task
+from jobs.models import Job
+from tasks.models import Context, Task
 
 BIG_TABLES = ("annotation_example", "annotation_validation", "annotation_annotationsession", "tasks_context",
               "crowd_assignment", "crowd_bonuspayment", "annotation_validatorreliability")

@@ -1,4 +1,4 @@
-"""Artifacts in object storage (tasks.artifacts), against moto's S3 server mode: a real
+"""Artifacts in object storage (registry.artifacts), against moto's S3 server mode: a real
 S3 endpoint over HTTP in a process of its own (the ``s3_endpoint`` fixture)."""
 
 import json
@@ -9,8 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import ml
-from tasks import artifacts
-from tasks.artifacts import StoreUnavailable, parse_store_url
+from registry import artifacts
+from registry.artifacts import StoreUnavailable, parse_store_url
 
 
 def bucket_client(endpoint):
@@ -42,7 +42,7 @@ def closed_port() -> int:
 @pytest.fixture
 def registered(s3_store, demo_tasks, tiny_artifacts):
     """The sentiment tiny model registered with the S3 store (machine A's cache)."""
-    from tasks.registry import register_model
+    from registry.services import register_model
 
     return register_model(demo_tasks["sentiment"], tiny_artifacts["sentiment"], name="in-the-store")
 
@@ -70,7 +70,7 @@ def test_store_urls_are_file_folders_or_s3_buckets_and_anything_else_says_why():
 def test_the_file_store_is_the_default_and_keeps_todays_relative_paths(demo_tasks, tiny_artifact, settings):
     import shutil
 
-    from tasks.registry import models_root, register_model
+    from registry.services import models_root, register_model
 
     assert not artifacts.in_object_storage()
     info = tiny_artifact("sentiment")
@@ -93,7 +93,7 @@ def test_a_registered_model_is_uploaded_and_registered_by_its_url(registered, s3
 
 
 def test_another_machine_downloads_it_into_its_own_cache_and_answers_with_it(registered, machine_b):
-    from tasks.registry import ref_for
+    from registry.services import ref_for
 
     assert not machine_b.exists()
     [prediction] = ml.predict(ref_for(registered), [{"statement": "What a lovely day."}])
@@ -131,7 +131,7 @@ def nothing_cached(cache) -> bool:
 @pytest.mark.parametrize("damage", ["tampered", "truncated"])
 def test_a_tampered_or_truncated_object_is_refused_and_never_loaded(registered, machine_b, s3_store, s3_endpoint,
                                                                     tiny_artifacts, damage):
-    from tasks.registry import ref_for
+    from registry.services import ref_for
 
     weights = (tiny_artifacts["sentiment"].path / "model.safetensors").read_bytes()
     body = weights[:-8] + b"\x00" * 8 if damage == "tampered" else weights[: len(weights) // 2]
@@ -183,9 +183,10 @@ def test_an_unreachable_store_is_a_503_with_retry_after_and_nothing_is_stored(
 @pytest.mark.django_db
 def test_a_training_job_that_cannot_reach_the_store_is_queued_again_then_registers(
         s3_store, s3_endpoint, demo_tasks, settings, django_capture_on_commit_callbacks):
+    from jobs.engine import celery_task
+    from jobs.models import Job
     from leaderboard.training import start_training
-    from tasks.jobs import celery_task
-    from tasks.models import Job, ModelVersion
+    from registry.models import ModelVersion
 
     settings.AWS_ENDPOINT_URL_S3 = f"http://127.0.0.1:{closed_port()}"
     settings.ARTIFACTS_CONNECT_TIMEOUT = 1.0
@@ -210,8 +211,8 @@ def test_a_training_job_that_cannot_reach_the_store_is_queued_again_then_registe
 @pytest.mark.django_db
 def test_a_job_fails_once_its_attempts_are_spent_on_an_unreachable_store(s3_store, demo_tasks, settings,
                                                                          django_capture_on_commit_callbacks):
+    from jobs.models import Job
     from leaderboard.training import start_training
-    from tasks.models import Job
 
     settings.AWS_ENDPOINT_URL_S3 = f"http://127.0.0.1:{closed_port()}"
     settings.ARTIFACTS_CONNECT_TIMEOUT = 1.0
@@ -271,7 +272,7 @@ def test_a_board_never_downloads_an_artifact_and_shows_the_count_its_evaluation_
 
     from leaderboard.board import _parameters_of
     from leaderboard.evaluation import parameters_key, parameters_mb
-    from tasks.registry import ref_for
+    from registry.services import ref_for
 
     cache.delete(parameters_key(registered.sha256))
     assert _parameters_of([registered]) == {registered.pk: None}  # not on this machine: no count, no download

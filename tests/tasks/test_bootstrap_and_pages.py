@@ -3,7 +3,8 @@ from django.core.management import call_command
 
 from annotation.models import Example
 from leaderboard.rows import read_seed_rows
-from tasks.models import Context, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Context, Round, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -110,8 +111,8 @@ def test_task_page_shows_rounds_and_counters(demo_tasks, client, django_assert_m
 
 
 def test_the_task_page_says_why_the_open_round_has_no_target_yet_and_how_far_its_job_is(demo_tasks, client):
-    from tasks.jobs import create_job
-    from tasks.models import Job
+    from jobs.engine import create_job
+    from jobs.models import Job
 
     notice = "Round 1 has no target model yet."
     page = client.get("/tasks/nli/").content.decode()

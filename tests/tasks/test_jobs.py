@@ -1,7 +1,7 @@
 import pytest
 
-from tasks.jobs import JobReporter, create_job, enqueue, run_job
-from tasks.models import Job
+from jobs.engine import JobReporter, create_job, enqueue, run_job
+from jobs.models import Job
 from tasks.tasks import health_check_job
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +78,7 @@ from datetime import timedelta  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from core.errors import Conflict  # noqa: E402
-from tasks import jobs  # noqa: E402
+from jobs import engine  # noqa: E402
 
 
 def test_a_job_runs_once_however_often_it_is_delivered():
@@ -98,19 +98,19 @@ def test_a_job_runs_once_however_often_it_is_delivered():
 
 def test_a_cancelled_queued_job_never_runs_and_a_running_one_stops_at_its_next_report():
     queued = create_job(Job.Kind.HEALTH_CHECK)
-    jobs.cancel_job(queued)
+    engine.cancel_job(queued)
     run_job(queued.pk, lambda *_: pytest.fail("a cancelled job ran"))
     queued.refresh_from_db()
     assert queued.status == Job.Status.CANCELLED and queued.finished_at is not None
     with pytest.raises(Conflict, match="only a queued or running job"):
-        jobs.cancel_job(queued)
+        engine.cancel_job(queued)
 
     running = create_job(Job.Kind.HEALTH_CHECK)
     reached = []
 
     def work(job, reporter):
         reporter.progress(10, "started")
-        jobs.cancel_job(job)  # a researcher cancels while it works
+        engine.cancel_job(job)  # a researcher cancels while it works
         reporter.progress(20, "this report finds the job cancelled")
         reached.append("after the cancel")  # never reached
 
@@ -123,12 +123,12 @@ def test_a_cancelled_queued_job_never_runs_and_a_running_one_stops_at_its_next_r
 def test_rerun_makes_a_new_job_with_the_same_parameters():
     job = create_job(Job.Kind.HEALTH_CHECK, params={"x": 1})
     with pytest.raises(Conflict, match="is queued"):
-        jobs.rerun_job(job)
+        engine.rerun_job(job)
     enqueue(job, health_check_job)  # records what runs it
     run_job(job.pk, lambda *_: (_ for _ in ()).throw(RuntimeError("flaky")))
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
-    again = jobs.rerun_job(job)
+    again = engine.rerun_job(job)
     assert again.pk != job.pk and again.params == {"x": 1} and again.rerun_of == job
     assert again.celery_task_name == health_check_job.name
 
@@ -138,25 +138,25 @@ def test_the_sweeper_requeues_a_silent_job_once_then_fails_it(settings, django_c
     job = create_job(Job.Kind.HEALTH_CHECK)
     with django_capture_on_commit_callbacks(execute=False):
         enqueue(job, health_check_job)
-    assert jobs.claim(job.pk) == 1
+    assert engine.claim(job.pk) == 1
     stale = timezone.now() - timedelta(seconds=120)
     fresh = create_job(Job.Kind.HEALTH_CHECK)
-    jobs.claim(fresh.pk)  # beating now: left alone
+    engine.claim(fresh.pk)  # beating now: left alone
     Job.objects.filter(pk=job.pk).update(heartbeat_at=stale)
 
     with django_capture_on_commit_callbacks(execute=False) as sent:
-        report = jobs.sweep_stale_jobs()
+        report = engine.sweep_stale_jobs()
     job.refresh_from_db()
     assert report.requeued == [job.pk] and len(sent) == 1
     assert job.status == Job.Status.QUEUED and "worker lost" in job.log and "attempt 2 of 2" in job.log
     # The first worker, if it were still alive, could no longer write: its attempt is over.
-    late = jobs.JobReporter(job.pk, attempt=1)
-    assert jobs.claim(job.pk) == 2
-    with pytest.raises(jobs.JobStopped):
+    late = engine.JobReporter(job.pk, attempt=1)
+    assert engine.claim(job.pk) == 2
+    with pytest.raises(engine.JobStopped):
         late.progress(50, "too late")
 
     Job.objects.filter(pk=job.pk).update(heartbeat_at=stale)
-    report = jobs.sweep_stale_jobs()
+    report = engine.sweep_stale_jobs()
     job.refresh_from_db()
     assert report.failed == [job.pk] and job.status == Job.Status.FAILED
     assert "No heartbeat" in job.error and "2 attempt(s)" in job.error
@@ -167,10 +167,10 @@ def test_the_sweeper_requeues_a_silent_job_once_then_fails_it(settings, django_c
 def test_the_sweeper_closes_a_cancelled_job_whose_worker_died(settings):
     settings.JOB_STALE_SECONDS = 60
     job = create_job(Job.Kind.HEALTH_CHECK)
-    jobs.claim(job.pk)
-    jobs.cancel_job(job)
+    engine.claim(job.pk)
+    engine.cancel_job(job)
     Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=120))
-    assert jobs.sweep_stale_jobs().closed == [job.pk]
+    assert engine.sweep_stale_jobs().closed == [job.pk]
     job.refresh_from_db()
     assert job.status == Job.Status.CANCELLED and job.finished_at is not None
 
@@ -206,7 +206,7 @@ def test_embedded_mode_runs_jobs_on_a_background_thread():
     runner writes fails one side with "database table is locked" at once, no busy wait."""
     import threading
 
-    from tasks import jobs
+    from jobs import engine
 
     started, gate, ran_on = threading.Event(), threading.Event(), []
     job = create_job(Job.Kind.HEALTH_CHECK)
@@ -228,12 +228,12 @@ def test_embedded_mode_runs_jobs_on_a_background_thread():
         job.refresh_from_db()
         assert job.status == Job.Status.RUNNING  # the caller did not wait for it
         gate.set()
-        assert jobs.wait_for_background_jobs(20), "the job did not finish on the runner thread"
+        assert engine.wait_for_background_jobs(20), "the job did not finish on the runner thread"
     finally:
         gate.set()
         task_module.health_check = original
     job.refresh_from_db()
-    assert ran_on and ran_on[0].startswith(jobs.RUNNER_NAME), ran_on
+    assert ran_on and ran_on[0].startswith(engine.RUNNER_NAME), ran_on
     assert job.status == Job.Status.SUCCEEDED, job.error
 
 
@@ -242,14 +242,14 @@ def test_a_job_the_shut_down_runner_refuses_is_not_waited_for(monkeypatch):
     as pending, so nothing waits the whole timeout for it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tasks import jobs
+    from jobs import engine
 
     closed = ThreadPoolExecutor(max_workers=1)
     closed.shutdown()
-    monkeypatch.setattr(jobs, "_embedded_runner", closed)
+    monkeypatch.setattr(engine, "_embedded_runner", closed)
     with pytest.raises(RuntimeError):
-        jobs._run_in_background(health_check_job, 1)
-    assert jobs.wait_for_background_jobs(0.1)
+        engine._run_in_background(health_check_job, 1)
+    assert engine.wait_for_background_jobs(0.1)
 
 
 def test_job_api_shows_jobs_to_their_task_researchers_only(demo_tasks, researcher, other_researcher, annotator,
@@ -277,7 +277,7 @@ def test_a_queued_job_has_an_estimated_start_from_typical_run_times(db):
 
     from django.utils import timezone
 
-    from tasks.models import Job
+    from jobs.models import Job
 
     now = timezone.now()
     for minutes in (4, 6, 5):  # three finished evaluations: median 5 minutes

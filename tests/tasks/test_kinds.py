@@ -169,8 +169,8 @@ def yes_no_artifact(tmp_path_factory):
 @pytest.fixture
 def boolq(db, yes_no, yes_no_artifact):
     """A public yes/no task with round 1 open, two passages and a tiny target model."""
+    from registry.services import register_model
     from tasks.models import Context, Round, Task
-    from tasks.registry import register_model
 
     task = Task.objects.create(slug="boolq", name="BoolQ with reasons", task_type=yes_no.name, config=CONFIG)
     for passage in PASSAGES:

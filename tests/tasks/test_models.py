@@ -3,7 +3,8 @@ from django.db import IntegrityError, transaction
 
 from annotation.models import Example, Validation
 from core.errors import Conflict
-from tasks.models import Context, ModelVersion, Round, Task
+from registry.models import ModelVersion
+from tasks.models import Context, Round, Task
 from tasks.roles import is_mturk_worker, is_researcher
 from tasks.services import add_contexts, close_round, open_round
 

@@ -158,12 +158,12 @@ def test_a_fresh_web_process_runs_the_jobs_left_queued(tmp_path):
     migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stderr
-    queue = ("import django; django.setup(); from tasks.models import Job; "
+    queue = ("import django; django.setup(); from jobs.models import Job; "
              "print(Job.objects.create(kind='health_check', celery_task_name='tasks.health_check_job', "
              "queue='default').pk)")
     job_id = int(subprocess.run([sys.executable, "-c", queue], cwd=ROOT, env=env, capture_output=True, text=True,
                                 timeout=120, check=True).stdout.strip().splitlines()[-1])
-    start = ("import sys; import dynabench.wsgi; from tasks.models import Job; "
+    start = ("import sys; import dynabench.wsgi; from jobs.models import Job; "
              "assert 'leaderboard.tasks' in sys.modules; "
              f"job = Job.objects.get(pk={job_id}); print(job.status, job.result.get('ok'))")
     result = subprocess.run([sys.executable, "-c", start], cwd=ROOT, env={**env, "JOBS_RUN_INLINE": "true"},

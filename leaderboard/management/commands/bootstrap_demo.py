@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from core import progress
+from jobs.models import Job
 from leaderboard.demo import DEMO_ADMIN_USERNAME, REAL_DATA_LIMIT, REAL_MODEL_NAME, bootstrap_demo
-from tasks.models import Job
 
 
 class Command(BaseCommand):
@@ -70,6 +70,6 @@ class Command(BaseCommand):
         waiting = Job.objects.filter(status__in=Job.ACTIVE, kind__in=(Job.Kind.TRAIN_MODEL, Job.Kind.EVALUATE_MODEL))
         if options["background"] and waiting.exists():
             self.stdout.write(f"{waiting.count()} job(s) wait for the server: it runs them one after another once "
-                              "it starts. Each task's page shows its model's progress; all jobs: /admin/tasks/job/")
+                              "it starts. Each task's page shows its model's progress; all jobs: /admin/jobs/job/")
         elif not report.created_anything:
             self.stdout.write("demo already set up; nothing to do")

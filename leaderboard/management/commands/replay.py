@@ -9,7 +9,7 @@ from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_
 from leaderboard.replay.report import interface_problems, markdown_tables
 from leaderboard.replay.results import write_seeds
 from leaderboard.replay.run import STRATEGIES, Options, ReplayError, replay_seeds
-from tasks import artifacts
+from registry import artifacts
 
 
 class Command(BaseCommand):

@@ -17,7 +17,8 @@ from leaderboard.static_data import (
     read_static_data,
     training_step,
 )
-from tasks.models import STATIC_ROUND, ModelVersion, Task
+from registry.models import ModelVersion
+from tasks.models import STATIC_ROUND, Task
 
 SHOWN_ERRORS = 20
 

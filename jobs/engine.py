@@ -39,9 +39,8 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from core.errors import Conflict, DomainError
+from core.errors import Conflict, DomainError, RetryLater
 
-from .artifacts import StoreUnavailable
 from .models import Job
 
 log = logging.getLogger(__name__)
@@ -340,7 +339,7 @@ def run_job(job_id: int, work: Callable[[Job, JobReporter], dict]) -> Job:
         log.info("job %s attempt %s stopped: %s", job_id, attempt, exc)
         Job.objects.filter(pk=job_id, status=Job.Status.CANCELLED, finished_at__isnull=True).update(
             finished_at=timezone.now(), log=_log_line("stopped: cancelled"))
-    except StoreUnavailable as exc:  # the artifact store is down: worth another attempt later, not a failure yet
+    except RetryLater as exc:  # the artifact store is down: worth another attempt later, not a failure yet
         if attempt < settings.JOB_MAX_ATTEMPTS and job.celery_task_name:
             log.warning("job %s attempt %s: %s; queued again in %s s", job_id, attempt, exc, exc.retry_after)
             again = reporter._mine().update(

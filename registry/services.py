@@ -1,5 +1,8 @@
-"""The model registry: registered model versions, the rounds' target models, and
-the references the inference code passes around.
+"""The model registry: registering model versions, and the references the inference
+code passes around (the rounds' target models, read as such: ``tasks.targets``).
+
+A ``task`` passed in is a ``tasks.Task``: this app sits below the task catalogue, so
+it uses what the row offers (``slug``, ``parsed_config``) without importing it.
 
 A ``TargetModel`` is what an inference call needs to know about a model version
 (id, name, artifact path, sha256): the web process reads it with the round's
@@ -23,9 +26,10 @@ from django.utils.text import slugify
 
 import ml
 from core.errors import Conflict, InvalidInput
+from jobs.models import Job
 
 from . import artifacts
-from .models import Job, ModelVersion, Round, Task, resolve_artifact_path
+from .models import ModelVersion, resolve_artifact_path
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class TargetModel:
 
     def fetch(self):
         """``ref()``, once the artifact is on this machine (downloaded from object
-        storage if need be: ``tasks.artifacts.ensure_local``)."""
+        storage if need be: ``registry.artifacts.ensure_local``)."""
         artifacts.ensure_local(self.path, self.sha256)
         return self.ref()
 
@@ -66,57 +70,13 @@ def ref_for(model_version: ModelVersion):
     return target_model(model_version).fetch()
 
 
-def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel]:
-    """Of a round's ready target models (by id), those that answer: the first in single mode."""
-    return models[:1] if ensemble_mode == Round.EnsembleMode.SINGLE else models
-
-
-def round_target_models(rnd: Round) -> list[TargetModel]:
-    """The models that answer for ``rnd``: its ready target models by id (one query)."""
-    rows = (rnd.target_models.filter(status=ModelVersion.Status.READY, task_id=rnd.task_id).order_by("pk")
-            .values_list("pk", "name", "artifact_path", "sha256"))
-    return answering([TargetModel(*row) for row in rows], rnd.ensemble_mode)
-
-
-def open_round_with_models(task: Task) -> tuple[Round | None, list[TargetModel]]:
-    """The task's open round and the models that answer for it.
-
-    One query when the round has a ready target model (the hot path of every new
-    example); a second finds the round when it has none. ``(None, [])``: no round
-    is open. The round comes back partly loaded (id, task, number, status,
-    ensemble mode): enough to check contexts against, never to save.
-    """
-    rows = list(
-        ModelVersion.objects.filter(
-            status=ModelVersion.Status.READY, task=task, target_of_rounds__task=task,
-            target_of_rounds__status=Round.Status.OPEN,
-        ).order_by("pk").values_list(
-            "pk", "name", "artifact_path", "sha256",
-            "target_of_rounds__id", "target_of_rounds__number", "target_of_rounds__ensemble_mode",
-        )
-    )
-    if not rows:
-        return task.open_round(), []
-    round_id, number, mode = rows[0][4:]
-    rnd = Round(id=round_id, task=task, number=number, status=Round.Status.OPEN, ensemble_mode=mode)
-    return rnd, answering([TargetModel(*row[:4]) for row in rows], mode)
-
-
-def open_rounds_target_models() -> list[TargetModel]:
-    """Every ready target model of an open round of an active task."""
-    rows = (ModelVersion.objects.filter(status=ModelVersion.Status.READY, target_of_rounds__status=Round.Status.OPEN,
-                                        task__is_active=True)
-            .distinct().order_by("pk").values_list("pk", "name", "artifact_path", "sha256"))
-    return [TargetModel(*row) for row in rows]
-
-
 # --- artifacts and registration --------------------------------------------------------
 
 
 MODEL_NAME_MAX = 100
 
 
-def check_new_model_name(task: Task, name) -> str:
+def check_new_model_name(task, name) -> str:
     """``name`` (stripped) for a new model of ``task``, or the domain error that says
     why not: 1 to 100 characters, no NUL, not a model of the task already, and not the
     name a queued or running job (training, a submission's check) will register. The
@@ -140,15 +100,15 @@ def models_root() -> Path:
     return root
 
 
-def artifact_dir_for(task: Task, name: str) -> Path:
+def artifact_dir_for(task, name: str) -> Path:
     """A fresh directory name for a new artifact of ``task`` (not created)."""
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S-%f")
     return models_root() / task.slug / f"{slugify(name) or 'model'}-{stamp}"
 
 
 @transaction.atomic
-def register_model(task: Task, info, *, name: str, parent: ModelVersion | None = None,
-                   rounds: Iterable[Round] = (), user=None) -> ModelVersion:
+def register_model(task, info, *, name: str, parent: ModelVersion | None = None,
+                   rounds: Iterable = (), user=None) -> ModelVersion:
     """Register a finished artifact (``ml.ArtifactInfo``), after verifying it once more
     on disk and checking that it was trained for this task's labels."""
     verified = ml.verify_artifact(info.path, info.sha256)

@@ -37,12 +37,12 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 import ml
-from core.errors import Unavailable
+from core.errors import RetryLater
 
 METADATA = "metadata.json"
 
 
-class StoreUnavailable(Unavailable):
+class StoreUnavailable(RetryLater):
     """The artifact store cannot be reached now (network, credentials, the store's
     own outage): nothing was loaded or registered; worth retrying."""
 
