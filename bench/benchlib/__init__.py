@@ -7,7 +7,8 @@ this package the library they are written with.
 - ``client``: the HTTP client (one keep-alive connection, every request timed) and
   the load drivers (per-thread connections, Poisson arrivals, the open loop);
 - ``stats``: percentiles, millisecond summaries, cosine, timing a call;
-- ``results``: progress lines on stderr, JSON written atomically, tables (fixed
+- ``results``: progress lines on stderr, JSON written atomically with its paths made
+  portable (from the repository's root; no folder of this machine), tables (fixed
   width, Markdown), the command line and library versions a result records;
 - ``data``: the data folder (``manage.py fetch_data``), seeded sampling, the SST-2 reader;
 - ``stack``: the served annotation stack that ``annotation.py`` and ``load.py``
