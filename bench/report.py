@@ -15,8 +15,10 @@ naming the block, and the write mode then writes nothing: a block is never appen
 The blocks (``BLOCKS``) and the files they are made from, under ``--results``: each
 ``bench/<name>.py``'s JSON, ``<name>.json``, rendered by ``benchlib.report_sections``;
 ``baselines`` with ``bench/benchlib/baselines_report.py``'s renderer, ``validation``
-with ``bench/validation.py``'s, ``validation-frontier`` with ``bench/validation_frontier.py``'s, and ``replay`` from every ``replay/<run>/report.json``
-with ``leaderboard.replay.results``' (what ``manage.py replay_tables`` writes), and
+with ``benchlib/validation_report.py``'s (what ``bench/validation.py --doc`` writes too),
+``validation-frontier`` with ``benchlib/frontier_report.py``'s, ``replay`` from every
+``replay/<run>/report.json`` with ``leaderboard.replay.results``' (what ``manage.py
+replay_tables`` writes), and
 ``load-threads`` from every ``load-threads/*.json`` and ``load-explain`` from every
 ``load-explain/*.json`` (runs of ``bench/load.py`` side by side).
 Running a benchmark writes its JSON; this script then makes RESULTS.md agree with it.
@@ -60,6 +62,8 @@ BLOCKS = {
     "qa-training": ("qa-training.json", sections.qa_training),
     "replay": ("replay/<run>/report.json", sections.replay),
 }
+# the script that writes a block's file, where it is not the block's name up to its first "-"
+SCRIPTS = {"validation-frontier": "validation_frontier", "qa-training": "qa_training"}
 MARKER = re.compile(r"^<!-- results:([^:\s]+):(?:begin|end)\b", re.MULTILINE)  # a marker line
 
 
@@ -84,7 +88,7 @@ def render(results: Path) -> dict[str, str]:
             continue
         path = results / source
         if not path.is_file():
-            script = "validation_frontier" if name == "validation-frontier" else source.removesuffix(".json").split("-")[0]
+            script = SCRIPTS.get(name, name.split("-")[0])
             raise FileNotFoundError(f"{display_path(path)} not found: run bench/{script}.py "
                                     "or restore the committed file")
         blocks[name] = renderer(json.loads(path.read_text(encoding="utf-8")))

@@ -60,11 +60,11 @@ from benchlib.results import (
     command_line,
     library_versions,
     log,
-    markdown_table,
     utc_now,
     write_atomic,
     write_json,
 )
+from benchlib.validation_report import SPAMMER_MIXES, doc_block, spam_label, table
 
 from annotation import reliability as R
 from leaderboard.replay.stats import wilson
@@ -72,15 +72,6 @@ from leaderboard.replay.stats import wilson
 FIXED_MATCHING = 3
 LABELS = ("hateful", "non-hateful")  # HateCheck's label_gold values
 SPAMMER_ACCOUNTS = 5  # per kind of spammer
-SPAMMER_MIXES = [
-    {"always_correct": 0.0, "random": 0.0},
-    {"always_correct": 0.1, "random": 0.0},
-    {"always_correct": 0.2, "random": 0.0},
-    {"always_correct": 0.3, "random": 0.0},
-    {"always_correct": 0.0, "random": 0.1},
-    {"always_correct": 0.0, "random": 0.2},
-    {"always_correct": 0.0, "random": 0.3},
-]
 
 
 @dataclass(frozen=True)
@@ -250,55 +241,8 @@ def check_targets(runs: list[dict]) -> list[dict]:
     ]
 
 
-def spam_label(spammers: dict) -> str:
-    parts = [f"{int(round(100 * share))}% {kind.replace('_', ' ')}" for kind, share in spammers.items() if share]
-    return ", ".join(parts) or "none"
-
-
-def table(document: dict) -> str:
-    """The Markdown table of a run: each policy and spammer mix, means over the seeds
-    (accuracy with the range of its per-seed 95% intervals)."""
-    runs = document["runs"]
-    rows = []
-    for spammers in SPAMMER_MIXES:
-        for policy in ("fixed", "adaptive"):
-            chosen = [r for r in runs if r["policy"] == policy and r["spammers"] == spammers]
-            if not chosen:
-                continue
-            n = len(chosen)
-            accuracy = sum(r["accuracy"]["value"] for r in chosen) / n
-            low = min(r["accuracy"]["ci_low"] for r in chosen)
-            high = max(r["accuracy"]["ci_high"] for r in chosen)
-            rows.append([
-                spam_label(spammers), policy,
-                f"{sum(r['validations_per_decided'] for r in chosen) / n:.2f}",
-                f"{sum(r['validations_per_case'] for r in chosen) / n:.2f}",
-                f"{100 * accuracy:.2f}% ({100 * low:.2f}–{100 * high:.2f})",
-                f"{100 * sum(r['to_researchers'] for r in chosen) / n:.1f}%",
-            ])
-    return markdown_table(["Spammers (share of votes)", "Policy", "Validations per decided example",
-                           "Validations per example, escalated ones too", "Decision accuracy (95% interval)", "To researchers"], rows)
-
-
 DOC = BENCH / "RESULTS.md"
 DOC_BLOCK = "validation"  # its markers: benchlib.report_sections.begin_marker("validation") and end
-
-
-def doc_block(document: dict) -> str:
-    """The table in bench/RESULTS.md and the facts it rests on, from a run's JSON."""
-    setup = document["setup"]
-    rule = setup["adaptive"]
-    timed = [r for r in document["runs"] if r["refit_ms_mean"] is not None]
-    refit_ms = sum(r["refit_ms_mean"] for r in timed) / len(timed) if timed else 0.0
-    refit_votes = max((r["refit_votes_last"] for r in timed), default=0)
-    facts = (f"From `bench/results/validation.json`: {document['data']['cases']} HateCheck cases, 5 real "
-             f"annotators each, {setup['flip']:.0%} of the writers' labels flipped, {document['seeds']} seeds "
-             f"(means; the intervals are the widest of the seeds' 95% Wilson intervals). Adaptive: target "
-             f"{rule['target_confidence']}, {rule['min_votes']} to {rule['max_votes']} votes, refitted every "
-             f"{setup['refit_every']} votes; a refit's EM took {refit_ms:.1f} ms on average (at most "
-             f"{refit_votes} votes).")
-    met = "; ".join(f"{'met' if t['met'] else 'NOT met'}: {t['target']}" for t in document["targets"])
-    return f"{facts}\n\n{table(document)}\n\nTargets: {met}.\n"
 
 
 def with_doc_block(text: str, document: dict) -> str:

@@ -7,7 +7,8 @@ this package the library they are written with.
 - ``client``: the HTTP client (one keep-alive connection, every request timed) and
   the load drivers (per-thread connections, Poisson arrivals, the open loop);
 - ``stats``: percentiles, millisecond summaries, cosine, timing a call;
-- ``results``: progress lines on stderr, JSON written atomically, tables (fixed
+- ``results``: progress lines on stderr, JSON written atomically with its paths made
+  portable (from the repository's root; no folder of this machine), tables (fixed
   width, Markdown), the command line and library versions a result records;
 - ``data``: the data folder (``manage.py fetch_data``), seeded sampling, the SST-2 reader;
 - ``stack``: the served annotation stack that ``annotation.py`` and ``load.py``
@@ -17,8 +18,14 @@ this package the library they are written with.
 - ``bare``: the bare model in a process of its own, timed inside it;
 - ``baselines_tasks``, ``baselines_report``: ``baselines.py``'s per-task runners and
   its tables;
+- ``validation_report``, ``frontier_report``: ``validation.py``'s and
+  ``validation_frontier.py``'s tables and blocks, and the frontier's comparisons (pure
+  functions of their JSON);
 - ``report_sections``: the Markdown blocks of ``bench/RESULTS.md``, one per committed result
   (``bench/report.py`` writes them).
+
+The package never imports a script (``bench/<name>.py``): what a script and the report
+share lives here (import-linter checks).
 
 The scripts run as ``python bench/<name>.py``, so ``bench/`` is on ``sys.path`` and
 this package imports as ``benchlib``. Importing it puts the repository root first on

@@ -3,16 +3,22 @@
 one renderer per result file, a pure function from the file's JSON to Markdown.
 
 ``bench/report.py`` writes and checks the blocks; ``bench/validation.py --doc`` and
-``manage.py replay_tables`` write their own block with the same markers. Every number a
-renderer prints comes from its JSON (ratios and pass/fail as the JSON has them, never
-recomputed); the same JSON always gives the same text.
+``manage.py replay_tables`` write their own block with the same markers. This package
+imports no ``bench/<name>.py`` script (import-linter checks): a script's renderer lives
+here, in a module of its own where it is long (``validation_report``, ``frontier_report``,
+``baselines_report``), and the script imports it.
+
+Every number a renderer prints comes from its JSON (ratios and pass/fail as the JSON has
+them, never recomputed); the same JSON always gives the same text.
 """
 
 from __future__ import annotations
 
 from . import RESULTS
 from .baselines_report import markdown as baselines_markdown
+from .frontier_report import doc_block as frontier_doc_block
 from .results import markdown_table, pct
+from .validation_report import doc_block as validation_doc_block
 
 # --- markers -------------------------------------------------------------------------
 
@@ -485,19 +491,15 @@ def baselines(document: dict) -> str:
 
 
 def validation(document: dict) -> str:
-    """``validation.json``: ``bench/validation.py``'s own block (``doc_block``), what
-    ``bench/validation.py --doc write`` puts there."""
-    from validation import doc_block  # the script: bench/ is on sys.path when a bench script runs
-
-    return doc_block(document)
+    """``validation.json``: ``validation_report.doc_block``, what ``bench/validation.py
+    --doc write`` puts there too."""
+    return validation_doc_block(document)
 
 
 def validation_frontier(document: dict) -> str:
-    """``validation-frontier.json``: ``bench/validation_frontier.py``'s ``doc_block``
-    (tables, the frontier and every comparison, computed from the runs)."""
-    from validation_frontier import doc_block
-
-    return doc_block(document)
+    """``validation-frontier.json``: ``frontier_report.doc_block`` (tables, the frontier
+    and every comparison, computed from the runs)."""
+    return frontier_doc_block(document)
 
 
 def qa_training(document: dict) -> str:

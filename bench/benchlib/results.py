@@ -9,9 +9,10 @@ import platform
 import re
 import shlex
 import sys
+import tempfile
 import time
 from importlib import metadata
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from . import ROOT
 
@@ -61,9 +62,64 @@ def write_atomic(path: Path | str, text: str) -> None:
 
 
 def write_json(path: Path | str, document: dict) -> str:
-    """Write ``document`` as indented JSON; the path as it should be printed."""
-    write_atomic(path, json.dumps(document, indent=2) + "\n")
+    """Write ``document`` as indented JSON, its paths made ``portable``; the path as it
+    should be printed."""
+    write_atomic(path, json.dumps(portable(document), indent=2) + "\n")
     return display_path(path)
+
+
+# Where a result file is read, this machine's folders mean nothing: a committed result
+# names a file in the repository by its path from the repository's root, and the other
+# folders a run touches by what they are.
+def _folders() -> list[tuple[str, str]]:
+    """``(absolute folder, what to write instead)``, the longest first, so that the
+    repository wins over a home folder it lies in. The repository's root becomes ""
+    (its files relative to it), the data folder ``$DYNABENCH_DATA_DIR``, the temporary
+    folder ``<tmp>``, the home folder ``~``."""
+    named = [(ROOT, ""), (Path(tempfile.gettempdir()), "<tmp>"), (Path.home(), "~")]
+    if os.environ.get("DYNABENCH_DATA_DIR"):
+        named.append((Path(os.environ["DYNABENCH_DATA_DIR"]), "$DYNABENCH_DATA_DIR"))
+    folders = {}
+    for folder, name in named:
+        for spelled in (str(folder), str(folder.resolve())):
+            if folder.is_absolute() and spelled != "/":
+                folders.setdefault(spelled.rstrip("/"), name)
+    return sorted(folders.items(), key=lambda item: len(item[0]), reverse=True)
+
+
+# Any other path under one of these says which machine a run was on, not what it ran:
+# only its last part is kept (``/usr/lib/postgresql/16/bin/postgres`` -> ``postgres``).
+# /dev, /proc and /var (``--worker-tmp-dir /dev/shm``) mean the same on every machine.
+MACHINE_FOLDERS = ("work", "tmp", "home", "root", "Users", "private", "usr", "opt", "srv", "mnt", "media")
+_OTHER_PATH = re.compile(r"(?<![\w.~$<>-])/(?:" + "|".join(MACHINE_FOLDERS) + r")(?![\w.-])[^\s'\",;)]*")
+
+
+def portable_text(text: str) -> str:
+    """``text`` with each absolute path in it (a whole string, or one inside a command
+    line or a URL) rewritten by ``_folders``: ``/srv/dynabench/.venv/bin/gunicorn --bind
+    ...`` becomes ``.venv/bin/gunicorn --bind ...``, ``sqlite:////srv/dynabench/var/db``
+    ``sqlite:///var/db``, ``/tmp/run/out.json`` ``<tmp>/run/out.json``, the root alone
+    ``.``; what remains under a ``MACHINE_FOLDERS`` folder, its last part."""
+    for folder, name in _folders():
+        # the folder itself, not the start of a longer name; a "/" after it goes with it
+        pattern = re.compile(r"(?<![\w.~$<>-])" + re.escape(folder) + r"(?:/|(?![\w.-]))")
+        text = pattern.sub(lambda m, name=name: (name + "/" if name else "") if m[0].endswith("/")
+                           else (name or "."), text)
+    return _OTHER_PATH.sub(lambda m: m[0].rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def portable(value):
+    """``value`` (a result's JSON, or a part of it) with every string ``portable_text``
+    and every ``Path`` a string too; everything else as it is."""
+    if isinstance(value, PurePath):
+        value = str(value)
+    if isinstance(value, str):
+        return portable_text(value)
+    if isinstance(value, dict):
+        return {portable(key): portable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(item) for item in value]
+    return value
 
 
 # --- what a result records -------------------------------------------------------------

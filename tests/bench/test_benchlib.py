@@ -103,6 +103,36 @@ def test_write_json_that_fails_leaves_the_previous_file(tmp_path):
     assert json.loads(path.read_text()) == {"kept": True}
 
 
+def test_write_json_writes_paths_in_the_repository_from_its_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNABENCH_DATA_DIR", str(tmp_path / "data"))
+    path = tmp_path / "result.json"
+    results.write_json(path, {
+        "out": ROOT / "bench" / "results" / "load.json",  # a Path is written as a string
+        "command": f"{ROOT}/.venv/bin/gunicorn dynabench.wsgi --worker-tmp-dir /dev/shm",
+        "database_url": f"sqlite:///{ROOT}/var/bench/embedded.sqlite3",
+        "root": str(ROOT), "sibling": f"{ROOT}-other/x.json",
+        "data": [str(tmp_path / "data" / "hatecheck" / "all_annotations.csv")],
+        "busy": "17 9.0% /usr/lib/postgresql/16/bin/postgres", "n": 3, "none": None,
+    })
+    assert json.loads(path.read_text()) == {
+        "out": "bench/results/load.json",
+        "command": ".venv/bin/gunicorn dynabench.wsgi --worker-tmp-dir /dev/shm",
+        "database_url": "sqlite:///var/bench/embedded.sqlite3",  # the same file, from the root
+        "root": ".", "sibling": "x.json",  # another checkout is not this one
+        "data": ["$DYNABENCH_DATA_DIR/hatecheck/all_annotations.csv"],
+        "busy": "17 9.0% postgres", "n": 3, "none": None,
+    }
+
+
+def test_portable_names_the_temporary_and_home_folders(monkeypatch, tmp_path):
+    monkeypatch.delenv("DYNABENCH_DATA_DIR", raising=False)
+    monkeypatch.setattr(results.tempfile, "gettempdir", lambda: str(tmp_path / "t"))
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    document = {f"{tmp_path}/t/run": [f"open {tmp_path}/t/x.json", f"{tmp_path}/h/.pyenv/bin/python3 -c x",
+                                      f"{tmp_path}/tx/y"]}
+    assert results.portable(document) == {"<tmp>/run": ["open <tmp>/x.json", "~/.pyenv/bin/python3 -c x", "y"]}
+
+
 def test_display_path_is_relative_inside_the_repository():
     assert (
         results.display_path(ROOT / "bench" / "results" / "load.json") == "bench/results/load.json"

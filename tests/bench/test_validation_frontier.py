@@ -17,6 +17,8 @@ if str(ROOT / "bench") not in sys.path:  # the scripts import ``benchlib`` and e
 import validation_frontier as F  # noqa: E402
 from validation import Sequence_  # noqa: E402
 
+from bench.benchlib import frontier_report as FR  # noqa: E402
+
 COMMITTED = ROOT / "bench" / "results" / "validation-frontier.json"
 
 
@@ -41,24 +43,24 @@ def test_the_committed_frontier_covers_every_rule_mix_and_seed_over_all_examples
 
 def test_the_stored_comparisons_and_default_are_what_the_runs_give():
     document = json.loads(COMMITTED.read_text())
-    assert document["comparisons"] == F.comparisons(document["runs"])
-    assert document["default"] == F.choose_default(document["runs"])
+    assert document["comparisons"] == FR.comparisons(document["runs"])
+    assert document["default"] == FR.choose_default(document["runs"])
     text = (ROOT / "bench" / "RESULTS.md").read_text()
-    assert F.doc_block(document) in text
-    assert F.default_sentence(document) in text
+    assert FR.doc_block(document) in text
+    assert FR.default_sentence(document) in text
 
 
 def test_beating_needs_every_seed():
     runs = [run("fixed-2", 0, 2.0, 0.99), run("fixed-3", 0, 3.0, 0.98),
             run("fixed-2", 1, 2.0, 0.97), run("fixed-3", 1, 3.0, 0.98)]
-    per_policy = F.by_mix(runs)[F._key(runs[0]["spammers"])]
-    assert not F.beats_in_every_seed(per_policy, "fixed-2", "fixed-3")  # seed 1 disagrees
-    assert set(F.frontier(per_policy)) == {"fixed-2", "fixed-3"}
+    per_policy = FR.by_mix(runs)[FR._key(runs[0]["spammers"])]
+    assert not FR.beats_in_every_seed(per_policy, "fixed-2", "fixed-3")  # seed 1 disagrees
+    assert set(FR.frontier(per_policy)) == {"fixed-2", "fixed-3"}
     runs[2]["accuracy"]["value"] = 0.985
-    per_policy = F.by_mix(runs)[F._key(runs[0]["spammers"])]
-    assert F.beats_in_every_seed(per_policy, "fixed-2", "fixed-3")
-    assert F.frontier(per_policy) == ["fixed-2"]
-    assert not F.beats(runs[0], runs[0])  # equal on both is no win
+    per_policy = FR.by_mix(runs)[FR._key(runs[0]["spammers"])]
+    assert FR.beats_in_every_seed(per_policy, "fixed-2", "fixed-3")
+    assert FR.frontier(per_policy) == ["fixed-2"]
+    assert not FR.beats(runs[0], runs[0])  # equal on both is no win
 
 
 def test_the_default_is_the_best_worst_case_then_the_fewest_wrong_of_a_tie():
@@ -68,21 +70,21 @@ def test_the_default_is_the_best_worst_case_then_the_fewest_wrong_of_a_tie():
         runs += [run("fixed-3", seed, 3.0, 0.99, clean), run("fixed-3", seed, 3.2, 0.98, spam),
                  run("adaptive 0.9", seed, 1.2, 0.985, clean), run("adaptive 0.9", seed, 1.5, 0.975, spam),
                  run("fixed-2", seed, 2.0, 0.989, clean), run("fixed-2", seed, 2.2, 0.90, spam)]
-    chosen = F.choose_default(runs)
+    chosen = FR.choose_default(runs)
     assert "fixed-2" not in chosen["on_every_frontier"]  # fixed-3 beats it with spammers
     assert chosen["highest_worst_accuracy"] == "fixed-3" and chosen["choice"] == "fixed-3"
     runs[-3]["accuracy"]["value"], runs[-3]["wrong"] = 0.985, 0.015  # seed 1: adaptive ties fixed-3
     for r in runs:
         if r["policy"] == "fixed-3":  # fixed-3 sends half its misses to researchers
             r["wrong"] = r["escalated"] = (1 - r["accuracy"]["value"]) / 2
-    chosen = F.choose_default(runs)
+    chosen = FR.choose_default(runs)
     # A tie goes to the fewest wrong decisions at the worst mix (fixed-3: 1%, adaptive: 2%),
     # before the fewest votes (where adaptive would win).
     assert set(chosen["tied"]) == {"fixed-3", "adaptive 0.9"} and chosen["choice"] == "fixed-3"
     for r in runs:
         if r["policy"] == "adaptive 0.9":  # now it escalates what it is unsure of
             r["wrong"], r["escalated"] = 0.005, 1 - r["accuracy"]["value"] - 0.005
-    chosen = F.choose_default(runs)
+    chosen = FR.choose_default(runs)
     assert set(chosen["tied"]) == {"fixed-3", "adaptive 0.9"} and chosen["choice"] == "adaptive 0.9"
 
 
