@@ -62,7 +62,7 @@ NOTES = [
     "reconcile_counts is a full recount by design (the daily repair): linear in N, reported, not judged.",
     "The periodic jobs' new work is saved through Example.save and Validation.save: new approved assignments, "
     "each with one verified example that did not fool the model (its bonus settles at $0, so none is sent; "
-    "no writer falls under a quality threshold, so no block is given; the fake MTurk, crowd.fake_mturk, "
+    "no writer falls under a quality threshold, so no block is given; the fake MTurk, crowd.testing.fake_mturk, "
     "answers any call). A run first removes earlier runs' work from a kept database (delete_examples).",
     "A request path whose first run took over --slow-seconds is timed by that one (cold) run (n 1, "
     "cold_only true): its cost is far off target either way.",

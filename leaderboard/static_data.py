@@ -1,7 +1,8 @@
 """Round 0 from data set files: read them, give every row a split, import them, train on them.
 
-``manage.py train_model`` and ``bootstrap_demo --real-data`` call these; the
-admin's "Train a round-0 model" action calls ``services.start_static_training``.
+``leaderboard.round0`` (``manage.py train_model``) and ``bootstrap_demo --real-data``
+call these; the admin's "Train a round-0 model" action calls
+``services.start_static_training``.
 
 Which split a row goes to, first rule that applies:
 

@@ -353,7 +353,7 @@ def live_tasks(demo_tasks, tiny_artifacts):
 
 @pytest.fixture
 def fake_mturk(monkeypatch, tmp_path):
-    """A running fake MTurk (crowd/fake_mturk.py); no real AWS credential or config is read."""
+    """A running fake MTurk (crowd/testing/fake_mturk.py); no real AWS credential or config is read."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fake")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -361,7 +361,7 @@ def fake_mturk(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS"):
         monkeypatch.delenv(name, raising=False)
-    from crowd.fake_mturk import FakeMTurk
+    from crowd.testing.fake_mturk import FakeMTurk
 
     with FakeMTurk() as fake:
         yield fake

@@ -313,7 +313,7 @@ def run(cfg: dict) -> dict:
 
     from annotation.models import Example, RoundCounts, Validation
     from annotation.services import counters
-    from crowd.fake_mturk import FakeMTurk
+    from crowd.testing.fake_mturk import FakeMTurk
     from tasks.models import Task
 
     built = None

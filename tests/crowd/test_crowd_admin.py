@@ -3,13 +3,14 @@
 from decimal import Decimal
 
 import pytest
+from django.contrib import admin
 from django.urls import reverse
 
 from annotation.models import Example
 from annotation.services import validation
 from core.errors import Forbidden
 from crowd import sync, workers
-from crowd.models import Batch, BonusPayment, TaskBlock, WorkerIdentity
+from crowd.models import Assignment, Batch, BonusPayment, TaskBlock, WorkerIdentity
 from tests.crowd.test_crowd_flow import WORKER, do_one_assignment, make_batch
 
 pytestmark = pytest.mark.django_db
@@ -156,6 +157,25 @@ def test_a_task_block_is_its_researchers_to_lift_and_no_one_elses(live_tasks, cr
     assert "unblocked" in response.content.decode()
     assert not TaskBlock.objects.exists() and crowd.count("DisassociateQualificationFromWorker") == 1
 
+
+
+@pytest.mark.parametrize("model", [Assignment, BonusPayment, TaskBlock, Batch])
+def test_rows_that_money_follows_are_not_written_by_hand_even_by_a_superuser(model, rf, client, superuser):
+    """Assignments, the bonus ledger and task blocks are read-only in the admin; a batch is
+    added only by publishing it (its add page is the publish form) and never edited or deleted."""
+    request = rf.get("/")
+    request.user = superuser
+    model_admin = admin.site.get_model_admin(model)
+    assert model_admin.has_view_permission(request)
+    assert not model_admin.has_change_permission(request) and not model_admin.has_delete_permission(request)
+    client.force_login(superuser)
+    response = client.get(reverse(f"admin:crowd_{model._meta.model_name}_add"))
+    if model is Batch:
+        assert model_admin.has_add_permission(request)
+        assert response.status_code == 302 and response.url == reverse("admin:crowd_batch_publish")
+    else:
+        assert not model_admin.has_add_permission(request)
+        assert response.status_code == 403
 
 # --- words and numbers on the crowd's pages ------------------------------------------------
 

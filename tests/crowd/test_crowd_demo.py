@@ -26,8 +26,8 @@ def aws_untouched(monkeypatch, settings):
 
 
 def test_the_demo_publishes_on_the_fake_and_a_worker_completes_the_hit(live_tasks, client, aws_untouched):
-    from crowd.fake_mturk import FakeMTurk
     from crowd.management.commands import crowd_demo
+    from crowd.testing.fake_mturk import FakeMTurk
 
     out = io.StringIO()
     started = []

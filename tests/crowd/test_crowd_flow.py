@@ -16,9 +16,9 @@ from rest_framework.test import APIClient
 from annotation.models import AnnotationSession, Example
 from annotation.services import validation
 from crowd import bonuses, costs, mturk, sync, workers
-from crowd.fake_mturk import WorkerActionError
 from crowd.models import Assignment, Batch, BonusPayment, Hit, TaskBlock, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
+from crowd.testing.fake_mturk import WorkerActionError
 from tests.crowd.conftest import SECRET
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from crowd.fake_mturk import ANSWERS_NS, WorkerActionError
+from crowd.testing.fake_mturk import ANSWERS_NS, WorkerActionError
 
 EXTERNAL_QUESTION = (
     '<ExternalQuestion xmlns="http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2006-07-14/'

@@ -62,8 +62,8 @@ def database_url(db: dict) -> str:
 
 @pytest.fixture(scope="session")
 def worker_mturk(tmp_path_factory):
-    """The fake MTurk (crowd/fake_mturk.py) that the worker process talks to."""
-    from crowd.fake_mturk import FakeMTurk
+    """The fake MTurk (crowd/testing/fake_mturk.py) that the worker process talks to."""
+    from crowd.testing.fake_mturk import FakeMTurk
 
     with FakeMTurk() as fake:
         yield fake

@@ -31,9 +31,9 @@ from django.urls import reverse
 
 from crowd import sync
 from crowd.assignments import completion_token
-from crowd.fake_mturk import FakeMTurk
 from crowd.models import Assignment, Batch, WorkerIdentity
 from crowd.publishing import BatchRequest, TargetBelowReference, publish
+from crowd.testing.fake_mturk import FakeMTurk
 from tasks.models import Task
 from tasks.services import DEFAULT_TASK_SLUGS
 

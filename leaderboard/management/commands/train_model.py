@@ -1,26 +1,15 @@
-from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+"""``manage.py train_model``: parse the arguments, run ``leaderboard.round0``'s workflow
+(files into round 0, a round-0 model trained and evaluated as jobs, ``--target``), and
+print its lines, the training's steps as a bar on a terminal."""
 
-from annotation.datasets import DatasetImportError, check_format
+from django.core.management.base import BaseCommand, CommandError
+
 from core import progress
 from core.errors import DomainError, InvalidInput
 from datafiles.readers import FORMATS, SPLITS
-from leaderboard import promotion, training
-from leaderboard.jobs import train_static_model
-from leaderboard.rows import primary_metric
-from leaderboard.static_data import (
-    StaticDataError,
-    dev_score,
-    evaluation_table,
-    import_static_data,
-    parse_source,
-    read_static_data,
-    training_step,
-)
-from registry.models import ModelVersion
-from tasks.models import STATIC_ROUND, Task
-
-SHOWN_ERRORS = 20
+from leaderboard import training
+from leaderboard.round0 import train_round0_model
+from leaderboard.static_data import StaticDataError
 
 
 class Command(BaseCommand):
@@ -82,121 +71,36 @@ class Command(BaseCommand):
 
     def handle(self, *args, paths, task, format_name, split, dev_fraction, test_fraction, limit, balance, name,
                mode, epochs, batch_size, lr, max_steps, seed, target, override, job_timeout, **rest):
-        write = self.stdout.write
-        task_obj = Task.objects.filter(slug=task).first()
-        if task_obj is None:
-            known = ", ".join(Task.objects.order_by("slug").values_list("slug", flat=True)) or "(none)"
-            raise CommandError(f"Unknown task {task!r}. Known tasks: {known}.")
-        if format_name not in FORMATS:
-            raise CommandError(f"Unknown format {format_name!r}. Known formats: {', '.join(FORMATS)}.")
-        try:
-            check_format(task_obj, format_name)
-        except DatasetImportError as exc:
-            raise CommandError(str(exc)) from None
         if limit is not None and limit < 1:
             raise CommandError("--limit must be 1 or more.")
-        name = name or training.default_static_model_name(task_obj, format_name)
-        if ModelVersion.objects.filter(task=task_obj, name=name).exists():
-            raise CommandError(f"Task {task} already has a model named {name!r}; choose another --name.")
         options = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "max_steps": max_steps, "seed": seed}
         try:
             options = training.check_training_options(mode=mode, **options)
         except InvalidInput as exc:
             raise CommandError("; ".join(f"--{field.replace('_', '-')}: {' '.join(messages)}"
                                          for field, messages in exc.errors.items())) from None
-        sources = [parse_source(path) for path in paths]
-        missing = [str(s.path) for s in sources if not s.path.is_file()]
-        if missing:
-            raise CommandError(f"No such file: {', '.join(missing)}")
-        config = task_obj.parsed_config
-        labels = config.kind.import_labels
-
-        write(f"Task {task_obj.slug}, format {format_name}: {len(sources)} file(s) into round {STATIC_ROUND} "
-              "(static data).")
-        try:
-            data = read_static_data(format_name, sources, labels=labels, dev_fraction=dev_fraction,
-                                    test_fraction=test_fraction, split=split, limit=limit, balance=balance)
-        except StaticDataError as exc:
-            raise CommandError(str(exc)) from None
-        self.print_read(data, sources, split, dev_fraction, test_fraction, limit)
-        if not data.total:
-            raise CommandError(f"No usable rows in {', '.join(str(s.path) for s in sources)}: nothing to import "
-                               "or train on.")
-
-        if transaction.get_connection().in_atomic_block:
-            raise CommandError("train_model waits for its jobs, which start when the data is committed: "
-                               "run it outside a transaction.")
-        imported = import_static_data(task_obj, data)
-        write(f"Imported into {task_obj.slug} round {STATIC_ROUND}: {imported.created} created, "
-              f"{imported.skipped_duplicates} already there, {len(imported.errors)} refused.")
-        errors = data.errors + imported.errors
-        if errors:
-            write(self.style.WARNING(f"Malformed or refused rows, skipped ({len(errors)}):"))
-            for path, error in errors[:SHOWN_ERRORS]:
-                write(f"  {path} line {error.line}: {error.message}")
-            if len(errors) > SHOWN_ERRORS:
-                write(f"  ... and {len(errors) - SHOWN_ERRORS} more")
-        counts = training.static_training_counts(task_obj)
-        write(f"Round {STATIC_ROUND} now holds " + ", ".join(f"{n} {s}" for s, n in counts.items())
-              + " usable examples.")
-
-        settings_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in options.items()) or "the trainer's defaults"
-        sample = f" (a fixed sample of at most {limit} train examples)" if limit else ""
-        write(f"Training {name} on round {STATIC_ROUND}{sample}: {training.MODES[mode]}, {settings_text}.")
         shown = progress.Progress.for_command(self, rest)
 
-        def say(line):  # the jobs' log lines; the training job's step lines move the bar
-            shown.write(line)
-            steps = training_step(line)
-            if steps:
-                shown.show(f"training {name}", *steps, unit="steps")
-                if steps[0] >= steps[1]:
-                    shown.finish()
+        def say(line, tone=""):
+            if tone == "job":  # the jobs' log lines, written above the training's bar
+                shown.write(line)
+                return
+            shown.finish()  # the training is over: its bar ends before the next line
+            style = {"warning": self.style.WARNING, "success": self.style.SUCCESS}.get(tone)
+            self.stdout.write(style(line) if style else line)
+
+        def advance(label, done, total):  # the training job's steps
+            shown.show(label, done, total, unit="steps")
+            if done >= total:
+                shown.finish()
 
         try:
             with shown:
-                model = train_static_model(task_obj, name=name, say=say, mode=mode, static_limit=limit,
-                                           job_timeout=job_timeout, **options)
+                train_round0_model(task, format_name, paths, split=split, dev_fraction=dev_fraction,
+                                   test_fraction=test_fraction, limit=limit, balance=balance, name=name, mode=mode,
+                                   options=options, target=target, override=override, job_timeout=job_timeout,
+                                   say=say, advance=advance)
         except StaticDataError as exc:
             raise CommandError(str(exc)) from None
         except DomainError as exc:
             raise CommandError(str(exc) if isinstance(exc, InvalidInput) else exc.message) from None
-        what, value = dev_score(model)
-        shown = f"{value:.3f}" if isinstance(value, int | float) else "- (no dev examples)"
-        write(self.style.SUCCESS(f"Registered {model.name} (#{model.pk}): {what} {shown}."))
-        write(f"Evaluation on each round's test split ({primary_metric(task_obj)}):")
-        for line in evaluation_table(model):
-            write(line)
-        if target:
-            try:
-                rnd, promoted = promotion.make_target(task_obj, model, allow_below_baseline=bool(override.strip()),
-                                                      reason=override)
-            except DomainError as exc:
-                raise CommandError(f"{model.name} was trained, but cannot be a target: {exc.message}") from None
-            how = "opened by promotion" if promoted else "open, had no target"
-            write(self.style.SUCCESS(f"{model.name} is the target of {rnd} ({how})."))
-
-    def print_read(self, data, sources, split, dev_fraction, test_fraction, limit):
-        write = self.stdout.write
-        for source in sources:
-            rule = (f"all {split}" if split else f"all {source.split}" if source.split
-                    else "the file's splits" if FORMATS[data.format_name].has_split
-                    else f"dev {dev_fraction:g}, test {test_fraction:g} by hash")
-            write(f"  {source.path}: {data.rows_read.get(source.path, 0)} rows read; splits: {rule}")
-        if FORMATS[data.format_name].has_split and not split and not all(s.split for s in sources):
-            write(f"  (rows without a split column value: dev {dev_fraction:g}, test {test_fraction:g} by hash)")
-        if data.duplicates:
-            write(f"  {data.duplicates} duplicate row(s) (the same id twice) left out")
-        if data.rounds_ignored:
-            write(f"  {data.rounds_ignored} row(s) name a round other than 0: they go to round 0 all the same")
-        left_out = sum(data.left_out.values())
-        if left_out:
-            write(f"  {left_out} row(s) over --limit{' or the balance' if data.left_out['train'] else ''} left "
-                  "out: " + ", ".join(f"{n} {s}" for s, n in data.left_out.items() if n))
-        table = data.counts()
-        write(f"  {'split':<6}{'label':<16}{'rows':>8}")
-        for split_name, labels in table.items():
-            for label, n in sorted(labels.items(), key=lambda kv: str(kv[0])):
-                write(f"  {split_name:<6}{label if label is not None else '-':<16}{n:>8}")
-            if not labels:
-                write(f"  {split_name:<6}{'-':<16}{0:>8}")

@@ -1,15 +1,6 @@
-# Long on purpose: the crowd's admin pages (batches, the publish form, assignments, the bonus ledger, workers) share their forms and actions.
-"""The crowd in the admin: publish a batch, watch its assignments, approvals and
-bonuses flow, see what it costs per verified model-fooling example, and manage
-workers (blocks, messages, quality).
-
-Batches, assignments, the ledger, budgets and task blocks are scoped to the
-researcher's own tasks; worker identities span tasks, so only superusers manage
-them. Budgets are set by superusers only (researchers see theirs), and only a
-superuser other than its creator approves a batch over
-``CROWD_APPROVAL_THRESHOLD``. Nothing here edits money rows by hand: every
-change goes through a crowd service.
-"""
+"""Batches in the admin: the publish page (with its budgets, forecasts and target
+checks), the actions that sync, pay, expire, approve or cancel a batch, and what a
+batch costs per verified model-fooling example."""
 
 from decimal import Decimal
 
@@ -23,25 +14,15 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
+from crowd import bonuses, budgets, costs, mturk, publishing, sync
+from crowd.models import Assignment, Batch
+from crowd.money import usd
+from crowd.publishing import BatchRequest, post_hits, publish
 from leaderboard.promotion import round_target_checks
-from tasks.admin_lists import TASK_FILTER, LargeListAdmin, ScopedRelatedFilter, TaskScopedAdmin
+from tasks.admin_lists import TASK_FILTER, TaskScopedAdmin
 from tasks.models import Task
 
-from . import bonuses, budgets, costs, mturk, publishing, sync, workers
-from .models import Assignment, Batch, BonusPayment, CrowdBudget, TaskBlock, WorkerIdentity
-from .money import usd
-from .publishing import BatchRequest, post_hits, publish
-
-
-def _report_mturk(modeladmin, request, label: str, run):
-    """Run an MTurk-calling service; its report, or its error in words, as a message."""
-    try:
-        report = run()
-    except (mturk.MTurkError, DomainError) as exc:
-        modeladmin.message_user(request, f"{label}: {exc}", messages.ERROR)
-        return
-    level = messages.WARNING if getattr(report, "errors", None) else messages.SUCCESS
-    modeladmin.message_user(request, f"{label}: {report}", level)
+from .common import ReadOnlyAdminMixin, report_mturk
 
 
 def _seconds(hours: Decimal) -> int:
@@ -123,26 +104,26 @@ class PublishForm(forms.Form):
 @admin.action(description="Sync with MTurk now (verify, approve or reject, returns, expiry)")
 def sync_batches(modeladmin, request, queryset):
     for batch in queryset:
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: sync.sync_batch(b))
+        report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: sync.sync_batch(b))
 
 
 @admin.action(description="Pay due bonuses now")
 def pay_batch_bonuses(modeladmin, request, queryset):
     for batch in queryset:
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: bonuses.pay_bonuses(b.pk))
+        report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: bonuses.pay_bonuses(b.pk))
 
 
 @admin.action(description="Expire: stop taking new workers (work already taken goes on)")
 def expire_batches(modeladmin, request, queryset):
     for batch in queryset.filter(status__in=[Batch.Status.PUBLISHING, Batch.Status.PUBLISHED]):
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+        report_mturk(modeladmin, request, f"Batch {batch.pk}",
                       lambda b=batch: "expired" if sync.expire_batch(b) else "not expired")
 
 
 @admin.action(description="Publish the remaining HITs (after an interrupted publish)")
 def publish_remaining(modeladmin, request, queryset):
     for batch in queryset.filter(status=Batch.Status.PUBLISHING):
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+        report_mturk(modeladmin, request, f"Batch {batch.pk}",
                       lambda b=batch: f"{b.hit_rows.filter(hit_id__isnull=False).count()} HITs posted"
                       if post_hits(b) else "")
 
@@ -155,18 +136,21 @@ def _approve(batch: Batch, user) -> str:
 @admin.action(description="Approve and publish (superusers; not the batch's own creator)")
 def approve_batches(modeladmin, request, queryset):
     for batch in queryset.filter(status=Batch.Status.AWAITING_APPROVAL):
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: _approve(b, request.user))
+        report_mturk(modeladmin, request, f"Batch {batch.pk}", lambda b=batch: _approve(b, request.user))
 
 
 @admin.action(description="Cancel (a batch awaiting approval: nothing was posted)")
 def cancel_batches(modeladmin, request, queryset):
     for batch in queryset.filter(status=Batch.Status.AWAITING_APPROVAL):
-        _report_mturk(modeladmin, request, f"Batch {batch.pk}",
+        report_mturk(modeladmin, request, f"Batch {batch.pk}",
                       lambda b=batch: publishing.cancel(b, request.user) and "cancelled")
 
 
 @admin.register(Batch)
-class BatchAdmin(TaskScopedAdmin):
+class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
+    """Batches are added by publishing them; nothing else of one is edited here (every change
+    goes through the actions), and none is deleted: its HITs live on MTurk, expire it instead."""
+
     list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
                     "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling"]
     list_filter = ["status", "mode", "sandbox", TASK_FILTER]
@@ -257,11 +241,9 @@ class BatchAdmin(TaskScopedAdmin):
                            reverse("admin:crowd_assignment_changelist"), obj.pk,
                            reverse("admin:crowd_bonuspayment_changelist"), obj.pk)
 
-    def has_change_permission(self, request, obj=None):
-        return False  # every change goes through the actions
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # its HITs live on MTurk; expire it instead
+    def has_add_permission(self, request):
+        # Adding a batch is publishing one: the add page is the publish form (and publish() checks again).
+        return super(ReadOnlyAdminMixin, self).has_add_permission(request)
 
     def get_urls(self):
         return [path("publish/", self.admin_site.admin_view(self.publish_view), name="crowd_batch_publish"),
@@ -333,295 +315,3 @@ class BatchAdmin(TaskScopedAdmin):
             response.context_data["per_task"] = per_task
         return response
 
-
-@admin.register(Assignment)
-class AssignmentAdmin(TaskScopedAdmin):
-    task_path = "hit__batch__task"
-    list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "verified_at",
-                    "decided_at", "feedback"]
-    list_filter = ["status", ("hit__batch", ScopedRelatedFilter)]
-    list_select_related = ["worker", "hit__batch", "session"]
-    sortable_by = ["accepted_at"]  # the order an index serves
-    search_fields = exact_search_fields = ["assignment_id", "worker__worker_id"]
-    search_help_text = "An MTurk assignment id or worker id (exact)."
-    readonly_fields = [f.name for f in Assignment._meta.fields]
-
-    @admin.display(description="batch")
-    def batch(self, obj):
-        return obj.hit.batch_id
-
-    @admin.display(description="written / validated / fooled")
-    def work(self, obj):
-        s = obj.session
-        return f"{s.examples_written} / {s.validations_done} / {s.examples_fooled}"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class CrowdBudgetForm(forms.ModelForm):
-    class Meta:
-        model = CrowdBudget
-        fields = ["task", "amount", "note"]
-
-
-@admin.register(CrowdBudget)
-class CrowdBudgetAdmin(TaskScopedAdmin):
-    """What each task may spend on MTurk: superusers set it, researchers see their own
-    tasks' (with what is committed and spent), and no one else changes it."""
-
-    form = CrowdBudgetForm
-    list_display = ["task", "amount_shown", "spent", "committed", "left", "set_by", "updated_at", "note"]
-    list_select_related = ["task", "set_by"]
-    readonly_fields = ["standing", "set_by", "updated_at"]
-
-    def get_fields(self, request, obj=None):
-        return ["task", "amount", "note", "standing", "set_by", "updated_at"] if obj else ["task", "amount", "note"]
-
-    def get_readonly_fields(self, request, obj=None):
-        if obj is not None:  # the task of a budget stays its task
-            return ["task", *self.readonly_fields]
-        return self.readonly_fields
-
-    def _standing(self, obj) -> budgets.Standing:
-        if not hasattr(obj, "_standing_now"):
-            obj._standing_now = budgets.standing(obj.task, settings.MTURK_SANDBOX)
-        return obj._standing_now
-
-    @admin.display(description="budget", ordering="amount")
-    def amount_shown(self, obj):
-        return usd(obj.amount)
-
-    @admin.display(description="spent")
-    def spent(self, obj):
-        return usd(self._standing(obj).spent)
-
-    @admin.display(description="committed")
-    def committed(self, obj):
-        return usd(self._standing(obj).committed)
-
-    @admin.display(description="left")
-    def left(self, obj):
-        return usd(self._standing(obj).left)
-
-    @admin.display(description="where it stands (the MTurk site in use)")
-    def standing(self, obj):
-        return str(self._standing(obj))
-
-    def save_model(self, request, obj, form, change):
-        # Through the service: it checks the superuser again and writes under the publish lock.
-        saved = budgets.set_budget(form.cleaned_data.get("task") or obj.task, form.cleaned_data["amount"],
-                                   request.user, form.cleaned_data.get("note", ""))
-        obj.pk = saved.pk
-
-    def has_add_permission(self, request):
-        return request.user.is_superuser
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_delete_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-
-@admin.action(description="Lift the block on this task")
-def lift_task_blocks(modeladmin, request, queryset):
-    for block in queryset.select_related("task", "worker"):
-        _report_mturk(modeladmin, request, block.worker.worker_id,
-                      lambda b=block: workers.task_unblock(b, request.user) or "unblocked")
-
-
-@admin.register(TaskBlock)
-class TaskBlockAdmin(TaskScopedAdmin):
-    """Workers kept out of one task by its batches' quality thresholds; the task's
-    researchers may lift a block (blocks on every task are the identities' soft blocks)."""
-
-    list_display = ["worker", "task", "sandbox", "batch", "reason", "blocked_at"]
-    list_filter = ["sandbox", TASK_FILTER]
-    list_select_related = ["worker", "task"]
-    search_fields = exact_search_fields = ["worker__worker_id"]
-    search_help_text = "An MTurk worker id (exact)."
-    readonly_fields = [f.name for f in TaskBlock._meta.fields]
-    actions = [lift_task_blocks]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # lift it with the action: MTurk's qualification goes too
-
-
-class ZeroSettlementFilter(admin.SimpleListFilter):
-    """Settlements at $0, each with its note saying why (examples rejected, undecided...)."""
-
-    title = "amount"
-    parameter_name = "amount"
-
-    def lookups(self, request, model_admin):
-        return [("zero", "Settled at $0"), ("paid", "More than $0")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "zero":
-            return queryset.filter(amount=0)
-        if self.value() == "paid":
-            return queryset.filter(amount__gt=0)
-        return queryset
-
-
-@admin.register(BonusPayment)
-class BonusPaymentAdmin(TaskScopedAdmin):
-    """The ledger, read-only: the totals above the list follow its filters."""
-
-    task_path = "assignment__hit__batch__task"
-    list_display = ["id", "worker", "batch", "amount", "example_count", "status", "attempts", "paid_at",
-                    "note", "last_error"]
-    list_filter = ["status", ZeroSettlementFilter, ("assignment__hit__batch", ScopedRelatedFilter)]
-    list_select_related = ["assignment__worker", "assignment__hit"]
-    sortable_by = ["id"]
-    search_fields = exact_search_fields = ["assignment__worker__worker_id", "assignment__assignment_id",
-                                           "unique_request_token"]
-    search_help_text = "An MTurk worker id, assignment id or bonus request token (exact)."
-    readonly_fields = [f.name for f in BonusPayment._meta.fields]
-
-    @admin.display(description="worker")
-    def worker(self, obj):
-        return obj.assignment.worker.worker_id
-
-    @admin.display(description="batch")
-    def batch(self, obj):
-        return obj.assignment.hit.batch_id
-
-    def changelist_view(self, request, extra_context=None):
-        response = super().changelist_view(request, extra_context)
-        if hasattr(response, "context_data") and "cl" in response.context_data:
-            response.context_data["totals"] = costs.bonus_totals(response.context_data["cl"].queryset)
-        return response
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class WorkerMessageForm(forms.Form):
-    subject = forms.CharField(max_length=200)
-    message = forms.CharField(max_length=4096, widget=forms.Textarea)
-
-
-class BlockReasonForm(forms.Form):
-    reason = forms.CharField(max_length=500, help_text="MTurk shows it to the worker.")
-
-
-def _worker_form_action(modeladmin, request, queryset, form_class, title, run):
-    applied = "apply" in request.POST
-    form = form_class(request.POST if applied else None)
-    if applied and form.is_valid():
-        for identity in queryset:
-            _report_mturk(modeladmin, request, identity.worker_id,
-                          lambda i=identity: run(i, form.cleaned_data) or "done")
-        return None
-    return TemplateResponse(request, "admin/crowd/worker_form.html", {
-        **modeladmin.admin_site.each_context(request), "title": title, "form": form,
-        "opts": modeladmin.model._meta, "action": request.POST.get("action", ""), "workers": queryset,
-        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)})
-
-
-@admin.action(description="Soft block (our qualification: our HITs no longer admit them)")
-def soft_block(modeladmin, request, queryset):
-    return _worker_form_action(modeladmin, request, queryset, BlockReasonForm, "Soft block",
-                               lambda identity, data: workers.soft_block(identity, data["reason"]))
-
-
-@admin.action(description="Lift the soft block")
-def soft_unblock(modeladmin, request, queryset):
-    for identity in queryset.filter(soft_blocked_at__isnull=False):
-        _report_mturk(modeladmin, request, identity.worker_id,
-                      lambda i=identity: workers.soft_unblock(i) or "unblocked")
-
-
-@admin.action(description="Hard block on MTurk (CreateWorkerBlock)")
-def hard_block(modeladmin, request, queryset):
-    return _worker_form_action(modeladmin, request, queryset, BlockReasonForm, "Hard block on MTurk",
-                               lambda identity, data: workers.hard_block(identity, data["reason"]))
-
-
-@admin.action(description="Lift the hard block")
-def hard_unblock(modeladmin, request, queryset):
-    for identity in queryset.filter(hard_blocked_at__isnull=False):
-        _report_mturk(modeladmin, request, identity.worker_id,
-                      lambda i=identity: workers.hard_unblock(i) or "unblocked")
-
-
-@admin.action(description="Send a message (MTurk email)")
-def notify_workers(modeladmin, request, queryset):
-    applied = "apply" in request.POST
-    form = WorkerMessageForm(request.POST if applied else None)
-    if not (applied and form.is_valid()):
-        return _worker_form_action(modeladmin, request, queryset, WorkerMessageForm, "Message workers", None)
-    # One NotifyWorkers call per 100 workers (crowd.mturk.notify), not one per worker.
-    identities = list(queryset)
-    _report_mturk(modeladmin, request, f"{len(identities)} workers", lambda: "; ".join(
-        f"{f.get('WorkerId')}: {f.get('NotifyWorkersFailureMessage', 'failed')}"
-        for f in workers.notify(identities, form.cleaned_data["subject"], form.cleaned_data["message"]))
-        or "sent")
-
-
-@admin.register(WorkerIdentity)
-class WorkerIdentityAdmin(LargeListAdmin):
-    """Worker identities span tasks, so only superusers manage them."""
-
-    list_display = ["worker_id", "user", "sandbox", "verified_at", "soft_blocked_at", "hard_blocked_at",
-                    "correct_share", "agreement", "earned"]
-    list_filter = ["sandbox", ("verified_at", admin.EmptyFieldListFilter),
-                   ("soft_blocked_at", admin.EmptyFieldListFilter), ("hard_blocked_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["user"]
-    search_fields = exact_search_fields = ["worker_id", "user__username"]
-    search_help_text = "An MTurk worker id, or the account's username (exact)."
-    raw_id_fields = ["user"]
-    readonly_fields = [f.name for f in WorkerIdentity._meta.fields]  # money follows these: no hand edits
-    actions = [soft_block, soft_unblock, hard_block, hard_unblock, notify_workers]
-
-    def get_queryset(self, request):
-        return costs.with_earnings(workers.with_quality(super().get_queryset(request)))
-
-    @admin.display(description="examples validated correct", ordering="verified")
-    def correct_share(self, obj):
-        share = workers.correct_share(obj)
-        return "—" if share is None else f"{share:.0%} of {obj.decided}"
-
-    @admin.display(description="agrees with other validators", ordering="agreeing")
-    def agreement(self, obj):
-        share = workers.agreement(obj)
-        return "—" if share is None else f"{share:.0%} of {obj.judged}"
-
-    @admin.display(description="earned (rewards + bonuses)")
-    def earned(self, obj):
-        return usd(obj.earned_rewards + obj.earned_bonuses)
-
-    def has_module_permission(self, request):
-        return request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_add_permission(self, request):
-        return False  # identities are made by workers' arrivals
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # assignments and the ledger point at it
