@@ -4,7 +4,7 @@ Nothing here knows about tasks, examples or models; the apps build on it. Its
 modules, one idea each:
 
 - ``core.errors``: the domain errors services raise (no HTTP in them);
-- ``core.exceptions``: the HTTP exceptions DRF does not have (409, 410, 413, 503
+- ``core.http_exceptions``: the HTTP exceptions DRF does not have (409, 410, 413, 503
   with Retry-After, 400 by line);
 - ``core.api``: the one place that maps errors (ours, Django's, DRF's, the
   broker's) to HTTP statuses and one error body;
