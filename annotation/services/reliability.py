@@ -1,6 +1,6 @@
 """Validators' reliability on a task, and the adaptive decision of an example.
 
-The model is ``annotation.reliability`` (a two-class Dawid-Skene model fitted by
+The model is ``annotation.reliability_model`` (a two-class Dawid-Skene model fitted by
 EM). Here it meets the database:
 
 - **What it learns from.** Only votes it has reason to trust (``learning_votes``):
@@ -38,7 +38,7 @@ from django.utils import timezone
 from jobs.engine import send_task_in_background
 from tasks.models import Task
 
-from .. import reliability as R
+from .. import reliability_model as R
 from ..models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
 from . import counters, trust
 
