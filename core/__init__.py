@@ -24,6 +24,7 @@ modules, one idea each:
 - ``core.replies``: Redis reply lists, how an inference worker answers the one
   web request waiting on it (signed);
 - ``core.slots``: at most N calls of one kind in flight across every process;
+- ``core.celery_names``: the Celery tasks' and queues' names, written once;
 - ``core.consumers``: which queues a live worker consumes;
 - ``core.progress``: progress of a long management command.
 - ``core.svg``: what every SVG chart draws alike (scales, gridlines, lines, escaping).

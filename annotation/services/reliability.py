@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
+from core import celery_names
 from jobs.engine import send_task_in_background
 from tasks.models import Task
 
@@ -225,7 +226,7 @@ def refit_when_due(task: Task) -> None:
 
 def _send_refit(task_id: int) -> None:
     try:
-        send_task_in_background("annotation.refit_reliability", task_id)
+        send_task_in_background(celery_names.REFIT_RELIABILITY, task_id)
     except Exception:  # the vote is stored already; the beat's refit comes later
         log.exception("could not refit the reliability of task %s now", task_id)
 
