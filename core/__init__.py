@@ -26,6 +26,7 @@ modules, one idea each:
 - ``core.slots``: at most N calls of one kind in flight across every process;
 - ``core.celery_names``: the Celery tasks' and queues' names, written once;
 - ``core.consumers``: which queues a live worker consumes;
-- ``core.progress``: progress of a long management command.
+- ``core.progress``: progress of a long management command;
+- ``core.durations``: durations in words people read (3600 -> "1 hour");
 - ``core.svg``: what every SVG chart draws alike (scales, gridlines, lines, escaping).
 """
