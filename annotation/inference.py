@@ -32,7 +32,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from celery import current_app
 from django.conf import settings
 
-from core import replies, slots
+from core import celery_names, replies, slots
 from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
 from jobs.engine import celery_task
 from registry.services import TargetModel
@@ -110,7 +110,7 @@ def preload(models: list[TargetModel], timeout: float = 300.0) -> None:
     messages = [m.message() for m in models]
     if not embedded():
         try:
-            celery_task("annotation.load_models").apply_async(args=(messages,), queue="inference",
+            celery_task(celery_names.LOAD_MODELS).apply_async(args=(messages,), queue=celery_names.INFERENCE_QUEUE,
                                                            ignore_result=True)
         except queue_errors() as exc:  # the promotion goes on; the first request loads it
             log.warning("could not ask a worker to preload %s: %s", [m.name for m in models], exc)
@@ -147,7 +147,7 @@ def require_consumer(queue: str) -> None:
         raise NoWorker(queue)
 
 
-def _call(task, runner, *args, what: str = "model answer", executor=None, queue: str = "inference"):
+def _call(task, runner, *args, what: str = "model answer", executor=None, queue: str = celery_names.INFERENCE_QUEUE):
     if embedded():
         if executor is None:
             return _embedded(runner, *args)
@@ -210,7 +210,7 @@ def _embedded(runner, *args):
         raise failure(type(exc).__name__, str(exc)) from exc
 
 
-def call(task, runner, *args, what: str = "model answer", executor=None, queue: str = "inference"):
+def call(task, runner, *args, what: str = "model answer", executor=None, queue: str = celery_names.INFERENCE_QUEUE):
     """Run ``runner(*args)`` here (embedded: on ``executor``, or in this thread for a
     runner that goes through the model thread itself), or ``task`` on ``queue``."""
     try:
@@ -224,7 +224,7 @@ def call(task, runner, *args, what: str = "model answer", executor=None, queue: 
 def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:
     """One model or an ensemble on ``rows_inputs`` (``ml`` field names). Each result
     carries ``members``: every model's own prediction, by version id."""
-    return call(celery_task("annotation.predict"), runtime.predict_batched, [m.message() for m in models], rows_inputs)
+    return call(celery_task(celery_names.PREDICT), runtime.predict_batched, [m.message() for m in models], rows_inputs)
 
 
 def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10, *, account=None) -> dict:
@@ -248,8 +248,8 @@ def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 1
 
 
 def _explain(model: TargetModel, inputs: dict, target, n_steps: int) -> dict:
-    return call(celery_task("annotation.explain"), runtime.explain_ref, model.message(), inputs, target, n_steps,
-                what="explanation", executor=runtime.ExplanationLane(), queue="explain")
+    return call(celery_task(celery_names.EXPLAIN), runtime.explain_ref, model.message(), inputs, target, n_steps,
+                what="explanation", executor=runtime.ExplanationLane(), queue=celery_names.EXPLAIN_QUEUE)
 
 
 # --- model prefetch in embedded mode ----------------------------------------------------------

@@ -63,7 +63,7 @@ class Example(models.Model):
     decision_posterior = models.FloatField(
         null=True, blank=True,
         help_text="Adaptive validation: the probability that the writer's answer is right, after the last "
-                  "counted vote (annotation.reliability).")
+                  "counted vote (annotation.reliability_model).")
     gold_verdict = models.CharField(
         max_length=10, blank=True, default="", choices=[("correct", "The writer is right"),
                                                         ("incorrect", "The writer is wrong")],
@@ -444,7 +444,7 @@ class IdempotentRequest(models.Model):
 
 
 class ReliabilityFit(models.Model):
-    """The last fit of a task's validator reliability model (``annotation.reliability``):
+    """The last fit of a task's validator reliability model (``annotation.reliability_model``):
     when, on how much, and each stratum's share of right writers. Its validators' rows
     are ``ValidatorReliability``."""
 

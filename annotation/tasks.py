@@ -20,7 +20,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from core import replies
+from core import celery_names, replies
 from tasks.models import Task
 
 from . import runtime
@@ -46,7 +46,7 @@ def _answer(reply_to: str | None, compute):
     return result
 
 
-@shared_task(name="annotation.predict", track_started=False)
+@shared_task(name=celery_names.PREDICT, track_started=False)
 def predict(models: list, rows_inputs: list[dict], reply_to: str | None = None) -> list[dict]:
     """Predict with one model or an ensemble: ``models`` are references or version ids.
     Through the process's model thread, batched with the predictions other pool
@@ -54,7 +54,7 @@ def predict(models: list, rows_inputs: list[dict], reply_to: str | None = None) 
     return _answer(reply_to, lambda: runtime.predict_batched(runtime.resolve(models), rows_inputs))
 
 
-@shared_task(name="annotation.explain", track_started=False)
+@shared_task(name=celery_names.EXPLAIN, track_started=False)
 def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str | None = None) -> dict:
     """On the worker's one explanation thread (the pool's threads would otherwise run
     several at once, each with a full set of torch threads)."""
@@ -65,20 +65,20 @@ def explain(model, inputs: dict, target=None, n_steps: int = 10, reply_to: str |
     return _answer(reply_to, compute)
 
 
-@shared_task(name="annotation.load_models", track_started=False)
+@shared_task(name=celery_names.LOAD_MODELS, track_started=False)
 def load_models(models: list) -> int:
     """Load models into this worker's cache on its model thread (a promotion asks for
     it before the model becomes a target); how many were loaded now."""
     return runtime.load_and_wait(runtime.resolve(models), timeout=settings.INFERENCE_TIMEOUT * 10)
 
 
-@shared_task(name="annotation.prune_idempotency_keys")
+@shared_task(name=celery_names.PRUNE_IDEMPOTENCY_KEYS)
 def prune_idempotency_keys() -> int:
     """Forget Idempotency-Keys older than IDEMPOTENCY_KEY_TTL (on the beat schedule)."""
     return prune()
 
 
-@shared_task(name="annotation.refit_reliability")
+@shared_task(name=celery_names.REFIT_RELIABILITY)
 def refit_reliability(task_id: int) -> int:
     """Refit one task's validator reliability model (queued after enough new votes)."""
     task = Task.objects.filter(pk=task_id).first()
@@ -87,7 +87,7 @@ def refit_reliability(task_id: int) -> int:
     return reliability.refit(task).votes
 
 
-@shared_task(name="annotation.refit_due_reliability")
+@shared_task(name=celery_names.REFIT_DUE_RELIABILITY)
 def refit_due_reliability() -> int:
     """Refit every task with votes newer than its last fit (on the beat schedule)."""
     due = reliability.tasks_due_for_refit()
@@ -96,14 +96,14 @@ def refit_due_reliability() -> int:
     return len(due)
 
 
-@shared_task(name="annotation.reconcile_counts")
+@shared_task(name=celery_names.RECONCILE_COUNTS)
 def reconcile_counts() -> int:
     """Recount every round's counters from the rows and repair drift (on the beat
     schedule); how many counters were repaired."""
     return len(counters.reconcile())
 
 
-@shared_task(name="annotation.export_examples", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=celery_names.EXPORT_EXAMPLES, acks_late=True, reject_on_worker_lost=True)
 def export_examples(job_id: int) -> int:
     """Write a selection of a task's examples to a file (a Job: ``services.exports``)."""
     exports.run_export_job(job_id)

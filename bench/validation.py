@@ -26,7 +26,7 @@ The setup, per seed:
   to a researcher, whose decision is the truth. Both rules read the very same vote
   sequences (a paired comparison).
 - **Fixed** is the platform's ``num_matching_validations`` rule (3 matching votes).
-- **Adaptive** is the platform's adaptive rule (``annotation.reliability``: the same
+- **Adaptive** is the platform's adaptive rule (``annotation.reliability_model``: the same
   ``fit``, ``posterior_right`` and ``decide`` the validation service calls), with the
   task config's defaults unless ``--target`` and friends say otherwise. Its
   reliability model is refitted every ``--refit-every`` votes, as the periodic job
@@ -66,7 +66,7 @@ from benchlib.results import (
 )
 from benchlib.validation_report import SPAMMER_MIXES, doc_block, spam_label, table
 
-from annotation import reliability as R
+from annotation import reliability_model as R
 from leaderboard.replay.stats import wilson
 
 FIXED_MATCHING = 3

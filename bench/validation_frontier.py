@@ -11,7 +11,7 @@ The streams are ``bench/validation.py``'s (``sequences``: HateCheck's real annot
 a seeded share of the writers' labels flipped, spammers at random positions), and so
 are the two rules it already drives: ``run_fixed`` (the platform's
 ``num_matching_validations`` rule: the first side to reach k votes) and
-``run_adaptive`` (``annotation.reliability``'s ``fit``, ``posterior_right`` and
+``run_adaptive`` (``annotation.reliability_model``'s ``fit``, ``posterior_right`` and
 ``decide``, the functions the validation service calls, refitted as the periodic job
 does). The rules:
 
@@ -73,7 +73,7 @@ from validation import (
     sequences,
 )
 
-from annotation import reliability as R
+from annotation import reliability_model as R
 from leaderboard.replay.stats import wilson
 
 TARGETS = (0.9, 0.95, 0.99, 0.995, 0.998, 0.999, 0.9999)

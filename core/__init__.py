@@ -4,7 +4,7 @@ Nothing here knows about tasks, examples or models; the apps build on it. Its
 modules, one idea each:
 
 - ``core.errors``: the domain errors services raise (no HTTP in them);
-- ``core.exceptions``: the HTTP exceptions DRF does not have (409, 410, 413, 503
+- ``core.http_exceptions``: the HTTP exceptions DRF does not have (409, 410, 413, 503
   with Retry-After, 400 by line);
 - ``core.api``: the one place that maps errors (ours, Django's, DRF's, the
   broker's) to HTTP statuses and one error body;
@@ -24,7 +24,9 @@ modules, one idea each:
 - ``core.replies``: Redis reply lists, how an inference worker answers the one
   web request waiting on it (signed);
 - ``core.slots``: at most N calls of one kind in flight across every process;
+- ``core.celery_names``: the Celery tasks' and queues' names, written once;
 - ``core.consumers``: which queues a live worker consumes;
-- ``core.progress``: progress of a long management command.
+- ``core.progress``: progress of a long management command;
+- ``core.durations``: durations in words people read (3600 -> "1 hour");
 - ``core.svg``: what every SVG chart draws alike (scales, gridlines, lines, escaping).
 """

@@ -45,7 +45,13 @@ from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import errors, query_ceiling
-from .exceptions import ConflictError, GoneError, InvalidLines, PayloadTooLarge, ServiceUnavailable
+from .http_exceptions import (
+    ConflictError,
+    GoneError,
+    InvalidLines,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser, MultiPartParser
 
-from .exceptions import PayloadTooLarge
+from .http_exceptions import PayloadTooLarge
 from .rows import MAX_JSON_DEPTH, json_depth_exceeds
 
 # JSON is Unicode text (RFC 8259). Any other codec Python knows would be accepted

@@ -17,6 +17,8 @@ import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from core import celery_names
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -168,23 +170,27 @@ EMBEDDED_MODE = not CELERY_BROKER_URL
 CELERY_TASK_ALWAYS_EAGER = EMBEDDED_MODE
 CELERY_TASK_EAGER_PROPAGATES = EMBEDDED_MODE
 CELERY_TASK_STORE_EAGER_RESULT = False
-CELERY_TASK_DEFAULT_QUEUE = "default"
+# Task and queue names: core.celery_names (tests/core/test_celery_names.py checks that
+# every route and beat entry names a registered task, and every task has its route).
+CELERY_TASK_DEFAULT_QUEUE = celery_names.DEFAULT_QUEUE
 CELERY_TASK_ROUTES = {
-    "dynabench.health_check": {"queue": "default"},
-    "annotation.prune_idempotency_keys": {"queue": "default"},
-    "annotation.refit_reliability": {"queue": "default"},
-    "annotation.refit_due_reliability": {"queue": "default"},
-    "annotation.export_examples": {"queue": "default"},
-    "annotation.predict": {"queue": "inference"},
-    "annotation.explain": {"queue": "explain"},
-    "annotation.load_models": {"queue": "inference"},
-    "leaderboard.train_model": {"queue": "training"},
-    "leaderboard.evaluate_model": {"queue": "training"},
-    "leaderboard.check_submission": {"queue": "training"},
-    "leaderboard.release_dataset": {"queue": "default"},
-    "tasks.sweep_stale_jobs": {"queue": "default"},  # jobs/tasks.py; the name predates the jobs app, kept
-    "crowd.sync": {"queue": "default"},
-    "crowd.pay_bonuses": {"queue": "default"},
+    celery_names.HEALTH_CHECK: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.HEALTH_CHECK_JOB: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.PRUNE_IDEMPOTENCY_KEYS: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.REFIT_RELIABILITY: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.REFIT_DUE_RELIABILITY: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.RECONCILE_COUNTS: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.EXPORT_EXAMPLES: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.PREDICT: {"queue": celery_names.INFERENCE_QUEUE},
+    celery_names.EXPLAIN: {"queue": celery_names.EXPLAIN_QUEUE},
+    celery_names.LOAD_MODELS: {"queue": celery_names.INFERENCE_QUEUE},
+    celery_names.TRAIN_MODEL: {"queue": celery_names.TRAINING_QUEUE},
+    celery_names.EVALUATE_MODEL: {"queue": celery_names.TRAINING_QUEUE},
+    celery_names.CHECK_SUBMISSION: {"queue": celery_names.TRAINING_QUEUE},
+    celery_names.RELEASE_DATASET: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.SWEEP_STALE_JOBS: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.CROWD_SYNC: {"queue": celery_names.DEFAULT_QUEUE},
+    celery_names.PAY_BONUSES: {"queue": celery_names.DEFAULT_QUEUE},
 }
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -205,15 +211,15 @@ INFERENCE_REPLY_URL = env("INFERENCE_REPLY_URL", default=_redis_urls[0] if _redi
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
-    "prune-idempotency-keys": {"task": "annotation.prune_idempotency_keys", "schedule": 3600.0},
-    "sweep-stale-jobs": {"task": "tasks.sweep_stale_jobs", "schedule": 60.0},
-    "mturk-sync": {"task": "crowd.sync", "schedule": 300.0},
-    "mturk-pay-bonuses": {"task": "crowd.pay_bonuses", "schedule": 600.0},
-    "refit-reliability": {"task": "annotation.refit_due_reliability",
+    "prune-idempotency-keys": {"task": celery_names.PRUNE_IDEMPOTENCY_KEYS, "schedule": 3600.0},
+    "sweep-stale-jobs": {"task": celery_names.SWEEP_STALE_JOBS, "schedule": 60.0},
+    "mturk-sync": {"task": celery_names.CROWD_SYNC, "schedule": 300.0},
+    "mturk-pay-bonuses": {"task": celery_names.PAY_BONUSES, "schedule": 600.0},
+    "refit-reliability": {"task": celery_names.REFIT_DUE_RELIABILITY,
                           "schedule": float(env.int("RELIABILITY_REFIT_SECONDS", default=600))},
     # The pages' counters are kept by every write; this recount repairs what went around
     # the services (annotation.services.counters). It reads every row: daily by default.
-    "reconcile-counts": {"task": "annotation.reconcile_counts",
+    "reconcile-counts": {"task": celery_names.RECONCILE_COUNTS,
                          "schedule": float(env.int("COUNTS_RECONCILE_SECONDS", default=86400))},
 }
 # Adaptive validation (annotation.services.reliability): a task's validator reliability

@@ -2,11 +2,12 @@
 
 from celery import shared_task
 
+from core import celery_names
 
-# Named "tasks.sweep_stale_jobs" as when it lived in tasks/: the beat schedule and the
-# routes (CELERY_BEAT_SCHEDULE, CELERY_TASK_ROUTES) and messages already in a broker
-# name it so; the registered name is kept stable across the move.
-@shared_task(name="tasks.sweep_stale_jobs")
+
+# Named "tasks.sweep_stale_jobs" (celery_names.SWEEP_STALE_JOBS) as when it lived in
+# tasks/: messages already in a broker name it so; the name is kept stable across the move.
+@shared_task(name=celery_names.SWEEP_STALE_JOBS)
 def sweep_stale_jobs() -> dict:
     """The beat schedule runs it every minute (``CELERY_BEAT_SCHEDULE``)."""
     from .engine import sweep_stale_jobs as sweep

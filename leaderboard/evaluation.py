@@ -19,6 +19,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 import ml
+from core import celery_names
 from core.errors import Conflict
 from jobs.engine import JobReporter, create_job, enqueue_by_name
 from jobs.models import Job
@@ -354,5 +355,5 @@ def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None
         params["promote_if_better"] = True
     with transaction.atomic():
         job = create_job(Job.Kind.EVALUATE_MODEL, params=params, task=model.task, user=user)
-        enqueue_by_name(job, "leaderboard.evaluate_model", queue="training")
+        enqueue_by_name(job, celery_names.EVALUATE_MODEL, queue=celery_names.TRAINING_QUEUE)
     return job

@@ -43,6 +43,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from core import celery_names
 from core.errors import DomainError, InvalidInput, TooLarge, TooMany, Unavailable
 from core.ratelimit import Limiter
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
@@ -157,7 +158,7 @@ def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
         with transaction.atomic():
             job = create_job(Job.Kind.CHECK_SUBMISSION, task=task, user=user,
                              params={"name": name, "public": bool(public), "archive": archive.name})
-            enqueue_by_name(job, "leaderboard.check_submission", queue="training")
+            enqueue_by_name(job, celery_names.CHECK_SUBMISSION, queue=celery_names.TRAINING_QUEUE)
     except BaseException:
         partial.unlink(missing_ok=True)
         archive.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from django.db import transaction
 
 import ml
 from annotation.services import counters
+from core import celery_names
 from core.errors import Conflict, DomainError, InvalidInput
 from jobs.engine import JobReporter, create_job, enqueue_by_name
 from jobs.models import Job
@@ -297,7 +298,7 @@ def start_training(task: Task, *, name: str, rounds: Iterable[int] | None = None
               "promote_if_better": bool(promote_if_better), **({"recipe": recipe} if recipe else {})}
     with transaction.atomic():
         job = create_job(Job.Kind.TRAIN_MODEL, params=params, task=task, user=user)
-        enqueue_by_name(job, "leaderboard.train_model", queue="training")
+        enqueue_by_name(job, celery_names.TRAIN_MODEL, queue=celery_names.TRAINING_QUEUE)
     return job
 
 

@@ -39,7 +39,7 @@ METRICS = ["exact_match", "string_f1"]
 # How an example is decided: ``fixed`` when ``num_matching_validations`` counted votes
 # agree; ``adaptive`` as soon as the posterior that the writer is right (or wrong),
 # from the votes and the validators' estimated reliability, reaches
-# ``target_confidence`` (``annotation.reliability``), and by a researcher after
+# ``target_confidence`` (``annotation.reliability_model``), and by a researcher after
 # ``max_votes`` votes without a decision.
 VALIDATION_POLICIES = ["fixed", "adaptive"]
 # The default is bench/validation_frontier.py's pick (docs/annotation.md), with at least two

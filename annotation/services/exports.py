@@ -13,6 +13,7 @@ import tempfile
 from django.db import transaction
 from django.utils import timezone
 
+from core import celery_names
 from core.errors import Forbidden, InvalidInput, NotFound
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
 from jobs.files import delete_job_file, save_job_file
@@ -21,8 +22,6 @@ from tasks.models import Task
 from tasks.roles import is_researcher
 
 from ..exporting import FORMATS, PHASES, Selection, write_examples
-
-CELERY_TASK = "annotation.export_examples"
 
 
 def start_export(user, task: Task, selection: Selection, fmt: str = "csv") -> Job:
@@ -37,7 +36,7 @@ def start_export(user, task: Task, selection: Selection, fmt: str = "csv") -> Jo
     selection.examples(task)  # NotFound: no such round
     job = create_job(Job.Kind.EXPORT_EXAMPLES, params={"format": fmt, **selection.to_params()}, task=task,
                      user=user)
-    enqueue_by_name(job, CELERY_TASK)
+    enqueue_by_name(job, celery_names.EXPORT_EXAMPLES)
     return job
 
 

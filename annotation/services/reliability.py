@@ -1,6 +1,6 @@
 """Validators' reliability on a task, and the adaptive decision of an example.
 
-The model is ``annotation.reliability`` (a two-class Dawid-Skene model fitted by
+The model is ``annotation.reliability_model`` (a two-class Dawid-Skene model fitted by
 EM). Here it meets the database:
 
 - **What it learns from.** Only votes it has reason to trust (``learning_votes``):
@@ -35,10 +35,11 @@ from django.db import transaction
 from django.db.models import FilteredRelation, Q
 from django.utils import timezone
 
+from core import celery_names
 from jobs.engine import send_task_in_background
 from tasks.models import Task
 
-from .. import reliability as R
+from .. import reliability_model as R
 from ..models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
 from . import counters, trust
 
@@ -225,7 +226,7 @@ def refit_when_due(task: Task) -> None:
 
 def _send_refit(task_id: int) -> None:
     try:
-        send_task_in_background("annotation.refit_reliability", task_id)
+        send_task_in_background(celery_names.REFIT_RELIABILITY, task_id)
     except Exception:  # the vote is stored already; the beat's refit comes later
         log.exception("could not refit the reliability of task %s now", task_id)
 

@@ -46,7 +46,7 @@ from tasks.models import Task
 from tasks.roles import is_researcher
 
 from ..models import AnnotationSession, Example, Validation, ValidationClaim
-from ..reliability import ESCALATED, decide
+from ..reliability_model import ESCALATED, decide
 from . import gold, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 

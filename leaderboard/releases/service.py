@@ -24,6 +24,7 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from annotation.models import RoundCounts
+from core import celery_names
 from core.errors import Conflict
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
 from jobs.models import Job
@@ -34,7 +35,6 @@ from ..models import Release
 from . import card, croissant, files
 from .rows import check_rounds, columns, pseudonym_key, released_rows
 
-CELERY_TASK = "leaderboard.release_dataset"
 README, CROISSANT = "README.md", "croissant.json"
 
 
@@ -64,7 +64,7 @@ def start_release(task: Task, *, rounds, splits=None, user=None) -> Job:
                            "Wait for it to finish or cancel it first.")
         job = create_job(Job.Kind.RELEASE_DATASET, task=task, user=user,
                          params={"rounds": [r.number for r in round_rows], "splits": splits})
-        enqueue_by_name(job, CELERY_TASK)
+        enqueue_by_name(job, celery_names.RELEASE_DATASET)
     return job
 
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from annotation import reliability as R
+from annotation import reliability_model as R
 from annotation.models import ReliabilityFit, Validation, ValidatorReliability
 from annotation.services import reliability, trust, validation
 from core.errors import Conflict

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from annotation import reliability as R
+from annotation import reliability_model as R
 from annotation.models import Example, Validation, ValidatorReliability
 from annotation.services import gold, reliability, trust, validation
 from annotation.services.stats import round_stats

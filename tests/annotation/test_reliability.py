@@ -1,4 +1,4 @@
-"""The reliability model and the adaptive rule (``annotation.reliability``), on votes
+"""The reliability model and the adaptive rule (``annotation.reliability_model``), on votes
 made up here so that each property is visible: no database."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from annotation import reliability as R
+from annotation import reliability_model as R
 
 
 def crowd_votes(n_examples=400, seed=0, *, honest=4, accuracy=0.95, spammers=None, wrong_share=0.25):
