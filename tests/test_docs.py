@@ -78,7 +78,7 @@ def test_the_readme_is_a_manual_and_the_manual_is_complete():
         assert "../shared" not in document.read_text(encoding="utf-8"), document
 
 
-PRODUCT = ("dynabench", "core", "tasks", "annotation", "leaderboard", "crowd", "ml")
+PRODUCT = ("dynabench", "core", "jobs", "registry", "tasks", "annotation", "leaderboard", "crowd", "ml", "datafiles")
 ENV_READ = re.compile(r'(?:\benv(?:\.\w+)?|_at_least|environ\.get|getenv|_from_env)\(\s*"([A-Z][A-Z0-9_]+)"'
                       r'|environ\["([A-Z][A-Z0-9_]+)"\](?!\s*=[^=])')
 
