@@ -143,6 +143,12 @@ def test_openapi_schema_and_docs(anonymous):
     docs = anonymous.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
     assert b"cdn" not in docs.content.lower()
+    page = docs.content.decode()
+    # our frame around Swagger UI: the page states its language and has a main landmark
+    assert '<html lang="en">' in page and '<main id="swagger-ui"' in page
+    assert '<script src="/api/docs/?script="></script>' in page  # the view's own script, which mounts there
+    script = anonymous.get("/api/docs/?script=")
+    assert script.status_code == 200 and b'dom_id: "#swagger-ui"' in script.content
 
 
 def test_a_taken_slug_is_a_409_and_the_slug_never_changes(demo_tasks, researcher, client_for):
