@@ -29,8 +29,21 @@ from .admin_lists import TASK_FILTER, Extensible, TaskScopedAdmin, run_service_a
 from .models import Context, Round, Task
 
 
+class RoundInlineForm(forms.ModelForm):
+    """A row of the Task form's rounds table: the table's column headers are not the
+    inputs' labels, so each input and select is named for assistive technology (its
+    field's label and the row's round)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        which = f" of round {self.instance.number}" if self.instance.pk else " of the new round"
+        for field in self.fields.values():
+            field.widget.attrs.setdefault("aria-label", f"{str(field.label).capitalize()}{which}")
+
+
 class RoundInline(admin.TabularInline):
     model = Round
+    form = RoundInlineForm
     extra = 0
     fields = ["number", "status", "ensemble_mode", "opened_at", "closed_at"]
     readonly_fields = ["status", "opened_at", "closed_at"]

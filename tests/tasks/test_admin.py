@@ -252,3 +252,23 @@ def test_a_round_takes_only_its_own_tasks_models(populated, client, researcher):
     with pytest.raises(Conflict, match="belong to other tasks"):
         open_round(draft)
     assert nli.open_round() is not None
+
+
+def test_the_task_forms_rounds_table_names_every_input(populated, client, researcher):
+    """The rounds inline is a table whose headers are not labels: each input and select
+    of a row carries a name of its own (its field and its round), and the empty row for
+    a new round says so. Inputs without a name are what a screen reader announces as
+    "edit text" alone."""
+    import re
+
+    client.force_login(researcher)
+    nli = Task.objects.get(slug="nli")
+    page = client.get(admin_url(Task, "change", nli.pk)).content.decode()
+    rows = re.findall(r'<(?:input|select)[^>]*name="rounds-(\d+|__prefix__)-(\w+)"[^>]*>', page)
+    named = re.findall(r'<(?:input|select)[^>]*name="rounds-(?:\d+|__prefix__)-(?:number|ensemble_mode)"[^>]*>', page)
+    assert rows and len(named) >= 2
+    for tag in named:
+        assert 'aria-label="' in tag, tag
+    first = nli.rounds.order_by("number").first()
+    assert f'aria-label="Number of round {first.number}"' in page
+    assert 'aria-label="Ensemble mode of the new round"' in page  # the template row the admin copies
