@@ -523,7 +523,7 @@ def qa_training(document: dict) -> str:
              f"{100 * m['minus_reference']['difference']:+.1f} ({100 * m['minus_reference']['interval'][0]:+.1f} to "
              f"{100 * m['minus_reference']['interval'][1]:+.1f})", pct(m["exact_match"]), pct(m["f1_all_answers"]),
              yes_no(m["clears_reference"])] for m in document["marks"]]
-    lines.append(markdown_table(["minutes", "steps", "questions seen", "F1", "95% interval",
+    lines.append(markdown_table(["minutes", "steps", "features seen", "F1", "95% interval",
                                  "minus the line (points)", "EM", "F1 (all answers)", "clears the line"], rows))
     clearing = [m for m in document["marks"] if m["clears_reference"]]
     epochs = training["epochs_run"]

@@ -64,3 +64,13 @@ def test_a_small_run_writes_each_mark_against_the_line(tmp_path):
     assert "| minutes | steps | F1 |" in done.stdout
     work = Path(done.stderr.split("removed the models under ")[-1].split()[0])
     assert work.parent == ROOT / "var" / "bench" and not work.exists()  # its models are removed after scoring
+
+
+def test_make_runs_budget_is_the_first_measured_mark_that_clears_the_line(settings):
+    """DYNABENCH_QA_TRAINING_MINUTES defaults to the shortest budget whose model's
+    interval lies above the sliding-window line in the committed curve: a shorter one
+    would make a target promotion refuses, and a new curve that moves the mark fails here."""
+    marks = json.loads(COMMITTED.read_text())["marks"]
+    clearing = [mark["minutes"] for mark in marks if mark["clears_reference"]]
+    assert clearing, "no measured budget makes a QA target the promotion rule accepts"
+    assert settings.DYNABENCH_QA_TRAINING_MINUTES == min(clearing)
