@@ -146,6 +146,7 @@ def test_openapi_schema_and_docs(anonymous):
     page = docs.content.decode()
     # our frame around Swagger UI: the page states its language and has a main landmark
     assert '<html lang="en">' in page and '<main id="swagger-ui"' in page
+    assert "<style" not in page  # the Content-Security-Policy refuses inline styles: the frame's is a file
     assert '<script src="/api/docs/?script="></script>' in page  # the view's own script, which mounts there
     script = anonymous.get("/api/docs/?script=")
     assert script.status_code == 200 and b'dom_id: "#swagger-ui"' in script.content
