@@ -105,6 +105,10 @@ def test_write_json_that_fails_leaves_the_previous_file(tmp_path):
 
 def test_write_json_writes_paths_in_the_repository_from_its_root(tmp_path, monkeypatch):
     monkeypatch.setenv("DYNABENCH_DATA_DIR", str(tmp_path / "data"))
+    # The temporary and home folders apart from the checkout, wherever it is (a clone in
+    # /tmp would otherwise make its sibling "<tmp>/...": right, but not what this tests).
+    monkeypatch.setattr(results.tempfile, "gettempdir", lambda: str(tmp_path / "t"))
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
     path = tmp_path / "result.json"
     results.write_json(path, {
         "out": ROOT / "bench" / "results" / "load.json",  # a Path is written as a string
