@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
+from django.forms.models import BaseInlineFormSet
 from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -29,21 +30,21 @@ from .admin_lists import TASK_FILTER, Extensible, TaskScopedAdmin, run_service_a
 from .models import Context, Round, Task
 
 
-class RoundInlineForm(forms.ModelForm):
-    """A row of the Task form's rounds table: the table's column headers are not the
-    inputs' labels, so each input and select is named for assistive technology (its
-    field's label and the row's round)."""
+class RoundInlineFormSet(BaseInlineFormSet):
+    """The Task form's rounds table: its column headers are not the inputs' labels, so
+    each input, select and checkbox of a row, the formset's delete box included, is
+    named for assistive technology (its field's label and the row's round)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        which = f" of round {self.instance.number}" if self.instance.pk else " of the new round"
-        for field in self.fields.values():
-            field.widget.attrs.setdefault("aria-label", f"{str(field.label).capitalize()}{which}")
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        which = f", round {form.instance.number}" if form.instance.pk else ", new round"
+        for field in form.fields.values():
+            field.widget.attrs.setdefault("aria-label", f"{str(field.label).rstrip('?').capitalize()}{which}")
 
 
 class RoundInline(admin.TabularInline):
     model = Round
-    form = RoundInlineForm
+    formset = RoundInlineFormSet
     extra = 0
     fields = ["number", "status", "ensemble_mode", "opened_at", "closed_at"]
     readonly_fields = ["status", "opened_at", "closed_at"]

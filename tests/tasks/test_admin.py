@@ -265,10 +265,12 @@ def test_the_task_forms_rounds_table_names_every_input(populated, client, resear
     nli = Task.objects.get(slug="nli")
     page = client.get(admin_url(Task, "change", nli.pk)).content.decode()
     rows = re.findall(r'<(?:input|select)[^>]*name="rounds-(\d+|__prefix__)-(\w+)"[^>]*>', page)
-    named = re.findall(r'<(?:input|select)[^>]*name="rounds-(?:\d+|__prefix__)-(?:number|ensemble_mode)"[^>]*>', page)
+    named = re.findall(r'<(?:input|select)[^>]*name="rounds-(?:\d+|__prefix__)-(?:number|ensemble_mode|DELETE)"[^>]*>',
+                       page)
     assert rows and len(named) >= 2
     for tag in named:
         assert 'aria-label="' in tag, tag
     first = nli.rounds.order_by("number").first()
-    assert f'aria-label="Number of round {first.number}"' in page
-    assert 'aria-label="Ensemble mode of the new round"' in page  # the template row the admin copies
+    assert f'aria-label="Number, round {first.number}"' in page
+    assert 'aria-label="Ensemble mode, new round"' in page  # the template row the admin copies
+    assert f'aria-label="Delete, round {first.number}"' in page  # the formset's own delete box too
