@@ -89,8 +89,14 @@ def _folders() -> list[tuple[str, str]]:
 
 # Any other path under one of these says which machine a run was on, not what it ran:
 # only its last part is kept (``/usr/lib/postgresql/16/bin/postgres`` -> ``postgres``).
-# /dev, /proc and /var (``--worker-tmp-dir /dev/shm``) mean the same on every machine.
-MACHINE_FOLDERS = ("work", "tmp", "home", "root", "Users", "private", "usr", "opt", "srv", "mnt", "media")
+# /dev, /proc, /sys and /var (``--worker-tmp-dir /dev/shm``) mean the same on every machine.
+# The checkout's own top folder is one too (a CI runner's ``/check`` or ``/builds``), so a
+# sibling checkout's path is never kept whole.
+SHARED_FOLDERS = ("dev", "proc", "sys", "var")
+MACHINE_FOLDERS = tuple(dict.fromkeys(
+    ("work", "tmp", "home", "root", "Users", "private", "usr", "opt", "srv", "mnt", "media")
+    + tuple(top for top in ROOT.resolve().parts[1:2] if top not in SHARED_FOLDERS)
+))
 _OTHER_PATH = re.compile(r"(?<![\w.~$<>-])/(?:" + "|".join(MACHINE_FOLDERS) + r")(?![\w.-])[^\s'\",;)]*")
 
 
