@@ -174,7 +174,7 @@ def test_the_page_offers_no_weight_for_a_metric_no_model_has_and_shortens_long_n
     for absent in ("throughput", "memory", "robustness", "fairness", "calibration"):
         assert f'name="{absent}"' not in html, absent
     assert f'<td class="name" title="{long_name}">' in html and ">a-model-name-far-too-long-for-a…</a>" in html
-    assert '<div class="table-scroll">' in html
+    assert '<div class="table-scroll" tabindex="0" role="region" aria-label="Leaderboard table">' in html
 
 
 def test_the_query_count_does_not_grow_with_the_models(boarded, client, other_sentiment_artifact,
