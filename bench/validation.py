@@ -67,7 +67,7 @@ from benchlib.results import (
 from benchlib.validation_report import SPAMMER_MIXES, doc_block, spam_label, table
 
 from annotation import reliability_model as R
-from leaderboard.replay.stats import wilson
+from replay.stats import wilson
 
 FIXED_MATCHING = 3
 LABELS = ("hateful", "non-hateful")  # HateCheck's label_gold values

@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "annotation",
     "leaderboard",
     "crowd",
+    "replay",  # the experiment (manage.py replay); no models
 ]
 
 MIDDLEWARE = [

@@ -55,10 +55,10 @@ from tasks.models import Task
 from tasks.services import SEED_DIR
 
 from .jobs import train_static_model
-from .replay.data import default_data_dir
 from .static_data import (
     Source,
     StaticDataError,
+    default_data_dir,
     dev_score,
     import_static_data,
     parse_source,

@@ -1,6 +1,6 @@
 """The replay report: its schema, reading it, and its Markdown tables. Pure functions, no Django.
 
-``leaderboard.replay.summary.build_report`` builds the report; ``results.write_outputs``
+``replay.summary.build_report`` builds the report; ``results.write_outputs``
 writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, differences and rates are fractions in [0, 1])::
 
     {
@@ -11,7 +11,7 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
       "seeds": [0],                             # the training seeds pooled
       "training": {...}, "started_at": "...", "seconds": 812.5,
       "statistics": {"resamples": 1000, "confidence": 0.95},
-      "data": {...},                            # leaderboard.replay.data.plan_summary(plan); its
+      "data": {...},                            # replay.data.plan_summary(plan); its
                                                 # "leakage" holds "rules", "removed" (round -> split ->
                                                 # rule -> rows) and "pairs" (round -> {training, test,
                                                 # removed}: contrastive pair counts)

@@ -45,7 +45,7 @@ rows resampled to each round's label shares (``controls``); ``control`` may
 name both (``["static", "balanced"]``), each a chain of its own.
 
 With several seeds, each seed replays on a task of its own (``<slug>-s<seed>``)
-with the same data plan; ``leaderboard.replay.summary`` pools them.
+with the same data plan; ``replay.summary`` pools them.
 """
 
 from __future__ import annotations
@@ -68,17 +68,17 @@ from annotation.services.validation import validate_example
 from core.errors import DomainError
 from core.progress import Advance, counter
 from datafiles.readers import Record
+from leaderboard import promotion, training
+from leaderboard.evaluation import start_evaluation
+from leaderboard.jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
 from leaderboard.models import Evaluation
+from leaderboard.rows import example_row
+from leaderboard.sampling import group_keys, stable_hash
 from registry.models import ModelVersion
 from registry.services import ref_for
 from tasks import services as task_services
 from tasks.models import Context, Task
 
-from .. import promotion, training
-from ..evaluation import start_evaluation
-from ..jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
-from ..rows import example_row
-from ..sampling import group_keys, stable_hash
 from .controls import BalancedSampler, control_names, label_shares
 from .data import ReplayPlan, build_plan
 from .summary import build_report

@@ -539,8 +539,8 @@ def qa_training(document: dict) -> str:
 
 
 def replay(reports: dict[str, dict]) -> str:
-    """The replay reports (``{folder: report}``): ``leaderboard.replay.results``'s tables,
+    """The replay reports (``{folder: report}``): ``replay.results``'s tables,
     what ``manage.py replay_tables`` puts there (pure Python, no Django)."""
-    from leaderboard.replay.results import doc_section
+    from replay.results import doc_section
 
     return doc_section(reports)

@@ -4,10 +4,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from leaderboard.replay.chart import svg_chart
-from leaderboard.replay.findings import with_findings
-from leaderboard.replay.report import markdown_tables
-from leaderboard.replay.results import (
+from replay.chart import svg_chart
+from replay.findings import with_findings
+from replay.report import markdown_tables
+from replay.results import (
     load_reports,
     report_paths,
     seed_report_paths,
