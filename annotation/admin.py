@@ -30,6 +30,11 @@ from tasks.admin_lists import (
 )
 from tasks.models import Round, Task
 
+from . import examples as example_services
+from . import exports as export_services
+from . import reliability as reliability_services
+from . import trust as trust_services
+from . import validation as validation_services
 from .exporting import EXCLUDE, INCLUDE, ONLY, Selection
 from .models import (
     AnnotationSession,
@@ -39,11 +44,6 @@ from .models import (
     ValidatorReliability,
     VouchedValidator,
 )
-from .services import examples as example_services
-from .services import exports as export_services
-from .services import reliability as reliability_services
-from .services import trust as trust_services
-from .services import validation as validation_services
 
 
 class ValidationInline(admin.TabularInline):

@@ -21,7 +21,7 @@ from tasks import services as task_services
 from tasks.models import Round
 from tasks.roles import is_researcher
 
-from . import idempotency
+from . import contexts, examples, idempotency, listing, reliability, sessions, stats, validation
 from .access import example_for, seen, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
@@ -49,7 +49,6 @@ from .serializers import (
     ValidationItemSerializer,
     ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, listing, reliability, sessions, stats, validation
 from .tokens import make_token
 
 

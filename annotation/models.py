@@ -69,7 +69,7 @@ class Example(models.Model):
                                                         ("incorrect", "The writer is wrong")],
         help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation "
                   "queue mixes gold items in (the task config's validation.gold_rate); answers on them are the "
-                  "evidence for a validator's trust (annotation.services.gold).")
+                  "evidence for a validator's trust (annotation.gold).")
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
     signature = models.CharField(
         max_length=64, blank=True,

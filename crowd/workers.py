@@ -39,8 +39,8 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from annotation import counters, reliability, trust
 from annotation.models import Example, Validation, ValidatorReliability, WriterCounts
-from annotation.services import counters, reliability, trust
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher

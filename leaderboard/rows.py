@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 import ml
+from annotation.examples import signature_ok
 from annotation.models import Example
-from annotation.services.examples import signature_ok
 from core.errors import InvalidInput
 from jobs.engine import JobReporter
 from tasks.models import Task

@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from annotation import reliability, stats
 from annotation.models import ReliabilityFit
-from annotation.services import reliability, stats
 from annotation.views import task_page_context
 from core.accounts import too_many
 from core.errors import DomainError, InvalidInput, TooLarge

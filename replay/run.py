@@ -62,9 +62,9 @@ from django.utils import timezone
 
 import ml
 from annotation.datasets import import_records
+from annotation.examples import create_example
 from annotation.models import Example
-from annotation.services.examples import create_example
-from annotation.services.validation import validate_example
+from annotation.validation import validate_example
 from core.errors import DomainError
 from core.progress import Advance, counter
 from datafiles.readers import Record

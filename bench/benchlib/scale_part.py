@@ -178,8 +178,8 @@ class Work:
         from django.db import transaction
         from django.utils import timezone
 
+        from annotation.examples import example_signature
         from annotation.models import AnnotationSession, Example, Validation
-        from annotation.services.examples import example_signature
         from crowd.models import Assignment, WorkerIdentity
 
         now = timezone.now()
@@ -217,8 +217,8 @@ def forget_earlier_work() -> int:
     assignments and sessions)."""
     from django.db import transaction
 
+    from annotation.examples import delete_examples
     from annotation.models import AnnotationSession, Example
-    from annotation.services.examples import delete_examples
     from crowd.models import Assignment, BonusPayment
 
     with transaction.atomic():
@@ -232,7 +232,7 @@ def forget_earlier_work() -> int:
 
 
 def periodic_jobs(task, rnd, users, repeats: int, work: int) -> list[dict]:
-    from annotation.services import counters, reliability
+    from annotation import counters, reliability
     from crowd import bonuses, sync
     from crowd.models import Batch
 
@@ -311,8 +311,8 @@ def run(cfg: dict) -> dict:
     call_command("migrate", interactive=False, verbosity=0)
     from django.contrib.auth import get_user_model
 
+    from annotation import counters
     from annotation.models import Example, RoundCounts, Validation
-    from annotation.services import counters
     from crowd.testing.fake_mturk import FakeMTurk
     from tasks.models import Task
 

@@ -10,9 +10,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
+from annotation import reliability, trust, validation
 from annotation import reliability_model as R
 from annotation.models import ReliabilityFit, Validation, ValidatorReliability
-from annotation.services import reliability, trust, validation
 from core.errors import Conflict
 from tasks.config import validate_task_config
 

@@ -172,7 +172,7 @@ def test_no_model_answer_is_a_clear_503(live_tasks, client_for, annotator):
 
 
 def test_round_closed_while_the_model_answers_stores_nothing(nli_client, live_tasks, monkeypatch):
-    from annotation.services import examples
+    from annotation import examples
     from tasks.services import close_round
 
     client, context = nli_client

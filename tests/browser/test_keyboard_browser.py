@@ -41,7 +41,7 @@ def wait_for_focus(page, selector):
 
 
 def token_url(live_server, user, task, page_name):
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     return f"{live_server.url}/tasks/{task.slug}/{page_name}/?token={make_token(start_session(user, task))}"

@@ -2,8 +2,8 @@
 
 import pytest
 
+from annotation import validation
 from annotation.models import Example
-from annotation.services import validation
 from crowd import tasks as crowd_tasks
 from crowd.models import Assignment, BonusPayment
 from tests.crowd.test_crowd_flow import do_one_assignment, make_batch
@@ -186,8 +186,8 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from annotation import trust
     from annotation.models import Validation
-    from annotation.services import trust
 
     _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]

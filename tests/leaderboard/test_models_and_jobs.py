@@ -264,7 +264,7 @@ def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_
 def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_tasks, annotator):
     """An example edited after the model answered (its label, its text or ``fooled``)
     no longer matches its signature: training and evaluation leave it out."""
-    from annotation.services.examples import example_signature
+    from annotation.examples import example_signature
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()

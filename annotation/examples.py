@@ -29,9 +29,9 @@ from tasks.models import Context, Round, Task
 from tasks.roles import is_researcher
 from tasks.targets import open_round_with_models
 
-from ..inference import explain_with, predict_with
-from ..models import AnnotationSession, Example, forget_examples
 from . import sessions
+from .inference import explain_with, predict_with
+from .models import AnnotationSession, Example, forget_examples
 
 MAX_REASON_LENGTH = 500
 MAX_DATABASE_ID = 2**63 - 1
