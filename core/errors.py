@@ -7,6 +7,10 @@ their messages with the same statuses (``core.api.http_status``). A service neve
 
 from __future__ import annotations
 
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeout
+
 
 class DomainError(Exception):
     """Base class. ``message`` is shown to the user as it is."""
@@ -113,8 +117,4 @@ class TooMany(DomainError):
 def queue_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the job queue is down: the broker's connection error
     and Redis's (broker, reply lists and shared cache are Redis here)."""
-    from kombu.exceptions import OperationalError as BrokerUnavailable
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeout
-
     return BrokerUnavailable, RedisConnectionError, RedisTimeout
