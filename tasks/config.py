@@ -24,6 +24,7 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
+from ml.submissions import ConfigBounds
 
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
@@ -216,8 +217,6 @@ class TaskConfig:
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
-        from ml.submissions import ConfigBounds
-
         return ConfigBounds.from_dict(self.model_limits)
 
     @property
