@@ -9,6 +9,7 @@ unique per assignment and reason), and the fees MTurk adds to both
 """
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -154,8 +155,6 @@ class Batch(models.Model):
     def review_until(self):
         """Until when MTurk may still hold submissions of this batch to decide: its HITs'
         end, plus an assignment's duration, plus the auto-approval delay."""
-        from datetime import timedelta
-
         ended = self.finished_at or self.expires_at
         if ended is None:
             return None
