@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -98,7 +99,6 @@ class RealData:
         """The recipe its model trains with (the caller's options go on top)."""
         if not self.time_budget:
             return dict(REAL_DATA_TRAINING)
-        from django.conf import settings
 
         return {**QA_TRAINING, "max_minutes": settings.DYNABENCH_QA_TRAINING_MINUTES}
 
