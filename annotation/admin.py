@@ -107,7 +107,7 @@ def inputs_text_search(queryset, text: str):
     syntax: quotes, or, -word), on PostgreSQL; Q is None on other databases."""
     if connections[queryset.db].vendor != "postgresql":
         return queryset, None
-    from django.contrib.postgres.search import SearchQuery, SearchVector
+    from django.contrib.postgres.search import SearchQuery, SearchVector  # noqa: PLC0415 - PostgreSQL only; the SQLite mode never loads it
 
     queryset = queryset.alias(inputs_words=SearchVector("inputs", config=INPUTS_TEXT_SEARCH_CONFIG))
     return queryset, Q(inputs_words=SearchQuery(text, config=INPUTS_TEXT_SEARCH_CONFIG, search_type="websearch"))

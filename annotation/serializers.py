@@ -23,6 +23,7 @@ from .examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 from .exporting import anonymise
 from .models import Example, Validation
 from .stats import verified_rate
+from .validation import may_see_target
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
 MAX_ROUND_NUMBER = 2**31 - 1  # Round.number is a 32-bit column
@@ -184,8 +185,6 @@ class ValidationItemSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, obj):
-        from .validation import may_see_target
-
         # Decided once per item (it may cost a query): every field below reads it.
         obj.shown_to_caller = may_see_target(obj, self.context["user"],
                                              blind_answer_given=self.get_blind_answer(obj) is not None)
