@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import metrics as M
-from .artifacts import ArtifactInfo, save_artifact
+from .artifacts import ArtifactInfo, model_class_for, save_artifact
 from .backbones import (
     DEFAULT_BACKBONE,
     configure_torch_threads,
@@ -172,7 +172,6 @@ def train(
         if progress is not None:
             progress(round(min(100.0, max(0.0, percent)), 2), message)
 
-    from .artifacts import model_class_for
 
     quiet_transformers()
     configure_torch_threads()
