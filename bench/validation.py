@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import random
 import sys
 import time
@@ -266,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
                              "from --out's JSON.")
     args = parser.parse_args(argv)
     if args.doc:
-        import json
-
         text = DOC.read_text(encoding="utf-8")
         try:
             wanted = with_doc_block(text, json.loads(args.out.read_text(encoding="utf-8")))

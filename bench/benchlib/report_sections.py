@@ -14,6 +14,8 @@ them, never recomputed); the same JSON always gives the same text.
 
 from __future__ import annotations
 
+from replay.results import doc_section
+
 from . import RESULTS
 from .baselines_report import markdown as baselines_markdown
 from .frontier_report import doc_block as frontier_doc_block
@@ -541,6 +543,4 @@ def qa_training(document: dict) -> str:
 def replay(reports: dict[str, dict]) -> str:
     """The replay reports (``{folder: report}``): ``replay.results``'s tables,
     what ``manage.py replay_tables`` puts there (pure Python, no Django)."""
-    from replay.results import doc_section
-
     return doc_section(reports)
