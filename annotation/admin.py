@@ -77,13 +77,15 @@ def unflag_examples(modeladmin, request, queryset):
 @admin.action(description="Make gold items: the writer is right")
 def gold_correct(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: validation_services.mark_gold(e.pk, request.user, "correct"), "Made gold (writer right)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "correct"),
+                       "Made gold (writer right)")
 
 
 @admin.action(description="Make gold items: the writer is wrong")
 def gold_incorrect(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: validation_services.mark_gold(e.pk, request.user, "incorrect"), "Made gold (writer wrong)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "incorrect"),
+                       "Made gold (writer wrong)")
 
 
 DECIDED_FIELDS = [

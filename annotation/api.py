@@ -1,4 +1,5 @@
-# Long on purpose: every annotation endpoint in one module, each a thin adapter over a service, in the order of the URL table.
+# Long on purpose: every annotation endpoint in one module, each a thin adapter over a service,
+# in the order of the URL table.
 """REST endpoints of the annotation loop (paths kept stable for scripts).
 
 Views parse input, call a service and serialise its result; the services raise

@@ -1,4 +1,5 @@
-# Long on purpose: the annotation API's request and response shapes in one catalogue, which the schema is generated from.
+# Long on purpose: the annotation API's request and response shapes in one catalogue,
+# which the schema is generated from.
 """Request and response shapes of the annotation API.
 
 Request serializers check the shape (types, sizes); what a task accepts (its input

@@ -37,8 +37,8 @@ Reported per run (policy, spammers, seed): validations per decided example (vote
 spent on the cases the rule decided, over their number; the votes spent on cases sent
 to researchers are counted apart), decision accuracy against the truth with a 95%
 Wilson interval, the share sent to researchers, and the refit's cost. Then the
-targets the adaptive rule was built to meet, checked on the runs: at least 30% fewer validations per decided example than
-fixed 3-matching at no lower accuracy (within fixed's interval) with the real
+targets the adaptive rule was built to meet, checked on the runs: at least 30% fewer
+validations per decided example than fixed 3-matching at no lower accuracy (within fixed's interval) with the real
 annotators, and, with 20% "always correct" spammers, accuracy within 1 point of the
 spammer-free run.
 """

@@ -2,7 +2,8 @@
 
 Services raise these; ``core.api.exception_handler`` is the one place that turns
 them into HTTP statuses (400, 403, 404, 409, 410, 413, 429, 503), and the pages show
-their messages with the same statuses (``core.api.http_status``). A service never raises a DRF or Django HTTP exception itself.
+their messages with the same statuses (``core.api.http_status``). A service never raises a DRF or
+Django HTTP exception itself.
 """
 
 from __future__ import annotations

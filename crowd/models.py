@@ -193,7 +193,8 @@ class Assignment(models.Model):
     hit = models.ForeignKey(Hit, on_delete=models.CASCADE, related_name="assignments")
     assignment_id = models.CharField(max_length=64)
     worker = models.ForeignKey(WorkerIdentity, on_delete=models.PROTECT, related_name="assignments")
-    session = models.OneToOneField("annotation.AnnotationSession", on_delete=models.PROTECT, related_name="mturk_assignment",
+    session = models.OneToOneField("annotation.AnnotationSession", on_delete=models.PROTECT,
+                                   related_name="mturk_assignment",
                                    help_text="The sitting the worker's examples and validations were made in.")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.WORKING)
     submit_to = models.CharField(max_length=64, help_text="The MTurk site the worker submits to (turkSubmitTo).")

@@ -167,7 +167,8 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: S
     else:
         feedback = None
     times = {"submitted_at": assignment.submitted_at, "auto_approval_at": assignment.auto_approval_at}
-    if feedback is None and assignment.status != Assignment.Status.SUBMITTED:  # rule 1: MTurk's record and our token agree
+    # Rule 1: MTurk's record and our token agree.
+    if feedback is None and assignment.status != Assignment.Status.SUBMITTED:
         with transaction.atomic():
             if not _set_status(assignment, assignment.status, status=Assignment.Status.SUBMITTED,
                                verified_at=assignment.verified_at or now, **times):

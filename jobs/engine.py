@@ -1,4 +1,5 @@
-# Long on purpose: one job's whole life (queue, send in either mode, run, heartbeat, cancel, re-run, sweep) in one place.
+# Long on purpose: one job's whole life (queue, send in either mode, run, heartbeat, cancel, re-run, sweep)
+# in one place.
 """Long jobs: a Job row that pages show, its queue, its heartbeat, cancel, re-run and the sweeper.
 
 The life of a job::

@@ -133,7 +133,8 @@ class Job(models.Model):
             return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"
 
         kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation",
-                Job.Kind.CHECK_SUBMISSION: "check", Job.Kind.RELEASE_DATASET: "release"}.get(self.kind, self.get_kind_display().lower())
+                Job.Kind.CHECK_SUBMISSION: "check",
+                Job.Kind.RELEASE_DATASET: "release"}.get(self.kind, self.get_kind_display().lower())
         what = f"{kind} job #{self.pk}"
         if self.status == Job.Status.QUEUED:
             position = self.queue_position()

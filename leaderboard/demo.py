@@ -227,7 +227,8 @@ def ensure_admin(report: DemoReport) -> None:
         return
     password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
     User.objects.create_superuser(DEMO_ADMIN_USERNAME, email="", password=password)
-    report.admin_password = password if not os.environ.get("DJANGO_SUPERUSER_PASSWORD") else "(from DJANGO_SUPERUSER_PASSWORD)"
+    from_env = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
+    report.admin_password = "(from DJANGO_SUPERUSER_PASSWORD)" if from_env else password
 
 
 def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int | None,

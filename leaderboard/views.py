@@ -124,8 +124,8 @@ def task_action(request, slug):
             except DomainError as exc:
                 messages.error(request, str(exc))
                 return redirect(confirm)
-            messages.success(request, f"Round {rnd.number} is open with {', '.join(m.name for m in rnd.target_models.all())} "
-                                      "as its target.")
+            names = ", ".join(m.name for m in rnd.target_models.all())
+            messages.success(request, f"Round {rnd.number} is open with {names} as its target.")
         else:
             messages.error(request, "Unknown action.")
     except DomainError as exc:

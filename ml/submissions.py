@@ -1,4 +1,5 @@
-# Long on purpose: one security boundary, read top to bottom: an untrusted archive checked step by step before anything loads it.
+# Long on purpose: one security boundary, read top to bottom: an untrusted archive checked step by step
+# before anything loads it.
 """Model submissions: turn an uploaded zip into a verified artifact, or refuse it.
 
 An upload is a zip of a Hugging Face-format model directory::

@@ -262,8 +262,8 @@ def train(
                 snapshot = Path(f"{os.fspath(out_dir)}-at-{minute:g}min")
                 save_artifact(copy.deepcopy(model).to("cpu"), tokenizer, spec, snapshot, backbone=str(backbone),
                               training_data={"train_count": len(train_clean), **(training_data or {})},
-                              metrics={"kind": spec.kind, "steps": step, "epoch": epoch, "train_seconds": round(clock, 3),
-                                       "snapshot_minutes": minute})
+                              metrics={"kind": spec.kind, "steps": step, "epoch": epoch,
+                                       "train_seconds": round(clock, 3), "snapshot_minutes": minute})
                 snapshots_saved.append({"minutes": minute, "step": step, "path": str(snapshot)})
                 model.train()
                 epoch_started += time.perf_counter() - paused  # saving is not training time

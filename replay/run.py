@@ -1,4 +1,5 @@
-# Long on purpose: one seed's replay is one object (data, the adversarial chain, the control chains), read top to bottom.
+# Long on purpose: one seed's replay is one object (data, the adversarial chain, the control chains),
+# read top to bottom.
 """Replay real adversarial rounds through the platform's own services.
 
 ``manage.py replay`` calls ``replay()``. Nothing here trains, scores or stores on

@@ -122,7 +122,8 @@ def request_paths(task, rnd, users) -> list[tuple[str, str, str]]:
     for who in ("superuser", "researcher"):
         paths += [
             ("admin examples", who, admin_examples),
-            ("admin examples filter", who, f"{admin_examples}?task__id__exact={task.pk}&validation_status__exact=pending"),
+            ("admin examples filter", who,
+             f"{admin_examples}?task__id__exact={task.pk}&validation_status__exact=pending"),
             ("admin examples uid", who, f"{admin_examples}?q={example.uid}"),
             ("admin validations", who, admin_validations),
             ("admin validations last", who, f"{admin_validations}?p={last_page}"),
@@ -353,7 +354,8 @@ def run(cfg: dict) -> dict:
         "database": cfg["database"], "vendor": _vendor(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average": [round(v, 2) for v in os.getloadavg()], "size": cfg["size"], "built": built,
-        "reused": built is None, "analyzed": analyzed, "earlier_work_removed": forgotten, "prepare_seconds": round(migrated, 1),
+        "reused": built is None, "analyzed": analyzed, "earlier_work_removed": forgotten,
+        "prepare_seconds": round(migrated, 1),
         "rows": {"examples": examples, "validations": validations},
         "drift_after_build": [str(d) for d in drifts],
         "counters": {"collected": counts.collected, "decisions": counts.decisions, "fooled": counts.fooled},

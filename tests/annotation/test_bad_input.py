@@ -240,7 +240,8 @@ def test_a_broken_model_answers_503_with_the_reason_and_stores_nothing(live_task
         shutil.move(backup, model.artifact_dir)
     assert response.status_code == 503, response.content
     body = response.json()
-    assert body["code"] == "unavailable" and "ArtifactError" in body["detail"] and "nothing was stored" in body["detail"]
+    assert body["code"] == "unavailable"
+    assert "ArtifactError" in body["detail"] and "nothing was stored" in body["detail"]
     assert int(response["Retry-After"]) > 0
     assert snapshot() == before
 

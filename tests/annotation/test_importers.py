@@ -353,7 +353,8 @@ def test_strict_import_writes_nothing(demo_tasks, tmp_path):
     with pytest.raises(CommandError) as caught:
         run_import(path, "--task", "nli", "--format", "anli", "--round", 2, "--split", "dev", "--strict")
     message = str(caught.value)
-    assert "2 malformed row(s); nothing was written" in message and "line 2: target.label: 'foo' is not one of" in message
+    assert "2 malformed row(s); nothing was written" in message
+    assert "line 2: target.label: 'foo' is not one of" in message
     assert (Example.objects.count(), Context.objects.count(), Round.objects.count()) == before
 
     path.write_text(json.dumps(premise_row("u1")) + "\n")

@@ -652,7 +652,8 @@ def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(dem
     task = demo_tasks["sentiment"]
     batch = batch_of(task, mode="validate")
     writer = account("gold_writer")
-    items = [validation.mark_gold(write(task, writer, text=f"Gold {i}").pk, researcher, "incorrect" if i % 2 else "correct")
+    items = [validation.mark_gold(write(task, writer, text=f"Gold {i}").pk, researcher,
+                                  "incorrect" if i % 2 else "correct")
              for i in range(6)]
     careless = assignment_in(batch, "ACARELESS00001", when=timezone.now())
     careful = assignment_in(batch, "ACAREFUL000001", when=timezone.now())

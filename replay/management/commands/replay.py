@@ -70,7 +70,8 @@ class Command(BaseCommand):
             raise CommandError("--out is the JSON report's path; the .md and .svg are written beside it.")
         options = Options(
             task=o["task"], data_dir=Path(data_dir), mode=o["mode"], limit=o["limit"], seed=o["seed"],
-            strategy=o["strategy"], control=o["control"], seeds=o["seeds"], backbone=o["backbone"], task_slug=o["task_slug"], replace=o["replace"], rounds=o["rounds"],
+            strategy=o["strategy"], control=o["control"], seeds=o["seeds"], backbone=o["backbone"],
+            task_slug=o["task_slug"], replace=o["replace"], rounds=o["rounds"],
             job_timeout=o["job_timeout"],
             train={"epochs": o["epochs"], "static_epochs": o["static_epochs"], "batch_size": o["batch_size"],
                    "lr": o["lr"]})

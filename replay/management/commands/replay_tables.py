@@ -21,7 +21,8 @@ FINDINGS = Path("docs/replay.md")
 
 class Command(BaseCommand):
     help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
-            "from its report.json (or a run of several seeds' summary.json, and each seed's own), the replay block of bench/RESULTS.md and the findings (every comparative "
+            "from its report.json (or a run of several seeds' summary.json, and each seed's own), "
+            "the replay block of bench/RESULTS.md and the findings (every comparative "
             "sentence) of docs/replay.md. --check changes nothing and fails if any of them differs from what "
             "the reports give.")
 
