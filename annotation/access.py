@@ -9,7 +9,7 @@ from tasks.models import Task
 from tasks.roles import is_researcher
 
 from .models import AnnotationSession, Example
-from .services.trust import record_address
+from .trust import record_address
 
 
 def token_session(request) -> AnnotationSession | None:

@@ -30,6 +30,11 @@ from tasks.admin_lists import (
 )
 from tasks.models import Round, Task
 
+from . import examples as example_services
+from . import exports as export_services
+from . import reliability as reliability_services
+from . import trust as trust_services
+from . import validation as validation_services
 from .exporting import EXCLUDE, INCLUDE, ONLY, Selection
 from .models import (
     AnnotationSession,
@@ -39,11 +44,6 @@ from .models import (
     ValidatorReliability,
     VouchedValidator,
 )
-from .services import examples as example_services
-from .services import exports as export_services
-from .services import reliability as reliability_services
-from .services import trust as trust_services
-from .services import validation as validation_services
 
 
 class ValidationInline(admin.TabularInline):
@@ -77,13 +77,15 @@ def unflag_examples(modeladmin, request, queryset):
 @admin.action(description="Make gold items: the writer is right")
 def gold_correct(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: validation_services.mark_gold(e.pk, request.user, "correct"), "Made gold (writer right)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "correct"),
+                       "Made gold (writer right)")
 
 
 @admin.action(description="Make gold items: the writer is wrong")
 def gold_incorrect(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("task"),
-                       lambda e: validation_services.mark_gold(e.pk, request.user, "incorrect"), "Made gold (writer wrong)")
+                       lambda e: validation_services.mark_gold(e.pk, request.user, "incorrect"),
+                       "Made gold (writer wrong)")
 
 
 DECIDED_FIELDS = [
@@ -107,7 +109,7 @@ def inputs_text_search(queryset, text: str):
     syntax: quotes, or, -word), on PostgreSQL; Q is None on other databases."""
     if connections[queryset.db].vendor != "postgresql":
         return queryset, None
-    from django.contrib.postgres.search import SearchQuery, SearchVector
+    from django.contrib.postgres.search import SearchQuery, SearchVector  # noqa: PLC0415 - PostgreSQL only; the SQLite mode never loads it
 
     queryset = queryset.alias(inputs_words=SearchVector("inputs", config=INPUTS_TEXT_SEARCH_CONFIG))
     return queryset, Q(inputs_words=SearchQuery(text, config=INPUTS_TEXT_SEARCH_CONFIG, search_type="websearch"))

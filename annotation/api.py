@@ -1,4 +1,5 @@
-# Long on purpose: every annotation endpoint in one module, each a thin adapter over a service, in the order of the URL table.
+# Long on purpose: every annotation endpoint in one module, each a thin adapter over a service,
+# in the order of the URL table.
 """REST endpoints of the annotation loop (paths kept stable for scripts).
 
 Views parse input, call a service and serialise its result; the services raise
@@ -21,7 +22,7 @@ from tasks import services as task_services
 from tasks.models import Round
 from tasks.roles import is_researcher
 
-from . import idempotency
+from . import contexts, examples, idempotency, listing, reliability, sessions, stats, validation
 from .access import example_for, seen, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
@@ -49,7 +50,6 @@ from .serializers import (
     ValidationItemSerializer,
     ValidatorReliabilitySerializer,
 )
-from .services import contexts, examples, listing, reliability, sessions, stats, validation
 from .tokens import make_token
 
 

@@ -21,7 +21,7 @@ def remember_the_address(sender, request, user, **kwargs):
         return
     from core.ratelimit import client_ip
 
-    from .services.trust import record_address
+    from .trust import record_address
 
     record_address(user, client_ip(request))
 
@@ -30,6 +30,6 @@ def end_sessions_of_this_sign_in(sender, request, user, **kwargs):
     """Signing out ends the annotation sessions opened in that sign-in: their tokens stop working."""
     if user is None or request is None:
         return
-    from .services.sessions import login_key, revoke_sessions
+    from .sessions import login_key, revoke_sessions
 
     revoke_sessions(user, login_key=login_key(request.session.session_key))

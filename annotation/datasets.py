@@ -48,9 +48,9 @@ from core.errors import InvalidInput
 from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError
 from tasks.models import Context, Round, Task
 
+from . import counters
 from .exporting import ANNOTATOR_METADATA_KEY
 from .models import Example
-from .services import counters
 
 BATCH_SIZE = 1000
 MAX_ID_LENGTH = 200

@@ -1,6 +1,6 @@
 """The one exporter of examples: which ones (``Selection``), read a page at a time by
 primary key, written as JSON Lines or as a flat CSV. ``manage.py export_dataset`` and
-the admin's export job (``annotation.services.exports``) both write through here.
+the admin's export job (``annotation.exports``) both write through here.
 
 JSON Lines is the exact form: one record per example (``example_record``) with uid,
 task, round, split, source, context (its fields), inputs, target, each model's

@@ -6,8 +6,8 @@ as the write it answers (the service's ``within_transaction`` hook). Two copies 
 the same request racing each other both reach the write; the second one's record
 collides with the first's, its transaction rolls back, and it answers with the
 first's answer. The same key with a different request (method, path or body) gets
-409: the key is already bound to another request. Keys are per user, printable ASCII of 1 to 255 characters, and are kept for
-``IDEMPOTENCY_KEY_TTL`` seconds (pruned by the beat schedule).
+409: the key is already bound to another request. Keys are per user, printable ASCII of 1 to
+255 characters, and are kept for ``IDEMPOTENCY_KEY_TTL`` seconds (pruned by the beat schedule).
 """
 
 from __future__ import annotations

@@ -30,9 +30,10 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from celery import current_app
+from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 
-from core import celery_names, replies, slots
+from core import celery_names, consumers, replies, slots
 from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
 from jobs.engine import celery_task
 from registry.services import TargetModel
@@ -140,8 +141,6 @@ def _wait(future: Future, what: str):
 def require_consumer(queue: str) -> None:
     """Raise ``NoWorker`` when no live worker consumes ``queue`` (``core.consumers``).
     Without a Redis to read the workers' heartbeats from, nothing is checked."""
-    from core import consumers
-
     url = settings.INFERENCE_REPLY_URL
     if url and not consumers.has_live_consumer(url, queue):
         raise NoWorker(queue)
@@ -185,8 +184,6 @@ def _call_through_reply_list(task, *args, what: str, queue: str):
 
 
 def _call_through_result_backend(task, *args, what: str, queue: str):
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
     result = task.apply_async(args=args, queue=queue)
     try:
         return result.get(timeout=settings.INFERENCE_TIMEOUT, disable_sync_subtasks=False)

@@ -1,4 +1,5 @@
-# Long on purpose: the examples, their validations, and the counters their save() keeps in step with them, in one module (the counters must move in the same transaction as every save).
+# Long on purpose: the examples, their validations, and the counters their save() keeps in step with them,
+# in one module (the counters must move in the same transaction as every save).
 import uuid
 from collections import Counter, defaultdict
 
@@ -35,7 +36,8 @@ class Example(models.Model):
     external_uid = models.CharField(max_length=200, blank=True, help_text="Id in the imported source.")
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="examples")
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, related_name="examples")
-    context = models.ForeignKey("tasks.Context", on_delete=models.PROTECT, null=True, blank=True, related_name="examples")
+    context = models.ForeignKey("tasks.Context", on_delete=models.PROTECT, null=True, blank=True,
+                                related_name="examples")
     annotator = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="examples"
     )
@@ -69,7 +71,7 @@ class Example(models.Model):
                                                         ("incorrect", "The writer is wrong")],
         help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation "
                   "queue mixes gold items in (the task config's validation.gold_rate); answers on them are the "
-                  "evidence for a validator's trust (annotation.services.gold).")
+                  "evidence for a validator's trust (annotation.gold).")
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
     signature = models.CharField(
         max_length=64, blank=True,
@@ -241,7 +243,8 @@ class Validation(models.Model):
     blind_answer = models.JSONField(null=True, blank=True,
                                     help_text="The validator's own answer, given before the writer's was shown.")
     blind_agrees = models.BooleanField(null=True, blank=True,
-                                       help_text="Whether the blind answer agrees with the writer's, by the task's metric.")
+                                       help_text="Whether the blind answer agrees with the writer's, "
+                                                 "by the task's metric.")
     session = models.ForeignKey("AnnotationSession", on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="validations", help_text="The sitting the decision was made in.")
     gold_agrees = models.BooleanField(
@@ -404,9 +407,11 @@ class AnnotationSession(models.Model):
     provisional = models.BooleanField(
         default=False, help_text="Its validations count only once it is confirmed (an MTurk assignment's, "
                                  "once MTurk shows the worker really did it).")
-    end_reason = models.CharField(max_length=300, blank=True, help_text="Why it was ended, as its token's users read it.")
+    end_reason = models.CharField(max_length=300, blank=True,
+                                  help_text="Why it was ended, as its token's users read it.")
     auth_hash = models.CharField(max_length=128, blank=True, editable=False,
-                                 help_text="The user's session auth hash when the session began (password changes end it).")
+                                 help_text="The user's session auth hash when the session began "
+                                           "(password changes end it).")
     login_key = models.CharField(max_length=64, blank=True, editable=False,
                                  help_text="A hash of the sign-in session it was started from (sign-out ends it).")
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -723,7 +728,8 @@ def forget_examples(examples) -> None:
         tally.add(example.round_id, example.annotator_id, example_share(example), -1)
         if example.pk in validations:
             tally.add(example.round_id, example.annotator_id, validations[example.pk], -1)
-    counted = (Validation.objects.filter(example__in=[e.pk for e in examples], example__source=Example.Source.ANNOTATION,
+    counted = (Validation.objects.filter(example__in=[e.pk for e in examples],
+                                         example__source=Example.Source.ANNOTATION,
                                          counted=True, mode=Validation.Mode.USER, label__in=DECISIONS)
                .order_by().values("example__round_id").annotate(n=Count("pk")))
     for row in counted:

@@ -43,7 +43,11 @@ from django.conf import settings
 
 import ml
 from core.errors import Unavailable
-from registry.services import TargetModel
+from registry.models import ModelVersion
+from registry.services import TargetModel, target_model
+from tasks.targets import open_rounds_target_models
+
+from .batching import Batcher
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +75,6 @@ def resolve(models: list) -> list[dict]:
     ids = [m for m in models if not isinstance(m, dict)]
     if not ids:
         return list(models)
-    from registry.models import ModelVersion
-    from registry.services import target_model
 
     found = {m.pk: m for m in ModelVersion.objects.filter(pk__in=ids, status=ModelVersion.Status.READY)}
     missing = [pk for pk in ids if pk not in found]
@@ -136,7 +138,6 @@ def model_thread():
     """The process's batcher (``annotation.batching.Batcher``): its thread runs every
     prediction and model load of the process."""
     global _batcher
-    from .batching import Batcher
 
     with _lock:
         if _batcher is None:
@@ -229,8 +230,6 @@ def load_and_wait(models: list[dict], timeout: float) -> int:
 def warm_up_in_background() -> list[Future]:
     """Load the open rounds' target models on the model thread, without waiting (at
     the start of a web process in embedded mode, and of a worker's pool process)."""
-    from tasks.targets import open_rounds_target_models
-
     try:
         models = open_rounds_target_models()
     except Exception:  # no database yet (before migrate): the first request loads them

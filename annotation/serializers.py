@@ -1,4 +1,5 @@
-# Long on purpose: the annotation API's request and response shapes in one catalogue, which the schema is generated from.
+# Long on purpose: the annotation API's request and response shapes in one catalogue,
+# which the schema is generated from.
 """Request and response shapes of the annotation API.
 
 Request serializers check the shape (types, sizes); what a task accepts (its input
@@ -18,11 +19,12 @@ from core.fields import (
 )
 from tasks.models import Round
 
+from . import reliability, trust
+from .examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 from .exporting import anonymise
 from .models import Example, Validation
-from .services import reliability, trust
-from .services.examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
-from .services.stats import verified_rate
+from .stats import verified_rate
+from .validation import may_see_target
 
 MAX_TEXT = 20000  # the largest max_input_length a task config allows
 MAX_ROUND_NUMBER = 2**31 - 1  # Round.number is a 32-bit column
@@ -184,8 +186,6 @@ class ValidationItemSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, obj):
-        from .services.validation import may_see_target
-
         # Decided once per item (it may cost a query): every field below reads it.
         obj.shown_to_caller = may_see_target(obj, self.context["user"],
                                              blind_answer_given=self.get_blind_answer(obj) is not None)

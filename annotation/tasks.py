@@ -23,9 +23,8 @@ from django.conf import settings
 from core import celery_names, replies
 from tasks.models import Task
 
-from . import runtime
+from . import counters, exports, reliability, runtime
 from .idempotency import prune
-from .services import counters, exports, reliability
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from django.core import signing
 from rest_framework import authentication, exceptions
 
 from .models import AnnotationSession
-from .services.sessions import mode_problem, session_problem
+from .sessions import mode_problem, session_problem
 
 HEADER = "HTTP_X_DYNABENCH_TOKEN"
 SALT = "dynabench.annotation-session"

@@ -27,10 +27,10 @@ from tasks.charts import error_rate_chart
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
+from . import examples, sessions, stats, trust, validation
 from .serializers import ValidationItemSerializer
-from .services import examples, sessions, stats, trust, validation
-from .services.trust import record_address
 from .tokens import InvalidToken, make_token, session_from_token
+from .trust import record_address
 
 
 def frameable_by_mturk(**directives):

@@ -59,8 +59,8 @@ def main() -> None:
         import torch
 
         import ml
+        from annotation import counters
         from annotation.models import Example
-        from annotation.services import counters
         from leaderboard.evaluation import evaluate_model
         from leaderboard.rows import ml_spec, read_seed_rows
         from registry.services import register_model

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 
 from benchlib import RESULTS, ROOT
@@ -80,7 +81,6 @@ def get_model(train_rows, dev_rows, steps: int, source: str) -> tuple[ml.ModelRe
             return ml.ModelRef(str(path), info.sha256), info.metadata
         except ml.ArtifactError as exc:
             log(f"cached model unusable ({exc}); retraining")
-            import shutil
 
             shutil.rmtree(path)
     spec = ml.TaskSpec(kind="classification", labels=SST2_LABELS, input_fields=["statement"])

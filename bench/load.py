@@ -4,8 +4,8 @@
         [--duration 60] [--rate R] [--explain-share 0.1] [--single 40] [--out PATH]
 
 For each mode it builds a fresh database and starts the servers the way
-bench/annotation.py does (both drive ``benchlib.stack``): embedded is ``gunicorn dynabench.wsgi`` (one gthread worker) with the
-model in the web process; service adds PostgreSQL, Redis and ``celery worker -Q
+bench/annotation.py does (both drive ``benchlib.stack``): embedded is ``gunicorn dynabench.wsgi``
+(one gthread worker) with the model in the web process; service adds PostgreSQL, Redis and ``celery worker -Q
 inference,explain -P threads`` (``make worker-inference``). Then, in the same run:
 
 * bare:    the artifact in a process of its own, ``model(**tokenizer(batch))``
@@ -477,7 +477,8 @@ def print_table(results: list[dict]) -> None:
             )
         p = r.get("platform")
         if p:
-            cpu, sql, op, ex = p["web_cpu_ms"], p["statements_per_example"], p["open_at_half_closed"], p["explain_bounded"]
+            cpu, sql = p["web_cpu_ms"], p["statements_per_example"]
+            op, ex = p["open_at_half_closed"], p["explain_bounded"]
             print(f"{'':9} platform: web CPU ms/example closed {cpu['closed']} vs alone {cpu['single']} "
                   f"(x{cpu['closed_over_single']}, {'ok' if cpu['ok'] else 'MISSED'}); SQL/example {sql['median']} "
                   f"({'ok' if sql['ok'] else 'MISSED'}); open at {op['rate']}/s p50 x{op['p50_over_single']} single, "

@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
             found = {"minutes": minutes, "steps": steps, "examples_seen": steps * RECIPE["batch_size"],
                      **summary(per_question(answers, test), reference), "scoring_seconds": round(seconds, 1)}
             results.append(found)
-            log(f"{minutes:g} min: F1 {pct(found['f1'])} ({pct(found['f1_interval'][0])}-{pct(found['f1_interval'][1])})")
+            low, high = found["f1_interval"]
+            log(f"{minutes:g} min: F1 {pct(found['f1'])} ({pct(low)}-{pct(high)})")
             rows.append([f"{minutes:g}", str(steps), pct(found["f1"]),
                          f"{pct(found['f1_interval'][0])}–{pct(found['f1_interval'][1])}", pct(found["exact_match"]),
                          pct(found["f1_all_answers"]), "yes" if found["clears_reference"] else "no"])

@@ -17,7 +17,7 @@ The blocks (``BLOCKS``) and the files they are made from, under ``--results``: e
 ``baselines`` with ``bench/benchlib/baselines_report.py``'s renderer, ``validation``
 with ``benchlib/validation_report.py``'s (what ``bench/validation.py --doc`` writes too),
 ``validation-frontier`` with ``benchlib/frontier_report.py``'s, ``replay`` from every
-``replay/<run>/report.json`` with ``leaderboard.replay.results``' (what ``manage.py
+``replay/<run>/report.json`` with ``replay.results``' (what ``manage.py
 replay_tables`` writes), and
 ``load-threads`` from every ``load-threads/*.json`` and ``load-explain`` from every
 ``load-explain/*.json`` (runs of ``bench/load.py`` side by side).
@@ -38,7 +38,7 @@ from benchlib import BENCH, RESULTS
 from benchlib import report_sections as sections
 from benchlib.results import display_path, log, write_atomic
 
-from leaderboard.replay.results import load_reports
+from replay.results import load_reports
 
 # block name -> (its file under --results, the renderer), in the order RESULTS.md has them
 BLOCKS = {

@@ -125,8 +125,8 @@ def run_part(database: str, size: int, args) -> dict:
     cfg = {"database": database, "size": size, "repeats": args.repeats, "periodic_repeats": args.periodic_repeats,
            "work": args.work, "out": str(out), "marker": str(marker), "build_only": args.build_only,
            "slow_seconds": args.slow_seconds}
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "fake", "AWS_SECRET_ACCESS_KEY": "fake", "AWS_DEFAULT_REGION": "us-east-1",
-           "DATABASE_URL": url, "BENCH_CONFIG": json.dumps(cfg), "DEBUG": "true",
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "fake", "AWS_SECRET_ACCESS_KEY": "fake",
+           "AWS_DEFAULT_REGION": "us-east-1", "DATABASE_URL": url, "BENCH_CONFIG": json.dumps(cfg), "DEBUG": "true",
            "DJANGO_SETTINGS_MODULE": "dynabench.settings", "ALLOWED_HOSTS": "testserver",
            "REQUEST_QUERY_TIMEOUT": "0", "PYTHONPATH": str(BENCH)}
     for name in ("ANON", "USER", "EXAMPLES", "EXPLANATIONS", "VALIDATIONS"):
@@ -171,8 +171,8 @@ def judge(by_size: dict[int, dict], judged: bool) -> dict:
             over.append("queries")
         if statuses != [200]:
             over.append("status")
-    return {"slope": growth, "ratio": ratio, "ratio_cpu": ratio_cpu, "slope_cpu": slope(cpu), "queries": queries, "statuses": statuses, "judged": judged,
-            "over_target": over, "met": (not over) if judged else None,
+    return {"slope": growth, "ratio": ratio, "ratio_cpu": ratio_cpu, "slope_cpu": slope(cpu), "queries": queries,
+            "statuses": statuses, "judged": judged, "over_target": over, "met": (not over) if judged else None,
             "sizes": {str(n): by_size[n] for n in sizes}}
 
 
@@ -252,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "benchmark": "scale", "created_at": utc_now(), "command": command_line(argv),
         "versions": library_versions("django", "psycopg"), "targets": TARGETS, "sizes": sizes,
-        "notes": NOTES, "args": {"repeats": args.repeats, "slow_seconds": args.slow_seconds, "periodic_repeats": args.periodic_repeats,
-                                 "work": args.work},
+        "notes": NOTES, "args": {"repeats": args.repeats, "slow_seconds": args.slow_seconds,
+                                 "periodic_repeats": args.periodic_repeats, "work": args.work},
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "databases": combined,
     }

@@ -37,8 +37,8 @@ Reported per run (policy, spammers, seed): validations per decided example (vote
 spent on the cases the rule decided, over their number; the votes spent on cases sent
 to researchers are counted apart), decision accuracy against the truth with a 95%
 Wilson interval, the share sent to researchers, and the refit's cost. Then the
-targets the adaptive rule was built to meet, checked on the runs: at least 30% fewer validations per decided example than
-fixed 3-matching at no lower accuracy (within fixed's interval) with the real
+targets the adaptive rule was built to meet, checked on the runs: at least 30% fewer
+validations per decided example than fixed 3-matching at no lower accuracy (within fixed's interval) with the real
 annotators, and, with 20% "always correct" spammers, accuracy within 1 point of the
 spammer-free run.
 """
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import random
 import sys
 import time
@@ -67,7 +68,7 @@ from benchlib.results import (
 from benchlib.validation_report import SPAMMER_MIXES, doc_block, spam_label, table
 
 from annotation import reliability_model as R
-from leaderboard.replay.stats import wilson
+from replay.stats import wilson
 
 FIXED_MATCHING = 3
 LABELS = ("hateful", "non-hateful")  # HateCheck's label_gold values
@@ -266,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
                              "from --out's JSON.")
     args = parser.parse_args(argv)
     if args.doc:
-        import json
-
         text = DOC.read_text(encoding="utf-8")
         try:
             wanted = with_doc_block(text, json.loads(args.out.read_text(encoding="utf-8")))

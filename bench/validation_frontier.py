@@ -74,7 +74,7 @@ from validation import (
 )
 
 from annotation import reliability_model as R
-from leaderboard.replay.stats import wilson
+from replay.stats import wilson
 
 TARGETS = (0.9, 0.95, 0.99, 0.995, 0.998, 0.999, 0.9999)
 FIXED_K = (1, 2, 3, 4)

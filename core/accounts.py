@@ -12,6 +12,7 @@
   sign-in; a password change ends all of the user's (see ``annotation``).
 """
 
+from django.contrib import admin
 from django.contrib.auth import login, user_logged_in
 from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import LoginView
@@ -53,8 +54,6 @@ class ThrottledLoginView(LoginView):
 
 def admin_login(request, extra_context=None):
     """The admin's sign-in, under the same lockout as the site's and the API's."""
-    from django.contrib import admin
-
     username = request.POST.get("username") if request.method == "POST" else None
     if username is not None:
         wait = ratelimit.login_attempt(request, username)

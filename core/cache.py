@@ -22,9 +22,11 @@ import hashlib
 import hmac
 import logging
 import pickle
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
+from django.core.checks import Error
 from django.utils.crypto import salted_hmac
 
 log = logging.getLogger(__name__)
@@ -120,10 +122,6 @@ def redis_without_password(app_configs=None, **kwargs):
     (broker, results, replies, cache) needs a password or an ACL user in its URL. A
     Redis anyone on the network can write to is a queue of made-up tasks and a cache
     of made-up throttle counts, signing or not."""
-    from urllib.parse import urlsplit
-
-    from django.core.checks import Error
-
     cache = settings.CACHES.get("default", {})
     named = {
         "CELERY_BROKER_URL": getattr(settings, "CELERY_BROKER_URL", ""),

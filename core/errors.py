@@ -2,10 +2,15 @@
 
 Services raise these; ``core.api.exception_handler`` is the one place that turns
 them into HTTP statuses (400, 403, 404, 409, 410, 413, 429, 503), and the pages show
-their messages with the same statuses (``core.api.http_status``). A service never raises a DRF or Django HTTP exception itself.
+their messages with the same statuses (``core.api.http_status``). A service never raises a DRF or
+Django HTTP exception itself.
 """
 
 from __future__ import annotations
+
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeout
 
 
 class DomainError(Exception):
@@ -113,8 +118,4 @@ class TooMany(DomainError):
 def queue_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the job queue is down: the broker's connection error
     and Redis's (broker, reply lists and shared cache are Redis here)."""
-    from kombu.exceptions import OperationalError as BrokerUnavailable
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeout
-
     return BrokerUnavailable, RedisConnectionError, RedisTimeout

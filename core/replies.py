@@ -26,6 +26,8 @@ import threading
 import time
 import uuid
 
+import redis
+
 from core.cache import signing_key, tag
 
 log = logging.getLogger(__name__)
@@ -42,8 +44,6 @@ def client(url: str, socket_timeout: float | None = None):
     """A redis-py client per URL, socket timeout and process (its pool reconnects
     after a fork). Without ``socket_timeout``, redis-py's default applies (5 s in
     redis-py 8): right for quick commands, too short for a long blocking read."""
-    import redis
-
     key = (url, socket_timeout)
     with _lock:
         found = _clients.get(key)

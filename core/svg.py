@@ -1,5 +1,5 @@
 """What the platform's SVG charts draw alike, written once: the page charts
-(``tasks/charts.py``) and the replay report's chart (``leaderboard/replay/chart.py``)
+(``tasks/charts.py``) and the replay report's chart (``replay/chart.py``)
 both build on it. Plain Python, no Django, no script and no external resource in what
 it writes.
 

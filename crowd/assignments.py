@@ -33,8 +33,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from annotation import sessions
 from annotation.models import AnnotationSession, Example, Validation
-from annotation.services import sessions
 from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from core.ratelimit import Limiter, address_key
 

@@ -55,8 +55,8 @@ from django.core.mail import mail_admins
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from annotation.examples import signature_ok
 from annotation.models import Example
-from annotation.services.examples import signature_ok
 
 from . import mturk, watermarks
 from .models import Assignment, Batch, BonusPayment

@@ -17,7 +17,7 @@ from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 
 from annotation.models import Example, Validation
-from annotation.services.reliability import validation_forecast
+from annotation.reliability import validation_forecast
 
 from .models import Assignment, Batch, BonusPayment
 from .money import CENT, cents

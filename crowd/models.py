@@ -9,6 +9,7 @@ unique per assignment and reason), and the fees MTurk adds to both
 """
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -154,8 +155,6 @@ class Batch(models.Model):
     def review_until(self):
         """Until when MTurk may still hold submissions of this batch to decide: its HITs'
         end, plus an assignment's duration, plus the auto-approval delay."""
-        from datetime import timedelta
-
         ended = self.finished_at or self.expires_at
         if ended is None:
             return None
@@ -194,7 +193,8 @@ class Assignment(models.Model):
     hit = models.ForeignKey(Hit, on_delete=models.CASCADE, related_name="assignments")
     assignment_id = models.CharField(max_length=64)
     worker = models.ForeignKey(WorkerIdentity, on_delete=models.PROTECT, related_name="assignments")
-    session = models.OneToOneField("annotation.AnnotationSession", on_delete=models.PROTECT, related_name="mturk_assignment",
+    session = models.OneToOneField("annotation.AnnotationSession", on_delete=models.PROTECT,
+                                   related_name="mturk_assignment",
                                    help_text="The sitting the worker's examples and validations were made in.")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.WORKING)
     submit_to = models.CharField(max_length=64, help_text="The MTurk site the worker submits to (turkSubmitTo).")

@@ -22,6 +22,7 @@ import functools
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from xml.sax.saxutils import escape
 
@@ -194,8 +195,6 @@ def create_hit(*, hit_type_id: str, question: str, max_assignments: int, lifetim
 
 def expire_hit(hit_id: str, *, sandbox: bool | None = None) -> None:
     """Stop the HIT taking workers now (assignments already taken go on)."""
-    from datetime import UTC, datetime
-
     call("update_expiration_for_hit", sandbox=sandbox, HITId=hit_id, ExpireAt=datetime(2015, 1, 1, tzinfo=UTC))
 
 

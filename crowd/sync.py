@@ -46,7 +46,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from annotation.services import sessions, validation
+from annotation import sessions, validation
 
 from . import mturk, watermarks, workers
 from .assignments import SUBMITTED_MESSAGE, completion_ok
@@ -167,7 +167,8 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: S
     else:
         feedback = None
     times = {"submitted_at": assignment.submitted_at, "auto_approval_at": assignment.auto_approval_at}
-    if feedback is None and assignment.status != Assignment.Status.SUBMITTED:  # rule 1: MTurk's record and our token agree
+    # Rule 1: MTurk's record and our token agree.
+    if feedback is None and assignment.status != Assignment.Status.SUBMITTED:
         with transaction.atomic():
             if not _set_status(assignment, assignment.status, status=Assignment.Status.SUBMITTED,
                                verified_at=assignment.verified_at or now, **times):
@@ -271,7 +272,7 @@ def quality_blocks(batch: Batch, report: SyncReport) -> int:
     """Rule 6, over the batch's MTurk-verified workers only, on the batch's task only: a
     writing batch blocks writers whose examples are validated correct too rarely; a
     validation batch blocks validators whose votes the reliability model weighs at
-    next to nothing (``annotation.services.reliability.spammer_like``).
+    next to nothing (``annotation.reliability.spammer_like``).
 
     From the batch's watermark (``Batch.quality_checked_until``; ``crowd.watermarks``):
     only the workers whose evidence changed since the last check are judged again

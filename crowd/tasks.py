@@ -5,16 +5,15 @@ from celery import shared_task
 
 from core import celery_names
 
+from . import bonuses
+from . import sync as syncing
+
 
 @shared_task(name=celery_names.CROWD_SYNC)
 def sync() -> str:
-    from .sync import sync as run
-
-    return str(run())
+    return str(syncing.sync())
 
 
 @shared_task(name=celery_names.PAY_BONUSES)
 def pay_bonuses() -> str:
-    from .bonuses import pay_bonuses as run
-
-    return str(run())
+    return str(bonuses.pay_bonuses())

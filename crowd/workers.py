@@ -39,8 +39,8 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from annotation import counters, reliability, trust
 from annotation.models import Example, Validation, ValidatorReliability, WriterCounts
-from annotation.services import counters, reliability, trust
 from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
@@ -231,8 +231,8 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
     writers, the authors of the task's examples stamped since (a decision, a flag, a
     retraction); as validators, those whose reliability estimate was refitted since;
     either way, the workers with an assignment on the task that MTurk confirmed since
-    (their work counts from then on), and validators who answered gold items since. Read through indexes on the stamps, so it costs
-    what changed, not the task's history."""
+    (their work counts from then on), and validators who answered gold items since. Read
+    through indexes on the stamps, so it costs what changed, not the task's history."""
     # Every task's confirmations since (few), its own picked here: a filter on the task
     # in the query could lead the planner through all of the task's assignments.
     confirmed = {user for user, task_id in Assignment.objects.filter(verified_at__gte=since).order_by()

@@ -276,8 +276,8 @@ def is_installed(data: DataSet, dest: Path) -> bool:
 def _download(download: Download, folder: Path, source: str | None, say: Callable[[str], None],
               retries: int) -> Path:
     """The upstream file in ``folder``, from its URL or from a mirror, checked against its pin."""
-    import pooch
-    import requests
+    import pooch  # noqa: PLC0415 - only a download needs it
+    import requests  # noqa: PLC0415 - only a download needs it
 
     target = folder / download.filename
     if source and not source.startswith(("http://", "https://")):  # a mirror folder

@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "annotation",
     "leaderboard",
     "crowd",
+    "replay",  # the experiment (manage.py replay); no models
 ]
 
 MIDDLEWARE = [
@@ -218,11 +219,11 @@ CELERY_BEAT_SCHEDULE = {
     "refit-reliability": {"task": celery_names.REFIT_DUE_RELIABILITY,
                           "schedule": float(env.int("RELIABILITY_REFIT_SECONDS", default=600))},
     # The pages' counters are kept by every write; this recount repairs what went around
-    # the services (annotation.services.counters). It reads every row: daily by default.
+    # the services (annotation.counters). It reads every row: daily by default.
     "reconcile-counts": {"task": celery_names.RECONCILE_COUNTS,
                          "schedule": float(env.int("COUNTS_RECONCILE_SECONDS", default=86400))},
 }
-# Adaptive validation (annotation.services.reliability): a task's validator reliability
+# Adaptive validation (annotation.reliability): a task's validator reliability
 # model is refitted after this many new counted votes (and by beat, above); a validator
 # whose estimate rests on at least RELIABILITY_KNOWN_VOTES votes is "known" to the
 # validation queue, which serves known validators the examples closest to a decision.

@@ -1,4 +1,5 @@
-# Long on purpose: one job's whole life (queue, send in either mode, run, heartbeat, cancel, re-run, sweep) in one place.
+# Long on purpose: one job's whole life (queue, send in either mode, run, heartbeat, cancel, re-run, sweep)
+# in one place.
 """Long jobs: a Job row that pages show, its queue, its heartbeat, cancel, re-run and the sweeper.
 
 The life of a job::
@@ -33,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import F, Value
@@ -190,8 +192,6 @@ def enqueue_by_name(job: Job, name: str, queue: str | None = None) -> None:
 def celery_task(name: str):
     """The Celery task registered as ``name`` (an app's services and clients send their
     own app's tasks by name, so they need not import the module that defines them)."""
-    from celery import current_app
-
     if name not in current_app.tasks:
         # A process that has imported no task module yet (a web process at start):
         # the apps' task modules are found as a worker finds them, by one thread while
@@ -234,8 +234,6 @@ def resume_queued_jobs() -> list[int]:
     from a command that exits at once; a web process restarted while jobs waited left
     them queued too. The claim makes a job that two processes send run once.
     Returns the ids sent."""
-    from celery import current_app
-
     if not current_app.conf.task_always_eager:
         return []  # service mode: the broker holds them
     # A job "running" in a process that was stopped (Ctrl-C during `make run`, a restart)

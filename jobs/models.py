@@ -12,6 +12,8 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from core.durations import hours_minutes
+
 
 class Job(models.Model):
     """A long job (training, evaluation): status, progress, log and heartbeat for pages.
@@ -127,13 +129,12 @@ class Job(models.Model):
     def describe_progress(self) -> str:
         """Where an active job stands, in words a page can show: its place in the queue and
         when it should start (``estimated_start``), or how far it is and the time left."""
-        from core.durations import hours_minutes
-
         def minutes(seconds: float) -> str:
             return hours_minutes(max(seconds, 60))  # "about 1 minute" at the least, never "0 minutes"
 
         kind = {Job.Kind.TRAIN_MODEL: "training", Job.Kind.EVALUATE_MODEL: "evaluation",
-                Job.Kind.CHECK_SUBMISSION: "check", Job.Kind.RELEASE_DATASET: "release"}.get(self.kind, self.get_kind_display().lower())
+                Job.Kind.CHECK_SUBMISSION: "check",
+                Job.Kind.RELEASE_DATASET: "release"}.get(self.kind, self.get_kind_display().lower())
         what = f"{kind} job #{self.pk}"
         if self.status == Job.Status.QUEUED:
             position = self.queue_position()

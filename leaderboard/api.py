@@ -214,8 +214,8 @@ class LeaderboardRowSerializer(serializers.Serializer):
     performance_tied_with_next = serializers.BooleanField(allow_null=True, help_text=(
         "The same test on performance alone."))
     metrics = serializers.DictField(child=LeaderboardMetricSerializer(), help_text=(
-        "performance (the task's metric), calibration (ECE), throughput (examples/s), memory (MiB, measured), robustness "
-        "and fairness (answers unchanged under perturbations), each averaged over the datasets."))
+        "performance (the task's metric), calibration (ECE), throughput (examples/s), memory (MiB, measured), "
+        "robustness and fairness (answers unchanged under perturbations), each averaged over the datasets."))
     datasets = serializers.DictField(child=LeaderboardDatasetSerializer(),
                                      help_text="The task's metric on each round's test set.")
 

@@ -79,8 +79,9 @@ from django.db.models import Q
 
 from core.errors import InvalidInput
 from ml import scoring
+from ml.submissions import parameter_count
 from registry.models import ModelVersion, resolve_artifact_path
-from tasks.models import Round, Task
+from tasks.models import STATIC_ROUND, Round, Task
 from tasks.roles import is_researcher
 
 from . import dynascore, reference
@@ -141,8 +142,6 @@ def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
         count = found.get(keys[model.pk])
         local = resolve_artifact_path(model.artifact_path)
         if count is None and local.is_dir():
-            from ml.submissions import parameter_count
-
             try:
                 count = parameter_count(local)
             except Exception:
@@ -196,8 +195,6 @@ def _static_baseline(task: Task) -> dict | None:
     """The reference line on the static test set (the majority-class answer, or for QA
     the sliding-window baseline), cached like the boards (the public task page asks for
     it on every view; it reads every training label, or every test question)."""
-    from tasks.models import STATIC_ROUND
-
     seconds = settings.LEADERBOARD_CACHE_SECONDS
     key = f"dynabench:static-reference:{task.pk}:{_version(task)}" if seconds else None
     if key and (found := cache.get(key)) is not None:
@@ -221,8 +218,6 @@ def target_scores(task: Task, models) -> list[dict]:
     score from when the static test set was smaller (an import since) is not set beside
     the baseline on today's set: ``grown_to`` says how many examples the set has now,
     and ``baseline`` is None."""
-    from tasks.models import STATIC_ROUND
-
     if not models:
         return []
     metric = primary_metric(task)
@@ -489,8 +484,6 @@ def forget(task_id: int) -> None:
 def _audience(task: Task, user) -> str:
     """Who the board is computed for: everyone sees the same public board, except the
     task's researchers (every model) and users with private models of their own."""
-    from tasks.roles import is_researcher
-
     if user is None or not user.is_authenticated:
         return "public"
     if is_researcher(user, task):

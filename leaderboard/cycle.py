@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from annotation.services import counters
+from annotation import counters
 from core.errors import Conflict, InvalidInput
 from jobs.models import Job
 from leaderboard import training

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -55,10 +56,10 @@ from tasks.models import Task
 from tasks.services import SEED_DIR
 
 from .jobs import train_static_model
-from .replay.data import default_data_dir
 from .static_data import (
     Source,
     StaticDataError,
+    default_data_dir,
     dev_score,
     import_static_data,
     parse_source,
@@ -98,7 +99,6 @@ class RealData:
         """The recipe its model trains with (the caller's options go on top)."""
         if not self.time_budget:
             return dict(REAL_DATA_TRAINING)
-        from django.conf import settings
 
         return {**QA_TRAINING, "max_minutes": settings.DYNABENCH_QA_TRAINING_MINUTES}
 
@@ -227,7 +227,8 @@ def ensure_admin(report: DemoReport) -> None:
         return
     password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
     User.objects.create_superuser(DEMO_ADMIN_USERNAME, email="", password=password)
-    report.admin_password = password if not os.environ.get("DJANGO_SUPERUSER_PASSWORD") else "(from DJANGO_SUPERUSER_PASSWORD)"
+    from_env = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
+    report.admin_password = "(from DJANGO_SUPERUSER_PASSWORD)" if from_env else password
 
 
 def ensure_real_model(task: Task, data: RealData, data_dir: Path, *, limit: int | None,

@@ -25,6 +25,8 @@ from jobs.engine import JobReporter, create_job, enqueue_by_name
 from jobs.models import Job
 from ml import metrics as ml_metrics
 from ml import scoring
+from ml.memory import inference_memory_mb
+from ml.submissions import parameter_count
 from registry.models import ModelVersion
 from registry.services import ref_for
 from tasks.models import Round, Task
@@ -213,8 +215,6 @@ def model_memory_mb(ref, inputs: list[dict]) -> float | None:
     """The model's memory in inference, MiB: the peak resident memory that loading it
     and a batch-32 forward pass add to a process that holds torch (``ml.memory``).
     Measured once per artifact, then cached."""
-    from ml.memory import inference_memory_mb
-
     sha256 = getattr(ref, "sha256", None)
     key = f"dynabench:inference-memory:{sha256}" if sha256 else None
     if key and (known := cache.get(key)) is not None:
@@ -234,8 +234,6 @@ def parameters_mb(ref) -> float | None:
     """The model's float32 parameters and buffers, in MB (a size, not a measurement).
     The count goes to the shared cache too, so a web process need not read the artifact."""
     try:
-        from ml.submissions import parameter_count
-
         count = parameter_count(getattr(ref, "path", None) or ref)
     except Exception:
         return None

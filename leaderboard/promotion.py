@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 
 import ml
 from annotation.inference import preload
@@ -387,8 +387,6 @@ def challenger(task: Task) -> dict:
     """For the public task page: a model on its way to replace the target if it scores
     higher (its job, queued or running), and the last such decision. Either may be None.
     One query: the page's budget is small."""
-    from django.db.models import Q
-
     rows = list(Job.objects.filter(task=task).filter(
         Q(status__in=Job.ACTIVE) & (Q(params__promote_if_better=True) | Q(params__has_key="then_train"))
         | Q(kind=Job.Kind.EVALUATE_MODEL, status=Job.Status.SUCCEEDED, result__has_key="promotion"))

@@ -8,12 +8,14 @@ from collections import Counter
 from collections.abc import Iterable
 
 import ml
+from annotation.examples import signature_ok
 from annotation.models import Example
-from annotation.services.examples import signature_ok
 from core.errors import InvalidInput
+from datafiles.readers import RowError, read_records
 from jobs.engine import JobReporter
+from tasks.config import validate_task_config
 from tasks.models import Task
-from tasks.services import SEED_DIR
+from tasks.services import SEED_DIR, load_definition
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,6 @@ def read_seed_rows(slug: str, config=None) -> dict[str, list[dict]]:
     Read with the same ``seed`` reader that ``import_dataset`` uses. Without
     ``config``, the task's shipped definition is used (no database needed).
     """
-    from datafiles.readers import RowError, read_records
-    from tasks.config import validate_task_config
-    from tasks.services import load_definition
-
     if config is None:
         definition = load_definition(slug)
         config = validate_task_config(definition["task_type"], definition["config"])

@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
+
 from annotation.datasets import import_records
 from core.errors import InvalidInput
 from datafiles.readers import FORMATS, SPLITS, FormatError, Record, RowError, read_records
@@ -55,6 +57,14 @@ from .training import static_training_counts
 
 SPLIT_SEED = 0
 SPLIT_PURPOSE = "static-split"
+
+
+def default_data_dir() -> Path | None:
+    """The data folder (``DYNABENCH_DATA_DIR``) when it names a directory, else None."""
+    value = getattr(settings, "DYNABENCH_DATA_DIR", "")
+    if not value or not Path(value).is_dir():
+        return None
+    return Path(value)
 
 
 class StaticDataError(Exception):

@@ -48,6 +48,8 @@ from core.errors import DomainError, InvalidInput, TooLarge, TooMany, Unavailabl
 from core.ratelimit import Limiter
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
 from jobs.models import Job
+from ml.sandbox import MIB, ChildLimits, check_in_child
+from ml.submissions import SubmissionLimits, SubmissionRejected, inspect_archive
 from registry.services import check_new_model_name, models_root, register_model
 from tasks.models import Task
 from tasks.roles import is_researcher
@@ -88,14 +90,10 @@ def checking_folder() -> Path:
 
 
 def archive_limits():
-    from ml.submissions import SubmissionLimits
-
     return SubmissionLimits(max_archive_bytes=settings.SUBMISSION_MAX_BYTES)
 
 
 def child_limits():
-    from ml.sandbox import MIB, ChildLimits
-
     return ChildLimits(memory_bytes=settings.SUBMISSION_CHECK_MEMORY_MB * MIB,
                        seconds=settings.SUBMISSION_CHECK_SECONDS, threads=settings.SUBMISSION_CHECK_THREADS)
 
@@ -132,8 +130,6 @@ def check_queued(user) -> None:
 def submit_model(task: Task, user, upload, *, name, public: bool = True) -> Job:
     """Take an uploaded model for checking; returns its check job (queued). The model
     is registered, and its evaluation queued, once the job has checked it."""
-    from ml.submissions import SubmissionRejected, inspect_archive
-
     name = check_new_model_name(task, name)
     if upload is None:
         raise InvalidInput.field("file", "Upload the model as a .zip file in the 'file' field.")
@@ -174,9 +170,6 @@ def run_submission_check_job(job_id: int) -> Job:
     """Check a submitted model in a child process; register it and queue its evaluation."""
 
     def work(job: Job, reporter: JobReporter) -> dict:
-        from ml.sandbox import check_in_child
-        from ml.submissions import SubmissionRejected
-
         remove_leftovers()
         task, params = job.task, job.params
         archive = _incoming_archive(params.get("archive"))

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 
 import ml
-from annotation.services import counters
+from annotation import counters
 from core import celery_names
 from core.errors import Conflict, DomainError, InvalidInput
 from jobs.engine import JobReporter, create_job, enqueue_by_name

@@ -40,6 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .backbones import (
+    configure_torch_threads,
+    get_device,
+    import_transformers,
+    quiet_transformers,
+)
 from .errors import ArtifactError
 from .spec import TaskSpec
 
@@ -166,7 +172,6 @@ def _library_versions() -> dict[str, str]:
     import tokenizers
     import torch
 
-    from .backbones import import_transformers
 
     transformers = import_transformers()
     return {
@@ -339,8 +344,6 @@ def verify_artifact(path: str | os.PathLike, expected_sha256: str | None = None)
 
 
 def model_class_for(spec: TaskSpec):
-    from .backbones import import_transformers
-
     transformers = import_transformers()
     return transformers.AutoModelForQuestionAnswering if spec.is_qa else transformers.AutoModelForSequenceClassification
 
@@ -353,12 +356,6 @@ def load_artifact(
     Weights are read only from model.safetensors (``use_safetensors=True``); nothing
     is ever unpickled.
     """
-    from .backbones import (
-        configure_torch_threads,
-        get_device,
-        import_transformers,
-        quiet_transformers,
-    )
     from .tracing import trace_for_inference
 
     info = verify_artifact(path, expected_sha256)

@@ -32,6 +32,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .backbones import import_transformers
+
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
@@ -140,7 +142,6 @@ atexit.register(_stop_server)  # the server would leave anyway (its stdin closes
 def _serve() -> int:
     import torch  # noqa: F401 - in every child's baseline, imported once here
 
-    from .backbones import import_transformers
 
     import_transformers()
     import transformers.modeling_utils  # noqa: F401 - the model code every architecture shares

@@ -33,6 +33,8 @@ up: its caller removes the work folders of checks that are no longer running
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import logging
 import math
@@ -49,7 +51,7 @@ from pathlib import Path
 from .artifacts import ArtifactInfo, verify_artifact
 from .errors import ArtifactError, MLError
 from .spec import TaskSpec
-from .submissions import ConfigBounds, SubmissionLimits, SubmissionRejected
+from .submissions import ConfigBounds, SubmissionLimits, SubmissionRejected, unpack_submission
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +288,6 @@ def _die_with_parent(parent_pid: int) -> None:
     """Linux: the kernel kills this process when its parent dies."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -298,7 +299,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _limit_resources(memory_bytes: int, cpu_seconds: int) -> None:
-    import resource
+    import resource  # noqa: PLC0415 - Unix only, in the child
 
     def lower(which: int, soft: int, hard: int) -> None:
         _, current = resource.getrlimit(which)
@@ -313,8 +314,6 @@ def _limit_resources(memory_bytes: int, cpu_seconds: int) -> None:
 
 def _out_of_memory(exc: BaseException | None) -> bool:
     """Whether ``exc`` or an exception it was raised from is a refused allocation."""
-    import errno
-
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, MemoryError):
@@ -335,8 +334,6 @@ def _child_main(request_path: str) -> int:
     work = Path(request_path).parent
     out_of_memory = False
     try:
-        from .submissions import unpack_submission
-
         with open(work / _PROGRESS, "a", encoding="utf-8") as progress_file:
             def say(line: str) -> None:
                 progress_file.write(line.replace("\n", " ") + "\n")

@@ -1,4 +1,5 @@
-# Long on purpose: the leaderboard's metrics with their uncertainty: bootstrap, calibration and the seeded perturbations.
+# Long on purpose: the leaderboard's metrics with their uncertainty: bootstrap, calibration and the
+# seeded perturbations.
 """Numbers with uncertainty: bootstrap intervals, paired comparisons between models,
 calibration error, and the text perturbations behind the robustness and fairness
 metrics.

@@ -1,4 +1,5 @@
-# Long on purpose: one security boundary, read top to bottom: an untrusted archive checked step by step before anything loads it.
+# Long on purpose: one security boundary, read top to bottom: an untrusted archive checked step by step
+# before anything loads it.
 """Model submissions: turn an uploaded zip into a verified artifact, or refuse it.
 
 An upload is a zip of a Hugging Face-format model directory::
@@ -74,7 +75,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifacts import ArtifactInfo, save_artifact
+from .artifacts import ArtifactInfo, model_class_for, save_artifact
+from .backbones import configure_torch_threads, import_transformers, quiet_transformers
 from .errors import ArtifactError, MLError
 from .spec import TaskSpec
 
@@ -684,8 +686,6 @@ def _check_safetensors(path: Path) -> int:
 
 
 def _expected_architecture(model_type: str, spec: TaskSpec) -> str:
-    from .backbones import import_transformers
-
     import_transformers()  # the package first, under its lock; then its submodule
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
@@ -827,8 +827,6 @@ def _load(folder: Path, spec: TaskSpec, stored_values: int):
     run as submitted."""
     import torch
 
-    from .artifacts import model_class_for
-    from .backbones import configure_torch_threads, import_transformers, quiet_transformers
 
     transformers = import_transformers()
     quiet_transformers()

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import metrics as M
-from .artifacts import ArtifactInfo, save_artifact
+from .artifacts import ArtifactInfo, model_class_for, save_artifact
 from .backbones import (
     DEFAULT_BACKBONE,
     configure_torch_threads,
@@ -172,7 +172,6 @@ def train(
         if progress is not None:
             progress(round(min(100.0, max(0.0, percent)), 2), message)
 
-    from .artifacts import model_class_for
 
     quiet_transformers()
     configure_torch_threads()
@@ -263,8 +262,8 @@ def train(
                 snapshot = Path(f"{os.fspath(out_dir)}-at-{minute:g}min")
                 save_artifact(copy.deepcopy(model).to("cpu"), tokenizer, spec, snapshot, backbone=str(backbone),
                               training_data={"train_count": len(train_clean), **(training_data or {})},
-                              metrics={"kind": spec.kind, "steps": step, "epoch": epoch, "train_seconds": round(clock, 3),
-                                       "snapshot_minutes": minute})
+                              metrics={"kind": spec.kind, "steps": step, "epoch": epoch,
+                                       "train_seconds": round(clock, 3), "snapshot_minutes": minute})
                 snapshots_saved.append({"minutes": minute, "step": step, "path": str(snapshot)})
                 model.train()
                 epoch_started += time.perf_counter() - paused  # saving is not training time

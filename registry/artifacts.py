@@ -176,8 +176,8 @@ _clients_lock = threading.Lock()
 def _client():
     """One boto3 S3 client per process (clients are thread-safe; a forked child makes
     its own). Short connect timeouts: an unreachable store is said in seconds."""
-    import boto3
-    from botocore.config import Config
+    import boto3  # noqa: PLC0415 - boto3 loads only for the S3 store
+    from botocore.config import Config  # noqa: PLC0415 - as boto3
 
     key = (os.getpid(), getattr(settings, "AWS_ENDPOINT_URL_S3", "") or "")
     with _clients_lock:
@@ -206,7 +206,7 @@ class S3Store:
     def _call(self, what: str, key: str, fn, *args, **kwargs):
         """Run one S3 call; a missing object is ``ml.ArtifactError``, anything that
         keeps the store from answering is ``StoreUnavailable``."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - as boto3
 
         try:
             return fn(*args, **kwargs)

@@ -24,6 +24,7 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
+from ml.submissions import ConfigBounds
 
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
@@ -47,7 +48,7 @@ VALIDATION_POLICIES = ["fixed", "adaptive"]
 VALIDATION_DEFAULTS = {"policy": "adaptive", "target_confidence": 0.9, "min_votes": 2, "max_votes": 5,
                        "gold_rate": 0.1}
 # Whose votes decide: ``decides`` "all" examples (the default) or only "paid" ones
-# need a trusted validator (``annotation.services.trust``); ``gold_*``: below
+# need a trusted validator (``annotation.trust``); ``gold_*``: below
 # ``gold_min_agreement`` on at least ``gold_min_answers`` gold items, a validator's
 # votes stop counting on the task (and a crowd worker is blocked there).
 TRUST_DEFAULTS = {"min_answers": 20, "min_agreement": 0.8, "decides": "all", "gold_min_answers": 5,
@@ -194,7 +195,7 @@ class TaskConfig:
     # validation batch): a site account with at least ``min_answers`` answers on gold
     # items and blind answers on examples that trusted votes decided, agreeing at
     # ``min_agreement`` or more and better than always giving one answer would
-    # (``annotation.services.trust``); ``TRUST_DEFAULTS``.
+    # (``annotation.trust``); ``TRUST_DEFAULTS``.
     validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
     # How examples are decided (``VALIDATION_POLICIES``): the policy and, for
     # ``adaptive``, its target confidence and vote bounds.
@@ -216,8 +217,6 @@ class TaskConfig:
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
-        from ml.submissions import ConfigBounds
-
         return ConfigBounds.from_dict(self.model_limits)
 
     @property

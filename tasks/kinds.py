@@ -40,6 +40,10 @@ class TaskKind:
     primary_metric: ClassVar[str]  # the number a round's leaderboard column shows
     reference_line: ClassVar[str]  # the line models are set beside: "majority" or "qa"
     hub_category: ClassVar[str]  # the Hugging Face Hub task category of its releases
+    # What a writer's answer is on the create and validate pages: "label" (a choice of the
+    # task's labels) or "span" (text selected in the passage). The pages' script reads it
+    # from ``data-answer-shape``, so it names no kind.
+    answer_shape: ClassVar[str] = "label"
     # What is wrong with an example that has no context, or None: it needs none.
     without_context: ClassVar[str | None] = None
     # The parts of a writer's answer and of a model's an export has a column for
@@ -203,6 +207,7 @@ class ExtractiveQAKind(TaskKind):
     reference_line = "qa"
     hub_category = "question-answering"
     without_context = "a QA example needs a context with the passage"
+    answer_shape = "span"
     export_target_parts = export_prediction_parts = ("text", "start")
 
     @classmethod

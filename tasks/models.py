@@ -54,7 +54,8 @@ class Task(models.Model):
     instructions = models.TextField(blank=True)
     content_warning = models.CharField(max_length=300, blank=True)
     is_active = models.BooleanField("active", default=True)
-    is_hidden = models.BooleanField("hidden", default=False, help_text="Hidden tasks are visible only to their researchers.")
+    is_hidden = models.BooleanField("hidden", default=False,
+                                    help_text="Hidden tasks are visible only to their researchers.")
     owners = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="owned_tasks",
         help_text="Researchers who own the task: they can edit it and their validations decide at once.",

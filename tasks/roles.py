@@ -10,6 +10,7 @@
 - visitor: anonymous; reads public pages and leaderboards only.
 """
 
+from django.contrib.auth.models import Group, Permission
 from rest_framework import permissions
 
 
@@ -59,8 +60,6 @@ RESEARCHER_APPS = ["tasks", "jobs", "registry", "annotation", "leaderboard", "cr
 def grant_researcher_permissions(group=None, using: str = "default", exclude=()) -> None:
     """Give the Researchers group the platform apps' permissions but ``exclude`` (ids):
     all of them for a new group, those a migrate just created for an existing one."""
-    from django.contrib.auth.models import Group, Permission
-
     group = group or Group.objects.using(using).filter(name=RESEARCHERS_GROUP).first()
     if group is not None:
         group.permissions.add(*Permission.objects.using(using).filter(content_type__app_label__in=RESEARCHER_APPS)
@@ -69,8 +68,6 @@ def grant_researcher_permissions(group=None, using: str = "default", exclude=())
 
 def make_researcher(user):
     """Staff access to the admin with every permission on the platform's apps."""
-    from django.contrib.auth.models import Group
-
     group, created = Group.objects.get_or_create(name=RESEARCHERS_GROUP)
     if created or not group.permissions.exists():
         grant_researcher_permissions(group)

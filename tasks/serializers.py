@@ -79,9 +79,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "url", "page", "file", "kind", "status", "progress", "seconds_left", "queue_position", "estimated_start", "task",
-                  "params", "result", "log", "error", "attempts", "rerun_of", "created_at", "started_at",
-                  "heartbeat_at", "finished_at"]
+        fields = ["id", "url", "page", "file", "kind", "status", "progress", "seconds_left", "queue_position",
+                  "estimated_start", "task", "params", "result", "log", "error", "attempts", "rerun_of", "created_at",
+                  "started_at", "heartbeat_at", "finished_at"]
         read_only_fields = fields
 
     def get_seconds_left(self, obj) -> float | None:

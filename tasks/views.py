@@ -8,6 +8,7 @@ from core.api import http_status
 from core.errors import DomainError
 from jobs import files as job_files
 
+from .api import visible_jobs
 from .health import database_health
 from .roles import is_researcher
 
@@ -34,8 +35,6 @@ def _said(message: str, status: int) -> HttpResponse:
 def job_file(request, pk):
     """The file a job made (an export), for the researchers of the job's task only: one
     who started it and researches the task no more gets 403, like anyone else."""
-    from .api import visible_jobs
-
     job = visible_jobs(request.user).select_related("task").filter(pk=pk).first()
     if job is None:
         return _said(f"No job #{pk} among your tasks' jobs.", 404)

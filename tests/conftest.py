@@ -269,7 +269,7 @@ def token_client():
     """An API client that authenticates only with a session token for ``user`` on ``task``."""
     from rest_framework.test import APIClient
 
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     def make(user, task):

@@ -9,8 +9,8 @@ from django.core.management import get_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "RESULTS.md"]
-TOP = ("annotation/", "core/", "crowd/", "datafiles/", "dynabench/", "leaderboard/", "ml/", "tasks/", "tests/", "bench/",
-       "docs/", "templates/", "static/", ".ci/")
+TOP = ("annotation/", "core/", "crowd/", "datafiles/", "dynabench/", "leaderboard/", "ml/", "replay/", "tasks/",
+       "tests/", "bench/", "docs/", "templates/", "static/", ".ci/")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")
 MANAGE = re.compile(r"manage\.py\s+([a-z_]+)")

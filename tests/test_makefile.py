@@ -19,7 +19,8 @@ def dry_run(*args, **env_vars):
     env = {k: v for k, v in os.environ.items()
            if k not in {"DEBUG", "HOST", "ALLOW_PUBLIC_DEBUG", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}}
     env.update(env_vars)
-    return subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
 
 
 @pytest.mark.parametrize("args", [("run", "HOST=0.0.0.0"), ("HOST=0.0.0.0",), ("serve", "HOST=192.0.2.10"),

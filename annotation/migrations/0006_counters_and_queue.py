@@ -6,7 +6,7 @@ from django.db import migrations, models
 from django.db.models import Count, Q
 
 # The rules as they stand at this migration (annotation.models.Example.queue_priorities
-# and annotation.services.counters), written against the historical models.
+# and annotation.counters), written against the historical models.
 STEP = 2**20
 SPLITS = ("train", "dev", "test")
 

@@ -25,7 +25,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='example',
             name='gold_verdict',
-            field=models.CharField(blank=True, choices=[('correct', 'The writer is right'), ('incorrect', 'The writer is wrong')], default='', help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation queue mixes gold items in (the task config's validation.gold_rate); answers on them are the evidence for a validator's trust (annotation.services.gold).", max_length=10),
+            field=models.CharField(blank=True, choices=[('correct', 'The writer is right'), ('incorrect', 'The writer is wrong')], default='', help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation queue mixes gold items in (the task config's validation.gold_rate); answers on them are the evidence for a validator's trust (annotation.gold).", max_length=10),
         ),
         migrations.AddField(
             model_name='validation',

@@ -7,6 +7,8 @@ import os
 import random
 from pathlib import Path
 
+from datafiles.readers import RowError, read_records
+
 from . import ROOT
 from .results import log
 
@@ -26,8 +28,6 @@ class Missing(Exception):
 def load_records(fmt: str, path: Path, notes: dict) -> list:
     """Records from ``path`` via the project's readers (``datafiles.readers``, no
     Django); malformed rows are logged and counted in ``notes["row_errors"]``."""
-    from datafiles.readers import RowError, read_records
-
     if not path.is_file():
         raise Missing(f"{path} not found")
     records, errors = [], []

@@ -224,7 +224,7 @@ def _statements(cfg: dict) -> dict:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from annotation.services import sessions
+    from annotation import sessions
     from annotation.tokens import make_token
     from tasks.models import Task
 
@@ -282,7 +282,7 @@ def _count(cfg: dict) -> dict:
     from django.db.models import Count
 
     from annotation.models import AnnotationSession, Example
-    from annotation.services.stats import round_stats
+    from annotation.stats import round_stats
     from tasks.models import Task
 
     task = Task.objects.get(slug=cfg["task"])

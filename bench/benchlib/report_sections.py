@@ -14,6 +14,8 @@ them, never recomputed); the same JSON always gives the same text.
 
 from __future__ import annotations
 
+from replay.results import doc_section
+
 from . import RESULTS
 from .baselines_report import markdown as baselines_markdown
 from .frontier_report import doc_block as frontier_doc_block
@@ -344,9 +346,9 @@ def load_runs(documents: dict[str, dict]) -> str:
     return "\n\n".join([
         f"{len(runs)} runs, modes {first['modes']}, phases {first['phases']}: {first['annotators']} annotators "
         f"in the closed loop, {first['duration']:g} s a phase, {first['web_workers']} web worker(s).",
-        markdown_table(["run", "ended at", "load average (1 min) at the end", "mode", "torch threads", "closed loop (ex/s)",
-                        "`POST examples` p50", "p95", "web CPU ms/example", "open rate", "open p50",
-                        "open p99", "errors"], rows),
+        markdown_table(["run", "ended at", "load average (1 min) at the end", "mode", "torch threads",
+                        "closed loop (ex/s)", "`POST examples` p50", "p95", "web CPU ms/example", "open rate",
+                        "open p50", "open p99", "errors"], rows),
     ]) + "\n"
 
 
@@ -450,8 +452,8 @@ def _scale_verdict(row: dict) -> str:
 
 def _scale_rows(rows: list[dict], name: str, who: str) -> list[list[str]]:
     return [[row[name], row[who], "/".join(str(q) for q in row["queries"]), ratio(row["ratio"]),
-             ratio(row["ratio_cpu"]), "n/a" if row["slope"] is None else f"{row['slope']:+.2f}", f"{row['over_select_1']:.0f}x",
-             _scale_verdict(row)] for row in rows]
+             ratio(row["ratio_cpu"]), "n/a" if row["slope"] is None else f"{row['slope']:+.2f}",
+             f"{row['over_select_1']:.0f}x", _scale_verdict(row)] for row in rows]
 
 
 def scale(document: dict) -> str:
@@ -533,14 +535,12 @@ def qa_training(document: dict) -> str:
                    f"({first['steps']:,} steps).")
     else:
         verdict = "No mark's interval lies above the line: no budget measured here makes a target the rule accepts."
-    lines.append(f"{verdict} Training stopped {'by its time budget' if training['stopped_by_time_budget'] else 'at the end of its epochs'}"
-                 f" in epoch {epochs}.")
+    stopped = "by its time budget" if training["stopped_by_time_budget"] else "at the end of its epochs"
+    lines.append(f"{verdict} Training stopped {stopped} in epoch {epochs}.")
     return "\n\n".join(lines) + "\n"
 
 
 def replay(reports: dict[str, dict]) -> str:
-    """The replay reports (``{folder: report}``): ``leaderboard.replay.results``'s tables,
+    """The replay reports (``{folder: report}``): ``replay.results``'s tables,
     what ``manage.py replay_tables`` puts there (pure Python, no Django)."""
-    from leaderboard.replay.results import doc_section
-
     return doc_section(reports)

@@ -14,7 +14,7 @@ own ``save()`` would set it: ``Validation.task``, ``Example.provisional`` (from 
 session), ``queue_priority`` and ``queue_priority_adaptive`` (``Example.queue_priorities``),
 the vote counters, the signature (``services.examples.example_signature``). The
 round counters are then filled by the project's own recount
-(``annotation.services.counters.reconcile``), and the periodic jobs' watermarks are
+(``annotation.counters.reconcile``), and the periodic jobs' watermarks are
 set as if each had just run (the history is settled and checked).
 """
 
@@ -31,6 +31,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from annotation import counters
+from annotation.examples import example_signature
 from annotation.models import (
     AnnotationSession,
     Example,
@@ -38,8 +40,6 @@ from annotation.models import (
     Validation,
     ValidatorReliability,
 )
-from annotation.services import counters
-from annotation.services.examples import example_signature
 from crowd.models import Assignment, Batch, BonusPayment, Hit, Watermark, WorkerIdentity
 from leaderboard.demo import bootstrap_demo
 from tasks.models import Task

@@ -122,7 +122,8 @@ def request_paths(task, rnd, users) -> list[tuple[str, str, str]]:
     for who in ("superuser", "researcher"):
         paths += [
             ("admin examples", who, admin_examples),
-            ("admin examples filter", who, f"{admin_examples}?task__id__exact={task.pk}&validation_status__exact=pending"),
+            ("admin examples filter", who,
+             f"{admin_examples}?task__id__exact={task.pk}&validation_status__exact=pending"),
             ("admin examples uid", who, f"{admin_examples}?q={example.uid}"),
             ("admin validations", who, admin_validations),
             ("admin validations last", who, f"{admin_validations}?p={last_page}"),
@@ -178,8 +179,8 @@ class Work:
         from django.db import transaction
         from django.utils import timezone
 
+        from annotation.examples import example_signature
         from annotation.models import AnnotationSession, Example, Validation
-        from annotation.services.examples import example_signature
         from crowd.models import Assignment, WorkerIdentity
 
         now = timezone.now()
@@ -217,8 +218,8 @@ def forget_earlier_work() -> int:
     assignments and sessions)."""
     from django.db import transaction
 
+    from annotation.examples import delete_examples
     from annotation.models import AnnotationSession, Example
-    from annotation.services.examples import delete_examples
     from crowd.models import Assignment, BonusPayment
 
     with transaction.atomic():
@@ -232,7 +233,7 @@ def forget_earlier_work() -> int:
 
 
 def periodic_jobs(task, rnd, users, repeats: int, work: int) -> list[dict]:
-    from annotation.services import counters, reliability
+    from annotation import counters, reliability
     from crowd import bonuses, sync
     from crowd.models import Batch
 
@@ -311,8 +312,8 @@ def run(cfg: dict) -> dict:
     call_command("migrate", interactive=False, verbosity=0)
     from django.contrib.auth import get_user_model
 
+    from annotation import counters
     from annotation.models import Example, RoundCounts, Validation
-    from annotation.services import counters
     from crowd.testing.fake_mturk import FakeMTurk
     from tasks.models import Task
 
@@ -353,7 +354,8 @@ def run(cfg: dict) -> dict:
         "database": cfg["database"], "vendor": _vendor(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average": [round(v, 2) for v in os.getloadavg()], "size": cfg["size"], "built": built,
-        "reused": built is None, "analyzed": analyzed, "earlier_work_removed": forgotten, "prepare_seconds": round(migrated, 1),
+        "reused": built is None, "analyzed": analyzed, "earlier_work_removed": forgotten,
+        "prepare_seconds": round(migrated, 1),
         "rows": {"examples": examples, "validations": validations},
         "drift_after_build": [str(d) for d in drifts],
         "counters": {"collected": counts.collected, "decisions": counts.decisions, "fooled": counts.fooled},

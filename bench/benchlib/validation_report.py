@@ -46,7 +46,8 @@ def table(document: dict) -> str:
                 f"{100 * sum(r['to_researchers'] for r in chosen) / n:.1f}%",
             ])
     return markdown_table(["Spammers (share of votes)", "Policy", "Validations per decided example",
-                           "Validations per example, escalated ones too", "Decision accuracy (95% interval)", "To researchers"], rows)
+                           "Validations per example, escalated ones too", "Decision accuracy (95% interval)",
+                           "To researchers"], rows)
 
 
 def doc_block(document: dict) -> str:

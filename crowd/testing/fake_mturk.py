@@ -156,7 +156,8 @@ def answer_xml(answers: dict[str, str]) -> str:
 
     items = "".join(f"<Answer><QuestionIdentifier>{text(k)}</QuestionIdentifier><FreeText>{text(v)}</FreeText></Answer>"
                     for k, v in answers.items())
-    return f'<?xml version="1.0" encoding="ASCII"?><QuestionFormAnswers xmlns="{ANSWERS_NS}">{items}</QuestionFormAnswers>'
+    return (f'<?xml version="1.0" encoding="ASCII"?><QuestionFormAnswers xmlns="{ANSWERS_NS}">'
+            f'{items}</QuestionFormAnswers>')
 
 
 def check_shape(shape, value, path: str) -> list[str]:
@@ -482,7 +483,8 @@ class FakeMTurk:
                 return new
 
     def _live(self, hit_id):
-        return [a for a in self.assignments.values() if a.hit_id == hit_id and a.status not in ("Returned", "Abandoned")]
+        return [a for a in self.assignments.values()
+                if a.hit_id == hit_id and a.status not in ("Returned", "Abandoned")]
 
     def _hit(self, hit_id, allow_disposed=False) -> Hit:
         hit = self.hits.get(hit_id)
@@ -562,7 +564,8 @@ class FakeMTurk:
             try:
                 after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
             except (ValueError, KeyError, TypeError):
-                raise RequestError("The pagination token is invalid.", "AWS.MechanicalTurk.InvalidPaginationToken") from None
+                raise RequestError("The pagination token is invalid.",
+                                   "AWS.MechanicalTurk.InvalidPaginationToken") from None
             items = [item for item in items if key(item) > after]
         size = params.get("MaxResults", default_size)
         page = items[:size]

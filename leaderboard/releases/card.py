@@ -19,7 +19,7 @@ import html
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from annotation.services import counters
+from annotation import counters
 from ml.metrics import wilson_interval
 from tasks.kinds import kind_named
 from tasks.licenses import LICENSES

@@ -1,3 +1,4 @@
+// Long on purpose: the create and validate pages' one script, served as one cached file with no bundler: both use its API client (the session token's header, idempotency keys), its text-only rendering and its HIT bar.
 /* Dynabench annotation pages. No framework; user text only ever goes through
    textContent, never innerHTML. API calls carry the signed session token in a
    header, so the pages work inside an MTurk iframe without cookies. */
@@ -127,7 +128,7 @@
   /* ---------------------------------------------------------------- create */
   function createPage(root) {
     var slug = root.dataset.task;
-    var isQA = root.dataset.taskType === "extractive_qa";
+    var isSpan = root.dataset.answerShape === "span";
     var answerField = root.dataset.answerField;
     var inputFields = json("task-inputs");
     var contextFields = json("task-context-fields");
@@ -198,7 +199,7 @@
         context = r.data;
         contextFields.forEach(function (f) {
           var p = renderField(box, f.name, f.label, context.fields[f.name]);
-          if (isQA && f.name === answerField) {
+          if (isSpan && f.name === answerField) {
             p.id = "passage";
             p.classList.add("selectable");
             p.addEventListener("mouseup", function () { onPassageSelect(p); });
@@ -221,7 +222,7 @@
       var inputs = {};
       inputFields.forEach(function (f) { inputs[f.name] = form.elements[f.name].value; });
       var target;
-      if (isQA) {
+      if (isSpan) {
         if (answerStart === null) locateAnswer();
         target = { text: $("answer-text").value, start: answerStart };
       } else {
@@ -236,8 +237,8 @@
           problems["inputs." + f.name] = "Write " + (/^[aeiou]/.test(noun) ? "an " : "a ") + noun + ".";
         }
       });
-      if (isQA && !target.text.trim()) problems["target"] = "Give the answer: select it in the passage or type it.";
-      if (!isQA && !target.label) problems["target.label"] = "Pick the label your example truly has.";
+      if (isSpan && !target.text.trim()) problems["target"] = "Give the answer: select it in the passage or type it.";
+      if (!isSpan && !target.label) problems["target.label"] = "Pick the label your example truly has.";
       if (Object.keys(problems).length) { showErrors({ errors: problems }); return; }
       var button = $("submit-example");
       button.disabled = true;
@@ -279,7 +280,7 @@
       inputFields.forEach(function (f) {  /* what was written, repeated */
         answer.appendChild(el("p", "written", (f.label || f.name) + ": " + lastInputs[f.name]));
       });
-      var yours = isQA ? target.text : target.label;
+      var yours = isSpan ? target.text : target.label;
       answer.appendChild(el("p", null, "Your answer: " + yours));
       answer.appendChild(el("p", "model-answer", "Model (" + data.model + "): " + data.prediction));
       if (data.probabilities) answer.appendChild(probabilityList(data.probabilities));
@@ -341,18 +342,18 @@
     });
 
     $("new-context").addEventListener("click", loadContext);
-    if (isQA) $("answer-text").addEventListener("input", locateAnswer);
+    if (isSpan) $("answer-text").addEventListener("input", locateAnswer);
     loadContext();
   }
 
   /* -------------------------------------------------------------- validate */
   function validatePage(root) {
     var slug = root.dataset.task;
-    var isQA = root.dataset.taskType === "extractive_qa";
+    var isSpan = root.dataset.answerShape === "span";
     var labels = json("task-labels") || [];
     var item = json("first-item");
 
-    function answerText(target) { return isQA ? target.text : target.label; }
+    function answerText(target) { return isSpan ? target.text : target.label; }
 
     /* moveFocus: after a vote the focus goes to the next item's first control, or to
        the message that says there is none (never back to <body>). */
@@ -382,7 +383,7 @@
       if (item.blind) {
         var choices = $("blind-choices");
         choices.textContent = "";
-        if (isQA) {
+        if (isSpan) {
           var label = el("label", null, "The answer you would give (copied from the passage)");
           label.htmlFor = "blind-answer";
           var input = el("input");
@@ -435,7 +436,7 @@
     /* Blind validation: the server stores this answer, and only then shows the writer's. */
     $("reveal").addEventListener("click", function () {
       var answer;
-      if (isQA) {
+      if (isSpan) {
         var typed = $("blind-answer").value;
         if (!typed.trim()) { invalid([$("blind-answer")], "Type your answer first."); return; }
         answer = { text: typed };
@@ -474,36 +475,6 @@
   /* The sliders rerank live: each move shows its value at once, and a moment later
      the board for the new weights replaces this one (the same page, fetched), and
      the address becomes that board's link. The form still works without script. */
-  function leaderboardPage(form) {
-    var timer = null, asked = 0;
-    function refresh() {
-      var query = new URLSearchParams(new FormData(form)).toString();
-      var mine = ++asked;
-      fetch(window.location.pathname + "?" + query, { headers: { Accept: "text/html" } })
-        .then(function (r) { return r.text(); })
-        .then(function (text) {
-          if (mine !== asked) return;  /* a later move's board is on its way */
-          var doc = new DOMParser().parseFromString(text, "text/html");
-          var fresh = doc.getElementById("board");
-          var old = $("weights-error");
-          if (old) old.remove();
-          if (fresh) {
-            $("board").replaceWith(document.importNode(fresh, true));
-            window.history.replaceState(null, "", "?" + query);
-          } else {
-            var error = doc.getElementById("weights-error");
-            if (error) form.insertBefore(document.importNode(error, true), form.firstChild);
-          }
-        });
-    }
-    form.addEventListener("input", function (event) {
-      var input = event.target;
-      if (input.type === "range" && input.nextElementSibling) input.nextElementSibling.textContent = input.value;
-      clearTimeout(timer);
-      timer = setTimeout(refresh, 250);
-    });
-  }
-
   /* ------------------------------------------------------------- the HIT bar */
   /* "Done: n of N" follows the work (a retracted example stops counting), and Submit
      before the work is done stays on the page with what is left (the server checks too).
@@ -534,8 +505,6 @@
     });
   }
 
-  var weightsForm = $("weights-form");
-  if (weightsForm && weightsForm.dataset.live && $("board")) leaderboardPage(weightsForm);
   var create = $("annotate");
   if (create && create.dataset.page === "create" && $("example-form")) createPage(create);
   var validate = $("validate");

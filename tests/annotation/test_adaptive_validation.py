@@ -10,9 +10,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
+from annotation import reliability, trust, validation
 from annotation import reliability_model as R
 from annotation.models import ReliabilityFit, Validation, ValidatorReliability
-from annotation.services import reliability, trust, validation
 from core.errors import Conflict
 from tasks.config import validate_task_config
 
@@ -92,7 +92,8 @@ def test_newcomers_need_more_votes_than_known_validators(demo_tasks, annotator):
     by_newcomers.refresh_from_db()
     # four votes at the prior (0.8 each way) from a prior of 0.8: 0.9990
     assert by_newcomers.validation_status == "verified"
-    assert by_newcomers.decision_posterior == pytest.approx(R.posterior_right(0.8, [(R.Reliability.newcomer(), True)] * 4))
+    newcomers = [(R.Reliability.newcomer(), True)] * 4
+    assert by_newcomers.decision_posterior == pytest.approx(R.posterior_right(0.8, newcomers))
 
     by_known = write(task, annotator, text="two")
     experts = [known(task, account(f"expert{i}", f"198.51.100.{50 + i}")) for i in range(2)]

@@ -172,7 +172,7 @@ def test_no_model_answer_is_a_clear_503(live_tasks, client_for, annotator):
 
 
 def test_round_closed_while_the_model_answers_stores_nothing(nli_client, live_tasks, monkeypatch):
-    from annotation.services import examples
+    from annotation import examples
     from tasks.services import close_round
 
     client, context = nli_client
@@ -240,7 +240,8 @@ def test_a_broken_model_answers_503_with_the_reason_and_stores_nothing(live_task
         shutil.move(backup, model.artifact_dir)
     assert response.status_code == 503, response.content
     body = response.json()
-    assert body["code"] == "unavailable" and "ArtifactError" in body["detail"] and "nothing was stored" in body["detail"]
+    assert body["code"] == "unavailable"
+    assert "ArtifactError" in body["detail"] and "nothing was stored" in body["detail"]
     assert int(response["Retry-After"]) > 0
     assert snapshot() == before
 

@@ -56,7 +56,7 @@ django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from annotation.models import Example, RoundCounts, Validation
-from annotation.services import counters
+from annotation import counters
 drifts = counters.reconcile()
 queued = set(Example.objects.filter(queue_priority__isnull=False).values_list("pk", flat=True))
 expected = {e.pk for e in Example.objects.all() if e.in_validation_queue()}

@@ -1,4 +1,4 @@
-"""The counters the pages read (``annotation.services.counters``): every write path keeps
+"""The counters the pages read (``annotation.counters``): every write path keeps
 them equal to a recount of the rows, a drifted one is found and repaired, and the pages
 that show them cost the same whatever the number of examples."""
 
@@ -12,10 +12,10 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from annotation import counters, examples, sessions, validation
 from annotation.datasets import import_records
 from annotation.models import AnnotationSession, Example, RoundCounts, Validation, WriterCounts
-from annotation.services import counters, examples, sessions, validation
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 from datafiles.readers import Record
 
 pytestmark = pytest.mark.django_db
@@ -184,7 +184,7 @@ def test_the_pages_cost_the_same_with_five_or_fifty_examples(demo_tasks, annotat
 
 
 def test_round_statistics_list_the_top_writers_and_say_how_many_there_are(demo_tasks, settings, monkeypatch):
-    from annotation.services import stats
+    from annotation import stats
 
     monkeypatch.setattr(stats, "ANNOTATORS_SHOWN", 2)
     task = demo_tasks["sentiment"]

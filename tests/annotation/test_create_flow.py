@@ -2,9 +2,9 @@
 
 import pytest
 
+from annotation.examples import signature_ok
 from annotation.models import AnnotationSession, Example
-from annotation.services.examples import signature_ok
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 from tasks.models import Context, Round
 
 pytestmark = pytest.mark.django_db
@@ -139,7 +139,7 @@ def test_a_context_that_goes_away_while_it_is_chosen_is_not_served(live_tasks, a
     serving's count is not served, and another one is."""
     import random
 
-    from annotation.services import contexts, sessions
+    from annotation import contexts, sessions
 
     task = live_tasks["hate"]
     session = sessions.start_session(annotator, task)
@@ -188,7 +188,7 @@ def test_expired_tokens_are_refused(live_tasks, annotator, anonymous, settings):
 
     from django.utils import timezone
 
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     session = start_session(annotator, live_tasks["nli"])

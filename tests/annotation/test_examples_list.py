@@ -9,8 +9,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from annotation.exporting import ANNOTATOR_METADATA_KEY, anonymise
+from annotation.listing import task_examples
 from annotation.models import Example
-from annotation.services.listing import task_examples
 from tasks.models import Round
 
 pytestmark = pytest.mark.django_db

@@ -222,7 +222,8 @@ def test_validated_only_round_split_and_stdout(demo_tasks, annotator, second_ann
     round2 = [json.loads(line) for line in export("-", "--task", "nli", "--round", 2, *EVERYTHING).splitlines()]
     assert [r["round"] for r in round2] == [2] and round2[0]["external_uid"] == "ext-1"
     assert export("-", "--task", "nli", "--round", 2, "--validated-only", *EVERYTHING) == ""
-    test_split = [json.loads(line) for line in export("-", "--task", "nli", "--split", "test", *EVERYTHING).splitlines()]
+    test_split = [json.loads(line)
+                  for line in export("-", "--task", "nli", "--split", "test", *EVERYTHING).splitlines()]
     assert [r["split"] for r in test_split] == ["test"]
     with pytest.raises(CommandError, match="has no round 5"):
         export("-", "--task", "nli", "--round", 5)
@@ -269,7 +270,8 @@ def test_csv_is_flat_a_column_per_field_and_no_json_in_a_cell(demo_tasks, annota
     first, retracted, flagged = rows
     assert first["inputs.hypothesis"] == TRICKY  # commas, quotes, new lines and HTML come back as they were
     assert first["context.premise"] == "Premise without an id: " + SCRIPT
-    assert (first["target.label"], first["prediction.label"], first["prediction.probs.1"]) == ("neutral", "entailment", "0.5")
+    assert (first["target.label"], first["prediction.label"], first["prediction.probs.1"]) \
+        == ("neutral", "entailment", "0.5")
     assert (first["fooled"], first["retracted"], first["validation.status"], first["validation.correct"]) == (
         "true", "false", "verified", "3")
     assert (first["model_predictions.9.label"], first["model_predictions.7.probs.0"]) == ("neutral", "0.7")
@@ -277,8 +279,9 @@ def test_csv_is_flat_a_column_per_field_and_no_json_in_a_cell(demo_tasks, annota
     assert (first["metadata.tag"], first["context_id"], first["context_tag"]) == ("x", "", "no-id")
     assert first["annotator"] == anonymise(annotator.pk) and first["round"] == "1"
     assert retracted["inputs.hypothesis"] == 'Line\nbreak\tand "quotes"' and retracted["retracted"] == "true"
-    assert retracted["fooled"] == "false" and retracted["model_predictions.7.label"] == "" and retracted["metadata.tag"] == ""
-    assert (flagged["flagged"], flagged["annotator"], flagged["fooled"], flagged["context_id"]) == ("true", "", "", "nli-001")
+    assert (retracted["fooled"], retracted["model_predictions.7.label"], retracted["metadata.tag"]) == ("false", "", "")
+    assert (flagged["flagged"], flagged["annotator"], flagged["fooled"], flagged["context_id"]) \
+        == ("true", "", "", "nli-001")
     assert flagged["prediction.label"] == "" and flagged["external_uid"] == "ext-1" and flagged["split"] == "test"
     assert Context.objects.get(external_id="nli-001").fields["premise"] == flagged["context.premise"]
     for row in rows:  # no cell holds JSON: no object or list in any of them

@@ -9,9 +9,8 @@ from urllib.parse import urlencode
 import pytest
 from django.urls import reverse
 
-from annotation import exporting
+from annotation import exporting, exports
 from annotation.models import Example
-from annotation.services import exports
 from core.errors import Forbidden
 from jobs.models import Job
 from tasks.models import Round

@@ -1,15 +1,15 @@
 """Gold items and who the reliability fit believes, from the attacker's side: a ring of
 aged accounts at distinct addresses that vote together, patient copiers, and flags
-(``annotation.services.gold``, ``trust``, ``reliability``)."""
+(``annotation.gold``, ``trust``, ``reliability``)."""
 
 import random
 
 import pytest
 
+from annotation import gold, reliability, trust, validation
 from annotation import reliability_model as R
 from annotation.models import Example, Validation, ValidatorReliability
-from annotation.services import gold, reliability, trust, validation
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 
 from .test_trust import account, paid, vote, with_trust_rule, write
 

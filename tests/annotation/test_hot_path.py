@@ -7,10 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from annotation import inference, runtime
+from annotation import inference, runtime, sessions
 from annotation.models import AnnotationSession, Example
-from annotation.services import sessions
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 from annotation.tokens import make_token, session_from_token
 from registry import services as registry
 from registry.models import ModelVersion

@@ -74,7 +74,7 @@ def answered_blind(task, author, validator_client):
     """An example by ``author`` that the validator has answered blind: ready for a decision
     that counts (a researcher of the task vouches for the validator)."""
     from annotation.models import VouchedValidator
-    from annotation.services.validation import assign
+    from annotation.validation import assign
 
     VouchedValidator.objects.get_or_create(task=task, validator=validator_client.user)
     example = Example.objects.create(task=task, round=task.open_round(), annotator=author,
@@ -105,7 +105,7 @@ def test_two_copies_racing_store_one_example(live_tasks, annotator):
         pytest.skip("concurrent writers are tested on PostgreSQL (as in CI); SQLite serialises them")
     from rest_framework.test import APIClient
 
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     token = make_token(start_session(annotator, live_tasks["sentiment"]))

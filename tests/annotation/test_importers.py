@@ -333,7 +333,7 @@ def test_bad_rows_are_reported_and_skipped(demo_tasks, tmp_path):
     assert example.context.fields == {"premise": "A man is eating."}
     rnd = Round.objects.get(task=nli, number=2)
     assert rnd.status == "closed"
-    from annotation.services.stats import round_stats
+    from annotation.stats import round_stats
 
     assert round_stats(rnd)["collected"] == 0  # imported data is not collected on the platform
     assert nli.rounds.get(number=1).status == "open"
@@ -353,7 +353,8 @@ def test_strict_import_writes_nothing(demo_tasks, tmp_path):
     with pytest.raises(CommandError) as caught:
         run_import(path, "--task", "nli", "--format", "anli", "--round", 2, "--split", "dev", "--strict")
     message = str(caught.value)
-    assert "2 malformed row(s); nothing was written" in message and "line 2: target.label: 'foo' is not one of" in message
+    assert "2 malformed row(s); nothing was written" in message
+    assert "line 2: target.label: 'foo' is not one of" in message
     assert (Example.objects.count(), Context.objects.count(), Round.objects.count()) == before
 
     path.write_text(json.dumps(premise_row("u1")) + "\n")
@@ -374,7 +375,7 @@ def test_importing_twice_creates_nothing_twice(demo_tasks, tmp_path):
     second = import_records(nli, read_records("anli", path), round_number=1, split="train", batch_size=10)
     assert (second.created, second.skipped_duplicates, second.contexts_created) == (0, 26, 0)
     assert (Example.objects.count(), Context.objects.count()) == counts
-    from annotation.services.stats import round_stats
+    from annotation.stats import round_stats
 
     assert round_stats(nli.rounds.get(number=1))["collected"] == 0  # stats count platform examples
 

@@ -42,7 +42,7 @@ def test_pages_need_a_login_or_a_valid_token(live_tasks, annotator, client):
     forged = client.get("/tasks/nli/create/?token=forged")
     assert forged.status_code == 403 and "not valid" in forged.content.decode()
 
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
 
     session = start_session(annotator, live_tasks["nli"])
     ok = client.get(f"/tasks/nli/create/?token={make_token(session)}")
@@ -158,8 +158,8 @@ def test_the_new_account_wait_is_not_claimed_where_it_does_not_apply(live_tasks,
     MTurk: neither waits (``why_not_counted`` in the same order)."""
     from django.utils import timezone
 
-    from annotation.services import trust
-    from annotation.services.sessions import start_session
+    from annotation import trust
+    from annotation.sessions import start_session
 
     task = live_tasks["nli"]
     for user in (researcher, mturk_worker):
@@ -179,7 +179,7 @@ def test_the_new_account_wait_is_not_claimed_where_it_does_not_apply(live_tasks,
 @pytest.mark.parametrize("seconds, words", [(86400, "24 hours"), (2 * 86400, "2 days"), (3600, "1 hour"),
                                             (5400, "90 minutes"), (61, "61 seconds"), (1, "1 second")])
 def test_the_account_age_in_words(settings, seconds, words):
-    from annotation.services import trust
+    from annotation import trust
 
     settings.VALIDATOR_MIN_ACCOUNT_AGE = seconds
     assert trust.min_account_age_text() == words

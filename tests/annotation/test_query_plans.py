@@ -7,8 +7,8 @@ import pytest
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from annotation import gold, validation
 from annotation.models import Example, Validation
-from annotation.services import gold, validation
 from tasks.models import Round
 
 from ..plans import plan_problems, problems_of

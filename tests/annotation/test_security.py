@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from annotation.models import AnnotationSession, Example
-from annotation.services.sessions import start_session
+from annotation.sessions import start_session
 from annotation.tokens import make_token
 from tasks.models import Task
 
@@ -205,7 +205,7 @@ def test_flagged_examples_wait_for_the_researchers(live_tasks, annotator, second
 
 def test_an_explanation_keeps_what_was_written_to_the_metadata_meanwhile(live_tasks, annotator, researcher,
                                                                        client_for):
-    from annotation.services.examples import explain_example, unflag_example
+    from annotation.examples import explain_example, unflag_example
 
     task = live_tasks["sentiment"]
     model = task.open_round().target_models.get()

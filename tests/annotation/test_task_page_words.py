@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from annotation import counters
 from annotation.models import Example
-from annotation.services import counters
-from annotation.services.stats import verified_rate
+from annotation.stats import verified_rate
 from registry.models import ModelVersion
 from tasks import services as task_services
 

@@ -1,5 +1,5 @@
 """Who decides an example, tried from the attacker's side: one person with many
-accounts, a script, and an MTurk id (``annotation.services.trust``)."""
+accounts, a script, and an MTurk id (``annotation.trust``)."""
 
 from datetime import timedelta
 
@@ -8,9 +8,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation import sessions, trust, validation
 from annotation.models import AccountAddress, AnnotationSession, Example, Validation
-from annotation.services import sessions, trust, validation
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,10 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
+from annotation import counters
+from annotation.examples import retract_example
 from annotation.models import Example, Validation
-from annotation.services import counters
-from annotation.services.examples import retract_example
-from annotation.services.stats import round_stats
+from annotation.stats import round_stats
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def users(n, prefix="validator"):
 def served(client, example):
     """The validation queue serves ``example`` to the client's user (its own service), as
     GET .../validations/next/ does for the queue's head: only then may they validate it."""
-    from annotation.services.validation import assign
+    from annotation.validation import assign
 
     assign(example, client.user)
 
@@ -277,7 +277,7 @@ def test_owner_validation_decides_at_once_and_can_override(demo_tasks, annotator
 def test_concurrent_validators_never_over_count(demo_tasks, annotator):
     if connection.vendor != "postgresql":
         pytest.skip("row-lock concurrency is tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI)")
-    from annotation.services.validation import assign, give_blind_answer, validate_example
+    from annotation.validation import assign, give_blind_answer, validate_example
     from core.errors import Conflict
 
     task = demo_tasks["sentiment"]
@@ -421,7 +421,7 @@ def test_the_validate_page_serves_its_item_to_the_signed_in_validator(demo_tasks
 def test_the_queue_walk_reads_past_pages_the_validator_decided(demo_tasks, annotator, monkeypatch):
     """The next item is found a page of the queue's index at a time: past pages whose
     examples the validator decided already, to the first they did not."""
-    from annotation.services import validation
+    from annotation import validation
 
     monkeypatch.setattr(validation, "QUEUE_PAGE", 2)
     task = demo_tasks["sentiment"]

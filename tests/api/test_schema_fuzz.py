@@ -54,7 +54,7 @@ def fuzz_world(live_tasks, annotator, second_annotator, researcher, other_resear
     from rest_framework.authtoken.models import Token
 
     from annotation.models import Example
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
     from jobs.engine import create_job
     from jobs.models import Job

@@ -28,5 +28,6 @@ def test_the_makefile_runs_latency_and_names_every_benchmarks_command():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "bench-latency: install\n\t$(PY) bench/latency.py\n" in makefile
     assert "\nbench:" not in makefile  # a target named for what it runs
-    unnamed = sorted(path.name for path in (ROOT / "bench").glob("*.py") if f"#   $(PY) bench/{path.name}" not in makefile)
+    unnamed = sorted(path.name for path in (ROOT / "bench").glob("*.py")
+                     if f"#   $(PY) bench/{path.name}" not in makefile)
     assert not unnamed, f"the Makefile's comment above bench-latency names no command for {unnamed}"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.benchlib import report_sections as sections
-from leaderboard.replay.results import DOC_BEGIN, DOC_END
+from replay.results import DOC_BEGIN, DOC_END
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"

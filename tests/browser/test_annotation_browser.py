@@ -84,7 +84,7 @@ def test_write_explain_and_validate_in_a_browser(live_server, live_tasks, annota
 @pytest.mark.parametrize("slug", ["nli", "qa", "hate"])
 def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_worker, browser_page, client, slug):
     """The create flow for the other tasks, entered with a session token as from an MTurk HIT."""
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     page, errors = browser_page
@@ -118,7 +118,7 @@ def test_each_task_can_be_annotated_in_a_browser(live_server, live_tasks, mturk_
 
 def open_create_page(page, live_server, user, task):
     """The task's create page with a session token of ``user``'s, its context shown."""
-    from annotation.services.sessions import start_session
+    from annotation.sessions import start_session
     from annotation.tokens import make_token
 
     token = make_token(start_session(user, task))

@@ -26,7 +26,8 @@ TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 @pytest.fixture
 def axe_source():
     if not AXE.exists():
-        pytest.skip(f"axe test: axe-core is not installed at {AXE} (run `npm ci` in the repository, as `make lint` does)")
+        pytest.skip(f"axe test: axe-core is not installed at {AXE} "
+                    "(run `npm ci` in the repository, as `make lint` does)")
     return AXE.read_text()
 
 
@@ -36,7 +37,8 @@ def violations(page, source):
         # Evaluated through the DevTools protocol: the page's CSP (script-src 'self') stays as it is.
         page.evaluate(source + "\n;undefined")
     found = page.evaluate("tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
-                          ".then(r => r.violations.map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', ')))",
+                          ".then(r => r.violations.map(v => v.id + ': '"
+                          " + v.nodes.map(n => n.target.join(' ')).join(', ')))",
                           TAGS)
     return found
 

@@ -29,7 +29,8 @@ def test_filter_by_task_and_round_then_export_the_list(live_server, demo_tasks, 
                                          target={"label": "neutral"}) for i in range(120)])
     page, errors = browser_page
     page.set_viewport_size({"width": 1280, "height": 900})
-    sign_in(page, live_server.url, researcher.username, PASSWORD, f"/admin/annotation/example/?task__id__exact={nli.pk}")
+    sign_in(page, live_server.url, researcher.username, PASSWORD,
+            f"/admin/annotation/example/?task__id__exact={nli.pk}")
     page.click("#changelist-filter >> text=Round 1")
     page.wait_for_url(f"**round__id__exact={rnd.pk}**")
     shoot(page, "export-list.png")

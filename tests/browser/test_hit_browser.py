@@ -60,7 +60,8 @@ def published(live_tasks, fake_mturk, settings, origins):
 
 
 def frame_html(src: str) -> str:
-    return f'<!doctype html><title>MTurk</title><link rel="icon" href="data:,"><iframe id="hit" src="{src}" width="1000" height="900"></iframe>'
+    return ('<!doctype html><title>MTurk</title><link rel="icon" href="data:,">'
+            f'<iframe id="hit" src="{src}" width="1000" height="900"></iframe>')
 
 
 def framed_url(page) -> str:

@@ -32,7 +32,8 @@ ROUND_2_CONTEXTS = [
     {"external_id": "r2-bill", "tag": "round-2", "fields": {"prompt": "The bill came with a handwritten note."}},
 ]
 WRITTEN = [("Not exactly terrible, I suppose.", "positive"), ("Oh great, another hour-long wait.", "negative"),
-           ("I would hardly call it a disappointment.", "positive"), ("Lovely decor, shame about the food.", "negative")]
+           ("I would hardly call it a disappointment.", "positive"),
+           ("Lovely decor, shame about the food.", "negative")]
 # The researchers' test set for round 1 (imported, so verified): what evaluations score.
 TEST_SET = [("I loved every minute of it.", "positive"), ("A dull, tired mess.", "negative"),
             ("Wonderful staff and great food!", "positive"), ("Never again, awful service.", "negative")]

@@ -1,4 +1,5 @@
-"""Crowd fixtures: the platform and a boto3 client pointed at the fake MTurk (``fake_mturk`` is in tests/conftest.py)."""
+"""Crowd fixtures: the platform and a boto3 client pointed at the fake MTurk (``fake_mturk`` is in
+tests/conftest.py)."""
 
 import boto3
 import pytest

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
+from annotation import validation
 from annotation.models import Example, ValidatorReliability
-from annotation.services import validation
 from crowd import bonuses, costs, sync
 from crowd.models import BonusPayment, TaskBlock, WorkerIdentity
 from tests.annotation.test_adaptive_validation import adaptive, known

@@ -5,8 +5,8 @@ import threading
 import pytest
 from django.db import connection
 
+from annotation import validation
 from annotation.models import Example
-from annotation.services import validation
 from crowd import bonuses, sync
 from crowd.models import BonusPayment
 from tests.crowd.test_crowd_flow import OTHER_WORKER, WORKER, do_one_assignment, make_batch

@@ -41,9 +41,9 @@ def test_arrivals_sent_at_once_from_one_address_get_no_more_than_the_limit(live_
     def arrive(n):
         try:
             barrier.wait()
-            code = Client().get(reverse("mturk-hit"), {"assignmentId": f"3ATONCEATONCEATONCEATONC{n:05d}",
-                                                       "hitId": hit.hit_id, "workerId": f"AATONCE{n:05d}",
-                                                       "turkSubmitTo": SUBMIT_TO}, REMOTE_ADDR="198.51.100.30").status_code
+            params = {"assignmentId": f"3ATONCEATONCEATONCEATONC{n:05d}", "hitId": hit.hit_id,
+                      "workerId": f"AATONCE{n:05d}", "turkSubmitTo": SUBMIT_TO}
+            code = Client().get(reverse("mturk-hit"), params, REMOTE_ADDR="198.51.100.30").status_code
             with lock:
                 codes.append(code)
         finally:

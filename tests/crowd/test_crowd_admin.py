@@ -6,8 +6,8 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
+from annotation import validation
 from annotation.models import Example
-from annotation.services import validation
 from core.errors import Forbidden
 from crowd import sync, workers
 from crowd.models import Assignment, Batch, BonusPayment, TaskBlock, WorkerIdentity

@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation import validation
 from annotation.models import AnnotationSession, Example
-from annotation.services import validation
 from crowd import bonuses, costs, mturk, sync, workers
 from crowd.models import Assignment, Batch, BonusPayment, Hit, TaskBlock, WorkerIdentity
 from crowd.publishing import BatchRequest, publish
@@ -750,7 +750,7 @@ def test_unconfirmed_hit_work_stays_out_of_the_queue_and_the_public_numbers(live
                                                                               client_for, second_annotator):
     """A worker id typed into a URL writes examples in a provisional session: until MTurk
     confirms the assignment they are neither served to validators nor counted in public."""
-    from annotation.services.stats import round_stats
+    from annotation.stats import round_stats
 
     task = live_tasks["sentiment"]
     assignment = do_one_assignment(client, crowd, make_batch(task))

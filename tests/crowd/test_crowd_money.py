@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
+from annotation import validation
 from annotation.models import Example
-from annotation.services import validation
 from core.errors import Conflict, Forbidden
 from crowd import budgets, costs, publishing, sync
 from crowd.models import Batch, CrowdBudget

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
+from annotation.examples import retract_example
 from annotation.models import Example
-from annotation.services.examples import retract_example
 from crowd import sync, workers
 from crowd.models import WorkerIdentity
 from tests.crowd.test_adaptive_crowd import validate_one_assignment

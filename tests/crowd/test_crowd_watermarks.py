@@ -16,9 +16,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from annotation import counters
+from annotation.examples import example_signature
 from annotation.models import AnnotationSession, Example, ValidatorReliability
-from annotation.services import counters
-from annotation.services.examples import example_signature
 from crowd import bonuses, sync, watermarks, workers
 from crowd.models import Assignment, Batch, BonusPayment, Hit, TaskBlock, Watermark, WorkerIdentity
 from tests.annotation.test_adaptive_validation import known
@@ -646,13 +646,14 @@ def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(dem
     """Votes on a validation batch are judged by the gold items too: a worker who says
     "correct" to everything (no reliability estimate needed) is blocked at the next
     check; one who answers them rightly is not."""
-    from annotation.services import validation
+    from annotation import validation
     from tests.annotation.test_trust import account, write
 
     task = demo_tasks["sentiment"]
     batch = batch_of(task, mode="validate")
     writer = account("gold_writer")
-    items = [validation.mark_gold(write(task, writer, text=f"Gold {i}").pk, researcher, "incorrect" if i % 2 else "correct")
+    items = [validation.mark_gold(write(task, writer, text=f"Gold {i}").pk, researcher,
+                                  "incorrect" if i % 2 else "correct")
              for i in range(6)]
     careless = assignment_in(batch, "ACARELESS00001", when=timezone.now())
     careful = assignment_in(batch, "ACAREFUL000001", when=timezone.now())

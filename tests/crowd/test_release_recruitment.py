@@ -35,7 +35,8 @@ def assignment(b, user, minutes, *, bonus=None, bonus_status=BonusPayment.Status
     made = Assignment.objects.create(
         hit=hit, assignment_id=f"A{b.pk}-{number}", worker=identity, status=status,
         session=AnnotationSession.objects.create(user=user, task=b.task), submit_to="https://www.mturk.com",
-        accepted_at=accepted, deadline=accepted + timedelta(hours=2), submitted_at=accepted + timedelta(minutes=minutes))
+        accepted_at=accepted, deadline=accepted + timedelta(hours=2),
+        submitted_at=accepted + timedelta(minutes=minutes))
     if bonus is not None:
         BonusPayment.objects.create(assignment=made, reason=BonusPayment.Reason.VERIFIED_FOOLING, amount=Decimal(bonus),
                                     example_count=1, message="Thanks", unique_request_token=f"B{made.pk}",

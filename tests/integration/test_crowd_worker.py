@@ -2,8 +2,8 @@
 
 import pytest
 
+from annotation import validation
 from annotation.models import Example
-from annotation.services import validation
 from crowd import tasks as crowd_tasks
 from crowd.models import Assignment, BonusPayment
 from tests.crowd.test_crowd_flow import do_one_assignment, make_batch
@@ -186,8 +186,8 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from annotation import trust
     from annotation.models import Validation
-    from annotation.services import trust
 
     _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]
@@ -202,7 +202,8 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
         example = Example.objects.create(
             task=task, round=rnd, context=task.contexts.first(), annotator=writer,
             inputs={"statement": f"Checked statement {i}"}, target={"label": "positive"}, fooled=False)
-        truth[example.pk] = validation.mark_gold(example.pk, researcher, "correct" if i % 2 else "incorrect").gold_verdict
+        verdict = "correct" if i % 2 else "incorrect"
+        truth[example.pk] = validation.mark_gold(example.pk, researcher, verdict).gold_verdict
 
     cheat, honest = _cheat_and_honest(task, worker_mturk, "203.0.113.60", "198.51.100.90")
 

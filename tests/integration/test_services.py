@@ -48,8 +48,8 @@ def test_an_export_job_runs_in_the_worker_and_its_file_is_served_here(celery_wor
     from django.urls import reverse
 
     from annotation.exporting import Selection
+    from annotation.exports import start_export
     from annotation.models import Example
-    from annotation.services.exports import start_export
     from jobs.engine import wait_for_job
 
     settings.STORAGES = {**settings.STORAGES, "job_files": {

@@ -253,8 +253,8 @@ def artifact_entries(task) -> set[str]:
 
 
 def add_examples(task, rnd):
+    from annotation import counters
     from annotation.models import Example
-    from annotation.services import counters
 
     words = ["good", "bad", "lovely", "awful", "great", "dull", "fine", "poor", "fun", "grim"]
     rows = []

@@ -44,7 +44,8 @@ def test_every_number_has_an_interval_and_the_baseline_is_there(boarded, client)
     evaluation = Evaluation.objects.filter(model_version=models[0]).first()
     low, high = evaluation.intervals["accuracy"]
     assert low <= evaluation.metrics["accuracy"] <= high
-    assert len(unpack(evaluation.replicate_values)) == 1000 == evaluation.replicates["n"] and "ece" in evaluation.intervals
+    assert len(unpack(evaluation.replicate_values)) == 1000 == evaluation.replicates["n"]
+    assert "ece" in evaluation.intervals
     # Each dataset is resampled with its own seed (its round number), the same for every model.
     seeds = {(e.model_version_id, e.round.number): e.replicates["seed"] for e in Evaluation.objects.all()}
     assert seeds == {(m.pk, n): n for m in models for n in (0, 1)}

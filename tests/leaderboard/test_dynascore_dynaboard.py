@@ -231,7 +231,8 @@ def test_a_trade_off_reverses_the_performance_order():
 
 
 @pytest.mark.parametrize(
-    "increasing", [lambda p: p, np.exp, np.log, lambda p: 1 / (1 + np.exp(-(p - 50) / 5)), lambda p: p.argsort().argsort()]
+    "increasing",
+    [lambda p: p, np.exp, np.log, lambda p: 1 / (1 + np.exp(-(p - 50) / 5)), lambda p: p.argsort().argsort()]
 )
 def test_no_increasing_function_of_performance_ranks_as_the_trade_off_does(increasing):
     """Negative: every increasing function of performance ranks in performance order, which

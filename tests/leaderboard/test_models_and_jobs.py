@@ -37,7 +37,8 @@ SENTENCES = [("I loved every minute of it.", "positive"), ("A dull, tired mess."
              ("Wonderful staff and great food!", "positive"), ("Never again, awful service.", "negative")] * 3
 
 
-def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, researcher, django_capture_on_commit_callbacks):
+def test_training_job_registers_a_verified_model_and_scores_it(demo_tasks, researcher,
+                                                               django_capture_on_commit_callbacks):
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
     add_examples(task, rnd, SENTENCES, "train")
@@ -82,7 +83,8 @@ def test_a_failed_training_job_leaves_no_model(demo_tasks, django_capture_on_com
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
     Example.objects.create(task=task, round=rnd, split="train", inputs={"statement": "fine"}, source="import",
-                           external_uid="bad-1", validation_status="verified", target={"label": "lukewarm"})  # not in the task's label set
+                           external_uid="bad-1", validation_status="verified",
+                           target={"label": "lukewarm"})  # not in the task's label set
     with django_capture_on_commit_callbacks(execute=True):
         job = training.start_training(task, name="broken", dev_fraction=0, **TINY)
     job.refresh_from_db()
@@ -149,7 +151,8 @@ def test_bootstrap_demo_leaves_four_working_target_models_on_four_boards(client)
         assert names == sorted([reference, "round0-seed"]), board
     inputs = {
         "nli": {"premise": "A man plays a guitar on stage.", "hypothesis": "Someone makes music."},
-        "qa": {"passage": "The bridge opened in 1932 after six years of work.", "question": "When did the bridge open?"},
+        "qa": {"passage": "The bridge opened in 1932 after six years of work.",
+               "question": "When did the bridge open?"},
         "sentiment": {"statement": "What a delightful little café 😍"},
         "hate": {"statement": "Everyone deserves respect."},
     }
@@ -264,7 +267,7 @@ def test_an_evaluation_with_no_test_examples_fails_and_says_so(demo_tasks, tiny_
 def test_written_examples_whose_signature_fails_are_left_out_of_training(demo_tasks, annotator):
     """An example edited after the model answered (its label, its text or ``fooled``)
     no longer matches its signature: training and evaluation leave it out."""
-    from annotation.services.examples import example_signature
+    from annotation.examples import example_signature
 
     task = demo_tasks["sentiment"]
     rnd = task.open_round()

@@ -133,7 +133,8 @@ def test_the_admin_makes_a_release_and_shows_it_read_only(nli, client, researche
     assert page.status_code == 200
     text = page.content.decode()
     assert release.files["README.md"]["sha256"] in text and 'name="_save"' not in text
-    assert client.post(reverse("admin:leaderboard_release_delete", args=[release.pk]), {"post": "yes"}).status_code == 403
+    delete = reverse("admin:leaderboard_release_delete", args=[release.pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 403
     assert Release.objects.filter(pk=release.pk).exists()
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from annotation.examples import delete_examples
 from annotation.models import Example
-from annotation.services.examples import delete_examples
 from core.errors import Conflict, InvalidInput, Unavailable
 from jobs import engine
 from jobs.models import Job

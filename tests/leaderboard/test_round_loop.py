@@ -226,7 +226,8 @@ def test_rehearsal_spreads_evenly_over_round_0_and_the_earlier_rounds(sentiment)
     assert sum(t.startswith("static") for t in texts) == counts["0"]
     assert sum(t.startswith("one") for t in texts) == counts["1"]
     assert sorted(t for t in texts if t.startswith("two")) == sorted(kept_two)
-    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one) if training.held_out(training.partition_key(e), 0.2, 0)}
+    held_one = {e.inputs["statement"] for e in Example.objects.filter(round=one)
+                if training.held_out(training.partition_key(e), 0.2, 0)}
     assert held_one and not held_one & set(texts)  # an earlier round's dev share stays out of training
     new = [t for t in texts if t.startswith("three")]
     assert len(new) == summary["counts"]["rounds"]["train"] and len(new) + len(rows["dev"]) == 12

@@ -115,7 +115,8 @@ def test_a_killed_parent_takes_its_child_along(tmp_path, archive, sentiment_spec
         "spec = ml.TaskSpec.from_dict(__import__('json').loads(sys.argv[3]))\n"
         "check_in_child(sys.argv[1], sys.argv[2], spec)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script, str(archive), str(work), json.dumps(sentiment_spec.to_dict())],
+    parent = subprocess.Popen([sys.executable, "-c", script, str(archive), str(work),
+                               json.dumps(sentiment_spec.to_dict())],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from annotation.models import AnnotationSession, Example, Validation
-from annotation.services.sessions import start_session
+from annotation.sessions import start_session
 from crowd.models import WorkerIdentity
 from jobs.models import Job
 from leaderboard.models import Evaluation

@@ -85,7 +85,8 @@ def lists(task, example):
         (Example, {}), (Example, {"task__id__exact": task.pk}), (Example, {"flagged__exact": "1"}),
         (Example, {"validation_status__exact": "pending", "fooled__isnull": "True"}),
         (Example, {"created_at__gte": week}), (Example, {"q": str(example.uid)}),
-        (Example, {"task__id__exact": task.pk, "round__id__exact": example.round_id}), (Example, {"round__number": "1"}),
+        (Example, {"task__id__exact": task.pk, "round__id__exact": example.round_id}),
+        (Example, {"round__number": "1"}),
         (Example, {"q": example.external_uid}), (Example, {"q": "annotator"}), (Example, {"q": "not-a-uuid"}),
         (Example, {"q": "words"}),
         (Validation, {}), (Validation, {"task__id__exact": task.pk, "label__exact": "correct"}),
@@ -283,7 +284,8 @@ def test_on_postgresql_a_words_search_holds_at_most_a_lists_count_and_says_so(ro
     client.force_login(superuser)
     page, _ = visit(client, Example, {"q": "words"})
     assert page.context["cl"].paginator.capped and page.context["cl"].result_count == 20
-    assert "More than 20 examples have these words: the list holds 20 of them, the first their index found" in page.content.decode()
+    assert ("More than 20 examples have these words: the list holds 20 of them, the first their index found"
+            in page.content.decode())
     page, _ = visit(client, Example, {"q": "words 7"})  # the number is a word too
     assert [e.inputs["hypothesis"] for e in page.context["cl"].result_list] == ["words 7"]
     assert "have these words" not in page.content.decode()

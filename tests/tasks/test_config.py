@@ -147,7 +147,8 @@ def test_tasks_made_before_the_default_moved_keep_fixed_three_matching():
     base = load_definition("sentiment")["config"]
     made = {
         "bare": Task.objects.create(slug="bare", name="Bare", task_type=CLASSIFICATION, config=copy.deepcopy(base)),
-        "gold": Task.objects.create(slug="gold", name="Gold", task_type=CLASSIFICATION, config={**base, "validation": {"gold_rate": 0.2}}),
+        "gold": Task.objects.create(slug="gold", name="Gold", task_type=CLASSIFICATION,
+                                    config={**base, "validation": {"gold_rate": 0.2}}),
         "chose": Task.objects.create(slug="chose", name="Chose", task_type=CLASSIFICATION, config={
             **base, "validation": {"policy": "adaptive", "target_confidence": 0.99}}),
     }
@@ -159,7 +160,8 @@ def test_tasks_made_before_the_default_moved_keep_fixed_three_matching():
     assert made["gold"].config["validation"] == {"gold_rate": 0.2, "policy": "fixed", "target_confidence": 0.998,
                                                  "min_votes": 1}
     assert made["chose"].config["validation"] == {"policy": "adaptive", "target_confidence": 0.99, "min_votes": 1}
-    assert Task(slug="new", name="New", task_type=CLASSIFICATION, config=copy.deepcopy(base)).parsed_config.adaptive_validation
+    new = Task(slug="new", name="New", task_type=CLASSIFICATION, config=copy.deepcopy(base))
+    assert new.parsed_config.adaptive_validation
 
 
 def test_the_licence_and_language_of_a_tasks_releases():

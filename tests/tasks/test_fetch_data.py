@@ -260,7 +260,8 @@ def test_dynahate_from_an_http_mirror_is_split_into_the_files_the_replay_reads(m
     monkeypatch.setitem(CATALOGUE, "dynahate", pinned("dynahate", entry.downloads[0].url, body))
     # the mirror keeps it at <host>/<path>; over HTTP the path is quoted (spaces as %20)
     mirror.files["/raw.githubusercontent.com/bvidgen/Dynamically-Generated-Hate-Speech-Dataset/"
-                 "03eb1c60af1f213ae19a16ff1d139d88229c2b7b/Dynamically%20Generated%20Hate%20Dataset%20v0.2.3.csv"] = body
+                 "03eb1c60af1f213ae19a16ff1d139d88229c2b7b/"
+                 "Dynamically%20Generated%20Hate%20Dataset%20v0.2.3.csv"] = body
     dest = tmp_path / "data"
 
     fetch_data("dynahate", "--dest", str(dest), "--from", mirror.base)

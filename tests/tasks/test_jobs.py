@@ -192,6 +192,7 @@ def test_time_left_and_queue_position():
 def test_the_beat_schedule_runs_the_sweeper(settings):
     from dynabench.celery import app
 
+    app.loader.import_default_modules()  # the apps' task modules, as a worker finds them
     entry = settings.CELERY_BEAT_SCHEDULE["sweep-stale-jobs"]
     assert entry["task"] in app.tasks and entry["schedule"] <= 120
 

@@ -27,6 +27,7 @@ SWITCHES = re.compile(
     r"""|["'](extractive_qa|classification)["']"""  # a kind's name spelled out
     r"""|\b(EXTRACTIVE_QA|CLASSIFICATION)\b"""  # or imported
     r"""|\b_?is_qa\b|\bis_classification\b"""  # or asked by another name
+    r"""|\b(isQA|taskType)\b|data-task-type"""  # in a page's script or its template
 )
 
 
@@ -44,6 +45,10 @@ def test_no_app_switches_on_the_task_kind():
             if where in OWNERS or "/migrations/" in where:
                 continue
             found += switches_in(path.read_text(encoding="utf-8"), where)
+    # The pages' scripts and templates: a kind's answer shape comes from the server
+    # (data-answer-shape, from the kind's ``answer_shape``), never its name.
+    for path in [*sorted((root / "static" / "js").glob("*.js")), *sorted(root.glob("*/templates/**/*.html"))]:
+        found += switches_in(path.read_text(encoding="utf-8"), path.relative_to(root).as_posix())
     assert not found, "Ask the task's kind (tasks/kinds.py) instead:\n" + "\n".join(found)
 
 
@@ -55,6 +60,9 @@ def test_no_app_switches_on_the_task_kind():
     "if reference.is_qa(task):",
     "def _is_qa(self, created):",
     "kind = 'classification'",
+    'var isQA = root.dataset.taskType === "extractive_qa";',
+    "if (root.dataset.taskType === 'classification') {",
+    '<div id="annotate" data-task-type="{{ task.task_type }}">',
 ])
 def test_the_scan_finds_a_switch(line):
     assert switches_in(f"x = 1\n{line}\n", "app/module.py") == [f"app/module.py:2: {line.strip()}"]

@@ -186,7 +186,7 @@ def test_x_forwarded_proto_is_trusted_only_behind_a_proxy_that_sets_it(tmp_path,
 
 
 KEYS = ("import json, django; from django.conf import settings; django.setup(); "
-        "from annotation.services.trust import address_hash; "
+        "from annotation.trust import address_hash; "
         "print(json.dumps({'address_key': settings.ADDRESS_HASH_KEY, 'hash': address_hash('203.0.113.9'), "
         "'num_proxies': settings.REST_FRAMEWORK['NUM_PROXIES']}))")
 

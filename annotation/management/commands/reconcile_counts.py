@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.services import counters
+from annotation import counters
 from tasks.models import Round, Task
 
 

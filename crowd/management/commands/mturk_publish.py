@@ -79,8 +79,8 @@ class Command(BaseCommand):
             raise CommandError(f"{exc} (a batch row may exist: the admin's 'Publish the remaining HITs' "
                                "goes on where this stopped)") from None
         if batch.status == batch.Status.AWAITING_APPROVAL:
-            self.stderr.write(f"Batch {batch.pk}, with what was published alone on the task in the last 24 hours, may cost more "
-                              "than CROWD_APPROVAL_THRESHOLD "
+            self.stderr.write(f"Batch {batch.pk}, with what was published alone on the task in the last 24 hours, "
+                              "may cost more than CROWD_APPROVAL_THRESHOLD "
                               f"(${settings.CROWD_APPROVAL_THRESHOLD}): nothing is posted until a superuser "
                               "approves it in the admin (Crowd work > Batches, 'Approve and publish').")
         self.stdout.write(str(batch.pk))

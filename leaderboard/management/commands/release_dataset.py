@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -63,8 +64,6 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--push: {exc}") from None
             if not out:
-                from django.conf import settings
-
                 out = str(Path(settings.VAR_DIR) / "releases" / task_obj.slug)
         folder = Path(out) if out else None
         if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):

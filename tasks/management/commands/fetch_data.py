@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from datafiles.fetching import CATALOGUE, RETRIES, FetchError, fetch
+from datafiles.fetching import CATALOGUE, RETRIES, FetchError, fetch, is_installed
 
 
 class Command(BaseCommand):
@@ -29,8 +29,6 @@ class Command(BaseCommand):
         dest = Path(options["dest"] or settings.DYNABENCH_DATA_DIR)
         names = options["names"] or list(CATALOGUE)
         if options["list"]:
-            from datafiles.fetching import is_installed
-
             for name, data in CATALOGUE.items():
                 state = "there" if is_installed(data, dest) else "absent"
                 self.stdout.write(f"{name:10} {state:7} {data.title}; licence: {data.licence}")

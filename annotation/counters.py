@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from tasks.models import Round, Task
 
-from ..models import (
+from .models import (
     DECISIONS,
     REJECTED,
     ROUND_COUNTS,

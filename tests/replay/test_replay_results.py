@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from leaderboard.replay.chart import svg_chart
-from leaderboard.replay.findings import DOC_BEGIN as FINDINGS_BEGIN
-from leaderboard.replay.findings import DOC_END as FINDINGS_END
-from leaderboard.replay.findings import with_findings
-from leaderboard.replay.report import interface_problems, markdown_tables
-from leaderboard.replay.results import (
+from replay.chart import svg_chart
+from replay.findings import DOC_BEGIN as FINDINGS_BEGIN
+from replay.findings import DOC_END as FINDINGS_END
+from replay.findings import with_findings
+from replay.report import interface_problems, markdown_tables
+from replay.results import (
     DOC_BEGIN,
     DOC_END,
     load_reports,

@@ -17,7 +17,7 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 
 from tasks.models import Task
 
-from ..models import AnnotationSession
+from .models import AnnotationSession
 
 SESSION_COUNTERS = ("examples_written", "examples_fooled", "validations_done")
 LOGIN_KEY_SALT = "dynabench.annotation.login-session"

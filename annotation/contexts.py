@@ -10,7 +10,7 @@ from django.db.models import F, Q, Subquery
 from core.errors import Conflict, NotFound
 from tasks.models import Context, Round, Task
 
-from ..models import AnnotationSession
+from .models import AnnotationSession
 
 
 def open_round_or_error(task: Task) -> Round:

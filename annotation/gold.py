@@ -29,8 +29,8 @@ from django.db.models import Count, Max, Min, Q
 
 from tasks.models import Task
 
-from ..models import Example, Validation
 from . import trust
+from .models import Example, Validation
 
 VERDICTS = (Validation.Label.CORRECT, Validation.Label.INCORRECT)
 

@@ -29,9 +29,9 @@ from tasks.models import Context, Round, Task
 from tasks.roles import is_researcher
 from tasks.targets import open_round_with_models
 
-from ..inference import explain_with, predict_with
-from ..models import AnnotationSession, Example, forget_examples
 from . import sessions
+from .inference import explain_with, predict_with
+from .models import AnnotationSession, Example, forget_examples
 
 MAX_REASON_LENGTH = 500
 MAX_DATABASE_ID = 2**63 - 1
@@ -164,7 +164,8 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
             raise Conflict(capped + " Nothing was stored.")
         example.save()
         Example.model_versions.through.objects.bulk_create(
-            [Example.model_versions.through(example=example, modelversion_id=model_id) for model_id in sorted(answered)])
+            [Example.model_versions.through(example=example, modelversion_id=model_id)
+             for model_id in sorted(answered)])
         if fooled:
             Context.objects.filter(pk=context.pk).update(times_fooled=F("times_fooled") + 1)
         sessions.bump(session, examples_written=1, examples_fooled=int(fooled))

@@ -1,11 +1,11 @@
-"""The replay's generated findings (``leaderboard.replay.findings``): a sentence compares
+"""The replay's generated findings (``replay.findings``): a sentence compares
 only what its test and its correction allow. Each case is one the hand-written prose
 got wrong: overlapping intervals called apart, a model at the majority line called above
 it, a difference inside the seeds' spread, a win listed without the loss beside it."""
 
 import pytest
 
-from leaderboard.replay import findings as F
+from replay import findings as F
 
 
 def stat(accuracy, low, high, seeds=None, n=1000):

@@ -4,12 +4,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from core import progress
-from leaderboard.replay.controls import CONTROLS
-from leaderboard.replay.data import MODES, TASKS, ReplayDataError, default_data_dir
-from leaderboard.replay.report import interface_problems, markdown_tables
-from leaderboard.replay.results import write_seeds
-from leaderboard.replay.run import STRATEGIES, Options, ReplayError, replay_seeds
+from leaderboard.static_data import default_data_dir
 from registry import artifacts
+from replay.controls import CONTROLS
+from replay.data import MODES, TASKS, ReplayDataError
+from replay.report import interface_problems, markdown_tables
+from replay.results import write_seeds
+from replay.run import STRATEGIES, Options, ReplayError, replay_seeds
 
 
 class Command(BaseCommand):
@@ -69,7 +70,8 @@ class Command(BaseCommand):
             raise CommandError("--out is the JSON report's path; the .md and .svg are written beside it.")
         options = Options(
             task=o["task"], data_dir=Path(data_dir), mode=o["mode"], limit=o["limit"], seed=o["seed"],
-            strategy=o["strategy"], control=o["control"], seeds=o["seeds"], backbone=o["backbone"], task_slug=o["task_slug"], replace=o["replace"], rounds=o["rounds"],
+            strategy=o["strategy"], control=o["control"], seeds=o["seeds"], backbone=o["backbone"],
+            task_slug=o["task_slug"], replace=o["replace"], rounds=o["rounds"],
             job_timeout=o["job_timeout"],
             train={"epochs": o["epochs"], "static_epochs": o["static_epochs"], "batch_size": o["batch_size"],
                    "lr": o["lr"]})

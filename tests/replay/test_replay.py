@@ -12,8 +12,8 @@ from annotation.models import Example, Validation
 from jobs.models import Job
 from leaderboard.evaluation import has_finished_evaluation
 from leaderboard.models import Evaluation
-from leaderboard.replay.report import interface_problems
 from registry.models import ModelVersion
+from replay.report import interface_problems
 from tasks.models import Round, Task
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -126,7 +126,7 @@ def test_the_balanced_control_follows_m1s_recipe_with_the_rounds_label_shares(tm
     as M1; the balanced one's fresh rows have round 1's label shares, the static one's the pool's."""
     from collections import Counter
 
-    from leaderboard.replay.data import build_plan
+    from replay.data import build_plan
 
     from .test_replay_data import make_hate_dir
 
@@ -157,7 +157,7 @@ def test_several_seeds_write_each_seeds_report_and_a_pooled_summary(tmp_path):
     """--seeds 2: each seed's own report under seed-<n>/ beside --out, the pooled one at
     summary.json; the summary's per-seed values are the seeds' own reports' accuracies,
     and its accuracy is their mean. The committed runs' reader takes the summary."""
-    from leaderboard.replay.results import load_reports, report_paths
+    from replay.results import load_reports, report_paths
 
     from .test_replay_data import make_hate_dir
 

@@ -17,8 +17,8 @@ from core.errors import NotFound
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from ..exporting import ANNOTATOR_METADATA_KEY
-from ..models import Example
+from .exporting import ANNOTATOR_METADATA_KEY
+from .models import Example
 
 # What a row of the list reads; the larger JSON columns (each model's prediction, the
 # metadata) stay in the database.

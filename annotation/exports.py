@@ -21,7 +21,7 @@ from jobs.models import Job
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from ..exporting import FORMATS, PHASES, Selection, write_examples
+from .exporting import FORMATS, PHASES, Selection, write_examples
 
 
 def start_export(user, task: Task, selection: Selection, fmt: str = "csv") -> Job:

@@ -45,10 +45,10 @@ from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from ..models import AnnotationSession, Example, Validation, ValidationClaim
-from ..reliability_model import ESCALATED, decide
 from . import gold, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
+from .models import AnnotationSession, Example, Validation, ValidationClaim
+from .reliability_model import ESCALATED, decide
 
 OWNER_OUTCOME = {
     Validation.Label.CORRECT: Example.ValidationStatus.VERIFIED,

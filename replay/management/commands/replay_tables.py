@@ -4,10 +4,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from leaderboard.replay.chart import svg_chart
-from leaderboard.replay.findings import with_findings
-from leaderboard.replay.report import markdown_tables
-from leaderboard.replay.results import (
+from replay.chart import svg_chart
+from replay.findings import with_findings
+from replay.report import markdown_tables
+from replay.results import (
     load_reports,
     report_paths,
     seed_report_paths,
@@ -21,7 +21,8 @@ FINDINGS = Path("docs/replay.md")
 
 class Command(BaseCommand):
     help = ("Regenerate the replay's tables from the committed reports: each report.md and report.svg "
-            "from its report.json (or a run of several seeds' summary.json, and each seed's own), the replay block of bench/RESULTS.md and the findings (every comparative "
+            "from its report.json (or a run of several seeds' summary.json, and each seed's own), "
+            "the replay block of bench/RESULTS.md and the findings (every comparative "
             "sentence) of docs/replay.md. --check changes nothing and fails if any of them differs from what "
             "the reports give.")
 

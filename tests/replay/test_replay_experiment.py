@@ -10,11 +10,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from leaderboard.replay import stats
-from leaderboard.replay.data import build_plan, reference_lines
-from leaderboard.replay.report import markdown_tables
-from leaderboard.replay.summary import build_report
 from leaderboard.sampling import group_keys
+from replay import stats
+from replay.data import build_plan, reference_lines
+from replay.report import markdown_tables
+from replay.summary import build_report
 
 from .test_replay_data import make_hate_dir, make_nli_dir, uids, write_csv, write_jsonl
 
@@ -225,7 +225,7 @@ def test_a_paired_difference_on_a_template_suite_resamples_templates():
 
 def test_the_balanced_sampler_matches_label_shares_fresh_rows_first():
     from datafiles.readers import Record
-    from leaderboard.replay.controls import BalancedSampler, control_names, label_shares, quotas
+    from replay.controls import BalancedSampler, control_names, label_shares, quotas
 
     pool = [Record(line=i, external_uid=f"p{i}", inputs={"statement": f"s{i}"},
                    target={"label": "hateful" if i % 10 == 0 else "not-hateful"}) for i in range(100)]

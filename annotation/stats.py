@@ -18,9 +18,9 @@ from django.db.models.functions import Coalesce
 
 from tasks.models import Round
 
-from ..exporting import anonymise
-from ..models import SPLITS, WriterCounts
 from . import counters
+from .exporting import anonymise
+from .models import SPLITS, WriterCounts
 
 # The most annotators a round's statistics list (the top writers by verified fooling examples).
 ANNOTATORS_SHOWN = 100

@@ -1,4 +1,5 @@
-# Long on purpose: one seed's replay is one object (data, the adversarial chain, the control chains), read top to bottom.
+# Long on purpose: one seed's replay is one object (data, the adversarial chain, the control chains),
+# read top to bottom.
 """Replay real adversarial rounds through the platform's own services.
 
 ``manage.py replay`` calls ``replay()``. Nothing here trains, scores or stores on
@@ -45,7 +46,7 @@ rows resampled to each round's label shares (``controls``); ``control`` may
 name both (``["static", "balanced"]``), each a chain of its own.
 
 With several seeds, each seed replays on a task of its own (``<slug>-s<seed>``)
-with the same data plan; ``leaderboard.replay.summary`` pools them.
+with the same data plan; ``replay.summary`` pools them.
 """
 
 from __future__ import annotations
@@ -62,23 +63,23 @@ from django.utils import timezone
 
 import ml
 from annotation.datasets import import_records
+from annotation.examples import create_example
 from annotation.models import Example
-from annotation.services.examples import create_example
-from annotation.services.validation import validate_example
+from annotation.validation import validate_example
 from core.errors import DomainError
 from core.progress import Advance, counter
 from datafiles.readers import Record
+from leaderboard import promotion, training
+from leaderboard.evaluation import start_evaluation
+from leaderboard.jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
 from leaderboard.models import Evaluation
+from leaderboard.rows import example_row
+from leaderboard.sampling import group_keys, stable_hash
 from registry.models import ModelVersion
 from registry.services import ref_for
 from tasks import services as task_services
 from tasks.models import Context, Task
 
-from .. import promotion, training
-from ..evaluation import start_evaluation
-from ..jobs import JobDidNotSucceed, wait_for_success, wait_for_trained_model
-from ..rows import example_row
-from ..sampling import group_keys, stable_hash
 from .controls import BalancedSampler, control_names, label_shares
 from .data import ReplayPlan, build_plan
 from .summary import build_report

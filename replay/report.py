@@ -1,7 +1,8 @@
 """The replay report: its schema, reading it, and its Markdown tables. Pure functions, no Django.
 
-``leaderboard.replay.summary.build_report`` builds the report; ``results.write_outputs``
-writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, differences and rates are fractions in [0, 1])::
+``replay.summary.build_report`` builds the report; ``results.write_outputs``
+writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, differences and
+rates are fractions in [0, 1])::
 
     {
       "task": "hate", "mode": "full",           # "nli" | "hate"; "fast" | "full"
@@ -11,7 +12,7 @@ writes it with its tables and chart (``chart.svg_chart``). Schema (accuracies, d
       "seeds": [0],                             # the training seeds pooled
       "training": {...}, "started_at": "...", "seconds": 812.5,
       "statistics": {"resamples": 1000, "confidence": 0.95},
-      "data": {...},                            # leaderboard.replay.data.plan_summary(plan); its
+      "data": {...},                            # replay.data.plan_summary(plan); its
                                                 # "leakage" holds "rules", "removed" (round -> split ->
                                                 # rule -> rows) and "pairs" (round -> {training, test,
                                                 # removed}: contrastive pair counts)
@@ -267,7 +268,8 @@ def markdown_tables(report: dict, level: int = 1) -> str:
     lines += [f"{h2} Data: what the leakage filter removed", "",
               "Training and dev rows that share a premise or a text with any test set or suite"
               + (", or whose contrastive pair is in one," if "pair" in rules else "")
-              + " are removed before training: " + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
+              + " are removed before training: "
+              + "; ".join(f"*{cell(k)}*: {cell(v)}" for k, v in rules.items()) + ".", ""]
     lines += _leakage_table(report)
     lines += _pairs_table(report)
     pool = ((report.get("data") or {}).get("control_pool"))

@@ -49,7 +49,7 @@ from core.ratelimit import address_key
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from ..models import AccountAddress, AnnotationSession, Example, Validation, VouchedValidator
+from .models import AccountAddress, AnnotationSession, Example, Validation, VouchedValidator
 
 NotCounted = Validation.NotCounted
 

@@ -1,4 +1,4 @@
-"""The replay's data plans (leaderboard.replay.data) and its report (leaderboard.replay.report).
+"""The replay's data plans (replay.data) and its report (replay.report).
 
 The fake data directories are written here, in tmp_path, with made-up rows in
 the real files' formats. Only the last test reads the real data sets, from
@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard.replay.chart import svg_chart
-from leaderboard.replay.data import (
+from leaderboard.sampling import group_keys
+from leaderboard.static_data import default_data_dir
+from replay.chart import svg_chart
+from replay.data import (
     FAST_EVAL_LIMIT,
     FAST_LIMIT,
     ReplayDataError,
     build_plan,
     caps_for,
-    default_data_dir,
     plan_summary,
     required_files,
 )
-from leaderboard.replay.report import markdown_tables, metric_matrix
-from leaderboard.replay.results import write_outputs
-from leaderboard.sampling import group_keys
+from replay.report import markdown_tables, metric_matrix
+from replay.results import write_outputs
 
 SVG = "{http://www.w3.org/2000/svg}"
 NLI_LETTERS = "enc"

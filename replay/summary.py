@@ -4,7 +4,7 @@ intervals, paired gains and the control's comparison. Pure functions, no Django.
 ``build_report(plan, runs, ...)`` takes what ``run.Replay.run`` returns for each
 seed (per-example 1/0 scores of every model on every test set and suite) and
 returns the JSON-ready report that ``report.write_outputs`` writes; the schema is
-in ``leaderboard.replay.report``'s docstring. The per-example scores themselves
+in ``replay.report``'s docstring. The per-example scores themselves
 are not kept: the report holds what the tables show.
 """
 

@@ -57,20 +57,18 @@ A missing file, or a file that cannot be read in its format at all, raises
 Records are the readers' own objects; the plan sets ``record.split`` to the
 split it chose and ``record.round`` to the round number (rounds 1 and up).
 
-No Django here except ``default_data_dir()``, which reads the setting lazily.
+No Django here (the data folder's setting is read by ``leaderboard.static_data.default_data_dir``).
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from datafiles.readers import FormatError, Record, RowError, read_records
-
-from ..sampling import cap_records, group_keys, stable_hash
+from leaderboard.sampling import cap_records, group_keys, stable_hash
 
 TASKS = ("nli", "hate")
 MODES = ("fast", "full")
@@ -177,20 +175,6 @@ def required_files(task: str) -> list[str]:
         return [DAVIDSON, DYNAHATE_TRAIN, DYNAHATE_TEST, *HATEMOJI_BUILD.values(), HATECHECK,
                 HATEMOJICHECK]
     raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-
-
-def default_data_dir() -> Path | None:
-    """The ``DYNABENCH_DATA_DIR`` setting (or variable) when it names a directory, else None."""
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
-
-    try:
-        value = getattr(settings, "DYNABENCH_DATA_DIR", "")
-    except ImproperlyConfigured:  # a plain script without Django settings
-        value = os.environ.get("DYNABENCH_DATA_DIR", "")
-    if not value or not Path(value).is_dir():
-        return None
-    return Path(value)
 
 
 def caps_for(mode: str, limit: int | None) -> dict[str, int | None]:

@@ -39,9 +39,9 @@ from core import celery_names
 from jobs.engine import send_task_in_background
 from tasks.models import Task
 
-from .. import reliability_model as R
-from ..models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
 from . import counters, trust
+from . import reliability_model as R
+from .models import AnnotationSession, Example, ReliabilityFit, Validation, ValidatorReliability
 
 log = logging.getLogger(__name__)
 

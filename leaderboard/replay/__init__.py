@@ -1,1 +1,0 @@
-"""Replay of real adversarial rounds: data plans and reports (pure, no database)."""
