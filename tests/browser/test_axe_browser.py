@@ -148,7 +148,8 @@ def test_write_and_validate_of_every_other_kind_have_no_axe_violations(
     task = live_tasks[slug]
     make_items(task, second_annotator, 1)
     found = {}
-    write_and_validate(page, live_server, task, annotator, lambda state: found.update({state: violations(page, axe_source)}))
+    write_and_validate(page, live_server, task, annotator,
+                       lambda state: found.update({state: violations(page, axe_source)}))
     assert len(found) == 6
     assert {state: v for state, v in found.items() if v} == {}
     assert errors == []
