@@ -2,10 +2,13 @@
 the RESULTS.md block made from its JSON files (no Django here).
 
 ``layers(stats)`` files every function's own time (``tottime``) under one layer, from
-the file it is defined in, so the layers add up to the whole profile. A C function
-(``len``, ``isinstance``, a ``sqlite3`` cursor's ``execute``) has no file: the SQLite
-and JSON ones are layers of their own, and every other one's time goes to the layers
-of the functions that called it, in the shares cProfile recorded per caller.
+the file it is defined in, so the layers add up to the whole profile. A helper has no
+layer of its own: a C function (``len``, ``isinstance``; but SQLite's and JSON's are
+layers), the standard library's generic modules (``copy``, ``inspect``, ``abc``) and
+``django.utils``. Its time goes to the layers of the functions that called it, in the
+shares cProfile recorded per caller (through helpers that called it, up to the first
+function with a layer): ``copy.deepcopy`` under a query's clone is the ORM's time, under
+a serializer's fields the serializers'.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ LAYER_RULES: list[tuple[str, tuple[str, ...]]] = [
     ("middleware", ("/django/middleware/", "/django/contrib/sessions/", "/django/contrib/messages/",
                     "/django/contrib/auth/middleware", "/csp/", "/whitenoise/", "/core/middleware.py",
                     "/core/query_ceiling.py")),
-    ("Django handler, URLs, HTTP, signals", ("/django/",)),
+    ("Django handler, URLs, HTTP, signals, auth", ("/django/",)),
     ("JSON (encode, decode)", ("/json/",)),
     ("model (tokenizer, torch)", ("/torch/", "/transformers/", "/tokenizers/", "/ml/")),
     ("our annotation app", ("/annotation/",)),
@@ -54,47 +57,84 @@ def file_layer(filename: str) -> str:
     return OTHER
 
 
+# where a function's own layer is that of its callers: the standard library's generic
+# modules (not json, threading, logging) and Django's utilities
+HELPER_PATHS = ("/django/utils/", "/asgiref/")
+STDLIB_KEPT = ("/json/", "/threading.py", "/queue.py", "/concurrent/", "/logging/")
+
+
+def is_helper(func) -> bool:
+    filename, _, name = func
+    if filename == "~":
+        return builtin_layer(name) is None
+    path = filename.replace("\\", "/")
+    if any(needle in path for needle in HELPER_PATHS):
+        return True
+    stdlib = "site-packages/" not in path and ("/lib/python3" in path or path.startswith("<frozen"))
+    return stdlib and not any(needle in path for needle in STDLIB_KEPT)
+
+
+def own_layer(func) -> str:
+    filename, _, name = func
+    return (builtin_layer(name) or OTHER) if filename == "~" else file_layer(filename)
+
+
 def layers(stats: pstats.Stats) -> dict[str, float]:
     """Seconds of own time per layer, largest first; they add up to the profile's total."""
+    shares: dict[tuple, dict[str, float]] = {}  # a function -> its time's layers, as fractions
+
+    def share_of(func, seen: frozenset) -> dict[str, float]:
+        if func in shares:
+            return shares[func]
+        if not is_helper(func) or func not in stats.stats:
+            found = {own_layer(func): 1.0}
+        else:
+            callers = {c: v[2] for c, v in stats.stats[func][4].items() if c != func and c not in seen}
+            total = sum(callers.values())
+            if total <= 0:  # called only by itself or round a cycle of helpers
+                callers = {c: v[3] for c, v in stats.stats[func][4].items() if c != func and c not in seen}
+                total = sum(callers.values())
+            found = {}
+            if total <= 0:
+                found = {OTHER: 1.0}
+            for caller, weight in callers.items():
+                if weight <= 0:
+                    continue
+                for layer, fraction in share_of(caller, seen | {func}).items():
+                    found[layer] = found.get(layer, 0.0) + fraction * weight / total
+        if not seen:  # a result reached round a cycle depends on the path: keep only the top one
+            shares[func] = found
+        return found
+
     out: dict[str, float] = {}
-
-    def add(layer: str, seconds: float) -> None:
-        out[layer] = out.get(layer, 0.0) + seconds
-
-    def layer_of(func) -> str:
-        filename, _, name = func
-        if filename == "~":
-            return builtin_layer(name) or OTHER
-        return file_layer(filename)
-
-    for func, (_, _, tottime, _, callers) in stats.stats.items():
-        filename, _, name = func
-        if filename != "~" or builtin_layer(name):
-            add(layer_of(func), tottime)
-            continue
-        # a C function: its own time to its callers' layers, as cProfile split it per caller
-        split = {caller: values[2] for caller, values in callers.items()}
-        if not split or sum(split.values()) <= 0:
-            add(OTHER, tottime)
-            continue
-        scale = tottime / sum(split.values())
-        for caller, seconds in split.items():
-            add(layer_of(caller), seconds * scale)
+    for func, (_, _, tottime, _, _) in stats.stats.items():
+        for layer, fraction in share_of(func, frozenset()).items():
+            out[layer] = out.get(layer, 0.0) + tottime * fraction
     return dict(sorted(out.items(), key=lambda item: -item[1]))
 
 
-def hot_functions(stats: pstats.Stats, root: str, limit: int = 20) -> list[dict]:
-    """The ``limit`` functions with the most cumulative time whose file is under ``root``
-    or in Django or DRF (the stages of a request), with their calls per profile."""
+# the framework's stages of a request shown beside our code's (file suffix, function)
+STAGES = {
+    ("rest_framework/views.py", "perform_authentication"), ("rest_framework/views.py", "check_permissions"),
+    ("rest_framework/views.py", "check_throttles"), ("rest_framework/views.py", "finalize_response"),
+    ("rest_framework/response.py", "rendered_content"), ("rest_framework/serializers.py", "is_valid"),
+    ("rest_framework/serializers.py", "data"), ("rest_framework/request.py", "_parse"),
+    ("django/core/handlers/base.py", "_get_response"), ("django/core/handlers/wsgi.py", "__call__"),
+}
+
+
+def hot_functions(stats: pstats.Stats, root: str, limit: int = 25) -> list[dict]:
+    """The ``limit`` functions with the most cumulative time among the repository's own
+    (not bench/'s) and the framework's ``STAGES``, with their calls per profile."""
     rows = []
     for (filename, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():
         path = filename.replace("\\", "/")
         if "/site-packages/" in path:
             where = path.split("/site-packages/", 1)[1]
-            if not where.startswith(("django/", "rest_framework/")):
+            if (where, name) not in STAGES:
                 continue
-        elif path.startswith(root) and not path[len(root):].lstrip("/").startswith("bench/"):
-            where = path[len(root):].lstrip("/")
+        elif path.startswith(root + "/") and not path[len(root) + 1:].startswith("bench/"):
+            where = path[len(root) + 1:]
         else:
             continue
         rows.append({"function": f"{where}:{line}({name})", "calls": calls,
@@ -159,7 +199,7 @@ def block(runs: dict[str, dict]) -> str:
     last_name, last = names[-1], docs[-1]
     total = last["profile"]["total_s"]
     hot_rows = [[f"`{row['function']}`", f"{row['calls'] / last['profile']['examples']:g}",
-                 f"{100 * row['cumulative_s'] / total:.1f}%"] for row in last["profile"]["hot"][:15]]
+                 f"{100 * row['cumulative_s'] / total:.1f}%"] for row in last["profile"]["hot"][:25]]
     parts.append(f"The stages of the two requests in `{last_name}` (cumulative time, share of the profile):")
     parts.append(markdown_table(["function", "calls/example", "cumulative"], hot_rows))
     return "\n\n".join(parts) + "\n"
