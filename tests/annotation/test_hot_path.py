@@ -11,7 +11,7 @@ from annotation import inference, runtime
 from annotation.models import AnnotationSession, Example
 from annotation.services import sessions
 from annotation.services.stats import round_stats
-from annotation.tokens import make_token, session_from_token
+from annotation.tokens import InvalidToken, make_token, session_from_token
 from registry import services as registry
 from registry.models import ModelVersion
 from tasks import targets
@@ -33,6 +33,20 @@ def test_a_token_loads_its_session_user_and_task_in_one_query(live_tasks, annota
         assert loaded.task.parsed_config.task_type == "extractive_qa"
     assert len(queries) == 1
     assert loaded.pk == session.pk and loaded.mturk_assignment_id == "A1"
+
+
+def test_the_token_lookup_is_by_its_unique_key_without_sorting(live_tasks, annotator):
+    """Two lookups an example (one per request): the unique key needs no ORDER BY, and a
+    signed token whose session is gone is refused all the same."""
+    session = sessions.start_session(annotator, live_tasks["nli"])
+    token = make_token(session)
+    with CaptureQueriesContext(connection) as queries:
+        assert session_from_token(token).pk == session.pk
+    [query] = queries.captured_queries
+    assert "ORDER BY" not in query["sql"].upper()
+    session.delete()
+    with pytest.raises(InvalidToken, match="not valid"):
+        session_from_token(token)
 
 
 def test_open_round_with_models_follows_the_ensemble_mode_and_model_state(live_tasks, tiny_artifacts):
