@@ -143,6 +143,32 @@ def test_an_example_costs_thirteen_statements_from_next_context_to_stored(live_t
     assert AnnotationSession.objects.get(pk=session.pk).examples_written == 4
 
 
+def test_a_new_example_saved_in_a_transaction_takes_no_savepoint_and_counts(live_tasks, annotator):
+    """Example.save joins its caller's transaction (a new example's write is one): the
+    row and its counters in it, without a SAVEPOINT and RELEASE of its own."""
+    from django.db import transaction
+
+    from annotation.models import RoundCounts
+    from tasks.models import Context
+
+    task = live_tasks["nli"]
+    rnd = task.open_round()
+    context = Context.objects.filter(task=task, is_active=True).first()
+    collected = RoundCounts.objects.filter(round=rnd).values_list("collected", flat=True).first() or 0
+
+    def new_example(text):
+        return Example(task=task, round=rnd, context=context, annotator=annotator, source=Example.Source.ANNOTATION,
+                       inputs={"hypothesis": text}, target={"label": "neutral"},
+                       prediction={"label": "neutral"}, model_predictions={}, fooled=False)
+
+    new_example("A person waits.").save()  # the writer's first in the round makes their counter row
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        new_example("A person waits again.").save()
+    kinds = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    assert kinds == ["INSERT", "UPDATE", "UPDATE"], kinds  # the row, the round's and the writer's counters
+    assert RoundCounts.objects.get(round=rnd).collected == collected + 2
+
+
 def test_a_context_other_than_the_one_served_is_read_and_checked(live_tasks, client_for, annotator):
     """The served context comes with the token; any other is looked up and must be the task's and active."""
     from tasks.models import Context
