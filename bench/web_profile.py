@@ -13,6 +13,8 @@ does what a web worker does in service mode except hand the rows to Celery.
 
 Measured on CPU clocks, not the wall clock (the machine is shared):
 
+* each ``POST`` with a new ``Idempotency-Key``, as the annotation page sends it
+  (``--no-idempotency-keys``: none, as the load bench);
 * the web thread's CPU per example (``time.thread_time`` around each request), by
   request, without a profiler; and the whole process's (the model thread too);
 * SQL statements per example, and the bytes of the two answers;
@@ -36,6 +38,7 @@ import pstats
 import subprocess
 import sys
 import time
+import uuid
 
 from benchlib import RESULTS, ROOT, djangoside
 from benchlib import web_profile_report as report
@@ -64,13 +67,13 @@ def configure() -> None:
 class Annotator:
     """The two requests through Django's WSGI handler, each timed on this thread's CPU clock."""
 
-    def __init__(self, app, token: str):
-        self.app, self.token = app, token
+    def __init__(self, app, token: str, idempotency_keys: bool = True):
+        self.app, self.token, self.idempotency_keys = app, token, idempotency_keys
         self.hyps = hypotheses()
         self.cpu = {"contexts_next": 0.0, "post_example": 0.0}
         self.bytes = 0
 
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+    def call(self, method: str, path: str, body: dict | None = None, key: str = "") -> tuple[int, bytes]:
         payload = b"" if body is None else json.dumps(body).encode()
         environ = {
             "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
@@ -82,6 +85,8 @@ class Annotator:
         }
         if body is not None:
             environ.update(CONTENT_TYPE="application/json", CONTENT_LENGTH=str(len(payload)))
+        if key:
+            environ["HTTP_IDEMPOTENCY_KEY"] = key
         answer = {}
 
         def start_response(status, headers, exc_info=None):
@@ -105,7 +110,7 @@ class Annotator:
         middle_after_parse = time.thread_time()
         status, created = self.call("POST", f"/api/tasks/{TASK}/examples/", {
             "context": context["id"], "inputs": {"hypothesis": self.hyps[i % len(self.hyps)]},
-            "target": {"label": LABELS[i % 3]}})
+            "target": {"label": LABELS[i % 3]}}, key=uuid.uuid4().hex if self.idempotency_keys else "")
         ended = time.thread_time()
         self.cpu["contexts_next"] += middle - started
         self.cpu["post_example"] += ended - middle_after_parse
@@ -175,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=300, help="Examples per measured pass (default 300).")
     parser.add_argument("--warmup", type=int, default=30, help="Examples before measuring (default 30).")
     parser.add_argument("--label", default="this commit", help="What the run measures (shown in RESULTS.md).")
+    parser.add_argument("--no-idempotency-keys", action="store_true",
+                        help="POST without an Idempotency-Key (the browser sends a new one with each example; "
+                             "the load bench sends none).")
     parser.add_argument("--pstats", help="Also keep the profile's raw statistics here (pstats format).")
     parser.add_argument("--out", default=str(RESULTS / "web-profile" / "after.json"))
     args = parser.parse_args(argv)
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_name": MODEL_NAME, "purpose": "bench/web_profile.py"})
     user = get_user_model().objects.get(username="profiled")
     token = make_token(sessions.start_session(user, Task.objects.get(slug=TASK)))
-    annotator = Annotator(WSGIHandler(), token)
+    annotator = Annotator(WSGIHandler(), token, idempotency_keys=not args.no_idempotency_keys)
     ready_by = time.monotonic() + 300
     i = 0
     while annotator.example(i) != 201:  # the model loads on the model thread first
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "run": {
             "label": args.label, "at": utc_now(), "command": command_line(argv), "commit": commit,
-            "examples": n, "loadavg": load["loadavg"], "cores": os.cpu_count(),
+            "examples": n, "idempotency_keys": not args.no_idempotency_keys, "loadavg": load["loadavg"], "cores": os.cpu_count(),
             "setup": "WSGI handler called directly, SQLite, DEBUG off, embedded mode (the model on its own thread)",
             "platform": platform.platform(), "versions": library_versions("django", "djangorestframework"),
         },

@@ -159,7 +159,8 @@ def block(runs: dict[str, dict]) -> str:
         parts.append(
             f"`{stem}`: {run['label']}, at {run['at']} (commit {run['commit']}, load average "
             f"{run['loadavg'][0]:.2f} at the start, {run['cores']} cores): {run['examples']} examples "
-            f"(`contexts/next` + `POST examples`) in one process, {run['setup']}.")
+            f"(`contexts/next` + `POST examples`{' with an Idempotency-Key' if run.get('idempotency_keys') else ''}) "
+            f"in one process, {run['setup']}.")
     names = [stem for stem, _ in ordered]
     docs = [doc for _, doc in ordered]
     first = docs[0]["cpu"]["web_thread_ms_per_example"]
