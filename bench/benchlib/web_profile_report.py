@@ -145,9 +145,56 @@ def hot_functions(stats: pstats.Stats, root: str, limit: int = 25) -> list[dict]
 
 # --- the RESULTS.md block --------------------------------------------------------------
 
+# Why each stage of the two requests is there (by file and function; a stage not named
+# here shows no reason): the account of the web thread's time that RESULTS.md gives.
+REASONS = {
+    "django/core/handlers/wsgi.py(__call__)": "the whole request; the rows below are parts of it",
+    "core/middleware.py(middleware)": "wraps the rest (its own work: one charset check)",
+    "core/middleware.py(__call__)": "wraps the rest (its own work: arming the query ceiling)",
+    "django/core/handlers/base.py(_get_response)": "URL resolution and the view",
+    "annotation/api.py(post)": "`POST examples`: parse, check, write, answer",
+    "annotation/api.py(get)": "`GET contexts/next`",
+    "annotation/idempotency.py(run)": "the write with its Idempotency-Key",
+    "annotation/api.py(write)": "the service call",
+    "annotation/services/examples.py(create_example)":
+        "checks, the model's answer, then one transaction: the round's lock (a round closed meanwhile "
+        "stores nothing), the example, its counters and model link, the session's counters",
+    "rest_framework/views.py(perform_authentication)": "authentication, on every request",
+    "annotation/tokens.py(authenticate)": "the session token",
+    "annotation/tokens.py(session_from_token)":
+        "the token's session with its user, task and last context, one query on every request, "
+        "no cache: a revoked token or a changed password stops at once",
+    "annotation/services/contexts.py(next_context)":
+        "the candidates with the open round (one query), then the serving counted and remembered "
+        "on the session (one transaction)",
+    "annotation/services/contexts.py(_choose)": "the candidates' query: the least used contexts of the open round",
+    "annotation/models.py(save)": "the example's row, with its round's and writer's counters",
+    "tasks/targets.py(open_round_with_models)": "the open round and its ready target models, one query",
+    "annotation/models.py(_tally_example)": "the round's and the writer's counters",
+    "annotation/models.py(apply)": "the counters' two UPDATEs",
+    "annotation/models.py(_bump)": "one counter UPDATE",
+    "annotation/services/sessions.py(bump)": "the session's counters, updated and read back (exact across tabs)",
+    "annotation/services/contexts.py(servable_contexts)": "building the candidates' query (the ORM's Python side)",
+    "annotation/idempotency.py(replay)": "a retry's recorded answer, looked up by its key",
+    "annotation/idempotency.py(record)": "the answer recorded in the write's transaction",
+    "annotation/api.py(<lambda>)": "the answer's body (DRF serializer)",
+    "rest_framework/serializers.py(data)": "the answers' bodies (DRF fields)",
+    "rest_framework/serializers.py(is_valid)": "the body's shape, with field-level messages",
+    "core/query_ceiling.py(execute)": "the per-statement query ceiling, around each statement",
+    "rest_framework/views.py(check_throttles)": "the rate limits",
+    "rest_framework/views.py(finalize_response)": "headers and content negotiation",
+    "rest_framework/response.py(rendered_content)": "JSON rendering",
+}
+
 
 def _ms(value) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def _stage(function: str) -> str:
+    """``path:line(name)`` without the line (lines move; the account is by function)."""
+    path, _, rest = function.partition(":")
+    return f"{path}({rest.split('(', 1)[1]}" if "(" in rest else function
 
 
 def block(runs: dict[str, dict]) -> str:
@@ -156,28 +203,36 @@ def block(runs: dict[str, dict]) -> str:
     parts = []
     for stem, doc in ordered:
         run = doc["run"]
+        keyed = " with an Idempotency-Key" if run.get("idempotency_keys") else ""
         parts.append(
-            f"`{stem}`: {run['label']}, at {run['at']} (commit {run['commit']}, load average "
+            f"`{stem}`: {run['label']}, at {run['at']} (bench at commit {run['commit']}, load average "
             f"{run['loadavg'][0]:.2f} at the start, {run['cores']} cores): {run['examples']} examples "
-            f"(`contexts/next` + `POST examples`{' with an Idempotency-Key' if run.get('idempotency_keys') else ''}) "
-            f"in one process, {run['setup']}.")
+            f"(`contexts/next` + `POST examples`{keyed}) in one process, {run['setup']}.")
     names = [stem for stem, _ in ordered]
     docs = [doc for _, doc in ordered]
-    first = docs[0]["cpu"]["web_thread_ms_per_example"]
+    # each run against the last "before" run up to it (itself, for a "before" run): a
+    # before and an after taken one after the other saw the same load on the machine
+    baselines, baseline = [], docs[0]["cpu"]["web_thread_ms_per_example"]
+    for doc in docs:
+        if doc["run"]["label"].lower().startswith("before"):
+            baseline = doc["cpu"]["web_thread_ms_per_example"]
+        baselines.append(baseline)
 
-    def ratio(value) -> str:
-        return f"{value:.2f} ({value / first:.2f}x)" if value and first else _ms(value)
+    def ratio(value, base) -> str:
+        return f"{value:.2f} ({value / base:.2f}x)" if value and base else _ms(value)
 
     rows = [
-        ["web thread CPU ms/example (no profiler)", *[ratio(d["cpu"]["web_thread_ms_per_example"]) for d in docs]],
-        ["  of which `GET contexts/next`", *[_ms(d["cpu"]["by_request_ms"]["contexts_next"]) for d in docs]],
-        ["  of which `POST examples`", *[_ms(d["cpu"]["by_request_ms"]["post_example"]) for d in docs]],
-        ["process CPU ms/example (web thread + model thread)",
-         *[_ms(d["cpu"]["process_ms_per_example"]) for d in docs]],
-        ["SQL statements/example (BEGIN/COMMIT included)", *[str(d["sql_per_example"]) for d in docs]],
-        ["response bytes/example", *[str(d["response_bytes_per_example"]) for d in docs]],
+        ["web thread CPU ms/example (no profiler; x the run's before)",
+         *[ratio(d["cpu"]["web_thread_ms_per_example"], base) for d, base in zip(docs, baselines, strict=True)]],
+        ["of which `GET contexts/next`", *[_ms(d["cpu"]["by_request_ms"]["contexts_next"]) for d in docs]],
+        ["of which `POST examples`", *[_ms(d["cpu"]["by_request_ms"]["post_example"]) for d in docs]],
+        ["process CPU ms/example (the model thread too)", *[_ms(d["cpu"]["process_ms_per_example"]) for d in docs]],
+        ["SQL statements/example (BEGIN, SAVEPOINT included)", *[f"{d['sql_per_example']:g}" for d in docs]],
+        ["profiled ms/example (cProfile's cost included)", *[_ms(d["profile"]["profiled_ms_per_example"])
+                                                             for d in docs]],
     ]
-    parts.append(markdown_table(["measure", *[f"`{name}`" for name in names]], rows))
+    header = ["measure", *[f"`{name}`" for name in names]]
+    parts.append(markdown_table(header, rows))
     all_layers = []
     for doc in docs:
         for layer in doc["profile"]["layers_share"]:
@@ -188,19 +243,32 @@ def block(runs: dict[str, dict]) -> str:
         cells = []
         for doc in docs:
             share = doc["profile"]["layers_share"].get(layer)
-            if share is None:
-                cells.append("-")
-            else:
-                ms = share * doc["cpu"]["web_thread_ms_per_example"]
-                cells.append(f"{ms:.2f} ms ({100 * share:.1f}%)")
+            ms = None if share is None else share * doc["cpu"]["web_thread_ms_per_example"]
+            cells.append("-" if share is None else f"{ms:.2f} ({100 * share:.1f}%)")
         layer_rows.append([layer, *cells])
-    parts.append("Where the web thread's CPU goes (cProfile on the thread's CPU clock; each layer's "
-                 "share of the profile times the unprofiled ms/example):")
-    parts.append(markdown_table(["layer", *[f"`{name}`" for name in names]], layer_rows))
-    last_name, last = names[-1], docs[-1]
-    total = last["profile"]["total_s"]
-    hot_rows = [[f"`{row['function']}`", f"{row['calls'] / last['profile']['examples']:g}",
-                 f"{100 * row['cumulative_s'] / total:.1f}%"] for row in last["profile"]["hot"][:25]]
-    parts.append(f"The stages of the two requests in `{last_name}` (cumulative time, share of the profile):")
-    parts.append(markdown_table(["function", "calls/example", "cumulative"], hot_rows))
+    parts.append("Where the web thread's CPU goes, by layer (ms/example: each layer's share of the profile "
+                 "times the unprofiled figure):")
+    parts.append(markdown_table(["layer", *header[1:]], layer_rows))
+    last = docs[-1]
+    # a function's name without its line can stand for two (a closure and a method of the
+    # same name): the row is the larger, the outer one
+    order = list(dict.fromkeys(_stage(row["function"]) for row in last["profile"]["hot"]))
+    stage_rows = []
+    for stage in order:
+        cells = []
+        calls = None
+        for doc in docs:
+            found = [row for row in doc["profile"]["hot"] if _stage(row["function"]) == stage]
+            if not found:
+                cells.append("-")
+                continue
+            row = max(found, key=lambda r: r["cumulative_s"])
+            share = row["cumulative_s"] / doc["profile"]["total_s"]
+            cells.append(f"{share * doc['cpu']['web_thread_ms_per_example']:.2f}")
+            calls = row["calls"] / doc["profile"]["examples"]
+        stage_rows.append([f"`{stage}`", f"{calls:.3g}" if calls is not None else "-", *cells,
+                           REASONS.get(stage, "")])
+    parts.append("The stages of the two requests (cumulative ms/example, each stage's share of the profile "
+                 "times the unprofiled figure; nested: a row includes the rows it calls), and why each is there:")
+    parts.append(markdown_table(["stage", "calls/example", *header[1:], "why"], stage_rows))
     return "\n\n".join(parts) + "\n"
