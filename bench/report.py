@@ -64,6 +64,7 @@ BLOCKS = {
     "qa-training": ("qa-training.json", sections.qa_training),
     "replay": ("replay/<run>/report.json", sections.replay),
     "web-profile": ("web-profile/*.json", web_profile_report.block),
+    "load-profile": ("load-profile.json", sections.load),
 }
 # the script that writes a block's file, where it is not the block's name up to its first "-"
 SCRIPTS = {"validation-frontier": "validation_frontier", "qa-training": "qa_training", "web-profile": "web_profile"}
