@@ -22,13 +22,15 @@ def open_round_or_error(task: Task) -> Round:
 
 def servable_contexts(task: Task):
     """The task's active contexts for its open round, each annotated with that round's
-    ``round_number``; none when no round is open. The round is found in the same
-    query (a subquery), so serving a context reads the database once."""
+    ``round_number``. The round is found in the same query (a subquery), so serving a
+    context reads the database once. When no round is open every row's ``round_number``
+    is None: the subquery answers the same for every row, so the caller checks the row
+    it chose (``next_context``) instead of filtering on it, which would put the subquery
+    in the WHERE clause too and cost compiling it twice on every serving."""
     open_rounds = Round.objects.filter(task=task, status=Round.Status.OPEN).order_by("pk")
     return (Context.objects.filter(task=task, is_active=True)
             .filter(Q(round__isnull=True) | Q(round__status=Round.Status.OPEN))
-            .annotate(round_number=Subquery(open_rounds.values("number")[:1]))
-            .filter(round_number__isnull=False))
+            .annotate(round_number=Subquery(open_rounds.values("number")[:1])))
 
 
 def _pick_least(ranked: list[Context], order: list[str], last_served: int | None) -> Context | None:
@@ -52,8 +54,11 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
     context deactivated or deleted between the two is not served: another is chosen."""
     gone: list[int] = []
     for _ in range(3):
-        context = _choose(task, session, servable_contexts(task).exclude(pk__in=gone))
-        if context is None:
+        candidates = servable_contexts(task)
+        if gone:  # only after a race: an empty exclude costs a query's compiling for nothing
+            candidates = candidates.exclude(pk__in=gone)
+        context = _choose(task, session, candidates)
+        if context is None or context.round_number is None:  # none, or no round is open
             rnd = open_round_or_error(task)
             raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
         with transaction.atomic():

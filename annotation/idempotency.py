@@ -55,24 +55,36 @@ class Idempotency:
     def replay(self) -> Response | None:
         """The recorded answer for this key, if there is one."""
         cutoff = timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL)
-        record = IdempotentRequest.objects.filter(user=self.user, key=self.key, created_at__gt=cutoff).first()
-        if record is None:
+        try:  # (user, key) is unique: get(), not first(), which would sort
+            record = IdempotentRequest.objects.get(user=self.user, key=self.key, created_at__gt=cutoff)
+        except IdempotentRequest.DoesNotExist:
             return None
         if record.fingerprint != self.fingerprint:
             raise Conflict("This Idempotency-Key was used for a different request; use a new key.")
         return Response(record.body, status=record.status_code, headers={REPLAYED_HEADER: "true"})
 
     def record(self, status_code: int, body: dict) -> None:
-        """Record the answer; call inside the write's transaction."""
-        IdempotentRequest.objects.filter(
-            user=self.user, key=self.key,
-            created_at__lte=timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL)).delete()
+        """Record the answer; call inside the write's transaction. The key's record may
+        still be there past its time (the prune job comes by now and then): only when
+        the insert collides is an expired one removed to make way, so a fresh key, every
+        write's, costs the insert alone."""
         try:
-            with transaction.atomic():
-                IdempotentRequest.objects.create(user=self.user, key=self.key, fingerprint=self.fingerprint,
-                                                 status_code=status_code, body=body)
+            self._insert(status_code, body)
         except IntegrityError as exc:
-            raise AlreadyAnswered() from exc
+            cutoff = timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL)
+            expired, _ = IdempotentRequest.objects.filter(user=self.user, key=self.key,
+                                                          created_at__lte=cutoff).delete()
+            if not expired:
+                raise AlreadyAnswered() from exc
+            try:
+                self._insert(status_code, body)
+            except IntegrityError as again:
+                raise AlreadyAnswered() from again
+
+    def _insert(self, status_code: int, body: dict) -> None:
+        with transaction.atomic():
+            IdempotentRequest.objects.create(user=self.user, key=self.key, fingerprint=self.fingerprint,
+                                             status_code=status_code, body=body)
 
 
 def run(request, write, respond, status_code: int) -> Response:

@@ -44,9 +44,10 @@ def session_from_token(token: str) -> AnnotationSession:
         key = uuid.UUID(signing.Signer(salt=SALT).unsign(token))
     except (signing.BadSignature, ValueError):
         raise InvalidToken("The session token is not valid.") from None
-    session = AnnotationSession.objects.select_related("user", "task", "last_context").filter(key=key).first()
-    if session is None:
-        raise InvalidToken("The session token is not valid.")
+    try:  # the key is unique: get(), not first(), which would sort by the model's ordering
+        session = AnnotationSession.objects.select_related("user", "task", "last_context").get(key=key)
+    except AnnotationSession.DoesNotExist:
+        raise InvalidToken("The session token is not valid.") from None
     problem = session_problem(session)
     if problem:
         raise InvalidToken(problem)

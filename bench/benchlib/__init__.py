@@ -18,6 +18,7 @@ this package the library they are written with.
 - ``bare``: the bare model in a process of its own, timed inside it;
 - ``baselines_tasks``, ``baselines_report``: ``baselines.py``'s per-task runners and
   its tables;
+- ``web_profile_report``: ``web_profile.py``'s profile grouped by layer, and its block;
 - ``validation_report``, ``frontier_report``: ``validation.py``'s and
   ``validation_frontier.py``'s tables and blocks, and the frontier's comparisons (pure
   functions of their JSON);

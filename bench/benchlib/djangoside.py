@@ -50,11 +50,7 @@ def main(action: str) -> int:
     django.setup()
     cfg = json.loads(os.environ["BENCH_CONFIG"])
     if action == "_setup":
-        from django.core.management import call_command
-
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("bootstrap_demo", no_models=True, stdout=io.StringIO())
-        result = _setup(cfg)
+        result = prepare(cfg)
     elif action == "_drive":
         result = _drive(cfg)
     elif action == "_statements":
@@ -63,6 +59,16 @@ def main(action: str) -> int:
         result = _count(cfg)
     answer_json(result)
     return 0
+
+
+def prepare(cfg: dict) -> dict:
+    """The stack's database in this process (Django set up): migrated, the demo tasks,
+    the round's target model and the users ``cfg`` names (``_setup``; ``web_profile.py``)."""
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("bootstrap_demo", no_models=True, stdout=io.StringIO())
+    return _setup(cfg)
 
 
 def _target_model(task, cfg: dict):

@@ -63,6 +63,23 @@ def test_unknown_and_foreign_contexts(nli_client, live_tasks):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("strategy", ["least_used", "uniform", "least_fooled"])
+def test_no_open_round_serves_no_context_whatever_the_strategy(live_tasks, client_for, annotator, strategy):
+    """The candidates' query leaves the open round's check to the row it chose: with the
+    round closed, every strategy answers 409 and counts no serving."""
+    from tasks.services import close_round
+
+    task = live_tasks["nli"]
+    task.config = {**task.config, "context_sampling": strategy}
+    task.save()
+    client = client_for(annotator)
+    close_round(task.open_round())
+    used = list(Context.objects.filter(task=task).order_by("pk").values_list("times_used", flat=True))
+    response = client.get("/api/tasks/nli/contexts/next/")
+    assert response.status_code == 409 and "no open round" in response.json()["detail"]
+    assert list(Context.objects.filter(task=task).order_by("pk").values_list("times_used", flat=True)) == used
+
+
 def test_closed_round_refuses_with_409(nli_client, live_tasks):
     client, context = nli_client
     from tasks.services import close_round

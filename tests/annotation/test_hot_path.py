@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from annotation import inference, runtime, sessions
 from annotation.models import AnnotationSession, Example
 from annotation.stats import round_stats
-from annotation.tokens import make_token, session_from_token
+from annotation.tokens import InvalidToken, make_token, session_from_token
 from registry import services as registry
 from registry.models import ModelVersion
 from tasks import targets
@@ -32,6 +32,20 @@ def test_a_token_loads_its_session_user_and_task_in_one_query(live_tasks, annota
         assert loaded.task.parsed_config.task_type == "extractive_qa"
     assert len(queries) == 1
     assert loaded.pk == session.pk and loaded.mturk_assignment_id == "A1"
+
+
+def test_the_token_lookup_is_by_its_unique_key_without_sorting(live_tasks, annotator):
+    """Two lookups an example (one per request): the unique key needs no ORDER BY, and a
+    signed token whose session is gone is refused all the same."""
+    session = sessions.start_session(annotator, live_tasks["nli"])
+    token = make_token(session)
+    with CaptureQueriesContext(connection) as queries:
+        assert session_from_token(token).pk == session.pk
+    [query] = queries.captured_queries
+    assert "ORDER BY" not in query["sql"].upper()
+    session.delete()
+    with pytest.raises(InvalidToken, match="not valid"):
+        session_from_token(token)
 
 
 def test_open_round_with_models_follows_the_ensemble_mode_and_model_state(live_tasks, tiny_artifacts):
@@ -126,6 +140,32 @@ def test_an_example_costs_thirteen_statements_from_next_context_to_stored(live_t
     stored = Example.objects.order_by("pk").last()
     assert stored.context_id == context["id"] and stored.inputs == {"hypothesis": "Someone is outdoors 2."}
     assert AnnotationSession.objects.get(pk=session.pk).examples_written == 4
+
+
+def test_a_new_example_saved_in_a_transaction_takes_no_savepoint_and_counts(live_tasks, annotator):
+    """Example.save joins its caller's transaction (a new example's write is one): the
+    row and its counters in it, without a SAVEPOINT and RELEASE of its own."""
+    from django.db import transaction
+
+    from annotation.models import RoundCounts
+    from tasks.models import Context
+
+    task = live_tasks["nli"]
+    rnd = task.open_round()
+    context = Context.objects.filter(task=task, is_active=True).first()
+    collected = RoundCounts.objects.filter(round=rnd).values_list("collected", flat=True).first() or 0
+
+    def new_example(text):
+        return Example(task=task, round=rnd, context=context, annotator=annotator, source=Example.Source.ANNOTATION,
+                       inputs={"hypothesis": text}, target={"label": "neutral"},
+                       prediction={"label": "neutral"}, model_predictions={}, fooled=False)
+
+    new_example("A person waits.").save()  # the writer's first in the round makes their counter row
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        new_example("A person waits again.").save()
+    kinds = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    assert kinds == ["INSERT", "UPDATE", "UPDATE"], kinds  # the row, the round's and the writer's counters
+    assert RoundCounts.objects.get(round=rnd).collected == collected + 2
 
 
 def test_a_context_other_than_the_one_served_is_read_and_checked(live_tasks, client_for, annotator):

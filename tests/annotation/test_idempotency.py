@@ -152,6 +152,31 @@ def test_old_keys_are_pruned(live_tasks, client_for, annotator, settings):
     assert list(IdempotentRequest.objects.values_list("key", flat=True)) == ["new"]
 
 
+def test_an_expired_key_not_yet_pruned_works_again_for_a_new_request(live_tasks, client_for, annotator, settings):
+    """A key past IDEMPOTENCY_KEY_TTL answers as new (its old record makes way), while an
+    unexpired one still replays: the record is removed only when the insert collides."""
+    from datetime import timedelta
+
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    client = client_for(annotator)
+    context = client.get("/api/tasks/sentiment/contexts/next/").json()
+    first = create(client, context["id"], key="reused", text="The first one was fine.")
+    assert first.status_code == 201
+    IdempotentRequest.objects.filter(key="reused").update(
+        created_at=timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL + 1))
+    again = create(client, context["id"], key="reused", text="A new one, a day later.")
+    assert again.status_code == 201 and again.json()["id"] != first.json()["id"]
+    assert "Idempotent-Replayed" not in again
+    [kept] = IdempotentRequest.objects.filter(key="reused")
+    assert kept.body["id"] == again.json()["id"]
+    assert create(client, context["id"], key="reused", text="A new one, a day later.").json() == again.json()
+    with CaptureQueriesContext(connection) as queries:  # a fresh key: no DELETE on the way
+        assert create(client, context["id"], key="fresh", text="Another one.").status_code == 201
+    assert not [q for q in queries.captured_queries if q["sql"].upper().startswith("DELETE")]
+
+
 def test_a_copy_that_lost_the_race_for_a_validation_gets_the_first_answer(live_tasks, annotator, second_annotator,
                                                                          client_for, monkeypatch):
     """Two copies of one decision: the second waited on the row lock, finds the decision made,
