@@ -98,3 +98,45 @@ def hit_submit(request):
     return render(request, "crowd/submit.html", {
         "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",
         "completion_token": completion_token(assignment), "in_frame": True})
+
+
+def _my_page_context(request, user, *, token: str = "") -> dict:
+    from .api import pages_from
+    from .me import worker_page
+
+    return {"page": worker_page(user, pages_from(request.POST if token else request.GET)), "token": token,
+            "in_frame": bool(token), "verify_email": not token and not user.is_anonymous}
+
+
+@never_cache
+@require_GET
+def my_page(request):
+    """``/me/``: the signed-in user's own work, pay and standing (``crowd.me``)."""
+    from django.contrib.auth.views import redirect_to_login
+
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    try:
+        context = _my_page_context(request, request.user)
+    except DomainError as exc:
+        return render(request, "crowd/refused.html", {"message": exc.message}, status=http_status(exc))
+    return render(request, "crowd/me.html", context)
+
+
+@csrf_exempt  # no cookie is involved: the signed token in the form is the credential
+@never_cache
+@frameable
+@require_POST
+def hit_my_page(request):
+    """The same page inside a HIT: the worker has no sign-in, so the assignment's token
+    (posted, never in the address) says whose page it is."""
+    token = request.POST.get("token", "")
+    try:
+        session = session_from_token(token)
+    except InvalidToken as exc:
+        return _refused(request, Forbidden(exc.message))
+    try:
+        context = _my_page_context(request, session.user, token=token)
+    except DomainError as exc:
+        return _refused(request, exc)
+    return render(request, "crowd/me.html", context)
