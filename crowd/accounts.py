@@ -101,5 +101,4 @@ def delete_page(request):
     examples = Example.objects.filter(annotator=request.user).count()
     identity = WorkerIdentity.objects.filter(user=request.user).exists()
     return render(request, "registration/delete_account.html", {
-        "examples": examples, "error": error, "word": CONFIRM_WORD, "mturk": identity},
-        status=400 if error else 200)
+        "examples": examples, "error": error, "word": CONFIRM_WORD, "mturk": identity})

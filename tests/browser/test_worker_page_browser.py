@@ -40,7 +40,7 @@ def test_the_worker_page_and_the_account_pages_fit_and_pass_axe(live_server, dem
         found[path] = violations(page, axe_source)
     page.goto(f"{base}/accounts/delete/")
     page.fill("#id_confirm", "no")
-    page.click("button[type=submit]")
+    page.click("#delete-form button[type=submit]")
     page.wait_for_selector("#delete-error")
     found["delete: refused"] = violations(page, axe_source)
     assert {state: v for state, v in found.items() if v} == {}
