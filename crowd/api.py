@@ -10,15 +10,16 @@ from rest_framework.views import APIView
 from . import me
 
 
-def _paged(row_serializer):
-    class PageSerializer(serializers.Serializer):
-        page = serializers.IntegerField(source="number")
-        has_next = serializers.BooleanField()
-        has_previous = serializers.BooleanField()
-        results = row_serializer(many=True, source="rows")
+class PageSerializer(serializers.Serializer):
+    page = serializers.IntegerField(source="number")
+    has_next = serializers.BooleanField()
+    has_previous = serializers.BooleanField()
 
-    PageSerializer.__name__ = row_serializer.__name__.replace("Row", "Page")
-    return PageSerializer
+
+class PagesSerializer(serializers.Serializer):
+    examples = PageSerializer()
+    validations = PageSerializer()
+    assignments = PageSerializer()
 
 
 class MyExampleRowSerializer(serializers.Serializer):
@@ -88,10 +89,11 @@ class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     mturk_worker = serializers.BooleanField()
     email_verified = serializers.BooleanField()
-    examples = _paged(MyExampleRowSerializer)()
-    validations = _paged(MyValidationRowSerializer)()
-    assignments = _paged(MyAssignmentRowSerializer)()
+    examples = MyExampleRowSerializer(many=True, source="examples.rows", help_text="This page of them, newest first.")
+    validations = MyValidationRowSerializer(many=True, source="validations.rows")
+    assignments = MyAssignmentRowSerializer(many=True, source="assignments.rows")
     standing = StandingSerializer(many=True)
+    pages = PagesSerializer(source="*", help_text="Which page of each list this is, and whether more follow.")
 
 
 def pages_from(params) -> dict:
@@ -99,10 +101,11 @@ def pages_from(params) -> dict:
 
 
 class Me(APIView):
-    """Your own examples, validations, HITs (with base pay and bonuses due and paid,
-    from the ledger) and standing on each task; each list newest first, ``PAGE_SIZE``
-    (20) to a page, chosen by ``examples_page``, ``validations_page`` and
-    ``assignments_page``."""
+    """Your own ``examples``, ``validations``, ``assignments`` (each with its ``reward``,
+    ``bonus_due`` and ``bonus_paid``, from the ledger) and ``standing`` per task. The
+    three lists are one page each, newest first, 20 to a page: ``examples_page``,
+    ``validations_page`` and ``assignments_page`` choose the page, and ``pages`` says
+    which it is and whether more follow."""
 
     permission_classes = [permissions.IsAuthenticated]
     token_scope = "task"  # an MTurk assignment's token reads its own worker's page

@@ -28,6 +28,7 @@ from annotation.services import trust
 from core.errors import InvalidInput
 from core.pagination import whole_number
 from tasks.models import Task
+from tasks.roles import is_researcher
 
 from . import workers
 from .models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
@@ -167,8 +168,11 @@ def standing(user) -> list[dict]:
     for task in _tasks_of(user):
         decided, verified = workers.decided_counts([user.pk], task).get(user.pk, (0, 0))
         record = trust.standing(task, user)
-        failed = trust.failed_gold(task, user)
-        if failed:
+        researcher = is_researcher(user, task)
+        failed = not researcher and trust.failed_gold(task, user)
+        if researcher:
+            votes = "Your decisions count: you are a researcher of this task."
+        elif failed:
             votes = "Your decisions no longer count on this task: too many disagreed with the checked items."
         elif identity is not None:
             votes = "Your decisions in validation HITs count once MTurk confirms the assignment."
@@ -193,8 +197,8 @@ def standing(user) -> list[dict]:
             "examples_decided": decided, "examples_verified": verified,
             "quality": round(verified / decided, 3) if decided else None,
             "quality_judged": decided >= workers.QUALITY_MIN_DECIDED,
-            "votes_count": not failed and (identity is not None or (not unverified and not too_new
-                                                                     and record.trusted)),
+            "votes_count": researcher or (not failed and (identity is not None or (
+                not unverified and not too_new and record.trusted))),
             "votes": votes, "blocked": blocked, "blocked_because": why})
     return rows
 

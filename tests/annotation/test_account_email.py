@@ -129,3 +129,14 @@ def test_mturk_workers_get_no_password_reset(client, mturk_worker):
     mturk_worker.save()
     client.post("/accounts/password-reset/", {"email": "worker@example.org"})
     assert mail.outbox == []
+
+
+def test_the_validate_page_says_an_unconfirmed_accounts_votes_do_not_count(demo_tasks, django_user_model, client):
+    voter = django_user_model.objects.create_user("voter", password=PASSWORD,
+                                                  date_joined=timezone.now() - timedelta(days=90))
+    row = AccountEmail.objects.create(user=voter, email="voter@example.org")
+    client.force_login(voter)
+    assert 'id="email-unconfirmed"' in client.get("/tasks/sentiment/validate/").content.decode()
+    row.verified_at = timezone.now()
+    row.save()
+    assert 'id="email-unconfirmed"' not in client.get("/tasks/sentiment/validate/").content.decode()

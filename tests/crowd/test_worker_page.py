@@ -46,7 +46,7 @@ def test_the_page_lists_my_examples_with_status_and_whether_they_fooled_the_mode
     flagged.flagged = True
     flagged.save(update_fields=["flagged"])
     body = client_for(annotator).get("/api/me/").json()
-    status = {row["id"]: (row["status"], row["fooled_model"]) for row in body["examples"]["results"]}
+    status = {row["id"]: (row["status"], row["fooled_model"]) for row in body["examples"]}
     assert status == {verified.pk: ("verified", True), rejected.pk: ("rejected", True),
                       retracted.pk: ("retracted", True), flagged.pk: ("flagged", True),
                       pending.pk: ("pending", False)}
@@ -70,7 +70,7 @@ def test_my_votes_say_whether_they_counted_and_why_not_from_what_the_service_sto
     AccountEmail.objects.create(user=unconfirmed, email="u@example.org")
     for user, example in ((newcomer, first), (established, second), (unconfirmed, third)):
         stored = vote(example, user)
-        row = client_for(user).get("/api/me/").json()["validations"]["results"][0]
+        row = client_for(user).get("/api/me/").json()["validations"][0]
         assert row["counted"] is False and row["not_counted_because"] == stored.not_counted_because
         assert row["explanation"]
     assert {v.validator.username: v.not_counted_because for v in Validation.objects.select_related("validator")} == {
@@ -92,12 +92,13 @@ def test_a_long_history_is_paged_and_a_page_costs_the_same_queries(demo_tasks, a
         page = me.worker_page(annotator)
     assert len(page["examples"].rows) == me.PAGE_SIZE and page["examples"].has_next
     client = client_for(annotator)
-    second = client.get("/api/me/?examples_page=2").json()["examples"]
-    assert second["page"] == 2 and len(second["results"]) == me.PAGE_SIZE and second["has_next"] is True
-    last = client.get("/api/me/?examples_page=3").json()["examples"]
-    assert len(last["results"]) == 3 and last["has_next"] is False
+    second = client.get("/api/me/?examples_page=2").json()
+    assert second["pages"]["examples"] == {"page": 2, "has_next": True, "has_previous": True}
+    assert len(second["examples"]) == me.PAGE_SIZE and second["pages"]["validations"]["page"] == 1
+    last = client.get("/api/me/?examples_page=3").json()
+    assert len(last["examples"]) == 3 and last["pages"]["examples"]["has_next"] is False
     newest = Example.objects.filter(annotator=annotator).order_by("-id").first()
-    assert client.get("/api/me/").json()["examples"]["results"][0]["id"] == newest.pk
+    assert client.get("/api/me/").json()["examples"][0]["id"] == newest.pk
     for bad in ("0", "-1", "x", "1.5", "9" * 30):
         response = client.get(f"/api/me/?examples_page={bad}")
         assert response.status_code == 400, bad
@@ -112,7 +113,7 @@ def test_nobody_sees_another_workers_page(demo_tasks, annotator, second_annotato
     for query in ("", f"?user={annotator.pk}", f"?user_id={annotator.pk}", f"?username={annotator.username}",
                   f"?annotator={annotator.pk}"):
         body = theirs.get(f"/api/me/{query}").json()
-        assert body["username"] == "second_annotator" and body["examples"]["results"] == []
+        assert body["username"] == "second_annotator" and body["examples"] == []
         html = theirs.get(f"/me/{query}").content.decode()
         assert "Written by the first annotator" not in html and f'data-example="{mine.pk}"' not in html
     assert anonymous.get("/api/me/").status_code in (401, 403)
@@ -142,18 +143,18 @@ def test_inside_a_hit_the_token_shows_the_workers_own_hits_and_pay_from_the_ledg
     assert f'data-assignment="{assignment.assignment_id}"' in html and "$0.25" in html and "$0.50 (paid)" in html
     assert "Not the worker's" not in html
     body = api(token).get("/api/me/").json()
-    rows = {row["assignment_id"]: row for row in body["assignments"]["results"]}
+    rows = {row["assignment_id"]: row for row in body["assignments"]}
     paid = rows[assignment.assignment_id]
     assert (paid["reward"], paid["bonus_paid"], paid["bonus_due"], paid["reward_status"]) == (
         "0.50", "0.25", "0.00", "paid")
     assert len(rows) == 2 and body["username"] != annotator.username and body["mturk_worker"] is True
-    assert {row["status"] for row in body["examples"]["results"]} == {"verified"}
+    assert {row["status"] for row in body["examples"]} == {"verified"}
     # Another worker's token shows that worker's page, never this one's.
     other_hit = batch.hit_rows.order_by("number").first()
     other = token_of(arrive(client, other_hit.hit_id, crowd.accept(other_hit.hit_id, "A3WORKERTWO88"),
                             "A3WORKERTWO88"))
     theirs = api(other).get("/api/me/").json()
-    assert theirs["assignments"]["results"][0]["assignment_id"] != assignment.assignment_id
-    assert len(theirs["assignments"]["results"]) == 1 and theirs["examples"]["results"] == []
+    assert theirs["assignments"][0]["assignment_id"] != assignment.assignment_id
+    assert len(theirs["assignments"]) == 1 and theirs["examples"] == []
     assert theirs["username"] == "mturk:A3WORKERTWO88" and body["username"] == f"mturk:{WORKER}"
     assert get_user_model().objects.filter(username=body["username"]).exists()
