@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
+from django.contrib.auth.views import PasswordResetView
 from django.core.mail import send_mail
 from django.db import transaction
 from django.shortcuts import redirect, render
@@ -32,6 +33,23 @@ from core import ratelimit
 from core.errors import NotFound
 
 from .models import AccountEmail
+
+
+def mail_by_address() -> ratelimit.Limiter:
+    """Messages one address may have us send (password resets, confirmation links
+    again): as many as it may sign up accounts (``SIGNUPS_PER_ADDRESS`` per
+    ``SIGNUP_WINDOW``), so nobody turns the site into a mail cannon."""
+    return ratelimit.Limiter("account-mail-address", settings.SIGNUPS_PER_ADDRESS, settings.SIGNUP_WINDOW)
+
+
+class ThrottledPasswordResetView(PasswordResetView):
+    """Django's password-reset page, refusing (429) past ``mail_by_address``."""
+
+    def post(self, request, *args, **kwargs):
+        wait = mail_by_address().take(ratelimit.client_address(request))
+        if wait:
+            return core_accounts.too_many(request, wait, "password-reset e-mails from this address")
+        return super().post(request, *args, **kwargs)
 
 
 class EmailTokenGenerator(PasswordResetTokenGenerator):
@@ -130,7 +148,7 @@ def send_verification(request):
     """Send the confirmation link again (signed in; limited like sign-ups, per address)."""
     if not request.user.is_authenticated:
         return redirect(f"{reverse('login')}?next={reverse('me')}")
-    wait = ratelimit.signup_by_address().take(ratelimit.client_address(request))
+    wait = mail_by_address().take(ratelimit.client_address(request))
     if wait:
         return core_accounts.too_many(request, wait, "confirmation e-mails from this address")
     if send_confirmation(request, request.user):

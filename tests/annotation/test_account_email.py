@@ -140,3 +140,15 @@ def test_the_validate_page_says_an_unconfirmed_accounts_votes_do_not_count(demo_
     row.verified_at = timezone.now()
     row.save()
     assert 'id="email-unconfirmed"' not in client.get("/tasks/sentiment/validate/").content.decode()
+
+
+def test_password_reset_mail_is_limited_per_address(client, django_user_model, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.SIGNUPS_PER_ADDRESS = 2
+    django_user_model.objects.create_user("resetter", email="resetter@example.org", password=PASSWORD)
+    codes = [client.post("/accounts/password-reset/", {"email": "resetter@example.org"}).status_code
+             for _ in range(3)]
+    assert codes == [302, 302, 429] and len(mail.outbox) == 2
+    cache.clear()
