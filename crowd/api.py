@@ -112,7 +112,8 @@ class Me(APIView):
 
     @extend_schema(
         tags=["me"],
-        parameters=[OpenApiParameter(f"{section}_page", int, required=False, description="Page, from 1.")
+        parameters=[OpenApiParameter(f"{section}_page", {"type": "integer", "minimum": 1, "maximum": me.MAX_PAGE},
+                                     required=False, description="The page of that list, from 1.")
                     for section in me.SECTIONS],
         responses={200: MeSerializer, 400: OpenApiResponse(description="A page that is not a whole number."),
                    401: OpenApiResponse(description="Not signed in."),

@@ -152,3 +152,15 @@ def test_password_reset_mail_is_limited_per_address(client, django_user_model, s
              for _ in range(3)]
     assert codes == [302, 302, 429] and len(mail.outbox) == 2
     cache.clear()
+
+
+def test_the_worker_page_sends_the_confirmation_link_again(client, django_user_model):
+    sign_up(client, "walker", "walker@example.org")
+    page = client.get("/me/").content.decode()
+    assert 'id="email-unverified"' in page and 'id="send-confirmation"' in page
+    again = client.post("/accounts/verify/send/")
+    assert again.status_code == 302 and again["Location"] == "/me/" and len(mail.outbox) == 2
+    assert client.get(link_in(mail.outbox[1], "/accounts/verify/")).status_code == 200
+    assert 'id="email-unverified"' not in client.get("/me/").content.decode()
+    client.logout()
+    assert client.post("/accounts/verify/send/").status_code == 302 and len(mail.outbox) == 2
