@@ -8,6 +8,7 @@ not send one, so the work page carries the assignment's signed token in
 """
 
 from csp.constants import SELF
+from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -21,7 +22,9 @@ from core.errors import DomainError, Forbidden
 from core.ratelimit import client_ip
 
 from . import mturk
+from .api import pages_from
 from .assignments import PREVIEW, NotDoneYet, arrive, completion_token, finish, work_done
+from .me import worker_page
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
@@ -101,9 +104,6 @@ def hit_submit(request):
 
 
 def _my_page_context(request, user, *, token: str = "") -> dict:
-    from .api import pages_from
-    from .me import worker_page
-
     return {"page": worker_page(user, pages_from(request.POST if token else request.GET)), "token": token,
             "in_frame": bool(token), "verify_email": not token and not user.is_anonymous}
 
@@ -112,8 +112,6 @@ def _my_page_context(request, user, *, token: str = "") -> dict:
 @require_GET
 def my_page(request):
     """``/me/``: the signed-in user's own work, pay and standing (``crowd.me``)."""
-    from django.contrib.auth.views import redirect_to_login
-
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     try:

@@ -345,7 +345,8 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "targets": _target_rows(tasks),
-            "pay_estimates": [pay.estimate(task, mode) for task in tasks.order_by("slug") for mode in Batch.Mode.values],
+            "pay_estimates": [pay.estimate(task, mode) for task in tasks.order_by("slug")
+                              for mode in Batch.Mode.values],
             "pay_floor": pay.floor(), "refuse_below_floor": settings.DYNABENCH_REFUSE_BELOW_MIN_PAY,
             "low_pay": low_pay,
             "approval_threshold": settings.CROWD_APPROVAL_THRESHOLD})
