@@ -48,6 +48,10 @@ PSEUDONYM_SALT = "dynabench.export.annotator"
 # An imported example has no annotator user: the pseudonym its export carried
 # is kept in its metadata under this key, and exported again as "annotator".
 ANNOTATOR_METADATA_KEY = "_exported_annotator"
+# A deleted account's examples stay, anonymised: the account is cut off and only the
+# release's annotator pseudonym (leaderboard.releases.rows.pseudonym) is kept, here.
+DELETED_ANNOTATOR_KEY = "_deleted_annotator"
+HIDDEN_METADATA_KEYS = (ANNOTATOR_METADATA_KEY, DELETED_ANNOTATOR_KEY)
 RECORD_KEYS = (
     "format", "uid", "external_uid", "task", "round", "split", "source", "context", "inputs",
     "target", "model_predictions", "prediction", "fooled", "retracted", "flagged", "validation",
@@ -81,8 +85,8 @@ def anonymise(user_id: int | None) -> str | None:
 
 
 def _exported_metadata(metadata):
-    if isinstance(metadata, dict) and ANNOTATOR_METADATA_KEY in metadata:
-        return {k: v for k, v in metadata.items() if k != ANNOTATOR_METADATA_KEY}
+    if isinstance(metadata, dict) and any(key in metadata for key in HIDDEN_METADATA_KEYS):
+        return {k: v for k, v in metadata.items() if k not in HIDDEN_METADATA_KEYS}
     return metadata
 
 
@@ -90,7 +94,7 @@ def example_record(example) -> dict:
     context = example.context
     annotator = anonymise(example.annotator_id)
     if annotator is None and isinstance(example.metadata, dict):
-        annotator = example.metadata.get(ANNOTATOR_METADATA_KEY)
+        annotator = example.metadata.get(ANNOTATOR_METADATA_KEY) or example.metadata.get(DELETED_ANNOTATOR_KEY)
     return {
         "format": FORMAT_VERSION,
         "uid": str(example.uid),

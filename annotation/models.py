@@ -116,6 +116,8 @@ class Example(models.Model):
             models.Index(fields=["task", "updated_at"], name="example_task_updated"),
             # One writer's examples of a task (the crowd's quality of the writers it judges again).
             models.Index(fields=["annotator", "task"], name="example_annotator_task"),
+            # One writer's examples, newest first (their own page, /me/): a page is an index walk.
+            models.Index(fields=["annotator", "-id"], name="example_annotator_recent"),
             # The examples list (GET /api/tasks/<slug>/examples/) pages newest id first under
             # any mix of its filters (round, split, status): each mix has an index that
             # starts with exactly its filters and ends with id, so a page is an index walk
@@ -262,6 +264,7 @@ class Validation(models.Model):
         SAME_PERSON = "same_person", "A paid example, and the validator (a researcher) counts as its writer"
         GOLD = "gold", "A known-answer (gold) item: the answer is evidence about the validator"
         FAILED_GOLD = "failed_gold", "The validator failed too many of the task's gold items"
+        UNVERIFIED = "unverified", "The validator's e-mail address was not confirmed"
 
     counted = models.BooleanField(
         default=True, help_text="Whether the decision counts towards the example's outcome: one made in a "
@@ -282,6 +285,7 @@ class Validation(models.Model):
             models.Index(fields=["validator", "example"], condition=models.Q(label=""),
                          name="validation_undecided"),
             models.Index(fields=["created_at", "id"], name="validation_created"),  # the admin's order
+            models.Index(fields=["validator", "-id"], name="validation_validator_recent"),  # their page, /me/
             models.Index(fields=["task", "created_at", "id"], name="validation_task_created"),  # ... by task
             # The task's answers on gold items since a time (the crowd's quality check).
             models.Index(fields=["task", "decided_at"], condition=models.Q(gold_agrees__isnull=False),
@@ -354,6 +358,23 @@ class AccountAddress(models.Model):
 
     def __str__(self):
         return f"{self.user} at {self.address_hash[:12]}…"
+
+
+class AccountEmail(models.Model):
+    """The e-mail address an account gave at sign-up, and when it was confirmed (the
+    link in the e-mail: Django's token generator). Only accounts that signed up on the
+    site have a row: until ``verified_at`` is set they may write, but their votes never
+    count (``services.trust.why_not_counted``). Accounts an administrator or a command
+    made, and MTurk workers' accounts (MTurk vouches for them), have none and are not
+    held back."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="account_email")
+    email = models.EmailField()
+    verified_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return f"{self.email} ({'confirmed' if self.verified_at else 'not confirmed'})"
 
 
 class VouchedValidator(models.Model):

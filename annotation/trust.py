@@ -49,7 +49,7 @@ from core.ratelimit import address_key
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from .models import AccountAddress, AnnotationSession, Example, Validation, VouchedValidator
+from .models import AccountAddress, AccountEmail, AnnotationSession, Example, Validation, VouchedValidator
 
 NotCounted = Validation.NotCounted
 
@@ -246,6 +246,14 @@ def failed_gold(task: Task, user) -> bool:
     return answers >= int(rule["gold_min_answers"]) and agreeing < float(rule["gold_min_agreement"]) * answers
 
 
+def email_unverified(user) -> bool:
+    """Whether ``user`` signed up on the site and has not confirmed their e-mail address
+    yet (``AccountEmail``): they may write, but their votes never count."""
+    if user is None or not getattr(user, "pk", None):
+        return False
+    return AccountEmail.objects.filter(user_id=user.pk, verified_at__isnull=True).exists()
+
+
 def account_too_new(user) -> bool:
     joined = getattr(user, "date_joined", None)
     age = timedelta(seconds=settings.VALIDATOR_MIN_ACCOUNT_AGE)
@@ -291,6 +299,8 @@ def why_not_counted(example: Example, validator, session: AnnotationSession | No
         return NotCounted.FAILED_GOLD
     if is_batch_validator(session):
         return NotCounted.COUNTED
+    if email_unverified(validator):
+        return NotCounted.UNVERIFIED
     if account_too_new(validator):
         return NotCounted.NEW_ACCOUNT
     if needs_trust(example) and not standing(example.task, validator).trusted:
@@ -315,6 +325,8 @@ EXPLANATIONS = {
                             "Another researcher or the task's validators decide it.",
     NotCounted.FAILED_GOLD: "Your decision is stored, but your decisions no longer count on this task: too many "
                             "of them disagreed with the researchers' own answers on checked items.",
+    NotCounted.UNVERIFIED: "Your decision is stored, but it does not decide the example: votes count once you "
+                           "confirm your e-mail address (the link we sent at sign-up; /me/ sends it again).",
     NotCounted.GOLD: "",
 }
 
@@ -328,3 +340,48 @@ def explain(validation: Validation) -> str:
     if "{standing}" in text:
         text = text.format(standing=standing(validation.example.task, validation.validator).describe())
     return text.format(age=min_account_age_text())
+
+
+GOLD_MISSED = "gold_missed"
+GOLD_AGREED = "gold_agreed"
+UNDECIDED = "undecided"
+GOLD_TEXTS = {
+    GOLD_MISSED: "A checked (gold) item: your decision disagreed with the researchers' own answer. It decides "
+                 "nothing; too many of these and your decisions stop counting on the task.",
+    GOLD_AGREED: "A checked (gold) item: your decision agreed with the researchers' own answer. It decides "
+                 "nothing, but it earns you trust on the task.",
+    UNDECIDED: "You gave your own answer but no decision yet: it counts for nothing until you decide.",
+}
+
+
+def reasons(validations) -> dict[int, tuple[str, str]]:
+    """Why each of ``validations`` (with ``example__task`` and ``validator`` loaded) does
+    or does not count, as (code, text): the code stored when the vote was made
+    (``why_not_counted``), told apart on gold items (``gold_missed`` or ``gold_agreed``)
+    and for an answer not decided yet (``undecided``); ("", "") when it counts. The
+    worker's page shows these: it never works out a rule itself. A validator's standing
+    is read once per task, whatever the number of votes."""
+    standings_by_task: dict[int, Standing] = {}
+    found = {}
+    for validation in validations:
+        code = validation.not_counted_because
+        if not validation.label:
+            found[validation.pk] = (UNDECIDED, GOLD_TEXTS[UNDECIDED])
+            continue
+        if code == NotCounted.GOLD or (validation.gold_agrees is not None and not code):
+            code = GOLD_AGREED if validation.gold_agrees else GOLD_MISSED
+            found[validation.pk] = (code, GOLD_TEXTS[code])
+            continue
+        if validation.counted and not code:
+            found[validation.pk] = ("", "")
+            continue
+        if not code:  # stored as waiting (a provisional session MTurk has not confirmed)
+            code = NotCounted.PROVISIONAL
+        text = EXPLANATIONS[code]
+        if "{standing}" in text:
+            task = validation.example.task
+            if task.pk not in standings_by_task:
+                standings_by_task[task.pk] = standing(task, validation.validator)
+            text = text.format(standing=standings_by_task[task.pk].describe())
+        found[validation.pk] = (code, text.format(age=min_account_age_text()))
+    return found

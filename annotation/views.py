@@ -142,6 +142,9 @@ def work_page_context(request, task, session, work) -> dict:
         # Said before the first vote: a new account's decisions wait (the trust rule's own setting).
         context["votes_count_from"] = trust.votes_count_from(task, session.user, session)
         context["min_account_age"] = trust.min_account_age_text()
+        # ... and an unconfirmed e-mail address's never count (the same rule's order: not a researcher's).
+        context["email_unconfirmed"] = (not is_researcher(session.user, task) and not session.mturk_assignment_id
+                                        and trust.email_unverified(session.user))
     return context
 
 

@@ -119,7 +119,9 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
 obtain_auth_token = extend_schema(tags=["auth"])(ThrottledObtainAuthToken).as_view()
 
 
-def signup(request):
+def signup(request, form_class=UserCreationForm, on_created=None):
+    """The sign-up page: ``form_class`` makes the account; ``on_created(request, user)``
+    runs after it is saved (an app above ``core`` sends the e-mail confirmation)."""
     next_url = request.POST.get("next") or request.GET.get("next") or "/"
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()},
                                            require_https=request.is_secure()):
@@ -130,11 +132,13 @@ def signup(request):
         wait = limiter.take(address)  # checked and counted in one step: parallel sign-ups get no more
         if wait:
             return too_many(request, wait, "sign-ups from this address")
-        form = UserCreationForm(request.POST)
+        form = form_class(request.POST)
         if form.is_valid():
             user = form.save()
             login(request, user)
+            if on_created is not None:
+                on_created(request, user)
             return redirect(next_url)
     else:
-        form = UserCreationForm()
+        form = form_class()
     return render(request, "registration/signup.html", {"form": form, "next": next_url})

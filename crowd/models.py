@@ -225,6 +225,8 @@ class Assignment(models.Model):
             models.Index(fields=["status", "decided_at"], name="assignment_status_decided"),
             models.Index(fields=["bonus_settle_by"], name="assignment_bonus_settle_by"),
             models.Index(fields=["accepted_at", "id"], name="assignment_accepted"),  # the admin's order
+            # One worker's assignments, newest first (their own page, /me/).
+            models.Index(fields=["worker", "-accepted_at", "-id"], name="assignment_worker_recent"),
         ]
 
     def __str__(self):

@@ -40,7 +40,7 @@ from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import budgets, costs, mturk, workers
+from . import budgets, costs, mturk, pay, workers
 from .models import Batch, Hit
 from .money import usd
 
@@ -281,6 +281,7 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
     rnd = check_request(req)
     checks, override = check_target(req.task, rnd, req.mode, allow_below_reference=req.allow_below_reference,
                                     reason=req.override_reason, user=user)
+    pay.check_floor(req.task, req.mode, req.reward, req.bonus_per_example)  # crowd.pay: the hourly floor
     most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                           bonus_per_example=req.bonus_per_example,
                           examples_per_assignment=req.examples_per_assignment, mode=req.mode)

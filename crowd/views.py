@@ -8,6 +8,7 @@ not send one, so the work page carries the assignment's signed token in
 """
 
 from csp.constants import SELF
+from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -21,7 +22,9 @@ from core.errors import DomainError, Forbidden
 from core.ratelimit import client_ip
 
 from . import mturk
+from .api import pages_from
 from .assignments import PREVIEW, NotDoneYet, arrive, completion_token, finish, work_done
+from .me import worker_page
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
@@ -98,3 +101,40 @@ def hit_submit(request):
     return render(request, "crowd/submit.html", {
         "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",
         "completion_token": completion_token(assignment), "in_frame": True})
+
+
+def _my_page_context(request, user, *, token: str = "") -> dict:
+    return {"page": worker_page(user, pages_from(request.POST if token else request.GET)), "token": token,
+            "in_frame": bool(token), "verify_email": not token and not user.is_anonymous}
+
+
+@never_cache
+@require_GET
+def my_page(request):
+    """``/me/``: the signed-in user's own work, pay and standing (``crowd.me``)."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    try:
+        context = _my_page_context(request, request.user)
+    except DomainError as exc:
+        return render(request, "crowd/refused.html", {"message": exc.message}, status=http_status(exc))
+    return render(request, "crowd/me.html", context)
+
+
+@csrf_exempt  # no cookie is involved: the signed token in the form is the credential
+@never_cache
+@frameable
+@require_POST
+def hit_my_page(request):
+    """The same page inside a HIT: the worker has no sign-in, so the assignment's token
+    (posted, never in the address) says whose page it is."""
+    token = request.POST.get("token", "")
+    try:
+        session = session_from_token(token)
+    except InvalidToken as exc:
+        return _refused(request, Forbidden(exc.message))
+    try:
+        context = _my_page_context(request, session.user, token=token)
+    except DomainError as exc:
+        return _refused(request, exc)
+    return render(request, "crowd/me.html", context)

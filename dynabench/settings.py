@@ -419,6 +419,13 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
+# E-mail (password reset, the sign-up confirmation link): EMAIL_URL in django-environ's
+# form, e.g. smtp+tls://user:password@smtp.example.org:587; the default prints each
+# message on the web process's console.
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Dynabench <noreply@localhost>")
+# How long a password-reset or e-mail confirmation link works (seconds).
+PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3 * 24 * 3600)
 # Sign-in lockout (the page and /api/auth/token/): 429 after this many failures in
 # the window, per account and per address; sign-ups per address per hour.
 LOGIN_FAILURES_PER_ACCOUNT = env.int("LOGIN_FAILURES_PER_ACCOUNT", default=5)
@@ -578,6 +585,11 @@ CROWD_DEFAULT_TASK_BUDGET = Decimal(env.str("CROWD_DEFAULT_TASK_BUDGET", default
 # A batch that may cost more than this (USD) waits for a superuser's approval, another
 # person's than its creator's, before anything is posted.
 CROWD_APPROVAL_THRESHOLD = Decimal(env.str("CROWD_APPROVAL_THRESHOLD", default="100.00"))
+# The pay floor, in USD per hour (the US federal minimum by default; 0: none). The publish
+# form estimates a new batch's effective hourly pay from the task's earlier batches and
+# warns below it; with DYNABENCH_REFUSE_BELOW_MIN_PAY the service refuses such a batch.
+DYNABENCH_MIN_HOURLY_PAY = Decimal(env.str("DYNABENCH_MIN_HOURLY_PAY", default="7.25"))
+DYNABENCH_REFUSE_BELOW_MIN_PAY = env.bool("DYNABENCH_REFUSE_BELOW_MIN_PAY", default=False)
 MTURK_ARRIVALS_PER_ADDRESS = env.int("MTURK_ARRIVALS_PER_ADDRESS", default=30)
 MTURK_ARRIVAL_WINDOW = env.int("MTURK_ARRIVAL_WINDOW", default=3600)
 

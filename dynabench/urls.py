@@ -6,9 +6,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from annotation import accounts as annotation_accounts
 from annotation import api as annotation_api
 from annotation import views as annotation_views
 from core import accounts
+from crowd import accounts as crowd_accounts
+from crowd import api as crowd_api
 from crowd import views as crowd_views
 from leaderboard import api as leaderboard_api
 from leaderboard import release_pages
@@ -58,6 +61,7 @@ api_patterns = [
     path("examples/<int:pk>/blind-answer/", annotation_api.BlindAnswer.as_view(), name="example-blind-answer"),
     path("examples/<int:pk>/reveal/", annotation_api.ExampleReveal.as_view(), name="example-reveal"),
     path("examples/<int:pk>/validations/", annotation_api.ExampleValidate.as_view(), name="example-validate"),
+    path("me/", crowd_api.Me.as_view(), name="me"),
     path("auth/token/", accounts.obtain_auth_token, name="token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
@@ -81,10 +85,21 @@ urlpatterns = [
     path("jobs/<int:pk>/file/", tasks_views.job_file, name="job-file"),
     path("mturk/hit/", crowd_views.hit_page, name="mturk-hit"),
     path("mturk/hit/submit/", crowd_views.hit_submit, name="mturk-hit-submit"),
+    path("mturk/me/", crowd_views.hit_my_page, name="mturk-me"),
+    path("me/", crowd_views.my_page, name="me"),
     path("api/", include((api_patterns, "api"))),
     path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("accounts/signup/", accounts.signup, name="signup"),
+    path("accounts/signup/", annotation_accounts.signup, name="signup"),
+    path("accounts/verify/<str:uidb64>/<str:token>/", annotation_accounts.verify_email, name="verify-email"),
+    path("accounts/verify/send/", annotation_accounts.send_verification, name="verify-email-send"),
+    path("accounts/delete/", crowd_accounts.delete_page, name="delete-account"),
+    path("accounts/password-reset/", annotation_accounts.ThrottledPasswordResetView.as_view(),
+         name="password_reset"),
+    path("accounts/password-reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path("accounts/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
+         name="password_reset_confirm"),
+    path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("admin/login/", accounts.admin_login),  # before admin.site.urls: the same lockout as the site's
     path("admin/", admin.site.urls),
 ]

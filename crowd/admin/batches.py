@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
-from crowd import bonuses, budgets, costs, mturk, publishing, sync
+from crowd import bonuses, budgets, costs, mturk, pay, publishing, sync
 from crowd.models import Assignment, Batch
 from crowd.money import usd
 from crowd.publishing import BatchRequest, post_hits, publish
@@ -77,6 +77,10 @@ class PublishForm(forms.Form):
     override_reason = forms.CharField(
         required=False, max_length=publishing.MAX_OVERRIDE_REASON, widget=forms.Textarea(attrs={"rows": 2}),
         label="Reason for the override", help_text="Recorded on the batch.")
+    accept_low_pay = forms.BooleanField(
+        required=False, label="Publish although the estimated hourly pay is below the floor",
+        help_text="Asked only when the task's earlier batches say this batch would pay less per hour than "
+                  "DYNABENCH_MIN_HOURLY_PAY (see Pay per hour above).")
     confirm = forms.BooleanField(label="I have checked the amounts", required=True)
 
     def __init__(self, *args, tasks=None, superuser=False, **kwargs):
@@ -152,15 +156,17 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     goes through the actions), and none is deleted: its HITs live on MTurk, expire it instead."""
 
     list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
-                    "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling"]
+                    "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling",
+                    "median_time", "hourly_pay"]
     list_filter = ["status", "mode", "sandbox", TASK_FILTER]
     list_select_related = ["task", "round"]
     actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches]
     readonly_fields = [f.name for f in Batch._meta.fields] + ["spending", "committed_shown", "assignment_counts",
-                                                               "links"]
+                                                               "links", "pay_per_hour"]
     fieldsets = [
         (None, {"fields": ["task", "round", "mode", "sandbox", "status", "last_error", "links"]}),
-        ("Money", {"fields": ["spending", "committed_shown", "reward", "bonus_per_example", "max_cost"]}),
+        ("Money", {"fields": ["spending", "pay_per_hour", "committed_shown", "reward", "bonus_per_example",
+                              "max_cost"]}),
         ("Work", {"fields": ["assignment_counts", "hits", "assignments_per_hit", "examples_per_assignment",
                              "assignment_duration_seconds", "lifetime_seconds", "auto_approval_delay_seconds"]}),
         ("On MTurk", {"fields": ["title", "description", "keywords", "hit_type_id", "locales", "min_approval_rate",
@@ -219,6 +225,39 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     def per_verified_fooling(self, obj):
         return usd(self._spend(obj).per_verified_fooling)
 
+    @staticmethod
+    def _pay(obj) -> pay.BatchPay:
+        """The list reads every shown row's at once (changelist_view); a page, its own."""
+        if not hasattr(obj, "pay"):
+            obj.pay = pay.batch_pay(obj)
+        return obj.pay
+
+    @admin.display(description="median time per assignment")
+    def median_time(self, obj):
+        minutes = self._pay(obj).median_minutes
+        return "—" if minutes is None else f"{minutes:.1f} min"
+
+    @admin.display(description="effective hourly pay (median)")
+    def hourly_pay(self, obj):
+        rate = self._pay(obj).median_hourly
+        if rate is None:
+            return "—"
+        floor = pay.floor()
+        if floor and rate < floor:
+            return format_html('<strong class="below-floor">{}/h</strong> (below {}/h)', usd(rate), usd(floor))
+        return f"{usd(rate)}/h"
+
+    @admin.display(description="pay per hour")
+    def pay_per_hour(self, obj):
+        found = self._pay(obj)
+        if found.median_seconds is None:
+            return "No submitted assignment with both its accept and submit times yet."
+        rate = "—" if found.median_hourly is None else f"{usd(found.median_hourly)}/h"
+        return format_html(
+            "median {} min per assignment over {} submitted; effective hourly pay (reward plus bonuses paid, median "
+            "over {} approved): <strong>{}</strong>; the floor (DYNABENCH_MIN_HOURLY_PAY) is {}/h",
+            f"{found.median_minutes:.1f}", found.timed, found.paid_timed, rate, usd(pay.floor()))
+
     @admin.display(description="spending")
     def spending(self, obj):
         spend = self._spend(obj)
@@ -257,8 +296,20 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
             return HttpResponseRedirect(reverse("admin:index"))
         tasks = Task.objects.all() if request.user.is_superuser else self.researched_tasks(request)
         form = PublishForm(request.POST or None, tasks=tasks, superuser=request.user.is_superuser)
+        low_pay = None
         if request.method == "POST" and form.is_valid():
             req = form.request()
+            found = pay.estimate(req.task, req.mode)
+            if found.below_floor(req.reward, req.bonus_per_example):
+                low_pay = {"rate": found.hourly_for(req.reward, req.bonus_per_example), "floor": found.floor,
+                           "reward": found.reward_for_floor(req.bonus_per_example), "estimate": found}
+        if request.method == "POST" and form.is_valid() and low_pay and not form.cleaned_data["accept_low_pay"] \
+                and not settings.DYNABENCH_REFUSE_BELOW_MIN_PAY:
+            form.add_error("accept_low_pay", f"This batch would pay about ${low_pay['rate']}/hour at the median "
+                                             f"time of the task's earlier batches, below the floor of "
+                                             f"${low_pay['floor']}/hour: a reward of ${low_pay['reward']} reaches "
+                                             "it. Raise the reward, or tick this box to publish anyway.")
+        elif request.method == "POST" and form.is_valid():
             try:
                 batch = publish(req, user=request.user)
             except DomainError as exc:
@@ -294,6 +345,10 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "targets": _target_rows(tasks),
+            "pay_estimates": [pay.estimate(task, mode) for task in tasks.order_by("slug")
+                              for mode in Batch.Mode.values],
+            "pay_floor": pay.floor(), "refuse_below_floor": settings.DYNABENCH_REFUSE_BELOW_MIN_PAY,
+            "low_pay": low_pay,
             "approval_threshold": settings.CROWD_APPROVAL_THRESHOLD})
 
     def changelist_view(self, request, extra_context=None):
@@ -303,7 +358,9 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
             shown = changelist.result_list
             listed = Batch.objects.filter(pk__in=[b.pk for b in shown])
             by_batch, committed = costs.spend_by_batch(listed), costs.committed_by_batch(listed)
+            pays = pay.pay_by_batch([b.pk for b in shown])
             for batch in shown:
+                batch.pay = pays[batch.pk]
                 batch.spend = by_batch.get(batch.pk, costs.Spend())
                 batch.committed = committed.get(batch.pk, Decimal("0.00"))
             batches = changelist.queryset

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils.crypto import salted_hmac
 
-from annotation.exporting import ANNOTATOR_METADATA_KEY
+from annotation.exporting import ANNOTATOR_METADATA_KEY, DELETED_ANNOTATOR_KEY
 from annotation.models import Example, Validation
 from core.errors import Conflict, InvalidInput, Unavailable
 from registry.models import ModelVersion
@@ -100,6 +100,15 @@ def pseudonym(user_id: int | None, exported: str | None = None) -> str | None:
         return None
     digest = salted_hmac(PSEUDONYM_SALT, value, secret=pseudonym_key(), algorithm="sha256").hexdigest()
     return "ann-" + digest[:20]
+
+
+def deleted_pseudonym(example) -> str | None:
+    """The pseudonym kept for an example whose writer deleted their account (computed
+    by ``pseudonym`` before the account was cut off), else None."""
+    if example.annotator_id is None and isinstance(example.metadata, dict):
+        value = example.metadata.get(DELETED_ANNOTATOR_KEY)
+        return value if isinstance(value, str) and value else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -226,7 +235,8 @@ def released_rows(task: Task, rounds: list[Round], split: str, *, chunk: int = C
                     "votes_correct": correct,
                     "votes_incorrect": incorrect,
                     "validator_agreement": correct / (correct + incorrect) if correct + incorrect else None,
-                    "annotator": pseudonym(e.annotator_id, exported if isinstance(exported, str) else None),
+                    "annotator": deleted_pseudonym(e) or pseudonym(
+                        e.annotator_id, exported if isinstance(exported, str) else None),
                 })
                 rows.append(row)
             blind = Validation.objects.filter(example_id__in=ids, blind_answer__isnull=False).aggregate(

@@ -1,6 +1,7 @@
 """Who decides an example, tried from the attacker's side: one person with many
 accounts, a script, and an MTurk id (``annotation.trust``)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -19,12 +20,17 @@ PASSWORD = "a-long-enough-pass-123"
 
 
 def sign_up(username, address):
-    """A new account made through the sign-up page, as a script would, and a client
-    signed in as it (the page signs in)."""
+    """A new account made through the sign-up page, as a script would, with its e-mail
+    address confirmed through the link sent (unconfirmed, its votes would never count),
+    and a client signed in as it (the page signs in)."""
+    from django.core import mail
+
     client = APIClient(REMOTE_ADDR=address)
-    response = client.post("/accounts/signup/", {"username": username, "password1": PASSWORD,
-                                                 "password2": PASSWORD})
+    response = client.post("/accounts/signup/", {"username": username, "email": f"{username}@example.org",
+                                                 "password1": PASSWORD, "password2": PASSWORD})
     assert response.status_code == 302, response.content
+    link = re.search(r"https?://\S+/accounts/verify/\S+", mail.outbox[-1].body).group(0)
+    assert client.get(link).status_code == 200
     client.user = get_user_model().objects.get(username=username)
     return client
 

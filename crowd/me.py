@@ -1,0 +1,216 @@
+"""A worker's own page (``/me/``, ``GET /api/me/``, and inside a HIT under its token):
+what they wrote and what became of it, their votes and whether they counted, their
+HITs and what they were paid, and their standing on each task.
+
+Everything is read for one user, the caller: no id from the request chooses whose
+rows are read. Each list is paged (``PAGE_SIZE`` rows, newest first, one query of at
+most a page and one row more, so a worker with a long history costs a page, not the
+history). The reasons come from the services that made the decisions: the status
+of an example from its stored fields, why a vote does not count from what
+``annotation.trust`` stored and explains, the pay from the bonus ledger,
+the blocks from ``crowd.workers``' rows. This module lives in ``crowd`` because the
+HITs and the ledger are the crowd's; the annotation side it reads lies below it.
+
+``standing[].onboarding`` is None: the onboarding record (issue 39, section 1) is
+built on another branch; its merge fills the field with whether the worker passed
+the task's onboarding (None also means "this task asks for none").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db.models import Exists, OuterRef, Q, Sum
+
+from annotation import trust
+from annotation.models import Example, Validation
+from core.errors import InvalidInput
+from core.pagination import whole_number
+from tasks.models import Task
+from tasks.roles import is_researcher
+
+from . import workers
+from .models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
+
+PAGE_SIZE = 20
+MAX_PAGE = 100_000
+SNIPPET = 160
+SECTIONS = ("examples", "validations", "assignments")
+ZERO = Decimal("0.00")
+
+
+@dataclass
+class Page:
+    number: int
+    rows: list = field(default_factory=list)
+    has_next: bool = False
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+
+def page_number(value, section: str) -> int:
+    """A section's page from the query string: a whole number from 1 (400 otherwise)."""
+    if value in (None, ""):
+        return 1
+    number = whole_number(str(value), MAX_PAGE)
+    if number is None:
+        raise InvalidInput({f"{section}_page": [f"Must be a whole number from 1 to {MAX_PAGE}."]},
+                           message=f"{section}_page must be a whole number from 1 to {MAX_PAGE}.")
+    return number
+
+
+def _page(queryset, number: int, size: int) -> tuple[list, bool]:
+    start = (number - 1) * size
+    rows = list(queryset[start:start + size + 1])
+    return rows[:size], len(rows) > size
+
+
+def example_status(example: Example) -> str:
+    """pending, verified, rejected, flagged or retracted, from the example's own fields:
+    a retraction first, then a flag (by a validator, or the decision), then the decision;
+    an escalated example waits for a researcher, so it is pending."""
+    if example.retracted:
+        return "retracted"
+    status = example.validation_status
+    if example.flagged or status == Example.ValidationStatus.FLAGGED:
+        return "flagged"
+    if status in (Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED):
+        return status
+    return "pending"
+
+
+def _snippet(inputs) -> str:
+    if isinstance(inputs, dict):
+        text = " / ".join(str(value) for value in inputs.values())
+    else:
+        text = str(inputs)
+    return text if len(text) <= SNIPPET else text[:SNIPPET - 1] + "…"
+
+
+def examples_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
+    rows, more = _page(Example.objects.filter(annotator=user).select_related("task", "round")
+                       .only("id", "inputs", "target", "fooled", "retracted", "flagged", "validation_status",
+                             "provisional", "created_at", "validations_correct", "validations_incorrect",
+                             "task__slug", "task__name", "round__number").order_by("-id"), number, size)
+    return Page(number, [{
+        "id": e.pk, "task": e.task.slug, "task_name": e.task.name, "round": e.round.number,
+        "text": _snippet(e.inputs), "status": example_status(e), "fooled_model": e.fooled,
+        "provisional": e.provisional, "votes_correct": e.validations_correct,
+        "votes_incorrect": e.validations_incorrect, "created_at": e.created_at} for e in rows], more)
+
+
+def validations_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
+    rows, more = _page(Validation.objects.filter(validator=user)
+                       .select_related("example__task", "validator").order_by("-id"), number, size)
+    why = trust.reasons(rows)
+    return Page(number, [{
+        "id": v.pk, "example": v.example_id, "task": v.example.task.slug, "task_name": v.example.task.name,
+        "decision": v.label or None, "counted": bool(v.label) and v.counted and not why[v.pk][0],
+        "not_counted_because": why[v.pk][0] or None, "explanation": why[v.pk][1],
+        "created_at": v.created_at} for v in rows], more)
+
+
+def assignments_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
+    paid = Q(bonuses__status=BonusPayment.Status.PAID)
+    owed = Q(bonuses__status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED,
+                                  BonusPayment.Status.GAVE_UP])
+    queryset = (Assignment.objects.filter(worker__user=user)
+                .select_related("hit__batch__task", "hit__batch__round")
+                .annotate(bonus_paid=Sum("bonuses__amount", filter=paid), bonus_due=Sum("bonuses__amount", filter=owed))
+                .order_by("-accepted_at", "-id"))
+    rows, more = _page(queryset, number, size)
+    settled = set(BonusPayment.objects.filter(assignment__in=[a.pk for a in rows]).values_list("assignment_id",
+                                                                                                flat=True))
+    found = []
+    for a in rows:
+        batch = a.hit.batch
+        if a.status == Assignment.Status.APPROVED:
+            reward_status = "paid"
+        elif a.status == Assignment.Status.REJECTED:
+            reward_status = "rejected"
+        elif a.status == Assignment.Status.RETURNED:
+            reward_status = "returned"
+        else:
+            reward_status = "due"  # working, finished or submitted: MTurk decides (at the latest auto-approval)
+        found.append({
+            "assignment_id": a.assignment_id, "task": batch.task.slug, "task_name": batch.task.name,
+            "round": batch.round.number, "mode": batch.mode, "sandbox": batch.sandbox, "status": a.status,
+            "reward": batch.reward, "reward_status": reward_status,
+            "bonus_per_example": batch.bonus_per_example,
+            "bonus_due": a.bonus_due or ZERO, "bonus_paid": a.bonus_paid or ZERO,
+            "bonus_settled": a.pk in settled, "accepted_at": a.accepted_at,
+            "submitted_at": a.submitted_at or a.finished_at, "feedback": a.feedback})
+    return Page(number, found, more)
+
+
+def _tasks_of(user):
+    return (Task.objects.filter(
+        Exists(Example.objects.filter(annotator=user, task=OuterRef("pk")))
+        | Exists(Validation.objects.filter(validator=user, task=OuterRef("pk")))
+        | Exists(Assignment.objects.filter(worker__user=user, hit__batch__task=OuterRef("pk"))))
+        .order_by("slug"))
+
+
+def standing(user) -> list[dict]:
+    """The user's standing on each task they worked on: their writing record (decided,
+    verified, the share), whether their votes count there and why not, and any block
+    (on every task, or on this one) with its reason."""
+    identity = WorkerIdentity.objects.filter(user=user).first()
+    blocks = {}
+    if identity is not None:
+        blocks = {b.task_id: b for b in TaskBlock.objects.filter(worker=identity)}
+    unverified = trust.email_unverified(user)
+    too_new = trust.account_too_new(user) and identity is None
+    rows = []
+    for task in _tasks_of(user):
+        decided, verified = workers.decided_counts([user.pk], task).get(user.pk, (0, 0))
+        record = trust.standing(task, user)
+        researcher = is_researcher(user, task)
+        failed = not researcher and trust.failed_gold(task, user)
+        if researcher:
+            votes = "Your decisions count: you are a researcher of this task."
+        elif failed:
+            votes = "Your decisions no longer count on this task: too many disagreed with the checked items."
+        elif identity is not None:
+            votes = "Your decisions in validation HITs count once MTurk confirms the assignment."
+        elif unverified:
+            votes = "Your decisions do not count until you confirm your e-mail address."
+        elif too_new:
+            votes = f"Your decisions count once your account is {trust.min_account_age_text()} old."
+        elif record.trusted:
+            votes = f"Your decisions count: {record.describe()}."
+        else:
+            votes = f"Your decisions are stored but do not decide examples yet: {record.describe()}."
+        blocked, why = False, ""
+        if identity is not None and identity.hard_blocked_at:
+            blocked, why = True, identity.block_reason or "Blocked from all of our HITs."
+        elif identity is not None and identity.soft_blocked_at:
+            blocked, why = True, identity.block_reason or "Not admitted to our HITs on any task."
+        elif task.pk in blocks:
+            blocked, why = True, blocks[task.pk].reason
+        rows.append({
+            "task": task.slug, "task_name": task.name,
+            "onboarding": None,  # filled by the onboarding work (issue 39, section 1): see the module's note
+            "examples_decided": decided, "examples_verified": verified,
+            "quality": round(verified / decided, 3) if decided else None,
+            "quality_judged": decided >= workers.QUALITY_MIN_DECIDED,
+            "votes_count": researcher or (not failed and (identity is not None or (
+                not unverified and not too_new and record.trusted))),
+            "votes": votes, "blocked": blocked, "blocked_because": why})
+    return rows
+
+
+def worker_page(user, pages: dict | None = None, size: int = PAGE_SIZE) -> dict:
+    """All of it for ``user``; ``pages`` maps a section to its page number."""
+    pages = pages or {}
+    identity = WorkerIdentity.objects.filter(user=user).only("worker_id").first()
+    return {
+        "username": user.get_username(), "mturk_worker": identity is not None,
+        "email_verified": not trust.email_unverified(user),
+        "examples": examples_page(user, pages.get("examples", 1), size),
+        "validations": validations_page(user, pages.get("validations", 1), size),
+        "assignments": assignments_page(user, pages.get("assignments", 1), size),
+        "standing": standing(user)}
