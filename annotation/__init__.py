@@ -12,6 +12,8 @@ updates, never with a read-modify-write in Python):
 - ``validation``: the validation queue, blind answers, decisions;
 - ``trust``: whose votes decide an example (one person, one vote, only votes the
   platform has reason to trust);
+- ``accounts``: a site account's e-mail address, confirmed by a link (until then its
+  votes never count);
 - ``gold``: known-answer items, the ground truth a ring of accounts cannot write;
 - ``reliability``: validators' reliability on a task and the adaptive decision, read
   from and stored to the database; ``reliability_model`` is its pure model (no Django);

@@ -47,5 +47,5 @@ def example_for(request, pk: int) -> Example:
 
 
 def seen(request) -> None:
-    """Record the caller's address (``services.trust``): writes and validations do."""
+    """Record the caller's address (``trust``): writes and validations do."""
     record_address(request.user, client_ip(request))

@@ -5,7 +5,7 @@ to confirm it. The link carries Django's own kind of token
 (``PasswordResetTokenGenerator``, with its own salt and a hash over the address and
 whether it was confirmed), so it works once, for that address, until
 ``PASSWORD_RESET_TIMEOUT``. Until the address is confirmed the account may write,
-but its votes never count (``services.trust.why_not_counted``). An account signed
+but its votes never count (``trust.why_not_counted``). An account signed
 up without an address has nothing to confirm: its votes never count either, and it
 cannot reset its password; the form says so.
 """

@@ -16,7 +16,7 @@ class AnnotationConfig(AppConfig):
 
 def remember_the_address(sender, request, user, **kwargs):
     """A sign-in (and a sign-up, which signs in) records the account's address
-    (``services.trust``: accounts at one address count as one person)."""
+    (``trust``: accounts at one address count as one person)."""
     if request is None or user is None:
         return
     from core.ratelimit import client_ip

@@ -344,7 +344,7 @@ class ValidationClaim(models.Model):
 
 class AccountAddress(models.Model):
     """An address an account was seen at (sign-up, sign-in, writing, validating, a HIT
-    arrival), kept only as a keyed hash (``services.trust.address_hash``). Accounts that
+    arrival), kept only as a keyed hash (``trust.address_hash``). Accounts that
     share one count as one person: none of them may validate the others' examples."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -364,7 +364,7 @@ class AccountEmail(models.Model):
     """The e-mail address an account gave at sign-up, and when it was confirmed (the
     link in the e-mail: Django's token generator). Only accounts that signed up on the
     site have a row: until ``verified_at`` is set they may write, but their votes never
-    count (``services.trust.why_not_counted``). Accounts an administrator or a command
+    count (``trust.why_not_counted``). Accounts an administrator or a command
     made, and MTurk workers' accounts (MTurk vouches for them), have none and are not
     held back."""
 
@@ -380,7 +380,7 @@ class AccountEmail(models.Model):
 class VouchedValidator(models.Model):
     """A validator a task's researcher vouches for (their own lab's annotators, say): a
     researcher's decision, so trusted on the task without a record of checked answers
-    (``services.trust.standing``). Their weight in the adaptive fit is still capped at a
+    (``trust.standing``). Their weight in the adaptive fit is still capped at a
     newcomer's until gold items or researchers' decisions support more."""
 
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="+")

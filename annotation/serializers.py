@@ -357,7 +357,7 @@ class ValidatorReliabilitySerializer(serializers.Serializer):
 
 
 class ValidatedSerializer(serializers.Serializer):
-    """The example's state after a decision (from ``services.validation.Validated``)."""
+    """The example's state after a decision (from ``validation.Validated``)."""
 
     example = ExampleStateSerializer()
     label = serializers.CharField(source="validation.label")

@@ -25,7 +25,7 @@ has reason to trust.
   ``VALIDATOR_MIN_ACCOUNT_AGE`` seconds old: a time window cannot be bought in bulk.
 
 Trust is earned against what the account could not have written or swayed: its
-decisions on gold items (``services.gold``), and its blind answers on examples that
+decisions on gold items (``gold``), and its blind answers on examples that
 a researcher decided, or on paid examples that trusted votes decided without its own
 vote; and only by agreeing more often than always giving one answer would. A blind
 answer agrees with a decision when it agreed with the writer on a verified example,

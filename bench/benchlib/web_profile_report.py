@@ -148,42 +148,42 @@ def hot_functions(stats: pstats.Stats, root: str, limit: int = 25) -> list[dict]
 # Why each stage of the two requests is there (by file and function; a stage not named
 # here shows no reason): the account of the web thread's time that RESULTS.md gives.
 REASONS = {
-    "django/core/handlers/wsgi.py(__call__)": "the whole request; the rows below are parts of it",
-    "core/middleware.py(middleware)": "wraps the rest (its own work: one charset check)",
-    "core/middleware.py(__call__)": "wraps the rest (its own work: arming the query ceiling)",
-    "django/core/handlers/base.py(_get_response)": "URL resolution and the view",
-    "annotation/api.py(post)": "`POST examples`: parse, check, write, answer",
-    "annotation/api.py(get)": "`GET contexts/next`",
-    "annotation/idempotency.py(run)": "the write with its Idempotency-Key",
-    "annotation/api.py(write)": "the service call",
-    "annotation/services/examples.py(create_example)":
+    "django/core/handlers/wsgi.py: __call__": "the whole request; the rows below are parts of it",
+    "core/middleware.py: middleware": "wraps the rest (its own work: one charset check)",
+    "core/middleware.py: __call__": "wraps the rest (its own work: arming the query ceiling)",
+    "django/core/handlers/base.py: _get_response": "URL resolution and the view",
+    "annotation/api.py: post": "`POST examples`: parse, check, write, answer",
+    "annotation/api.py: get": "`GET contexts/next`",
+    "annotation/idempotency.py: run": "the write with its Idempotency-Key",
+    "annotation/api.py: write": "the service call",
+    "annotation/examples.py: create_example":
         "checks, the model's answer, then one transaction: the round's lock (a round closed meanwhile "
         "stores nothing), the example, its counters and model link, the session's counters",
-    "rest_framework/views.py(perform_authentication)": "authentication, on every request",
-    "annotation/tokens.py(authenticate)": "the session token",
-    "annotation/tokens.py(session_from_token)":
+    "rest_framework/views.py: perform_authentication": "authentication, on every request",
+    "annotation/tokens.py: authenticate": "the session token",
+    "annotation/tokens.py: session_from_token":
         "the token's session with its user, task and last context, one query on every request, "
         "no cache: a revoked token or a changed password stops at once",
-    "annotation/services/contexts.py(next_context)":
+    "annotation/contexts.py: next_context":
         "the candidates with the open round (one query), then the serving counted and remembered "
         "on the session (one transaction)",
-    "annotation/services/contexts.py(_choose)": "the candidates' query: the least used contexts of the open round",
-    "annotation/models.py(save)": "the example's row, with its round's and writer's counters",
-    "tasks/targets.py(open_round_with_models)": "the open round and its ready target models, one query",
-    "annotation/models.py(_tally_example)": "the round's and the writer's counters",
-    "annotation/models.py(apply)": "the counters' two UPDATEs",
-    "annotation/models.py(_bump)": "one counter UPDATE",
-    "annotation/services/sessions.py(bump)": "the session's counters, updated and read back (exact across tabs)",
-    "annotation/services/contexts.py(servable_contexts)": "building the candidates' query (the ORM's Python side)",
-    "annotation/idempotency.py(replay)": "a retry's recorded answer, looked up by its key",
-    "annotation/idempotency.py(record)": "the answer recorded in the write's transaction",
-    "annotation/api.py(<lambda>)": "the answer's body (DRF serializer)",
-    "rest_framework/serializers.py(data)": "the answers' bodies (DRF fields)",
-    "rest_framework/serializers.py(is_valid)": "the body's shape, with field-level messages",
-    "core/query_ceiling.py(execute)": "the per-statement query ceiling, around each statement",
-    "rest_framework/views.py(check_throttles)": "the rate limits",
-    "rest_framework/views.py(finalize_response)": "headers and content negotiation",
-    "rest_framework/response.py(rendered_content)": "JSON rendering",
+    "annotation/contexts.py: _choose": "the candidates' query: the least used contexts of the open round",
+    "annotation/models.py: save": "the example's row, with its round's and writer's counters",
+    "tasks/targets.py: open_round_with_models": "the open round and its ready target models, one query",
+    "annotation/models.py: _tally_example": "the round's and the writer's counters",
+    "annotation/models.py: apply": "the counters' two UPDATEs",
+    "annotation/models.py: _bump": "one counter UPDATE",
+    "annotation/sessions.py: bump": "the session's counters, updated and read back (exact across tabs)",
+    "annotation/contexts.py: servable_contexts": "building the candidates' query (the ORM's Python side)",
+    "annotation/idempotency.py: replay": "a retry's recorded answer, looked up by its key",
+    "annotation/idempotency.py: record": "the answer recorded in the write's transaction",
+    "annotation/api.py: <lambda>": "the answer's body (DRF serializer)",
+    "rest_framework/serializers.py: data": "the answers' bodies (DRF fields)",
+    "rest_framework/serializers.py: is_valid": "the body's shape, with field-level messages",
+    "core/query_ceiling.py: execute": "the per-statement query ceiling, around each statement",
+    "rest_framework/views.py: check_throttles": "the rate limits",
+    "rest_framework/views.py: finalize_response": "headers and content negotiation",
+    "rest_framework/response.py: rendered_content": "JSON rendering",
 }
 
 
@@ -192,9 +192,10 @@ def _ms(value) -> str:
 
 
 def _stage(function: str) -> str:
-    """``path:line(name)`` without the line (lines move; the account is by function)."""
+    """``path:line(name)`` as ``path: name``, without the line (lines move; the account is by
+    function)."""
     path, _, rest = function.partition(":")
-    return f"{path}({rest.split('(', 1)[1]}" if "(" in rest else function
+    return f"{path}: {rest.split('(', 1)[1].rstrip(')')}" if "(" in rest else function
 
 
 def block(runs: dict[str, dict]) -> str:

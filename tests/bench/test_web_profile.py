@@ -103,9 +103,9 @@ def test_the_block_puts_runs_side_by_side_oldest_first_with_each_stages_reason()
     assert "| SQL statements/example (BEGIN, SAVEPOINT included) | 20.7 | 17.7 |" in block
     assert f"| {ORM} | 15.00 (75.0%) | 12.00 (75.0%) |" in block
     token = [line for line in block.splitlines() if "session_from_token" in line]
-    assert token == [f"| `annotation/tokens.py(session_from_token)` | 2 | 6.00 | 4.00 | "
-                     f"{W.REASONS['annotation/tokens.py(session_from_token)']} |"]
-    record = [line for line in block.splitlines() if "idempotency.py(record)" in line]
+    assert token == [f"| `annotation/tokens.py: session_from_token` | 2 | 6.00 | 4.00 | "
+                     f"{W.REASONS['annotation/tokens.py: session_from_token']} |"]
+    record = [line for line in block.splitlines() if "idempotency.py: record" in line]
     assert len(record) == 1 and "| 2.40 | 0.80 |" in record[0]  # the outer of two of one name
 
 
