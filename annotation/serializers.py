@@ -125,8 +125,12 @@ class WordHeatSerializer(serializers.Serializer):
 
 class ExplanationSerializer(serializers.Serializer):
     target = serializers.JSONField(help_text="What was explained: the label, or the answer span for QA.")
-    convergence_delta = serializers.FloatField()
+    convergence_delta = serializers.FloatField(
+        allow_null=True, help_text="Integrated gradients' convergence delta; null for a black-box explanation "
+                                   "(leave one word out) of a model behind an endpoint.")
     n_steps = serializers.IntegerField()
+    method = serializers.CharField(default="integrated_gradients",
+                                   help_text="integrated_gradients, or occlusion (a model behind an endpoint).")
     words = WordHeatSerializer(many=True)
     model_version = serializers.IntegerField()
 

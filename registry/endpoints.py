@@ -170,7 +170,7 @@ def spec_of(config) -> ml.TaskSpec:
     return ml.TaskSpec.from_dict(config.ml_spec_dict())
 
 
-_local_slots: dict[int, threading.BoundedSemaphore] = {}
+_local_slots: dict[tuple[int, int], threading.BoundedSemaphore] = {}
 _local_slots_lock = threading.Lock()
 
 
@@ -183,7 +183,8 @@ def _slot(endpoint: Endpoint, wait: float):
     url = settings.INFERENCE_REPLY_URL
     if not url:
         with _local_slots_lock:
-            semaphore = _local_slots.setdefault(endpoint.pk, threading.BoundedSemaphore(endpoint.max_concurrency))
+            semaphore = _local_slots.setdefault((endpoint.pk, endpoint.max_concurrency),
+                                                threading.BoundedSemaphore(endpoint.max_concurrency))
         if not semaphore.acquire(timeout=max(wait, 0)):
             raise _busy(endpoint)
         try:

@@ -210,7 +210,7 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     if endpoint is not None:  # a black box: leave one word out (bounded by the task config), or not available
         explanation = explain_endpoint(endpoint, config, model_inputs(example.task, context_fields, example.inputs),
                                        target, round_id=example.round_id)
-        explanation["n_steps"] = n_steps  # cached like a local one (the calls are not repeated)
+        explanation.update(n_steps=n_steps, convergence_delta=None)  # cached like a local one: no calls repeated
     else:
         explanation = explain_with(target_model(model_version),
                                    model_inputs(example.task, context_fields, example.inputs),

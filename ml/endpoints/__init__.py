@@ -78,10 +78,11 @@ def explain_by_occlusion(predict_rows: Callable[[list[dict]], list[dict]], spec:
                          target=None, *, max_calls: int) -> dict:
     """Leave-one-word-out occlusion: each word's importance is how much the score of
     ``target`` (a label's probability; for QA, whether the same span still comes back)
-    drops when that word is removed. At most ``max_calls`` examples are asked for
+    drops when that word is removed (``attribution``; ``heat`` is it over the largest
+    absolute one, as ``ml.explain`` gives). At most ``max_calls`` examples are asked for
     (the full input included); words beyond that budget get no score and the answer
     says so (``"complete": False``). Words as ``ml.explain`` gives them:
-    ``{"field", "word", "start", "end", "score"}``."""
+    ``{"field", "text", "start", "end", "attribution", "heat"}``."""
     import re
 
     if max_calls < 2:
@@ -107,7 +108,10 @@ def explain_by_occlusion(predict_rows: Callable[[list[dict]], list[dict]], spec:
         return float((prediction.get("probabilities") or {}).get(target, 0.0))
 
     full = score(base)
-    found = [{"field": name, "word": inputs[name][start:end], "start": start, "end": end,
-              "score": round(full - score(p), 6)} for (name, start, end), p in zip(asked, predictions[1:], strict=True)]
+    drops = [full - score(p) for p in predictions[1:]]
+    biggest = max((abs(d) for d in drops), default=0.0)
+    found = [{"field": name, "text": inputs[name][start:end], "start": start, "end": end,
+              "attribution": round(drop, 6), "heat": round(drop / biggest, 6) if biggest > 0 else 0.0}
+             for (name, start, end), drop in zip(asked, drops, strict=True)]
     return {"method": "occlusion", "target": target, "words": found, "calls": len(variants),
             "complete": len(asked) == len(words), "words_total": len(words)}

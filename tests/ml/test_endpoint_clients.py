@@ -193,8 +193,9 @@ def test_occlusion_is_bounded_and_scores_words():
                                                         "negative": 0.0}} for r in rows]
 
     result = remote.explain_by_occlusion(predict, SENTIMENT, ROW, max_calls=40)
-    scores = {w["word"]: w["score"] for w in result["words"]}
+    scores = {w["text"]: w["attribution"] for w in result["words"]}
     assert scores["delight."] == pytest.approx(0.7) and scores["film"] == 0 and result["complete"]
+    assert max(w["heat"] for w in result["words"]) == 1.0
     assert calls == [6]
     bounded = remote.explain_by_occlusion(predict, SENTIMENT, ROW, max_calls=3)
     assert bounded["calls"] == 3 and len(bounded["words"]) == 2 and bounded["complete"] is False
