@@ -80,7 +80,8 @@ def _decimal(name: str, value) -> Decimal | None:
     return number
 
 
-def _checked(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute) -> dict:
+def check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute) -> dict:
+    """The endpoint's fields, checked (``InvalidInput`` naming the field that is wrong)."""
     if protocol not in remote.PROTOCOLS:
         raise InvalidInput.field("protocol", f"Must be one of {', '.join(remote.PROTOCOLS)}.")
     if not isinstance(url, str) or len(url) > 500:
@@ -119,7 +120,7 @@ def register_endpoint(task, *, name, protocol, url, model="", secret_env="", tim
                       price_per_1k_completion_tokens=None, is_public=True, user=None) -> ModelVersion:
     """A new model version of ``task`` served at ``url``: ready to be evaluated, made
     a target, ranked. Nothing is called here (the health check before a promotion does)."""
-    fields = _checked(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute)
+    fields = check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute)
     prices = {"price_per_call": _decimal("price_per_call", price_per_call),
               "price_per_1k_prompt_tokens": _decimal("price_per_1k_prompt_tokens", price_per_1k_prompt_tokens),
               "price_per_1k_completion_tokens": _decimal("price_per_1k_completion_tokens",
@@ -131,6 +132,31 @@ def register_endpoint(task, *, name, protocol, url, model="", secret_env="", tim
         is_public=is_public, created_by=user)
     Endpoint.objects.create(model_version=version, **fields, **prices)
     return version
+
+
+PRICES = ("price_per_call", "price_per_1k_prompt_tokens", "price_per_1k_completion_tokens")
+
+
+def update_endpoint(endpoint: Endpoint, **changes) -> Endpoint:
+    """Change how the endpoint is reached or priced (its protocol stays): the same checks
+    as registering. The round budget is ``set_round_budget``'s (superusers)."""
+    unknown = set(changes) - {"url", "remote_model", "secret_env", "timeout_s", "max_concurrency",
+                              "rate_limit_per_minute", *PRICES}
+    if unknown:
+        raise InvalidInput.field(sorted(unknown)[0], "Cannot be changed here.")
+    current = {"url": endpoint.url, "remote_model": endpoint.remote_model, "secret_env": endpoint.secret_env,
+               "timeout_s": endpoint.timeout_s, "max_concurrency": endpoint.max_concurrency,
+               "rate_limit_per_minute": endpoint.rate_limit_per_minute, **changes}
+    fields = check_fields(endpoint.protocol, current["url"], current["remote_model"], current["secret_env"],
+                          current["timeout_s"], current["max_concurrency"], current["rate_limit_per_minute"])
+    fields.pop("protocol")
+    for name in PRICES:
+        if name in changes:
+            fields[name] = _decimal(name, changes[name])
+    for name, value in fields.items():
+        setattr(endpoint, name, value)
+    endpoint.save(update_fields=list(fields))
+    return endpoint
 
 
 def set_round_budget(endpoint: Endpoint, amount, user) -> Endpoint:
