@@ -287,11 +287,14 @@ def record_usage(endpoint: Endpoint, round_id: int | None, predictions: list[dic
     prompt = sum(p.get("endpoint", {}).get("prompt_tokens", 0) for p in predictions)
     completion = sum(p.get("endpoint", {}).get("completion_tokens", 0) for p in predictions)
     unreadable = sum(1 for p in predictions if p.get("unparseable"))
-    usage = usage_of(endpoint, round_id)
-    EndpointUsage.objects.filter(pk=usage.pk).update(
-        calls=F("calls") + requests, failed_calls=F("failed_calls") + failed, unparseable=F("unparseable") + unreadable,
-        prompt_tokens=F("prompt_tokens") + prompt, completion_tokens=F("completion_tokens") + completion,
-        cost=F("cost") + cost_of(endpoint, requests, prompt, completion))
+    changes = {"calls": F("calls") + requests, "failed_calls": F("failed_calls") + failed,
+               "unparseable": F("unparseable") + unreadable, "prompt_tokens": F("prompt_tokens") + prompt,
+               "completion_tokens": F("completion_tokens") + completion,
+               "cost": F("cost") + cost_of(endpoint, requests, prompt, completion)}
+    # One UPDATE (one commit) on the hot path; the round's row is made on its first call.
+    if not EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes):
+        usage_of(endpoint, round_id)
+        EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes)
 
 
 def _requests_for(endpoint: Endpoint, n: int) -> int:

@@ -82,6 +82,7 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as a real server: no 40 ms wait on a kept-alive connection
 
             def log_message(self, *args):  # quiet
                 pass
