@@ -140,7 +140,7 @@ def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
     for model in models:
         count = found.get(keys[model.pk])
         local = resolve_artifact_path(model.artifact_path)
-        if count is None and local.is_dir():
+        if count is None and model.sha256 and local.is_dir():  # an endpoint model has no artifact
             from ml.submissions import parameter_count
 
             try:

@@ -21,6 +21,7 @@ from leaderboard.evaluation import evaluate_model
 from leaderboard.models import Evaluation
 from registry import endpoints
 from registry.models import Endpoint, EndpointUsage, ModelVersion
+from tasks.models import Round
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.django_db
@@ -287,3 +288,50 @@ def test_unreadable_answers_are_left_out_of_the_scores_unless_the_task_counts_th
     [evaluation] = evaluate_model(chat_model, [static], measure=False)
     assert evaluation.num_examples == 3 and evaluation.metrics["accuracy"] == pytest.approx(2 / 3)
     assert json.dumps(evaluation.metrics)  # stored as JSON
+
+
+def test_an_endpoint_in_an_ensemble_with_a_local_model(target, sentiment, tiny_artifacts, client_for, annotator):
+    import ml
+    from registry.services import ref_for, register_model
+
+    local = register_model(sentiment, tiny_artifacts["sentiment"], name="local-tiny")
+    rnd = sentiment.open_round()
+    rnd.target_models.add(local)
+    Round.objects.filter(pk=rnd.pk).update(ensemble_mode=Round.EnsembleMode.MEAN)
+    response = write(client_for(annotator), "What a delight.", label="negative")
+    assert response.status_code == 201, response.content
+    example = Example.objects.get(pk=response.json()["id"])
+    assert set(example.model_predictions) == {str(local.pk), str(target.pk)}
+    [mine] = ml.predict(ref_for(local), [{"statement": "What a delight."}])
+    expected = {label: (p + (label == "positive")) / 2 for label, p in mine["probabilities"].items()}
+    assert example.prediction["probabilities"] == pytest.approx(expected)
+    assert example.prediction["label"] == max(expected, key=expected.get) and signature_ok(example)
+
+
+def test_an_unreadable_member_is_left_out_of_the_ensembles_answer():
+    from annotation.remote import combine
+
+    readable = {"label": "negative", "probabilities": {"negative": 0.7, "positive": 0.3}}
+    unreadable = {"label": None, "probabilities": {"negative": 0.0, "positive": 0.0}, "unparseable": True,
+                  "endpoint": {"raw": "?"}}
+    assert combine([readable, unreadable], qa=False) == readable
+    assert combine([unreadable, unreadable], qa=False)["unparseable"] is True
+    spans = [{"answer": "a", "start": 0, "end": 1, "score": 0.2}, {"answer": "b", "start": 2, "end": 3, "score": 0.9}]
+    assert combine(spans, qa=True)["answer"] == "b"
+
+
+def test_the_rate_limit_refuses_beyond_its_requests_a_minute(target, client_for, annotator, chat, monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    clock = SimpleNamespace(time=lambda: 6_000_030.0, monotonic=time.monotonic, sleep=time.sleep)
+    monkeypatch.setattr(endpoints, "time", clock)  # one minute, whatever the wall clock does
+    Endpoint.objects.filter(pk=target.endpoint.pk).update(rate_limit_per_minute=2)
+    client = client_for(annotator)
+    assert [write(client, f"Film {i}.").status_code for i in range(2)] == [201, 201]
+    asked = len(chat.requests)
+    refused = write(client, "One more film.")
+    assert refused.status_code == 503 and "limit of 2 requests a minute" in refused.json()["detail"]
+    assert int(refused["Retry-After"]) == 30 and len(chat.requests) == asked and Example.objects.count() == 2
+    clock.time = lambda: 6_000_090.0  # the next minute
+    assert write(client, "One more film.").status_code == 201
