@@ -20,6 +20,22 @@ from .api import visible_task
 from .roles import is_researcher
 
 
+class StrictNumberField(serializers.FloatField):
+    """A JSON number (not "5", not true), as the schema says."""
+
+    default_error_messages = {"invalid": "Must be a number (a JSON number)."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, int | float) or isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _price(help_text: str):
+    return StrictNumberField(required=False, allow_null=True, default=None, min_value=0, max_value=1_000_000,
+                             help_text=help_text)
+
+
 class EndpointCreateSerializer(serializers.Serializer):
     name = StrictCharField(max_length=100)
     protocol = StrictChoiceField(choices=list(PROTOCOLS))
@@ -28,16 +44,14 @@ class EndpointCreateSerializer(serializers.Serializer):
                             help_text="The model's name at the endpoint (required for v2).")
     secret_env = StrictCharField(max_length=100, required=False, allow_blank=True, default="",
                                  help_text="The NAME of the environment variable holding the API key.")
-    timeout_s = serializers.FloatField(required=False, default=10.0, min_value=0.1, max_value=120.0)
+    timeout_s = StrictNumberField(required=False, default=10.0, min_value=0.1, max_value=120.0,
+                                  help_text="Seconds one request may take.")
     max_concurrency = StrictIntegerField(required=False, default=4, min_value=1, max_value=64)
     rate_limit_per_minute = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1,
                                                max_value=100000)
-    price_per_call = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0, required=False,
-                                              allow_null=True, default=None)
-    price_per_1k_prompt_tokens = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
-                                                          required=False, allow_null=True, default=None)
-    price_per_1k_completion_tokens = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0,
-                                                              required=False, allow_null=True, default=None)
+    price_per_call = _price("The price of one request.")
+    price_per_1k_prompt_tokens = _price("The price of 1000 prompt tokens.")
+    price_per_1k_completion_tokens = _price("The price of 1000 completion tokens.")
     is_public = StrictBooleanField(required=False, default=True)
 
 

@@ -20,7 +20,7 @@ def chat():
 def test_researchers_register_an_endpoint_through_the_api(demo_tasks, client_for, researcher, annotator,
                                                           other_researcher, chat, monkeypatch):
     body = {"name": "api-llm", "protocol": "openai", "url": chat.url, "model": "fake-chat",
-            "secret_env": "SOME_KEY", "price_per_call": "0.002"}
+            "secret_env": "SOME_KEY", "price_per_call": 0.002}
     assert client_for(annotator).post("/api/tasks/sentiment/endpoints/", body, format="json").status_code == 403
     assert client_for(other_researcher).post("/api/tasks/sentiment/endpoints/", body,
                                              format="json").status_code == 403
@@ -35,7 +35,9 @@ def test_researchers_register_an_endpoint_through_the_api(demo_tasks, client_for
     assert again.status_code == 409 and not ModelVersion.objects.filter(name="api-llm").exclude(pk=model.pk).exists()
     for bad, field in [({"protocol": "grpc"}, "protocol"), ({"url": "javascript:alert(1)"}, "url"),
                        ({"secret_env": "sk-live-abc"}, "secret_env"), ({"max_concurrency": "4"}, "max_concurrency"),
-                       ({"protocol": "v2", "model": ""}, "model"), ({"timeout_s": 1000}, "timeout_s")]:
+                       ({"protocol": "v2", "model": ""}, "model"), ({"timeout_s": 1000}, "timeout_s"),
+                       ({"timeout_s": "5"}, "timeout_s"), ({"price_per_call": "0.1"}, "price_per_call"),
+                       ({"price_per_call": -1}, "price_per_call")]:
         response = owner.post("/api/tasks/sentiment/endpoints/", {**body, "name": "other", **bad}, format="json")
         assert response.status_code == 400 and field in response.json()["errors"], (bad, response.content)
     assert Endpoint.objects.count() == 1
