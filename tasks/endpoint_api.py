@@ -4,6 +4,7 @@
 endpoint model go through the same endpoints as any model. No answer holds a
 secret: only the name of the variable that holds it."""
 
+from django.core.validators import RegexValidator
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, serializers, status
@@ -43,7 +44,10 @@ class EndpointCreateSerializer(serializers.Serializer):
     model = StrictCharField(max_length=200, required=False, allow_blank=True, default="",
                             help_text="The model's name at the endpoint (required for v2).")
     secret_env = StrictCharField(max_length=100, required=False, allow_blank=True, default="",
-                                 help_text="The NAME of the environment variable holding the API key.")
+                                 validators=[RegexValidator(endpoints.SECRET_ENV.pattern,
+                                                            "Must be the NAME of an environment variable.")],
+                                 help_text="The NAME of the environment variable holding the API key "
+                                           "(never the key).")
     timeout_s = StrictNumberField(required=False, default=10.0, min_value=0.1, max_value=120.0,
                                   help_text="Seconds one request may take.")
     max_concurrency = StrictIntegerField(required=False, default=4, min_value=1, max_value=64)
