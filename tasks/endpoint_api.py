@@ -4,7 +4,6 @@
 endpoint model go through the same endpoints as any model. No answer holds a
 secret: only the name of the variable that holds it."""
 
-from django.core.validators import RegexValidator
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, serializers, status
@@ -32,6 +31,18 @@ class StrictNumberField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictRegexField(serializers.RegexField):
+    """Text (a JSON string) that matches a pattern, which the schema states."""
+
+    default_error_messages = {"invalid": "Must be the NAME of an environment variable (letters, digits, _).",
+                              "not_a_string": "Must be text (a JSON string)."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
+
+
 def _price(help_text: str):
     return StrictNumberField(required=False, allow_null=True, default=None, min_value=0, max_value=1_000_000,
                              help_text=help_text)
@@ -43,11 +54,9 @@ class EndpointCreateSerializer(serializers.Serializer):
     url = StrictCharField(max_length=500, help_text="The endpoint's base URL (http or https).")
     model = StrictCharField(max_length=200, required=False, allow_blank=True, default="",
                             help_text="The model's name at the endpoint (required for v2).")
-    secret_env = StrictCharField(max_length=100, required=False, allow_blank=True, default="",
-                                 validators=[RegexValidator(endpoints.SECRET_ENV.pattern,
-                                                            "Must be the NAME of an environment variable.")],
-                                 help_text="The NAME of the environment variable holding the API key "
-                                           "(never the key).")
+    secret_env = StrictRegexField(endpoints.SECRET_ENV.pattern, max_length=100, required=False, allow_blank=True,
+                                  default="", help_text="The NAME of the environment variable holding the API key "
+                                                        "(never the key).")
     timeout_s = StrictNumberField(required=False, default=10.0, min_value=0.1, max_value=120.0,
                                   help_text="Seconds one request may take.")
     max_concurrency = StrictIntegerField(required=False, default=4, min_value=1, max_value=64)

@@ -174,6 +174,7 @@ def test_an_answer_that_cannot_be_read_fools_the_model_only_where_the_task_says_
     assert response.status_code == 201
     example = Example.objects.get(pk=response.json()["id"])
     assert example.prediction["unparseable"] is True and example.fooled is False and response.json()["prediction"] is None
+    assert response.json()["unreadable_answer"] == "Hard to say!"
     assert EndpointUsage.objects.get(endpoint=target.endpoint, round=example.round).unparseable == 1
     sentiment.config = {**sentiment.config, "endpoint_models": {"unparseable_is_error": True}}
     sentiment.save()
