@@ -91,9 +91,9 @@ def check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, r
     except ValidationError:
         raise InvalidInput.field("url", "Must be an http(s) URL.") from None
     model = (model or "").strip()
-    if len(model) > 200 or "\x00" in model or (protocol == "v2" and not re.fullmatch(r"[A-Za-z0-9_.\-]+", model)):
-        raise InvalidInput.field("model", "The v2 protocol needs the model's name at the endpoint (letters, digits, "
-                                          "_ . -); a chat model's name has at most 200 characters.")
+    if len(model) > 200 or "\x00" in model or (protocol == "v2" and not model):
+        raise InvalidInput.field("model", "The v2 protocol needs the model's name at the endpoint; a model's name "
+                                          "has at most 200 characters.")
     secret_env = (secret_env or "").strip()
     if secret_env and not SECRET_ENV.fullmatch(secret_env):
         raise InvalidInput.field("secret_env", "Must be the NAME of an environment variable (letters, digits, _), "

@@ -52,8 +52,8 @@ class EndpointCreateSerializer(serializers.Serializer):
     name = StrictCharField(max_length=100)
     protocol = StrictChoiceField(choices=list(PROTOCOLS))
     url = StrictCharField(max_length=500, help_text="The endpoint's base URL (http or https).")
-    model = StrictCharField(max_length=200, required=False, allow_blank=True, default="",
-                            help_text="The model's name at the endpoint (required for v2).")
+    model = StrictCharField(max_length=200, help_text="The model's name at the endpoint (chat: the request's "
+                                                      "'model'; v2: the name in the infer URL's path).")
     secret_env = StrictRegexField(endpoints.SECRET_ENV.pattern, max_length=100, required=False, allow_blank=True,
                                   default="", help_text="The NAME of the environment variable holding the API key "
                                                         "(never the key).")

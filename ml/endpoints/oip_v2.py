@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from urllib.parse import quote
 
 from ..spec import TaskSpec
 from .errors import EndpointProtocolError
@@ -28,7 +29,7 @@ def infer_url(base: str, model: str) -> str:
     base = base.rstrip("/")
     if base.endswith("/infer"):
         return base
-    return f"{base}/v2/models/{model}/infer"
+    return f"{base}/v2/models/{quote(model, safe='')}/infer"  # a name is one path segment, whatever it holds
 
 
 def request_body(spec: TaskSpec, rows: list[dict[str, str]]) -> dict:

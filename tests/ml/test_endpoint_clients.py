@@ -199,3 +199,8 @@ def test_occlusion_is_bounded_and_scores_words():
     assert calls == [6]
     bounded = remote.explain_by_occlusion(predict, SENTIMENT, ROW, max_calls=3)
     assert bounded["calls"] == 3 and len(bounded["words"]) == 2 and bounded["complete"] is False
+
+
+def test_a_v2_model_name_is_one_path_segment():
+    assert oip_v2.infer_url("http://h:8080/", "tiny") == "http://h:8080/v2/models/tiny/infer"
+    assert oip_v2.infer_url("http://h", "org/model v1") == "http://h/v2/models/org%2Fmodel%20v1/infer"

@@ -87,7 +87,7 @@ def test_the_command_registers_an_endpoint_and_prints_its_id(chat_model, chat):
     ({"url": "not a url"}, "url"),
     ({"secret_env": SECRET}, "secret_env"),  # a key where its variable's name belongs
     ({"protocol": "v2", "model": ""}, "model"),
-    ({"protocol": "v2", "model": "../etc"}, "model"),
+    ({"model": "x" * 201}, "model"),
     ({"timeout_s": 0}, "timeout_s"),
     ({"max_concurrency": 0}, "max_concurrency"),
     ({"price_per_call": "-1"}, "price_per_call"),
