@@ -39,6 +39,7 @@ from registry.services import TargetModel
 from tasks.targets import open_round_with_models
 
 from . import runtime
+from .remote import predict_with_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +229,6 @@ def predict_with(models: list[TargetModel], rows_inputs: list[dict], *, task=Non
     endpoints (``TargetModel.endpoint_id``) are asked by ``annotation.remote`` (which
     needs ``task``, and counts their cost against ``round_id``)."""
     if any(m.endpoint_id is not None for m in models):
-        from .remote import predict_with_endpoints
-
         return predict_with_endpoints(models, rows_inputs, task=task, round_id=round_id, local=_predict_local)
     return _predict_local(models, rows_inputs)
 

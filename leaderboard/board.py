@@ -356,7 +356,8 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
             scores[metric_name] = _metric(row_metrics[metric_name], interval)
         # What a model behind an endpoint cannot have (its memory): shown as "remote", and
         # left out of every model's Dynascore by the rule below, never counted as zero.
-        remote = sorted(name for name, key in STORED.items() if any(key in entry[0].get("remote", ()) for entry in stored))
+        remote = sorted(name for name, key in STORED.items()
+                        if any(key in entry[0].get("remote", ()) for entry in stored))
         rows.append({"model": model.pk, "name": model.name, "created": model.created_at, "metrics": row_metrics,
                      "datasets": datasets, "info": model, "scores": scores, "remote": remote})
 

@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from decimal import Decimal
 
@@ -341,8 +342,6 @@ def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | Non
         if len(parts) == 1:
             results = ask(parts[0])
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(max_workers=min(endpoint.max_concurrency, len(parts))) as pool:
                 results = [p for answered in pool.map(ask, parts) for p in answered]
     except remote.EndpointError as exc:

@@ -24,6 +24,7 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
+from ml.endpoints.prompts import check_template
 
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
@@ -409,8 +410,6 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
 
     template = merged["endpoint_models"]["prompt_template"]
     if template:
-        from ml.endpoints.prompts import check_template
-
         # The ``ml`` field names the model inputs become (QA: passage and question).
         ml_names = {"passage", "question"} if kind.ml_kind == "extractive_qa" else set(merged["model_inputs"])
         problem = check_template(template, ml_names)

@@ -168,7 +168,8 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
             raise Conflict(capped + " Nothing was stored.")
         example.save()
         Example.model_versions.through.objects.bulk_create(
-            [Example.model_versions.through(example=example, modelversion_id=model_id) for model_id in sorted(answered)])
+            [Example.model_versions.through(example=example, modelversion_id=model_id)
+             for model_id in sorted(answered)])
         if fooled:
             Context.objects.filter(pk=context.pk).update(times_fooled=F("times_fooled") + 1)
         sessions.bump(session, examples_written=1, examples_fooled=int(fooled))

@@ -14,6 +14,7 @@ token and never logged or returned.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -83,8 +84,6 @@ def explain_by_occlusion(predict_rows: Callable[[list[dict]], list[dict]], spec:
     (the full input included); words beyond that budget get no score and the answer
     says so (``"complete": False``). Words as ``ml.explain`` gives them:
     ``{"field", "text", "start", "end", "attribution", "heat"}``."""
-    import re
-
     if max_calls < 2:
         raise ValueError("occlusion needs at least two calls (the input and one word left out)")
     inputs = spec.validate_inputs(inputs)

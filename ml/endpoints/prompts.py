@@ -45,9 +45,10 @@ def render(template: str, values: dict[str, str]) -> str:
 
 def check_template(template: str, allowed: set[str]) -> str | None:
     """What is wrong with a template for these names, or None."""
-    unknown = placeholders(template) - allowed - {"fields", "labels", "label_descriptions"}
+    known = allowed | {"fields", "labels", "label_descriptions"}
+    unknown = placeholders(template) - known
     if unknown:
-        return f"unknown placeholders {sorted(unknown)}; allowed: {sorted(allowed | {'fields', 'labels', 'label_descriptions'})}"
+        return f"unknown placeholders {sorted(unknown)}; allowed: {sorted(known)}"
     return None
 
 

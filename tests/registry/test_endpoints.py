@@ -147,7 +147,8 @@ def test_failures_are_a_clear_503_and_nothing_is_stored(target, client_for, anno
     chat.fail(*["503"] * 20)
     response = write(client_for(annotator), "A film.")
     assert response.status_code == 503 and response.has_header("Retry-After")
-    assert "fake-llm could not answer" in response.json()["detail"] and "Nothing was stored" in response.json()["detail"]
+    detail = response.json()["detail"]
+    assert "fake-llm could not answer" in detail and "Nothing was stored" in detail
     assert not Example.objects.exists()
     assert EndpointUsage.objects.get(endpoint=target.endpoint, round__number=1).failed_calls == 1
     chat.faults.clear()
@@ -173,7 +174,8 @@ def test_an_answer_that_cannot_be_read_fools_the_model_only_where_the_task_says_
     response = write(client_for(annotator), "A film.", label="negative")
     assert response.status_code == 201
     example = Example.objects.get(pk=response.json()["id"])
-    assert example.prediction["unparseable"] is True and example.fooled is False and response.json()["prediction"] is None
+    assert example.prediction["unparseable"] is True and example.fooled is False
+    assert response.json()["prediction"] is None
     assert response.json()["unreadable_answer"] == "Hard to say!"
     assert EndpointUsage.objects.get(endpoint=target.endpoint, round=example.round).unparseable == 1
     sentiment.config = {**sentiment.config, "endpoint_models": {"unparseable_is_error": True}}
@@ -250,7 +252,8 @@ def test_a_health_check_comes_before_promotion(sentiment, chat_model, chat):
         promotion.check_promotable(sentiment, [chat_model])
 
 
-def test_evaluated_and_ranked_like_any_model(sentiment, chat_model, client_for, researcher, django_capture_on_commit_callbacks):
+def test_evaluated_and_ranked_like_any_model(sentiment, chat_model, client_for, researcher,
+                                             django_capture_on_commit_callbacks):
     static = sentiment.open_round()
     texts = [("A delight.", "positive"), ("Dull and bad.", "negative"), ("Awful acting.", "negative"),
              ("Lovely.", "positive"), ("Great fun.", "negative")]
