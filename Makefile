@@ -140,6 +140,7 @@ lint: install node_modules/.installed
 #   $(PY) bench/load.py                # inference under load: batching, the explanation lane
 #   $(PY) bench/leaderboard.py         # the leaderboard with many models
 #   $(PY) bench/evaluation.py          # a model's evaluation against a bare batched pass
+#   $(PY) bench/endpoint.py            # an endpoint target's hot path against calling it directly
 #   $(PY) bench/scale.py               # every page and job at a study's size
 #   $(PY) bench/baselines.py           # round-0 baselines on real data
 #   $(PY) bench/qa_reference.py        # the QA sliding-window reference line

@@ -28,6 +28,8 @@ The models at work:
 
 - ``inference``: the client of the models (``predict_with``, ``explain_with``), and
   the mapping of whatever goes wrong to a domain error;
+- ``remote``: targets behind endpoints, asked from the request's process
+  (``registry.endpoints``), alone or in an ensemble with local models;
 - ``runtime``: where the models run (the model thread, loading, warm-up, explanations);
 - ``batching``: requests that arrive close together share one forward pass;
 - ``startup``: what a web or worker process does when it starts;

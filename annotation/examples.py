@@ -23,6 +23,8 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from jobs.models import Job
+from registry.endpoints import endpoint_of
+from registry.endpoints import explain as explain_endpoint
 from registry.models import ModelVersion
 from registry.services import target_model
 from tasks.models import Context, Round, Task
@@ -141,10 +143,12 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
         raise Unavailable(f"{rnd} has no target model yet. {waiting_for_target(task)}", retry_after=60)
 
     started = time.perf_counter()
-    [result] = predict_with(models, [model_inputs(task, context.fields, inputs)])
+    [result] = predict_with(models, [model_inputs(task, context.fields, inputs)], task=task, round_id=rnd.pk)
     latency_ms = (time.perf_counter() - started) * 1000
     members = result.pop("members", {})
-    fooled = config.model_fooled(target, result)
+    # An endpoint's answer it could not read fools the model only where the task says so.
+    fooled = config.model_fooled(target, result) and (
+        not result.get("unparseable") or config.endpoint_models["unparseable_is_error"])
     example = Example(
         task=task, round=rnd, context=context, annotator=user, source=Example.Source.ANNOTATION,
         inputs=inputs, target=target, prediction=result, model_predictions=members, fooled=fooled,
@@ -203,8 +207,15 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     kind = config.kind
     target = kind.explanation_target(member)
     context_fields = example.context.fields if example.context_id else None
-    explanation = explain_with(target_model(model_version), model_inputs(example.task, context_fields, example.inputs),
-                               target, n_steps, account=user.pk)
+    endpoint = endpoint_of(model_version)
+    if endpoint is not None:  # a black box: leave one word out (bounded by the task config), or not available
+        explanation = explain_endpoint(endpoint, config, model_inputs(example.task, context_fields, example.inputs),
+                                       target, round_id=example.round_id)
+        explanation.update(n_steps=n_steps, convergence_delta=None)  # cached like a local one: no calls repeated
+    else:
+        explanation = explain_with(target_model(model_version),
+                                   model_inputs(example.task, context_fields, example.inputs),
+                                   target, n_steps, account=user.pk)
     names = {ml_name: name for name, ml_name in kind.ml_field_names().items() if ml_name != name}
     for word in explanation["words"]:  # name the fields as the task does
         word["field"] = names.get(word["field"], word["field"])

@@ -40,6 +40,7 @@ from registry.services import TargetModel
 from tasks.targets import open_round_with_models
 
 from . import runtime
+from .remote import predict_with_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +219,18 @@ def call(task, runner, *args, what: str = "model answer", executor=None, queue: 
                                    "Try again shortly.") from exc
 
 
-def predict_with(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:
+def predict_with(models: list[TargetModel], rows_inputs: list[dict], *, task=None,
+                 round_id: int | None = None) -> list[dict]:
     """One model or an ensemble on ``rows_inputs`` (``ml`` field names). Each result
-    carries ``members``: every model's own prediction, by version id."""
+    carries ``members``: every model's own prediction, by version id. Models behind
+    endpoints (``TargetModel.endpoint_id``) are asked by ``annotation.remote`` (which
+    needs ``task``, and counts their cost against ``round_id``)."""
+    if any(m.endpoint_id is not None for m in models):
+        return predict_with_endpoints(models, rows_inputs, task=task, round_id=round_id, local=_predict_local)
+    return _predict_local(models, rows_inputs)
+
+
+def _predict_local(models: list[TargetModel], rows_inputs: list[dict]) -> list[dict]:
     return call(celery_task(celery_names.PREDICT), runtime.predict_batched, [m.message() for m in models], rows_inputs)
 
 

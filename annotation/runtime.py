@@ -179,6 +179,8 @@ def load_in_background(models: list[TargetModel]) -> list[Future]:
     thread = model_thread()
     futures = []
     for model in models:
+        if model.endpoint_id is not None:
+            continue  # served elsewhere (registry.endpoints): nothing to load here
         model_ref = model.ref()
         if model_ref in cache:
             continue

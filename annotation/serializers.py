@@ -79,7 +79,11 @@ class ExampleCreatedSerializer(serializers.Serializer):
     """The model's answer to a new example (from ``services.examples.Created``)."""
 
     id = serializers.IntegerField(source="example.pk")
-    prediction = serializers.SerializerMethodField(help_text="The model's label (or, for QA, its answer text).")
+    prediction = serializers.SerializerMethodField(
+        help_text="The model's label (or, for QA, its answer text); null when a model behind an endpoint gave an "
+                  "answer that could not be read (see unreadable_answer).")
+    unreadable_answer = serializers.SerializerMethodField(
+        help_text="What a model behind an endpoint answered when it could not be read as a label or span; else null.")
     probabilities = serializers.SerializerMethodField()
     span = serializers.SerializerMethodField(help_text="QA: the model's answer offsets in the passage.")
     fooled = serializers.BooleanField(source="example.fooled")
@@ -93,8 +97,15 @@ class ExampleCreatedSerializer(serializers.Serializer):
         example = created.example
         return example.task.parsed_config.kind.shown_prediction(example.prediction)
 
-    def get_prediction(self, created) -> str:
+    def get_prediction(self, created) -> str | None:
         return self._shown(created)["prediction"]
+
+    def get_unreadable_answer(self, created) -> str | None:
+        """A model behind an endpoint whose answer could not be read: what it said (cut short)."""
+        prediction = created.example.prediction
+        if not prediction.get("unparseable"):
+            return None
+        return str((prediction.get("endpoint") or {}).get("raw", ""))[:500]
 
     def get_probabilities(self, created) -> dict[str, float] | None:
         return self._shown(created)["probabilities"]
@@ -127,8 +138,12 @@ class WordHeatSerializer(serializers.Serializer):
 
 class ExplanationSerializer(serializers.Serializer):
     target = serializers.JSONField(help_text="What was explained: the label, or the answer span for QA.")
-    convergence_delta = serializers.FloatField()
+    convergence_delta = serializers.FloatField(
+        allow_null=True, help_text="Integrated gradients' convergence delta; null for a black-box explanation "
+                                   "(leave one word out) of a model behind an endpoint.")
     n_steps = serializers.IntegerField()
+    method = serializers.CharField(default="integrated_gradients",
+                                   help_text="integrated_gradients, or occlusion (a model behind an endpoint).")
     words = WordHeatSerializer(many=True)
     model_version = serializers.IntegerField()
 

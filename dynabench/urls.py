@@ -17,6 +17,7 @@ from leaderboard import api as leaderboard_api
 from leaderboard import release_pages
 from leaderboard import views as leaderboard_views
 from tasks import api as tasks_api
+from tasks import endpoint_api
 from tasks import views as tasks_views
 
 router = DefaultRouter()
@@ -41,6 +42,8 @@ api_patterns = [
          name="release-detail"),
     path("models/<int:pk>/", leaderboard_api.ModelDetail.as_view(), name="model-detail"),
     path("models/<int:pk>/evaluate/", leaderboard_api.ModelEvaluate.as_view(), name="model-evaluate"),
+    path("tasks/<slug:slug>/endpoints/", endpoint_api.EndpointList.as_view(), name="endpoint-list"),
+    path("models/<int:pk>/health-check/", endpoint_api.EndpointHealthCheck.as_view(), name="endpoint-health"),
     path("jobs/<int:pk>/", tasks_api.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", tasks_api.JobCancel.as_view(), name="job-cancel"),
     path("jobs/<int:pk>/rerun/", tasks_api.JobRerun.as_view(), name="job-rerun"),

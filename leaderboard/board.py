@@ -141,7 +141,7 @@ def _parameters_of(models: list[ModelVersion]) -> dict[int, int | None]:
     for model in models:
         count = found.get(keys[model.pk])
         local = resolve_artifact_path(model.artifact_path)
-        if count is None and local.is_dir():
+        if count is None and model.sha256 and local.is_dir():  # an endpoint model has no artifact
             try:
                 count = parameter_count(local)
             except Exception:
@@ -349,8 +349,12 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
             else:
                 interval = _combined(row_metrics[metric_name], dw, [entry[1].get(key) for entry in stored])
             scores[metric_name] = _metric(row_metrics[metric_name], interval)
+        # What a model behind an endpoint cannot have (its memory): shown as "remote", and
+        # left out of every model's Dynascore by the rule below, never counted as zero.
+        remote = sorted(name for name, key in STORED.items()
+                        if any(key in entry[0].get("remote", ()) for entry in stored))
         rows.append({"model": model.pk, "name": model.name, "created": model.created_at, "metrics": row_metrics,
-                     "datasets": datasets, "info": model, "scores": scores})
+                     "datasets": datasets, "info": model, "scores": scores, "remote": remote})
 
     baseline_row = None
     baseline = _baseline(task, numbers)
@@ -434,6 +438,7 @@ def row_json(row: dict, datasets: list[str], parameters: dict) -> dict:
         "tied_with_next": row["tied_with_next"],
         "performance_tied_with_next": row["performance_tied_with_next"],
         "metrics": row["scores"],
+        "remote_metrics": row.get("remote", []),
         "datasets": {name: row["datasets"][name] for name in datasets},
     }
 

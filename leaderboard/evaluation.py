@@ -27,6 +27,8 @@ from ml import metrics as ml_metrics
 from ml import scoring
 from ml.memory import inference_memory_mb
 from ml.submissions import parameter_count
+from registry.endpoints import endpoint_of
+from registry.endpoints import predict as endpoint_predict
 from registry.models import ModelVersion
 from registry.services import ref_for
 from tasks.models import Round, Task
@@ -164,7 +166,13 @@ def perturbed_sample(n: int) -> list[int]:
     return sorted(np.random.default_rng(SEED).choice(n, size=PERTURBED_SAMPLE, replace=False).tolist())
 
 
-def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int]) -> dict:
+# The metrics a model behind an endpoint cannot have (its memory and size are the
+# server's): stored as None, listed under ``remote`` so the board shows "remote".
+REMOTE_METRICS = ("memory_mb", "parameters_mb")
+
+
+def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids: list[int],
+                  predict: Callable[[list[dict]], list[dict]] | None = None) -> dict:
     """Throughput (batched, timed ``EVALUATION_TIMED_PASSES`` times, and one at a time), the
     model's memory in inference (``model_memory_mb``), and the consistency of its
     answers under typos (robustness) and name and gender-word swaps (fairness) on the
@@ -172,11 +180,15 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
     (``ml.scoring``). QA perturbs the question only, classification every input text.
     Fills ``details`` with the timed runs and the agreement vectors with their
     positions; returns the metrics."""
+    remote = ref is None  # behind an endpoint: every call costs, memory is the server's
+    if predict is None:
+        def predict(inputs, **kwargs):
+            return ml.predict(ref, inputs, **kwargs)
     runs = [details["throughput"]] if details.get("throughput") else []
     sample = [row["inputs"] for row in rows[:THROUGHPUT_SAMPLE]]
-    while sample and len(runs) < settings.EVALUATION_TIMED_PASSES:
+    while sample and not remote and len(runs) < settings.EVALUATION_TIMED_PASSES:
         started = time.perf_counter()
-        ml.predict(ref, sample)
+        predict(sample)
         runs.append(len(sample) / max(time.perf_counter() - started, 1e-9))
     details["throughput_runs"] = runs
     found = {"throughput": float(np.median(runs)) if runs else None, "throughput_runs": [round(r, 3) for r in runs]}
@@ -184,10 +196,13 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
     if single:
         started = time.perf_counter()
         for row in single:
-            ml.predict(ref, [row["inputs"]], batch_size=1)
+            predict([row["inputs"]]) if remote else predict([row["inputs"]], batch_size=1)
         found["throughput_batch1"] = len(single) / max(time.perf_counter() - started, 1e-9)
-    found["memory_mb"] = model_memory_mb(ref, [row["inputs"] for row in rows])
-    found["parameters_mb"] = parameters_mb(ref)
+    if remote:
+        found.update({name: None for name in REMOTE_METRICS}, remote=list(REMOTE_METRICS))
+    else:
+        found["memory_mb"] = model_memory_mb(ref, [row["inputs"] for row in rows])
+        found["parameters_mb"] = parameters_mb(ref)
     kind = task.parsed_config.kind
     positions = perturbed_sample(len(rows))
     for name, perturb in (("robustness", scoring.perturb_typos), ("fairness", scoring.perturb_fairness)):
@@ -205,7 +220,7 @@ def measure_model(task: Task, ref, rows: list[dict], details: dict, example_ids:
                 kept.append(_answer(task, details["predictions"][i]))
                 where.append(i)
         if changed_rows:
-            perturbed = [_answer(task, p) for p in ml.predict(ref, changed_rows)]
+            perturbed = [_answer(task, p) for p in predict(changed_rows)]
             details[f"{name}_agreement"] = scoring.agreement(kept, perturbed)
             details[f"{name}_positions"] = where
     return found
@@ -254,25 +269,46 @@ def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batc
     classification, the gold and predicted labels and the predicted label's
     probability (what intervals and calibration are computed from)."""
     config = task.parsed_config
-    ref = ref_for(model)
+    predict = predictor(model)
     predictions = []
-    if rows:
-        ml.predict(ref, [rows[0]["inputs"]])  # loaded before the clock starts
+    if rows and endpoint_of(model) is None:
+        predict([rows[0]["inputs"]])  # loaded before the clock starts
     started = time.perf_counter()
     for start in range(0, len(rows), batch_size):
         batch = rows[start:start + batch_size]
-        predictions.extend(ml.predict(ref, [r["inputs"] for r in batch]))
+        predictions.extend(predict([r["inputs"] for r in batch]))
         if progress:
             progress(min(start + batch_size, len(rows)))
     elapsed = time.perf_counter() - started
-    details: dict = {"predictions": predictions}
+    details: dict = {"predictions": predictions, "kept": list(range(len(rows)))}
     if rows:
         details["throughput"] = len(rows) / elapsed if elapsed > 0 else None
-    scores, scored, wrong = config.kind.score(rows, predictions)
+    unreadable = [i for i, p in enumerate(predictions) if p.get("unparseable")]
+    counted = config.endpoint_models["unparseable_is_error"]
+    if unreadable and not counted:  # left out of the scores, and counted apart
+        dropped = set(unreadable)
+        details["kept"] = [i for i in range(len(rows)) if i not in dropped]
+        rows = [rows[i] for i in details["kept"]]
+        predictions = details["predictions"] = [predictions[i] for i in details["kept"]]
+    scored_predictions = [{**p, "probabilities": {**p["probabilities"], None: 0.0}}
+                          if p.get("unparseable") and "probabilities" in p else p for p in predictions]
+    scores, scored, wrong = config.kind.score(rows, scored_predictions) if rows else ({}, {"per_example": []}, [])
     details.update(scored)
     scores["num_examples"] = len(rows)
+    scores["unparseable"] = len(unreadable)
     scores["model_error_rate"] = sum(wrong) / len(rows) if rows else None
     return scores, details
+
+
+def predictor(model: ModelVersion) -> Callable[[list[dict]], list[dict]]:
+    """How ``model`` answers ``ml`` rows: its artifact through ``ml.predict``, or its
+    endpoint (``registry.endpoints``: counted, bounded, retried; outside any round)."""
+    endpoint = endpoint_of(model)
+    if endpoint is not None:
+        config = model.task.parsed_config
+        return lambda inputs: endpoint_predict(endpoint, config, inputs, budget=max(60.0, endpoint.timeout_s * 3))
+    ref = ref_for(model)
+    return lambda inputs, **kwargs: ml.predict(ref, inputs, **kwargs)
 
 
 class TimeLimitExceeded(Exception):
@@ -312,9 +348,16 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
         scores, details = score_rows_in_detail(model.task, model, rows,
                                                progress=_round_progress(reporter, i, len(rows), len(rounds),
                                                                         deadline))
+        if len(details["kept"]) != len(rows):  # answers an endpoint gave that could not be read, left out
+            examples = [examples[i] for i in details["kept"]]
+            rows = [rows[i] for i in details["kept"]]
+        if not rows:
+            continue
         ids = [e.pk for e in examples]
         if measure:
-            scores.update(measure_model(model.task, ref_for(model), rows, details, ids))
+            remote = endpoint_of(model) is not None
+            scores.update(measure_model(model.task, None if remote else ref_for(model), rows, details, ids,
+                                        predict=predictor(model)))
         extra = uncertainty(model.task, scores, details, ids, seed=dataset_seed(rnd.number))
         evaluation, _ = Evaluation.objects.update_or_create(
             model_version=model, round=rnd, split=split,

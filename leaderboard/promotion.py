@@ -14,6 +14,8 @@ from annotation.inference import preload
 from core.errors import Conflict, DomainError, InvalidInput
 from jobs.engine import JobReporter
 from jobs.models import Job
+from registry.endpoints import endpoint_of
+from registry.endpoints import health_check as endpoint_health_check
 from registry.models import ModelVersion
 from registry.services import target_model
 from tasks import services as task_services
@@ -67,6 +69,10 @@ def check_promotable(task: Task, models: list[ModelVersion]) -> None:
                                          params__model_version=member.pk).first()
             hint = f" (job #{running.pk} is {running.status})" if running else "; evaluate it first"
             raise Conflict(f"{member} has no finished evaluation{hint}. Promotion needs its scores on every round.")
+        endpoint = endpoint_of(member)
+        if endpoint is not None:  # no artifact: it must answer the task's probes, well shaped, in time
+            endpoint_health_check(endpoint, task.parsed_config)
+            continue
         try:
             ml.verify_artifact(member.artifact_dir, member.sha256)
         except ml.ArtifactError as exc:

@@ -67,3 +67,74 @@ class ModelVersion(models.Model):
         """The artifact's folder on this machine, downloaded first from object storage
         if it is not here yet (``registry.artifacts.ensure_local``)."""
         return artifacts.ensure_local(self.artifact_path, self.sha256)
+
+
+class Endpoint(models.Model):
+    """A model version served elsewhere, reached over HTTP (``registry/endpoints.py``).
+
+    Its ``ModelVersion`` has no artifact (empty path and sha256); this row says how
+    to reach it. The secret is never stored: ``secret_env`` names the environment
+    variable (or setting) that holds it in each process."""
+
+    class Protocol(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible chat completions"
+        V2 = "v2", "Open Inference Protocol (KServe v2)"
+
+    model_version = models.OneToOneField(ModelVersion, on_delete=models.CASCADE, related_name="endpoint")
+    protocol = models.CharField(max_length=10, choices=Protocol.choices)
+    url = models.URLField(max_length=500, help_text="Base URL (e.g. http://host:8000 or https://api.example.com/v1).")
+    remote_model = models.CharField(max_length=200, blank=True,
+                                    help_text="The model's name at the endpoint (chat: 'model'; v2: the path's name).")
+    secret_env = models.CharField(
+        max_length=100, blank=True,
+        help_text="Name of the environment variable or setting that holds the API key (never the key itself).")
+    timeout_s = models.FloatField(default=10.0, help_text="Seconds one request may take.")
+    max_concurrency = models.PositiveIntegerField(default=4, help_text="Requests in flight at once, across workers.")
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True,
+                                                        help_text="Requests per minute, across workers (empty: none).")
+    price_per_call = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    price_per_1k_prompt_tokens = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    price_per_1k_completion_tokens = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    round_budget = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="The most its calls may cost per round (set by a superuser; empty: no limit).")
+    healthy_at = models.DateTimeField(null=True, blank=True, help_text="When its last health check passed.")
+
+    class Meta:
+        db_table = "registry_endpoint"
+
+    def __str__(self):
+        return f"{self.model_version} ({self.protocol} at {self.url})"
+
+
+class EndpointUsage(models.Model):
+    """Calls, tokens and cost of one endpoint in one round (round None: outside any
+    round, as evaluations and health checks are)."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="usage")
+    round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    calls = models.PositiveBigIntegerField(default=0)
+    failed_calls = models.PositiveBigIntegerField(default=0)
+    unparseable = models.PositiveBigIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+
+    class Meta:
+        db_table = "registry_endpointusage"
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "round"], name="endpoint_usage_per_round"),
+            models.UniqueConstraint(fields=["endpoint"], condition=models.Q(round=None),
+                                    name="endpoint_usage_outside_rounds"),
+        ]
+
+    def __str__(self):
+        return f"{self.endpoint.model_version} in round #{self.round_id}: {self.calls} calls"
+
+
+def endpoint_of(model_version: ModelVersion) -> Endpoint | None:
+    """The version's endpoint row, or None for a model with an artifact."""
+    try:
+        return model_version.endpoint
+    except Endpoint.DoesNotExist:
+        return None

@@ -29,7 +29,7 @@ from core.errors import Conflict, InvalidInput
 from jobs.models import Job
 
 from . import artifacts
-from .models import ModelVersion, resolve_artifact_path
+from .models import ModelVersion, endpoint_of, resolve_artifact_path
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class TargetModel:
     name: str
     path: str  # as stored: a relative one is under each process's DYNABENCH_MODELS_DIR
     sha256: str
+    # The version's ``Endpoint`` id when it is served behind an endpoint (no artifact:
+    # ``registry.endpoints`` asks it), else None.
+    endpoint_id: int | None = None
 
     def message(self) -> dict:
         """The JSON-safe form sent to a worker."""
@@ -58,11 +61,15 @@ class TargetModel:
 
     @classmethod
     def from_message(cls, message: dict) -> TargetModel:
-        return cls(int(message["id"]), str(message["name"]), str(message["path"]), str(message["sha256"]))
+        endpoint_id = message.get("endpoint_id")
+        return cls(int(message["id"]), str(message["name"]), str(message["path"]), str(message["sha256"]),
+                   int(endpoint_id) if endpoint_id is not None else None)
 
 
 def target_model(model_version: ModelVersion) -> TargetModel:
-    return TargetModel(model_version.pk, model_version.name, model_version.artifact_path, model_version.sha256)
+    endpoint = endpoint_of(model_version)
+    return TargetModel(model_version.pk, model_version.name, model_version.artifact_path, model_version.sha256,
+                       endpoint.pk if endpoint is not None else None)
 
 
 def ref_for(model_version: ModelVersion):

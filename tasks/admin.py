@@ -302,3 +302,4 @@ class JobAdmin(TaskScopedAdmin):
             return "–"
         return format_html('<a href="{}">{}</a> ({} bytes)', reverse("job-file", args=[obj.pk]),
                            obj.result.get("filename", "download"), obj.result.get("bytes", "?"))
+from . import endpoint_admin  # noqa: E402,F401  (the endpoint models' admin registers itself)

@@ -24,6 +24,7 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
+from ml.endpoints.prompts import check_template
 from ml.submissions import ConfigBounds
 
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
@@ -155,8 +156,28 @@ CONFIG_SCHEMA = {
             "properties": {name: {"type": "integer", "minimum": 1, "maximum": ceiling}
                            for name, ceiling in MODEL_LIMIT_CEILINGS.items()},
         },
+        "endpoint_models": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "prompt_template": {"type": "string", "minLength": 1, "maxLength": 4000},
+                "unparseable_is_error": {"type": "boolean"},
+                "occlusion_max_calls": {"type": "integer", "minimum": 0, "maximum": 200},
+                "probe_examples": {"type": "array", "maxItems": 10,
+                                   "items": {"type": "object", "maxProperties": 5,
+                                             "additionalProperties": {"type": "string", "maxLength": 20000}}},
+            },
+        },
     },
 }
+# How models behind endpoints are asked (``registry.endpoints``): the chat prompt
+# (``ml.endpoints.prompts``: ``{field}``, ``{fields}``, ``{labels}``,
+# ``{label_descriptions}``; empty: the kind's default), whether an answer that cannot be
+# read counts as the model's error (default: no; it is recorded and shown as
+# unreadable), how many calls a black-box "Why?" may make (0: not offered), and the
+# probe examples (model input values by field name) a health check asks.
+ENDPOINT_DEFAULTS = {"prompt_template": None, "unparseable_is_error": False, "occlusion_max_calls": 40,
+                     "probe_examples": []}
 
 DEFAULTS = {
     "labels": [],
@@ -169,6 +190,7 @@ DEFAULTS = {
     "validation": VALIDATION_DEFAULTS,
     "model_limits": {},
     "crowd_limits": {},
+    "endpoint_models": ENDPOINT_DEFAULTS,
     "license": DEFAULT_LICENSE,
     "language": DEFAULT_LANGUAGES,
 }
@@ -214,6 +236,8 @@ class TaskConfig:
     # (a key of ``LICENSES``) and the languages of its text (ISO 639 codes).
     license: str = DEFAULT_LICENSE
     language: list[str] = field(default_factory=lambda: list(DEFAULT_LANGUAGES))
+    # How models behind endpoints are asked (``ENDPOINT_DEFAULTS``).
+    endpoint_models: dict = field(default_factory=lambda: dict(ENDPOINT_DEFAULTS))
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
@@ -361,6 +385,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
     merged["validator_trust"] = {**DEFAULTS["validator_trust"], **merged["validator_trust"]}
     merged["validation"] = {**VALIDATION_DEFAULTS, **merged["validation"]}
     merged["language"] = list(merged["language"])
+    merged["endpoint_models"] = {**ENDPOINT_DEFAULTS, **merged["endpoint_models"]}
     problems: list[str] = []
     context_names = [f["name"] for f in merged["context_fields"]]
     input_names = [f["name"] for f in merged["input_fields"]]
@@ -382,6 +407,18 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
         problems.append(f"config.validation: min_votes ({validation['min_votes']}) is more than max_votes "
                         f"({validation['max_votes']}).")
 
+    template = merged["endpoint_models"]["prompt_template"]
+    if template:
+        # The ``ml`` field names the model inputs become (QA: passage and question).
+        ml_names = {"passage", "question"} if kind.ml_kind == "extractive_qa" else set(merged["model_inputs"])
+        problem = check_template(template, ml_names)
+        if problem:
+            problems.append(f"config.endpoint_models.prompt_template: {problem}.")
+    for i, probe in enumerate(merged["endpoint_models"]["probe_examples"]):
+        unknown = sorted(set(probe) - set(merged["model_inputs"]))
+        if unknown or set(probe) != set(merged["model_inputs"]):
+            problems.append(f"config.endpoint_models.probe_examples[{i}]: needs exactly the model inputs "
+                            f"{merged['model_inputs']}.")
     problems += kind.config_problems(merged, context_names, label_names)
     if problems:
         raise ValidationError({"config": problems})

@@ -19,7 +19,7 @@ def answering(models: list[TargetModel], ensemble_mode: str) -> list[TargetModel
 def round_target_models(rnd: Round) -> list[TargetModel]:
     """The models that answer for ``rnd``: its ready target models by id (one query)."""
     rows = (rnd.target_models.filter(status=ModelVersion.Status.READY, task_id=rnd.task_id).order_by("pk")
-            .values_list("pk", "name", "artifact_path", "sha256"))
+            .values_list("pk", "name", "artifact_path", "sha256", "endpoint__id"))
     return answering([TargetModel(*row) for row in rows], rnd.ensemble_mode)
 
 
@@ -36,20 +36,20 @@ def open_round_with_models(task: Task) -> tuple[Round | None, list[TargetModel]]
             status=ModelVersion.Status.READY, task=task, target_of_rounds__task=task,
             target_of_rounds__status=Round.Status.OPEN,
         ).order_by("pk").values_list(
-            "pk", "name", "artifact_path", "sha256",
+            "pk", "name", "artifact_path", "sha256", "endpoint__id",
             "target_of_rounds__id", "target_of_rounds__number", "target_of_rounds__ensemble_mode",
         )
     )
     if not rows:
         return task.open_round(), []
-    round_id, number, mode = rows[0][4:]
+    round_id, number, mode = rows[0][5:]
     rnd = Round(id=round_id, task=task, number=number, status=Round.Status.OPEN, ensemble_mode=mode)
-    return rnd, answering([TargetModel(*row[:4]) for row in rows], mode)
+    return rnd, answering([TargetModel(*row[:5]) for row in rows], mode)
 
 
 def open_rounds_target_models() -> list[TargetModel]:
     """Every ready target model of an open round of an active task."""
     rows = (ModelVersion.objects.filter(status=ModelVersion.Status.READY, target_of_rounds__status=Round.Status.OPEN,
                                         task__is_active=True)
-            .distinct().order_by("pk").values_list("pk", "name", "artifact_path", "sha256"))
-    return [TargetModel(*row) for row in rows]
+            .distinct().order_by("pk").values_list("pk", "name", "artifact_path", "sha256", "endpoint__id"))
+    return [TargetModel(*row) for row in rows if row[4] is None]  # an endpoint has nothing to load

@@ -282,8 +282,10 @@
       });
       var yours = isSpan ? target.text : target.label;
       answer.appendChild(el("p", null, "Your answer: " + yours));
-      answer.appendChild(el("p", "model-answer", "Model (" + data.model + "): " + data.prediction));
-      if (data.probabilities) answer.appendChild(probabilityList(data.probabilities));
+      var said = data.unreadable_answer != null  /* a model behind an endpoint answered off the format */
+        ? "no answer it could read (it said: " + data.unreadable_answer + ")" : data.prediction;
+      answer.appendChild(el("p", "model-answer", "Model (" + data.model + "): " + said));
+      if (data.probabilities && data.unreadable_answer == null) answer.appendChild(probabilityList(data.probabilities));
       answer.appendChild(el("p", "meta", "Answered in " + Math.round(data.latency_ms) + " ms."));
       updateCounters(data.session);
       $("explain").disabled = false;

@@ -166,6 +166,10 @@ def refine(schema: dict, world: dict) -> dict:
                 "performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0"]}
         if parameter["name"] == "dataset_weights":  # a round without a test set is a 400 too
             parameter["schema"] = {"type": "string", "enum": [""]}
+    # An endpoint's URL must be one the URL validator accepts (http or https): the
+    # registry's rule, checked at run time (tests/registry/test_endpoint_api.py refuses others).
+    endpoint = components["EndpointCreateRequest"]["properties"]
+    endpoint["url"] = {"type": "string", "enum": ["http://127.0.0.1:9/", "https://models.example.org/v1"]}
     for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
         properties = components[name]["properties"]
         properties["config"] = {"enum": VALID_CONFIGS}

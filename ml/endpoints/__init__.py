@@ -1,0 +1,116 @@
+"""Models behind endpoints: clients of two standard protocols, no Django.
+
+- ``openai``: OpenAI-compatible chat completions (``openai_chat``), one request per
+  example, the answer read strictly (``prompts``);
+- ``v2``: the Open Inference Protocol (``oip_v2``), a batch per request.
+
+``predict(endpoint, spec, rows)`` answers in ``ml.predict``'s shape (``label`` and
+``probabilities``, or ``answer``/``start``/``end``/``score``), each prediction with
+``endpoint``: the raw answer, its sha256, latency, attempts and token counts.
+``explain_by_occlusion`` is a black-box "Why?": leave one word out at a time.
+The secret (an API key) is passed in as a value by the caller, sent as a bearer
+token and never logged or returned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..spec import TaskSpec
+from . import oip_v2, openai_chat
+from .errors import EndpointError, EndpointProtocolError, EndpointRejected, EndpointUnavailable
+
+PROTOCOLS = ("openai", "v2")
+V2_BATCH = 32
+
+__all__ = ["PROTOCOLS", "Endpoint", "EndpointError", "EndpointProtocolError", "EndpointRejected",
+           "EndpointUnavailable", "explain_by_occlusion", "predict"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How to reach one model: ``secret`` is the key's value, found by the caller
+    (from the environment variable the registry names), never stored."""
+
+    protocol: str
+    url: str
+    model: str = ""
+    secret: str | None = field(default=None, repr=False)
+    timeout: float = 10.0
+    concurrency: int = 4
+    prompt_template: str | None = None
+    label_descriptions: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; one of {', '.join(PROTOCOLS)}")
+
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.secret}"} if self.secret else {}
+
+
+def predict(endpoint: Endpoint, spec: TaskSpec, rows: list[dict], *, budget: float, **transport) -> list[dict]:
+    """Predictions for ``rows`` (``ml`` inputs, validated against ``spec``), in order.
+    Chat requests run up to ``endpoint.concurrency`` at a time. Any failure raises
+    (an ``EndpointError``): the caller gets every answer or none."""
+    rows = [spec.validate_inputs(r) for r in rows]
+    common = {"url": endpoint.url, "model": endpoint.model, "headers": endpoint.headers(),
+              "timeout": endpoint.timeout, "budget": budget, **transport}
+    if endpoint.protocol == "v2":
+        results = []
+        for start in range(0, len(rows), V2_BATCH):
+            results.extend(oip_v2.predict_batch(spec, rows[start:start + V2_BATCH], **common))
+        return results
+
+    def one(row):
+        return openai_chat.predict_one(spec, row, template=endpoint.prompt_template,
+                                       descriptions=endpoint.label_descriptions, **common)
+
+    if len(rows) == 1 or endpoint.concurrency <= 1:
+        return [one(r) for r in rows]
+    with ThreadPoolExecutor(max_workers=min(endpoint.concurrency, len(rows))) as pool:
+        return list(pool.map(one, rows))
+
+
+def explain_by_occlusion(predict_rows: Callable[[list[dict]], list[dict]], spec: TaskSpec, inputs: dict,
+                         target=None, *, max_calls: int) -> dict:
+    """Leave-one-word-out occlusion: each word's importance is how much the score of
+    ``target`` (a label's probability; for QA, whether the same span still comes back)
+    drops when that word is removed (``attribution``; ``heat`` is it over the largest
+    absolute one, as ``ml.explain`` gives). At most ``max_calls`` examples are asked for
+    (the full input included); words beyond that budget get no score and the answer
+    says so (``"complete": False``). Words as ``ml.explain`` gives them:
+    ``{"field", "text", "start", "end", "attribution", "heat"}``."""
+    if max_calls < 2:
+        raise ValueError("occlusion needs at least two calls (the input and one word left out)")
+    inputs = spec.validate_inputs(inputs)
+    words = [(name, m.start(), m.end()) for name in spec.input_fields if not (spec.is_qa and name == "passage")
+             for m in re.finditer(r"\S+", inputs[name])]
+    asked = words[:max_calls - 1]
+    variants = [dict(inputs)]
+    for name, start, end in asked:
+        changed = dict(inputs)
+        text = inputs[name][:start] + inputs[name][end:]
+        changed[name] = text if text.strip() else "…"
+        variants.append(changed)
+    predictions = predict_rows(variants)
+    base = predictions[0]
+    if target is None:
+        target = base.get("answer") if spec.is_qa else base.get("label")
+
+    def score(prediction):
+        if spec.is_qa:
+            return float(prediction.get("answer") == target)
+        return float((prediction.get("probabilities") or {}).get(target, 0.0))
+
+    full = score(base)
+    drops = [full - score(p) for p in predictions[1:]]
+    biggest = max((abs(d) for d in drops), default=0.0)
+    found = [{"field": name, "text": inputs[name][start:end], "start": start, "end": end,
+              "attribution": round(drop, 6), "heat": round(drop / biggest, 6) if biggest > 0 else 0.0}
+             for (name, start, end), drop in zip(asked, drops, strict=True)]
+    return {"method": "occlusion", "target": target, "words": found, "calls": len(variants),
+            "complete": len(asked) == len(words), "words_total": len(words)}
