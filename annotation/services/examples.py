@@ -31,7 +31,7 @@ from tasks.targets import open_round_with_models
 
 from ..inference import explain_with, predict_with
 from ..models import AnnotationSession, Example, forget_examples
-from . import sessions
+from . import onboarding, sessions
 
 MAX_REASON_LENGTH = 500
 MAX_DATABASE_ID = 2**63 - 1
@@ -134,6 +134,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     problem = sessions.mode_problem(session, "create")
     if problem:
         raise Forbidden(problem)
+    onboarding.require_passed(task, user)
     capped = sessions.example_cap_problem(session)
     if capped:  # before the model is asked anything
         raise Conflict(capped)

@@ -47,7 +47,7 @@ from tasks.roles import is_researcher
 
 from ..models import AnnotationSession, Example, Validation, ValidationClaim
 from ..reliability_model import ESCALATED, decide
-from . import gold, reliability, sessions, trust
+from . import gold, onboarding, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 
 OWNER_OUTCOME = {
@@ -209,6 +209,7 @@ def _check_can_validate(example: Example, user) -> None:
 def give_blind_answer(example_id: int, user, answer) -> Validation:
     """Store ``user``'s own answer to the example, before they see the writer's."""
     example = _locked_example(example_id)
+    onboarding.require_passed(example.task, user)
     _check_can_validate(example, user)
     if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
             and not is_researcher(user, example.task)):
@@ -280,6 +281,7 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
             raise Forbidden(problem)
     with transaction.atomic():
         example = _locked_example(example_id)
+        onboarding.require_passed(example.task, user)
         _check_can_validate(example, user)
         owner = is_researcher(user, example.task)
         existing = Validation.objects.filter(example=example, validator=user).first()

@@ -63,6 +63,7 @@ from django.utils import timezone
 import ml
 from annotation.datasets import import_records
 from annotation.models import Example
+from annotation.services import onboarding
 from annotation.services.examples import create_example
 from annotation.services.validation import validate_example
 from core.errors import DomainError
@@ -313,6 +314,9 @@ class Replay:
         with transaction.atomic():
             task = _fresh_task(options, self.researcher, self.seed)
             task_services.ensure_static_round(task)
+            # The replay's annotator is held to the task's onboarding like anyone: it
+            # takes it through the service, with the answers it knows.
+            onboarding.take_with_known_answers(task, self.annotator)
         self.say(f"task {task.slug} (seed {self.seed}): rounds "
                  + ", ".join(f"{r.number} {r.name}" for r in rounds)
                  + f"; strategy {options.strategy}; training {self.train}")
