@@ -25,8 +25,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, OnboardingRequired
-from tasks.onboarding_config import JUDGE_ANSWERS
 from tasks.models import Task
+from tasks.onboarding_config import JUDGE_ANSWERS
 from tasks.roles import is_researcher
 
 from ..models import OnboardingRecord

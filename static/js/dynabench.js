@@ -539,5 +539,5 @@
   var create = $("annotate");
   if (create && create.dataset.page === "create" && $("example-form")) createPage(create);
   var validate = $("validate");
-  if (validate && validate.dataset.page === "validate") validatePage(validate);
+  if (validate && validate.dataset.page === "validate" && $("item")) validatePage(validate);
 })();
