@@ -140,10 +140,10 @@ def _check_admitted(identity: WorkerIdentity, task, *, taking_onboarding: bool =
         raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
     if taking_onboarding:
         return
+    if onboarding.is_blocked(task, identity.user):  # says why; holds when MTurk could not be given the block too
+        raise Forbidden(onboarding.blocked_message(task) + " Please return the HIT.")
     if workers.is_blocked_on(identity, task):
         raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
-    if onboarding.is_blocked(task, identity.user):  # also when MTurk could not be given the block
-        raise Forbidden(onboarding.blocked_message(task) + " Please return the HIT.")
     if not identity.user.is_active:
         raise Forbidden("This worker's account is disabled.")
 

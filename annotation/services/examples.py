@@ -121,6 +121,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     (an API's idempotency record goes there); if it raises, nothing is stored.
     """
     config = task.parsed_config
+    onboarding.require_passed(task, user)  # whatever the example says: the worker may not write yet
     rnd, models = open_round_with_models(task)
     if rnd is None:
         raise Conflict(f"Task {task.slug} has no open round: collection is closed.")
@@ -134,7 +135,6 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     problem = sessions.mode_problem(session, "create")
     if problem:
         raise Forbidden(problem)
-    onboarding.require_passed(task, user)
     capped = sessions.example_cap_problem(session)
     if capped:  # before the model is asked anything
         raise Conflict(capped)
