@@ -202,3 +202,45 @@ def test_long_feedback_is_refused_and_the_work_stays(live_tasks, crowd, client):
     assignment = Assignment.objects.get(assignment_id=assignment_id)
     assert assignment.status == Assignment.Status.WORKING and assignment.worker_feedback == ""
     assert Example.objects.filter(session=assignment.session).count() == 2
+
+
+def test_feedback_is_shown_beside_the_batch_and_exported(live_tasks, crowd, client, researcher):
+    import csv
+    import io
+
+    batch = make_batch(live_tasks["sentiment"])
+    hit, assignment_id, page = open_hit(client, crowd, batch)
+    token = token_of(page)
+    write_pair(api(token), "sentiment", "Not my thing, though I admired it.")
+    client.post(reverse("mturk-hit-submit"), {"token": token, "feedback": "=HYPERLINK(\"x\") <b>unclear</b> label"})
+    client.force_login(researcher)
+    detail = client.get(reverse("admin:crowd_batch_change", args=[batch.pk])).content.decode()
+    assert "Workers&#x27; feedback" in detail or "Workers' feedback" in detail
+    assert "&lt;b&gt;unclear&lt;/b&gt; label" in detail and "<b>unclear</b>" not in detail  # escaped
+    response = client.post(reverse("admin:crowd_batch_changelist"),
+                           {"action": "export_assignments", "_selected_action": [batch.pk]})
+    assert response.status_code == 200 and response["Content-Type"] == "text/csv"
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    [row] = rows
+    assert row["assignment_id"] == assignment_id and row["worker_id"] == WORKER and row["status"] == "finished"
+    assert row["worker_feedback"] == "'=HYPERLINK(\"x\") <b>unclear</b> label"  # no formula for a spreadsheet
+    assert row["examples_written"] == "2" and row["task"] == "sentiment"
+
+
+def test_the_publish_form_offers_onboarding_only_batches_and_requiring_the_onboarding(
+        with_onboarding, live_tasks, crowd, client, researcher):
+    client.force_login(researcher)
+    page = client.get(reverse("admin:crowd_batch_publish")).content.decode()
+    assert 'value="onboarding"' in page and 'name="require_onboarding"' in page
+    form = {"hits": "1", "assignments_per_hit": "1", "examples_per_assignment": "2", "reward": "0.20",
+            "bonus_per_example": "0", "assignment_duration_hours": "1", "lifetime_hours": "24",
+            "auto_approval_delay_hours": "24", "locales": "US", "min_approval_rate": "95",
+            "min_approved_count": "100", "confirm": "on", "task": live_tasks["sentiment"].pk}
+    response = client.post(reverse("admin:crowd_batch_publish"), {**form, "mode": "onboarding"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    quiz = Batch.objects.get()
+    assert quiz.mode == Batch.Mode.ONBOARDING and not quiz.require_onboarding
+    response = client.post(reverse("admin:crowd_batch_publish"),
+                           {**form, "mode": "create", "bonus_per_example": "0.25", "require_onboarding": "on"})
+    assert response.status_code == 302
+    assert Batch.objects.get(mode=Batch.Mode.CREATE).require_onboarding
