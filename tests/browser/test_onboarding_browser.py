@@ -8,6 +8,7 @@ skips with a reason where either is missing (CI installs both)."""
 import pytest
 
 from annotation.models import Example, OnboardingRecord, Validation
+from tests.browser.test_axe_browser import axe_source  # noqa: F401 (a fixture)
 from tests.browser.test_keyboard_browser import active, make_items, token_url, wait_for_focus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -78,4 +79,22 @@ def test_ctrl_enter_gives_the_blind_answer_then_the_focused_vote(live_server, li
     assert wait_for_focus(page, "input[name=blind-label][value=negative]") == active(page)
     assert active(page).startswith("input[name=blind-label]")
     assert Validation.objects.filter(validator=annotator, example__in=items, label="correct").count() == 1
+    assert errors == []
+
+
+def test_the_onboarding_and_a_hit_page_have_no_axe_violations(with_onboarding, live_server, live_tasks, annotator,
+                                                              browser_page, axe_source):  # noqa: F811
+    from tests.browser.test_axe_browser import violations
+
+    page, errors = browser_page
+    task = live_tasks["hate"]
+    page.goto(token_url(live_server, annotator, task, "create"))
+    page.wait_for_selector("#onboarding")
+    assert violations(page, axe_source) == []
+    form = page.locator(".onboarding-form[data-number='0']")
+    form.locator("input[value='not-hateful']").check()
+    form.locator("button[type=submit]").click()
+    page.wait_for_function("() => document.querySelector('.onboarding-result').textContent.length > 0")
+    assert "Not quite" in form.locator(".onboarding-result").inner_text()
+    assert violations(page, axe_source) == []
     assert errors == []
