@@ -3,7 +3,7 @@ items (without their answers), and answering one item (``services.onboarding``).
 A session token of the task works here whatever its kind of work, so that an MTurk
 worker takes the onboarding inside their HIT."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
@@ -42,9 +42,14 @@ class OnboardingSerializer(serializers.Serializer):
     items = ItemSerializer(many=True)
 
 
+@extend_schema_field({"oneOf": [{"type": "object"}, {"type": "string", "enum": ["correct", "incorrect"]}]})
+class AnswerField(serializers.JSONField):
+    """An answer of the task (an object) or a judgement ("correct", "incorrect"); never null."""
+
+
 class AnswerCreateSerializer(serializers.Serializer):
-    item = serializers.IntegerField(help_text="The item's number.")
-    answer = serializers.JSONField(help_text='A label item: an answer of the task ({"label": ...}, or for QA '
+    item = serializers.IntegerField(min_value=0, max_value=19, help_text="The item's number.")
+    answer = AnswerField(help_text='A label item: an answer of the task ({"label": ...}, or for QA '
                                              '{"text": ...}); a judge item: "correct" or "incorrect".')
 
 

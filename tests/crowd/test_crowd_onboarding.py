@@ -118,6 +118,12 @@ def test_a_batch_that_requires_the_onboarding_admits_only_those_who_passed_it_in
     quiz = publish(BatchRequest(task=task, mode=Batch.Mode.ONBOARDING, hits=1, assignments_per_hit=3,
                                 reward=Decimal("0.20")))
     assert quiz.examples_per_assignment == 1 and quiz.title.startswith("A short qualification quiz")
+    preview = client.get(reverse("mturk-hit"), {"assignmentId": "ASSIGNMENT_ID_NOT_AVAILABLE",
+                                                "hitId": quiz.hit_rows.get().hit_id}).content.decode()
+    assert "Take this task's short onboarding" in preview and "paid whether you pass or not" in preview
+    work_preview = client.get(reverse("mturk-hit"), {"assignmentId": "ASSIGNMENT_ID_NOT_AVAILABLE",
+                                                     "hitId": work.hit_rows.get(number=1).hit_id}).content.decode()
+    assert "first take its short onboarding" in work_preview
     quiz_type = [p for op, p in crowd.calls if op == "CreateHITType"][-1]
     assert {"QualificationTypeId": onboarded, "Comparator": "DoesNotExist",
             "ActionsGuarded": "DiscoverPreviewAndAccept"} in quiz_type["QualificationRequirements"]
