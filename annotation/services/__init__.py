@@ -5,6 +5,8 @@
 - ``examples``: writing an example (predict, fooled, store), explaining,
   retracting, flagging;
 - ``validation``: the validation queue, blind answers, decisions;
+- ``onboarding``: a task's onboarding quiz, its record per worker, and the rule
+  that a worker who has not passed it neither writes nor validates;
 - ``trust``: whose votes decide an example (one person, one vote, only votes the
   platform has reason to trust);
 - ``gold``: known-answer items, the ground truth a ring of accounts cannot write;

@@ -192,6 +192,7 @@ def _locked_example(example_id: int) -> Example:
 
 
 def _check_can_validate(example: Example, user) -> None:
+    onboarding.require_passed(example.task, user)  # 403 onboarding_required before anything else
     if example.annotator_id == user.pk:
         raise Forbidden("You cannot validate your own example.")
     if not is_researcher(user, example.task) and trust.counts_as_writer(user, example):
@@ -209,7 +210,6 @@ def _check_can_validate(example: Example, user) -> None:
 def give_blind_answer(example_id: int, user, answer) -> Validation:
     """Store ``user``'s own answer to the example, before they see the writer's."""
     example = _locked_example(example_id)
-    onboarding.require_passed(example.task, user)
     _check_can_validate(example, user)
     if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
             and not is_researcher(user, example.task)):
@@ -281,7 +281,6 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
             raise Forbidden(problem)
     with transaction.atomic():
         example = _locked_example(example_id)
-        onboarding.require_passed(example.task, user)
         _check_can_validate(example, user)
         owner = is_researcher(user, example.task)
         existing = Validation.objects.filter(example=example, validator=user).first()
