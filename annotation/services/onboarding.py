@@ -221,3 +221,11 @@ def take_with_known_answers(task: Task, user) -> Standing:
         if number not in done:
             result = answer_item(task, user, number, item["answer"])
     return result.standing if result is not None else standing(task, user)
+
+
+def passed_task_ids(user) -> set[int]:
+    """The tasks whose onboarding ``user`` passed (one query): for a page of their
+    standing on many tasks (a task that asks for none counts as neither)."""
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    return set(OnboardingRecord.objects.filter(user=user, passed_at__isnull=False).values_list("task_id", flat=True))

@@ -221,6 +221,8 @@ def test_a_task_without_onboarding_asks_nothing(demo_tasks, client_for, annotato
 
 
 def test_a_simulated_worker_passes_through_the_service(with_onboarding, demo_tasks, annotator):
+    assert onboarding.passed_task_ids(annotator) == set()
     for task in demo_tasks.values():
         assert onboarding.take_with_known_answers(task, annotator).passed, task.slug
         onboarding.require_passed(task, annotator)
+    assert onboarding.passed_task_ids(annotator) == {task.pk for task in demo_tasks.values()}
