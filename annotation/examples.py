@@ -31,7 +31,7 @@ from tasks.models import Context, Round, Task
 from tasks.roles import is_researcher
 from tasks.targets import open_round_with_models
 
-from . import sessions
+from . import onboarding, sessions
 from .inference import explain_with, predict_with
 from .models import AnnotationSession, Example, forget_examples
 
@@ -123,6 +123,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
     (an API's idempotency record goes there); if it raises, nothing is stored.
     """
     config = task.parsed_config
+    onboarding.require_passed(task, user)  # whatever the example says: the worker may not write yet
     rnd, models = open_round_with_models(task)
     if rnd is None:
         raise Conflict(f"Task {task.slug} has no open round: collection is closed.")

@@ -413,6 +413,7 @@ class AnnotationSession(models.Model):
         ANY = "", "Any annotation work"
         CREATE = "create", "Writing examples only"
         VALIDATE = "validate", "Validating examples only"
+        ONBOARDING = "onboarding", "The task's onboarding only"
 
     key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_sessions")
@@ -784,3 +785,29 @@ def _tally_validation(example, before: Counter | None, after: Counter) -> None:
         delta.pop("counted_votes", None)
     tally.add(example.round_id, example.annotator_id, delta)
     tally.apply()
+
+
+class OnboardingRecord(models.Model):
+    """A worker's onboarding on a task (its config's ``onboarding``): the try under way
+    (``answers``: item number -> whether it was right), the tries finished, and whether
+    they passed or failed every try allowed (``blocked_at``: then they may not write or
+    validate on the task). One row per user and task, for site accounts and MTurk
+    workers alike (``annotation.onboarding``)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="onboarding_records")
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="onboarding_records")
+    answers = models.JSONField(default=dict, blank=True,
+                               help_text="The try under way: item number -> whether the answer was right.")
+    tries = models.PositiveIntegerField(default=0, help_text="Tries finished (every item answered).")
+    last_score = models.PositiveIntegerField(null=True, blank=True, help_text="Items right in the last finished try.")
+    passed_at = models.DateTimeField(null=True, blank=True)
+    blocked_at = models.DateTimeField(null=True, blank=True,
+                                      help_text="Failed every try allowed: kept out of the task's work.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "task"], name="one_onboarding_per_user_and_task")]
+
+    def __str__(self):
+        state = "passed" if self.passed_at else "blocked" if self.blocked_at else f"{self.tries} tries"
+        return f"{self.user} on {self.task.slug}: {state}"

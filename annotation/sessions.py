@@ -70,6 +70,8 @@ def mode_problem(session: AnnotationSession, work: str) -> str | None:
     """Why ``session`` may not do ``work`` ("create" or "validate"), or None."""
     if session.mode and work in (AnnotationSession.Mode.CREATE, AnnotationSession.Mode.VALIDATE) \
             and session.mode != work:
+        if session.mode == AnnotationSession.Mode.ONBOARDING:
+            return "This session is for the task's onboarding only."
         doing = "writing" if session.mode == AnnotationSession.Mode.CREATE else "validating"
         return f"This session is for {doing} examples only."
     return None

@@ -45,7 +45,7 @@ from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from . import gold, reliability, sessions, trust
+from . import gold, onboarding, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 from .models import AnnotationSession, Example, Validation, ValidationClaim
 from .reliability_model import ESCALATED, decide
@@ -192,6 +192,7 @@ def _locked_example(example_id: int) -> Example:
 
 
 def _check_can_validate(example: Example, user) -> None:
+    onboarding.require_passed(example.task, user)  # 403 onboarding_required before anything else
     if example.annotator_id == user.pk:
         raise Forbidden("You cannot validate your own example.")
     if not is_researcher(user, example.task) and trust.counts_as_writer(user, example):

@@ -27,7 +27,7 @@ from tasks.charts import error_rate_chart
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import examples, sessions, stats, trust, validation
+from . import examples, onboarding, sessions, stats, trust, validation
 from .serializers import ValidationItemSerializer
 from .tokens import InvalidToken, make_token, session_from_token
 from .trust import record_address
@@ -128,10 +128,26 @@ def _page_context(request, task, session):
     }
 
 
+def onboarding_context(task, user) -> dict | None:
+    """What a work page shows instead of the work while ``user`` has not passed the
+    task's onboarding (``services.onboarding``): the quiz, or why the work is closed."""
+    state = onboarding.standing(task, user)
+    if state.open:
+        return None
+    config = task.parsed_config.onboarding
+    return {"standing": state, "items": onboarding.shown_items(task), "introduction": config.get("introduction", ""),
+            "blocked_message": onboarding.blocked_message(task) if state.blocked else ""}
+
+
 def work_page_context(request, task, session, work) -> dict:
-    """What the write ("create") or validate page shows for ``session``."""
+    """What the write ("create") or validate page shows for ``session``: the onboarding
+    first, while the worker has not passed it ("onboarding": an onboarding-only HIT)."""
     context = _page_context(request, task, session)
     record_address(session.user, client_ip(request))  # an MTurk worker's too: accounts at one address are one person
+    context["onboarding"] = onboarding_context(task, session.user)
+    if work == "onboarding" or context["onboarding"]:
+        context["passed_onboarding"] = onboarding.standing(task, session.user).passed
+        return context
     if work == "create":
         context["closed"] = context["round"] is None
         if not context["closed"] and not context["round"].target_models.exists():

@@ -15,7 +15,8 @@ Django's, DRF's and the job queue's become statuses:
 =====  =====================================================================
 400    bad input (``InvalidInput``, DRF validation, unreadable JSON)
 401    credentials missing where needed, or sent and invalid
-403    known caller, not allowed (``Forbidden``)
+403    known caller, not allowed (``Forbidden``); code ``onboarding_required`` when the task's
+       onboarding is not passed (``OnboardingRequired``)
 404    no such thing, or not visible to the caller (``NotFound``)
 409    clashes with the current state (``Conflict``): a closed round, a decided example,
        a taken slug, an ``Idempotency-Key`` used for another request
@@ -70,7 +71,8 @@ def as_api_exception(exc: BaseException) -> BaseException:
     if isinstance(exc, errors.NotFound):
         return exceptions.NotFound(exc.message)
     if isinstance(exc, errors.Forbidden):
-        return exceptions.PermissionDenied(exc.message)
+        # A plain Forbidden keeps DRF's code (permission_denied); a subclass names its own.
+        return exceptions.PermissionDenied(exc.message, code=None if type(exc) is errors.Forbidden else exc.code)
     if isinstance(exc, errors.Conflict):
         return ConflictError(exc.message, code=exc.code)
     if isinstance(exc, errors.Gone):

@@ -63,6 +63,13 @@ class Forbidden(DomainError):
     code = "forbidden"
 
 
+class OnboardingRequired(Forbidden):
+    """The caller has not passed the task's onboarding (or failed it for good), so may
+    not write or validate on it: a 403 whose code says so, for scripts to tell apart."""
+
+    code = "onboarding_required"
+
+
 class TooLarge(DomainError):
     """The input is over a configured bound (an uploaded file's bytes or rows)."""
 

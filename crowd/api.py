@@ -74,7 +74,8 @@ class StandingSerializer(serializers.Serializer):
     task = serializers.CharField()
     task_name = serializers.CharField()
     onboarding = serializers.BooleanField(
-        allow_null=True, help_text="Whether you passed the task's onboarding; null: none recorded (or none asked).")
+        allow_null=True,
+        help_text="Whether you passed the task's onboarding; null: the task asks for none, or you are its researcher.")
     examples_decided = serializers.IntegerField()
     examples_verified = serializers.IntegerField()
     quality = serializers.FloatField(allow_null=True, help_text="Share of your decided examples verified.")

@@ -33,7 +33,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from annotation import sessions
+from annotation import onboarding, sessions
 from annotation.models import AnnotationSession, Example, Validation
 from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from core.ratelimit import Limiter, address_key
@@ -132,8 +132,17 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 
-def _check_admitted(identity: WorkerIdentity, task) -> None:
-    if identity.hard_blocked_at or identity.soft_blocked_at or workers.is_blocked_on(identity, task):
+def _check_admitted(identity: WorkerIdentity, task, *, taking_onboarding: bool = False) -> None:
+    """Refuse blocked workers. ``taking_onboarding``: a return to an onboarding-only
+    assignment, which a worker who just failed the quiz there may still submit (the
+    task's block keeps them from its other HITs)."""
+    if identity.hard_blocked_at or identity.soft_blocked_at:
+        raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
+    if taking_onboarding:
+        return
+    if onboarding.is_blocked(task, identity.user):  # says why; holds when MTurk could not be given the block too
+        raise Forbidden(onboarding.blocked_message(task) + " Please return the HIT.")
+    if workers.is_blocked_on(identity, task):
         raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
     if not identity.user.is_active:
         raise Forbidden("This worker's account is disabled.")
@@ -142,7 +151,7 @@ def _check_admitted(identity: WorkerIdentity, task) -> None:
 def _resume(existing: Assignment, hit: Hit) -> Assignment:
     if existing.hit_id != hit.pk:
         raise bad_link("assignmentId", "This assignment id belongs to another HIT.")
-    _check_admitted(existing.worker, hit.batch.task)
+    _check_admitted(existing.worker, hit.batch.task, taking_onboarding=hit.batch.mode == Batch.Mode.ONBOARDING)
     if existing.status != Assignment.Status.WORKING:
         raise Conflict(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
                        else "This assignment ended (it was returned or ran out of time).")
@@ -200,15 +209,39 @@ def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: Worker
 
 
 def work_done(assignment: Assignment) -> int:
-    """Examples written (not retracted), or validations decided, in the assignment."""
-    if assignment.hit.batch.mode == Batch.Mode.CREATE:
+    """Examples written (not retracted), or validations decided, in the assignment; for
+    an onboarding-only HIT, 1 once the worker's onboarding is over (passed, or failed
+    for good: the quiz was taken either way)."""
+    mode = assignment.hit.batch.mode
+    if mode == Batch.Mode.ONBOARDING:
+        state = onboarding.standing(assignment.hit.batch.task, assignment.worker.user)
+        return int(state.passed or state.blocked)
+    if mode == Batch.Mode.CREATE:
         return Example.objects.filter(session=assignment.session, retracted=False).count()
     return Validation.objects.filter(session=assignment.session).exclude(label="").count()
 
 
-def finish(session: AnnotationSession) -> Assignment:
+MAX_FEEDBACK = 2000
+
+
+def clean_feedback(text) -> str:
+    """The HIT's feedback box, as stored: text, no NUL, at most ``MAX_FEEDBACK`` characters
+    (shown to researchers escaped, as any text)."""
+    if text is None:
+        return ""
+    if not isinstance(text, str) or "\x00" in text:
+        raise InvalidInput.field("feedback", "Must be text.")
+    text = text.strip()
+    if len(text) > MAX_FEEDBACK:
+        raise InvalidInput.field("feedback", f"Must be at most {MAX_FEEDBACK} characters (got {len(text)}).")
+    return text
+
+
+def finish(session: AnnotationSession, feedback: str = "") -> Assignment:
     """The worker presses Submit: check the work is done, end the session, and
-    return the assignment (its completion token goes to MTurk with the form)."""
+    return the assignment (its completion token goes to MTurk with the form), with
+    what they wrote in the feedback box."""
+    feedback = clean_feedback(feedback)
     with transaction.atomic():
         assignment = Assignment.objects.select_for_update().select_related("hit__batch", "worker", "session") \
             .filter(session=session).first()
@@ -221,11 +254,16 @@ def finish(session: AnnotationSession) -> Assignment:
         required = assignment.hit.batch.examples_per_assignment
         done = work_done(assignment)
         if done < required:
-            what = "examples" if assignment.hit.batch.mode == Batch.Mode.CREATE else "validations"
+            mode = assignment.hit.batch.mode
+            if mode == Batch.Mode.ONBOARDING:
+                raise NotDoneYet("This HIT asks you to answer the onboarding's items first, then submit.",
+                                 assignment)
+            what = "examples" if mode == Batch.Mode.CREATE else "validations"
             raise NotDoneYet(f"This HIT asks for {required} {what}; you have done {done} so far. "
                              f"Do {required - done} more, then submit.", assignment)
         assignment.status = Assignment.Status.FINISHED
         assignment.finished_at = timezone.now()
-        assignment.save(update_fields=["status", "finished_at"])
+        assignment.worker_feedback = feedback
+        assignment.save(update_fields=["status", "finished_at", "worker_feedback"])
         sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
     return assignment

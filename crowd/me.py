@@ -11,9 +11,9 @@ of an example from its stored fields, why a vote does not count from what
 the blocks from ``crowd.workers``' rows. This module lives in ``crowd`` because the
 HITs and the ledger are the crowd's; the annotation side it reads lies below it.
 
-``standing[].onboarding`` is None: the onboarding record (issue 39, section 1) is
-built on another branch; its merge fills the field with whether the worker passed
-the task's onboarding (None also means "this task asks for none").
+``standing[].onboarding`` is whether the worker passed the task's onboarding
+(``annotation.onboarding``), None where the task asks for none or the worker is
+one of its researchers (never asked to take it).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from decimal import Decimal
 
 from django.db.models import Exists, OuterRef, Q, Sum
 
-from annotation import trust
-from annotation.models import Example, Validation
+from annotation import onboarding, trust
+from annotation.models import Example, OnboardingRecord, Validation
 from core.errors import InvalidInput
 from core.pagination import whole_number
 from tasks.models import Task
@@ -150,20 +150,23 @@ def _tasks_of(user):
     return (Task.objects.filter(
         Exists(Example.objects.filter(annotator=user, task=OuterRef("pk")))
         | Exists(Validation.objects.filter(validator=user, task=OuterRef("pk")))
-        | Exists(Assignment.objects.filter(worker__user=user, hit__batch__task=OuterRef("pk"))))
+        | Exists(Assignment.objects.filter(worker__user=user, hit__batch__task=OuterRef("pk")))
+        | Exists(OnboardingRecord.objects.filter(user=user, task=OuterRef("pk"))))
         .order_by("slug"))
 
 
 def standing(user) -> list[dict]:
     """The user's standing on each task they worked on: their writing record (decided,
     verified, the share), whether their votes count there and why not, and any block
-    (on every task, or on this one) with its reason."""
+    (on every task, or on this one) with its reason; a task whose onboarding they only
+    took is listed too."""
     identity = WorkerIdentity.objects.filter(user=user).first()
     blocks = {}
     if identity is not None:
         blocks = {b.task_id: b for b in TaskBlock.objects.filter(worker=identity)}
     unverified = trust.email_unverified(user)
     too_new = trust.account_too_new(user) and identity is None
+    passed, failed_onboarding = onboarding.passed_task_ids(user), onboarding.blocked_task_ids(user)
     rows = []
     for task in _tasks_of(user):
         decided, verified = workers.decided_counts([user.pk], task).get(user.pk, (0, 0))
@@ -191,9 +194,11 @@ def standing(user) -> list[dict]:
             blocked, why = True, identity.block_reason or "Not admitted to our HITs on any task."
         elif task.pk in blocks:
             blocked, why = True, blocks[task.pk].reason
+        elif task.pk in failed_onboarding and task.parsed_config.onboarding and not researcher:
+            blocked, why = True, onboarding.blocked_message(task)
         rows.append({
             "task": task.slug, "task_name": task.name,
-            "onboarding": None,  # filled by the onboarding work (issue 39, section 1): see the module's note
+            "onboarding": (task.pk in passed) if task.parsed_config.onboarding and not researcher else None,
             "examples_decided": decided, "examples_verified": verified,
             "quality": round(verified / decided, 3) if decided else None,
             "quality_judged": decided >= workers.QUALITY_MIN_DECIDED,

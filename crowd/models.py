@@ -59,6 +59,9 @@ class Batch(models.Model):
     class Mode(models.TextChoices):
         CREATE = "create", "Write examples"
         VALIDATE = "validate", "Validate examples"
+        # The task's onboarding only: workers who passed get its qualification, which a
+        # writing or validation batch may require (``require_onboarding``).
+        ONBOARDING = "onboarding", "Onboarding only"
 
     class Status(models.TextChoices):
         AWAITING_APPROVAL = "awaiting_approval", "Awaiting a superuser's approval"
@@ -105,6 +108,9 @@ class Batch(models.Model):
         help_text="Soft-block a worker whose examples are validated correct less often than this "
                   "(once enough are decided); on a validation batch, set to anything, it blocks validators "
                   "whose votes carry next to no evidence (the reliability estimate). Empty: never.")
+    require_onboarding = models.BooleanField(
+        default=False, help_text="Only workers who passed the task's onboarding (its MTurk qualification) see the "
+                                 "HITs.")
     hit_type_id = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PUBLISHING)
     max_cost = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"),
@@ -208,6 +214,9 @@ class Assignment(models.Model):
         help_text="When MTurk listed this (assignment, worker, HIT) as submitted with our completion token.")
     decided_at = models.DateTimeField(null=True, blank=True)
     feedback = models.CharField(max_length=1024, blank=True, help_text="Sent to the worker with the decision.")
+    worker_feedback = models.TextField(
+        blank=True, max_length=2000,
+        help_text="What the worker wrote in the HIT's feedback box when they submitted (for the researchers).")
     bonus_settle_by = models.DateTimeField(
         null=True, blank=True,
         help_text="When its bonus is settled at the latest (crowd.bonuses.deadline), written once a bonus run "

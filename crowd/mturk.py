@@ -41,6 +41,9 @@ SUBMIT_HOSTS = {"https://www.mturk.com": False, "https://workersandbox.mturk.com
 LOCALE_QUALIFICATION = "00000000000000000071"
 APPROVAL_RATE_QUALIFICATION = "000000000000000000L0"
 APPROVED_COUNT_QUALIFICATION = "00000000000000000040"
+# Workers who agreed to see adult content (offensive language): MTurk asks requesters to
+# require it of HITs with such content; a worker who opted in has the value 1.
+ADULT_CONTENT_QUALIFICATION = "00000000000000000060"
 
 THROTTLING_CODES = {"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
                     "RequestThrottledException", "TooManyRequestsException", "RequestLimitExceeded"}

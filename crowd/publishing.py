@@ -40,7 +40,8 @@ from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import budgets, costs, mturk, pay, workers
+from . import budgets, costs, mturk, pay
+from .hit_types import default_description, default_title, qualifications, with_warning  # noqa: F401
 from .models import Batch, Hit
 from .money import usd
 
@@ -83,6 +84,8 @@ class BatchRequest:
     min_approval_rate: int | None = 95
     min_approved_count: int | None = 100
     quality_block_threshold: float | None = None
+    # Only workers who passed the task's onboarding (its MTurk qualification) see the HITs.
+    require_onboarding: bool = False
     # Publish a writing batch although the round's target does not clear the task's
     # reference line: superusers only, with a reason (``check_target``).
     allow_below_reference: bool = False
@@ -115,9 +118,17 @@ def check_request(req: BatchRequest) -> Round:
             or req.bonus_per_example != costs.cents(req.bonus_per_example)):
         raise InvalidInput.field("bonus", f"Must be an amount in USD from 0.00 to {top_bonus} "
                                           "(CROWD_MAX_BONUS_PER_EXAMPLE), in whole cents.")
-    if req.mode == Batch.Mode.VALIDATE and req.bonus_per_example > 0:
+    if req.mode != Batch.Mode.CREATE and req.bonus_per_example > 0:
         raise InvalidInput.field("bonus", "Bonuses are paid for model-fooling examples, so only writing batches "
                                           "have them.")
+    if not isinstance(req.require_onboarding, bool):
+        raise InvalidInput.field("require_onboarding", "Must be true or false.")
+    if (req.mode == Batch.Mode.ONBOARDING or req.require_onboarding) and not req.task.parsed_config.onboarding:
+        raise InvalidInput.field("mode" if req.mode == Batch.Mode.ONBOARDING else "require_onboarding",
+                                 f"Task {req.task.slug} has no onboarding (its config's 'onboarding').")
+    if req.mode == Batch.Mode.ONBOARDING and req.require_onboarding:
+        raise InvalidInput.field("require_onboarding", "An onboarding-only batch is for workers who have not "
+                                                       "passed the onboarding; it cannot require it.")
     if not all(isinstance(code, str) and LOCALE.fullmatch(code) for code in req.locales):
         raise InvalidInput.field("locales", "Must be ISO 3166 country codes of two capital letters, e.g. US, GB.")
     if req.quality_block_threshold is not None and not 0 <= req.quality_block_threshold <= 1:
@@ -235,45 +246,6 @@ def _host_and_port(netloc: str) -> str:
     return netloc
 
 
-def qualifications(batch: Batch) -> list[dict]:
-    found = []
-    if batch.locales:
-        found.append({"QualificationTypeId": mturk.LOCALE_QUALIFICATION, "Comparator": "In",
-                      "LocaleValues": [{"Country": code} for code in batch.locales],
-                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
-    if batch.min_approval_rate is not None:
-        found.append({"QualificationTypeId": mturk.APPROVAL_RATE_QUALIFICATION, "Comparator": "GreaterThanOrEqualTo",
-                      "IntegerValues": [batch.min_approval_rate], "ActionsGuarded": "DiscoverPreviewAndAccept"})
-    if batch.min_approved_count is not None:
-        found.append({"QualificationTypeId": mturk.APPROVED_COUNT_QUALIFICATION,
-                      "Comparator": "GreaterThanOrEqualTo", "IntegerValues": [batch.min_approved_count],
-                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
-    # Our blocks: the platform-wide one (superusers) and the task's own (its quality thresholds).
-    for type_id in (workers.block_qualification_id(batch.sandbox),
-                    workers.block_qualification_id(batch.sandbox, task=batch.task)):
-        found.append({"QualificationTypeId": type_id, "Comparator": "DoesNotExist",
-                      "ActionsGuarded": "DiscoverPreviewAndAccept"})
-    return found
-
-
-def default_title(req: BatchRequest) -> str:
-    if req.mode == Batch.Mode.CREATE:
-        return f"Write {req.examples_per_assignment} examples that fool an AI model ({req.task.name})"[:128]
-    return f"Check {req.examples_per_assignment} examples written by others ({req.task.name})"[:128]
-
-
-def default_description(req: BatchRequest) -> str:
-    if req.mode == Batch.Mode.CREATE:
-        text = (f"Write short examples for the task '{req.task.name}' that an AI model gets wrong. "
-                f"Reward ${req.reward:.2f}")
-        if req.bonus_per_example > 0:
-            text += f", plus a ${req.bonus_per_example:.2f} bonus for each example that fools the model and that " \
-                    "other workers confirm is labelled correctly"
-        return text + "."
-    return f"Read examples for the task '{req.task.name}' and say whether each is labelled correctly. " \
-           f"Reward ${req.reward:.2f}."
-
-
 def publish(req: BatchRequest, *, user=None) -> Batch:
     """Check the request, the task's budget and the account's balance (both counting
     what open batches have committed), then post the batch's HIT type and HITs; or,
@@ -293,14 +265,18 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
         waits = budgets.needs_approval(most, task=req.task, sandbox=sandbox, user=user)
         batch = Batch.objects.create(
             task=req.task, round=rnd, mode=req.mode, sandbox=settings.MTURK_SANDBOX,
-            title=req.title or default_title(req), description=req.description or default_description(req),
+            title=with_warning(req.task, req.title or default_title(req), 128),
+            description=with_warning(req.task, req.description or default_description(req), 2000),
             keywords=req.keywords, hits=req.hits, assignments_per_hit=req.assignments_per_hit,
-            examples_per_assignment=req.examples_per_assignment, reward=req.reward,
+            # An onboarding-only HIT asks for the quiz, once.
+            examples_per_assignment=1 if req.mode == Batch.Mode.ONBOARDING else req.examples_per_assignment,
+            reward=req.reward,
             bonus_per_example=req.bonus_per_example, assignment_duration_seconds=req.assignment_duration_seconds,
             lifetime_seconds=req.lifetime_seconds, auto_approval_delay_seconds=req.auto_approval_delay_seconds,
             locales=list(req.locales), min_approval_rate=req.min_approval_rate,
             min_approved_count=req.min_approved_count, quality_block_threshold=req.quality_block_threshold,
-            max_cost=most, created_by=user, reference_checks=checks, reference_override_reason=override,
+            require_onboarding=req.require_onboarding, max_cost=most, created_by=user, reference_checks=checks,
+            reference_override_reason=override,
             reference_overridden_by=user if override and user is not None else None,
             status=Batch.Status.AWAITING_APPROVAL if waits else Batch.Status.PUBLISHING)
         Hit.objects.bulk_create([Hit(batch=batch, number=k) for k in range(1, req.hits + 1)])

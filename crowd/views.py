@@ -28,7 +28,8 @@ from .me import worker_page
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
-TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.html"}
+TEMPLATES = {"create": "crowd/hit_create.html", "validate": "crowd/hit_validate.html",
+             "onboarding": "crowd/hit_onboarding.html"}
 
 
 def _refused(request, exc: DomainError):
@@ -93,7 +94,7 @@ def hit_submit(request):
     except InvalidToken as exc:
         return _refused(request, Forbidden(exc.message))
     try:
-        assignment = finish(session)
+        assignment = finish(session, request.POST.get("feedback", ""))
     except NotDoneYet as exc:  # back to the work, with what is left to do
         return _work_page(request, exc.assignment, error=exc.message, status=http_status(exc))
     except DomainError as exc:

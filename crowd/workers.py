@@ -39,7 +39,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annotation import counters, reliability, trust
+from annotation import counters, onboarding, reliability, trust
 from annotation.models import Example, Validation, ValidatorReliability, WriterCounts
 from core.errors import Forbidden
 from tasks.models import Task
@@ -52,6 +52,8 @@ from .watermarks import chunks
 WORKER_ID = re.compile(r"A[A-Z0-9]{5,63}")
 BLOCK_QUALIFICATION = "block"
 BLOCK_QUALIFICATION_NAME = "Dynabench: not admitted"
+ONBOARDED_QUALIFICATION = "onboarded"
+ONBOARDED_QUALIFICATION_NAME = "Dynabench: onboarding passed"
 # Quality is judged only once this many of the worker's examples are decided.
 QUALITY_MIN_DECIDED = 5
 
@@ -80,15 +82,25 @@ def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
 def block_qualification_id(sandbox: bool, task: Task | None = None) -> str:
     """Our block qualification on this endpoint, for every task or for ``task`` only,
     created on MTurk the first time."""
-    known = Qualification.objects.filter(purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task).first()
+    if task is None:
+        return _qualification_id(BLOCK_QUALIFICATION, sandbox, None, BLOCK_QUALIFICATION_NAME,
+                                 "Workers with this qualification are not admitted to Dynabench HITs.")
+    return _qualification_id(BLOCK_QUALIFICATION, sandbox, task, f"{BLOCK_QUALIFICATION_NAME} ({task.slug})",
+                             f"Workers with this qualification are not admitted to the Dynabench task {task.slug}.")
+
+
+def onboarded_qualification_id(sandbox: bool, task: Task) -> str:
+    """The qualification workers get once they pass ``task``'s onboarding (a batch may
+    require it), created on MTurk the first time."""
+    return _qualification_id(ONBOARDED_QUALIFICATION, sandbox, task, f"{ONBOARDED_QUALIFICATION_NAME} ({task.slug})",
+                             f"Workers with this qualification passed the onboarding of the Dynabench task "
+                             f"{task.slug}.")
+
+
+def _qualification_id(purpose: str, sandbox: bool, task: Task | None, name: str, description: str) -> str:
+    known = Qualification.objects.filter(purpose=purpose, sandbox=sandbox, task=task).first()
     if known is not None:
         return known.qualification_type_id
-    if task is None:
-        name, description = BLOCK_QUALIFICATION_NAME, "Workers with this qualification are not admitted to " \
-                                                       "Dynabench HITs."
-    else:
-        name = f"{BLOCK_QUALIFICATION_NAME} ({task.slug})"
-        description = f"Workers with this qualification are not admitted to the Dynabench task {task.slug}."
     found = mturk.find_qualification_type(name, sandbox=sandbox)
     if found is None:
         try:
@@ -103,9 +115,9 @@ def block_qualification_id(sandbox: bool, task: Task | None = None) -> str:
     try:
         with transaction.atomic():
             qualification, _ = Qualification.objects.get_or_create(
-                purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task, defaults={"qualification_type_id": found})
+                purpose=purpose, sandbox=sandbox, task=task, defaults={"qualification_type_id": found})
     except IntegrityError:  # recorded meanwhile by another process
-        qualification = Qualification.objects.get(purpose=BLOCK_QUALIFICATION, sandbox=sandbox, task=task)
+        qualification = Qualification.objects.get(purpose=purpose, sandbox=sandbox, task=task)
     return qualification.qualification_type_id
 
 
@@ -168,6 +180,7 @@ def task_unblock(block: TaskBlock, user) -> None:
         if exc.kind != "request":  # a request error: MTurk has no such qualification to take
             raise
     block.delete()
+    onboarding.reset(block.task, block.worker.user)  # blocked for failed onboarding tries: they may try again
 
 
 def notify(identities, subject: str, message: str, *, sandbox: bool | None = None) -> list[dict]:

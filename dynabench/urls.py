@@ -8,6 +8,7 @@ from rest_framework.routers import DefaultRouter
 
 from annotation import accounts as annotation_accounts
 from annotation import api as annotation_api
+from annotation import onboarding_api
 from annotation import views as annotation_views
 from core import accounts
 from crowd import accounts as crowd_accounts
@@ -53,6 +54,9 @@ api_patterns = [
     path("tasks/<slug:slug>/contexts/next/", annotation_api.NextContext.as_view(), name="context-next"),
     path("tasks/<slug:slug>/sessions/", annotation_api.SessionCreate.as_view(), name="session-create"),
     path("tasks/<slug:slug>/examples/", annotation_api.TaskExamples.as_view(), name="example-create"),
+    path("tasks/<slug:slug>/onboarding/", onboarding_api.Onboarding.as_view(), name="onboarding"),
+    path("tasks/<slug:slug>/onboarding/answers/", onboarding_api.OnboardingAnswer.as_view(),
+         name="onboarding-answer"),
     path("tasks/<slug:slug>/validations/next/", annotation_api.NextValidation.as_view(), name="validation-next"),
     path("tasks/<slug:slug>/validators/", annotation_api.ValidatorList.as_view(), name="validator-list"),
     path("examples/<int:pk>/", annotation_api.ExampleDetail.as_view(), name="example-detail"),

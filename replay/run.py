@@ -62,6 +62,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import ml
+from annotation import onboarding
 from annotation.datasets import import_records
 from annotation.examples import create_example
 from annotation.models import Example
@@ -314,6 +315,9 @@ class Replay:
         with transaction.atomic():
             task = _fresh_task(options, self.researcher, self.seed)
             task_services.ensure_static_round(task)
+            # The replay's annotator is held to the task's onboarding like anyone: it
+            # takes it through the service, with the answers it knows.
+            onboarding.take_with_known_answers(task, self.annotator)
         self.say(f"task {task.slug} (seed {self.seed}): rounds "
                  + ", ".join(f"{r.number} {r.name}" for r in rounds)
                  + f"; strategy {options.strategy}; training {self.train}")

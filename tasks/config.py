@@ -18,6 +18,7 @@ depends on the kind of answer (a label, a span...) is the task kind's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import jsonschema
@@ -29,6 +30,13 @@ from ml.submissions import ConfigBounds
 
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
+from .onboarding_config import (  # noqa: F401
+    JUDGE_ANSWERS,
+    ONBOARDING_DEFAULTS,
+    ONBOARDING_KINDS,
+    ONBOARDING_SCHEMA,
+    onboarding_problems,
+)
 
 # The built-in kinds' names (what tests and fixtures spell); product code asks the kind.
 CLASSIFICATION = ClassificationKind.name
@@ -80,7 +88,6 @@ _FIELD = {
         "placeholder": {"type": "string", "maxLength": 200},
     },
 }
-
 CONFIG_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -168,6 +175,7 @@ CONFIG_SCHEMA = {
                                              "additionalProperties": {"type": "string", "maxLength": 20000}}},
             },
         },
+        "onboarding": ONBOARDING_SCHEMA,
     },
 }
 # How models behind endpoints are asked (``registry.endpoints``): the chat prompt
@@ -193,6 +201,7 @@ DEFAULTS = {
     "endpoint_models": ENDPOINT_DEFAULTS,
     "license": DEFAULT_LICENSE,
     "language": DEFAULT_LANGUAGES,
+    "onboarding": None,
 }
 DEFAULT_F1_THRESHOLD = 0.4
 # Contexts (passages, premises) come from researchers and data sets, not from
@@ -238,6 +247,17 @@ class TaskConfig:
     language: list[str] = field(default_factory=lambda: list(DEFAULT_LANGUAGES))
     # How models behind endpoints are asked (``ENDPOINT_DEFAULTS``).
     endpoint_models: dict = field(default_factory=lambda: dict(ENDPOINT_DEFAULTS))
+    # The onboarding quiz (``_ONBOARDING``, with ``ONBOARDING_DEFAULTS``), or None: the
+    # task asks for none. ``annotation.onboarding`` runs it and enforces it.
+    onboarding: dict | None = None
+
+    @property
+    def onboarding_needed(self) -> int:
+        """How many of the onboarding's items a try must get right (0: no onboarding)."""
+        if not self.onboarding:
+            return 0
+        items = len(self.onboarding["items"])
+        return min(items, math.ceil(self.onboarding["pass_mark"] * items - 1e-9))
 
     def submission_bounds(self):
         """The ``ml.submissions.ConfigBounds`` a submitted model's config is checked against."""
@@ -423,4 +443,11 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
     if problems:
         raise ValidationError({"config": problems})
 
-    return TaskConfig(task_type=task_type, **merged)
+    if merged["onboarding"] is not None:
+        merged["onboarding"] = {**ONBOARDING_DEFAULTS, **merged["onboarding"]}
+    parsed = TaskConfig(task_type=task_type, **merged)
+    problems = onboarding_problems(parsed)
+    if problems:
+        raise ValidationError({"config": problems})
+    return parsed
+

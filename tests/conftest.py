@@ -281,14 +281,26 @@ def token_client():
 
 
 @pytest.fixture
-def demo_tasks(db):
+def demo_tasks(db, request):
     """The four demo tasks with round 1 open and the seed contexts (no models, and no
-    seed examples in round 0: tests add the examples they count)."""
+    seed examples in round 0: tests add the examples they count). Their onboarding is
+    taken out, so that the personas write and validate at once; a test of onboarding
+    asks for ``with_onboarding`` (before this fixture) to keep the shipped sets."""
     from leaderboard.demo import bootstrap_demo
     from tasks.models import Task
 
     bootstrap_demo(with_models=False, seed_examples=False)
+    if "with_onboarding" not in request.fixturenames:
+        for task in Task.objects.all():
+            task.config = {k: v for k, v in task.config.items() if k != "onboarding"}
+            task.save(update_fields=["config"])
     return {t.slug: t for t in Task.objects.all()}
+
+
+@pytest.fixture
+def with_onboarding():
+    """Keeps the demo tasks' shipped onboarding sets (``demo_tasks`` looks for it)."""
+    return True
 
 
 TINY = {"max_steps": 2, "epochs": 1, "batch_size": 4}

@@ -8,13 +8,13 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
-from django.http import HttpResponseRedirect
+from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from core.errors import DomainError
-from crowd import bonuses, budgets, costs, mturk, pay, publishing, sync
+from crowd import bonuses, budgets, costs, exports, mturk, pay, publishing, sync
 from crowd.models import Assignment, Batch
 from crowd.money import usd
 from crowd.publishing import BatchRequest, post_hits, publish
@@ -64,6 +64,9 @@ class PublishForm(forms.Form):
     locales = forms.CharField(required=False, initial="US", help_text="Country codes, comma-separated; empty: any.")
     min_approval_rate = forms.IntegerField(required=False, min_value=0, max_value=100, initial=95)
     min_approved_count = forms.IntegerField(required=False, min_value=0, initial=100)
+    require_onboarding = forms.BooleanField(
+        required=False, help_text="Only workers who passed the task's onboarding see these HITs (its MTurk "
+                                  "qualification). To recruit them, publish a batch in the mode 'Onboarding only'.")
     quality_block_threshold = forms.FloatField(
         required=False, min_value=0, max_value=1,
         help_text="Soft-block workers whose examples are validated correct less often than this share; on a "
@@ -101,6 +104,7 @@ class PublishForm(forms.Form):
             locales=tuple(c.strip().upper() for c in data["locales"].split(",") if c.strip()),
             min_approval_rate=data["min_approval_rate"], min_approved_count=data["min_approved_count"],
             quality_block_threshold=data["quality_block_threshold"],
+            require_onboarding=data["require_onboarding"],
             allow_below_reference=data.get("allow_below_reference", False),
             override_reason=data.get("override_reason", ""))
 
@@ -150,6 +154,19 @@ def cancel_batches(modeladmin, request, queryset):
                       lambda b=batch: publishing.cancel(b, request.user) and "cancelled")
 
 
+@admin.action(description="Export their assignments as CSV (with the workers' feedback)")
+def export_assignments(modeladmin, request, queryset):
+    ids = list(queryset.values_list("pk", flat=True))
+    response = StreamingHttpResponse(exports.csv_lines(exports.assignment_rows(ids)), content_type="text/csv")
+    name = f"assignments-batch-{ids[0]}.csv" if len(ids) == 1 else "assignments.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+# How many of a batch's feedback texts its page shows (the export has them all).
+FEEDBACK_SHOWN = 50
+
+
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     """Batches are added by publishing them; nothing else of one is edited here (every change
@@ -160,17 +177,19 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
                     "median_time", "hourly_pay"]
     list_filter = ["status", "mode", "sandbox", TASK_FILTER]
     list_select_related = ["task", "round"]
-    actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches]
+    actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches,
+               export_assignments]
     readonly_fields = [f.name for f in Batch._meta.fields] + ["spending", "committed_shown", "assignment_counts",
-                                                               "links", "pay_per_hour"]
+                                                               "links", "pay_per_hour", "workers_feedback"]
     fieldsets = [
         (None, {"fields": ["task", "round", "mode", "sandbox", "status", "last_error", "links"]}),
         ("Money", {"fields": ["spending", "pay_per_hour", "committed_shown", "reward", "bonus_per_example",
                               "max_cost"]}),
         ("Work", {"fields": ["assignment_counts", "hits", "assignments_per_hit", "examples_per_assignment",
                              "assignment_duration_seconds", "lifetime_seconds", "auto_approval_delay_seconds"]}),
+        ("Workers' feedback", {"fields": ["workers_feedback"]}),
         ("On MTurk", {"fields": ["title", "description", "keywords", "hit_type_id", "locales", "min_approval_rate",
-                                 "min_approved_count", "quality_block_threshold", "uid"]}),
+                                 "min_approved_count", "quality_block_threshold", "require_onboarding", "uid"]}),
         ("Reference rule", {"fields": ["reference_override_reason", "reference_overridden_by", "reference_checks"]}),
         ("Times", {"fields": ["created_by", "created_at", "approved_by", "approved_at", "published_at",
                               "expires_at", "finished_at", "last_synced_at"]}),
@@ -272,6 +291,16 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     def assignment_counts(self, obj):
         counts = dict(Assignment.objects.filter(hit__batch=obj).values_list("status").annotate(n=Count("id")))
         return ", ".join(f"{label}: {counts.get(value, 0)}" for value, label in Assignment.Status.choices)
+
+    @admin.display(description="what workers wrote in the feedback box")
+    def workers_feedback(self, obj):
+        given = (Assignment.objects.filter(hit__batch=obj).exclude(worker_feedback="")
+                 .select_related("worker").order_by("-accepted_at", "-id")[:FEEDBACK_SHOWN])
+        if not given:
+            return "None yet."
+        return format_html("<ul>{}</ul>", format_html_join(
+            "", "<li><strong>{}</strong> ({}): {}</li>",
+            ((a.worker.worker_id, a.assignment_id, a.worker_feedback) for a in given)))
 
     @admin.display(description="see")
     def links(self, obj):

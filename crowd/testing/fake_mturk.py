@@ -84,6 +84,8 @@ FAULTS = ("drop_after_commit", "server_error", "throttle", "duplicate")
 DEFAULT_AUTO_APPROVAL_DELAY = 30 * 24 * 3600  # MTurk's default and maximum: 30 days
 TOKEN_LIFETIME = 24 * 3600
 CENT = Decimal("0.01")
+# MTurk's Adult Content qualification (a system type: workers opt in to adult content).
+ADULT_CONTENT = "00000000000000000060"
 INSUFFICIENT_FUNDS = ("This Requester has insufficient funds in their account to complete this transaction. "
                       "Please visit https://requester.mturk.com/prepayments/new to purchase Prepaid HITs.")
 WORKER_ID = re.compile(r"^A[A-Z0-9]+$")
@@ -274,6 +276,9 @@ class FakeMTurk:
         self.qualification_types: dict[str, dict] = {}
         self.qualification_scores: dict[tuple[str, str], dict] = {}  # (type id, worker id) -> score
         self.blocks: dict[str, str] = {}  # worker id -> reason
+        # MTurk's Adult Content qualification is the worker's own choice: those here have
+        # not opted in to adult content (everyone else has, with the value 1).
+        self.adult_content_declined: set[str] = set()
         self.notifications: list[dict] = []
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -535,11 +540,15 @@ class FakeMTurk:
             raise duplicate_error(seen[1])
 
     def _meets(self, worker_id, requirement) -> bool:
-        """Custom qualifications only; MTurk's system ones (locale, approval rate) count as met."""
+        """Custom qualifications, and the Adult Content one (the worker's opt-in); MTurk's
+        other system ones (locale, approval rate) count as met."""
         type_id = requirement["QualificationTypeId"]
-        if type_id not in self.qualification_types:
+        if type_id == ADULT_CONTENT:
+            score = None if worker_id in self.adult_content_declined else {"IntegerValue": 1}
+        elif type_id not in self.qualification_types:
             return True
-        score = self.qualification_scores.get((type_id, worker_id))
+        else:
+            score = self.qualification_scores.get((type_id, worker_id))
         comparator, values = requirement["Comparator"], requirement.get("IntegerValues", [])
         if comparator == "Exists":
             return score is not None

@@ -51,6 +51,17 @@
     return send(idempotencyKey ? 1 : 0);
   }
 
+  /* Ctrl+Enter (Cmd+Enter on a Mac) submits what the page is on: an example, a blind
+     answer, a vote. A plain Enter keeps its usual meaning (a new line in a textarea). */
+  function isSubmitKey(event) {
+    return event.key === "Enter" && (event.ctrlKey || event.metaKey) && !event.altKey && !event.shiftKey;
+  }
+  function onSubmitKey(root, handler) {
+    root.addEventListener("keydown", function (event) {
+      if (isSubmitKey(event) && handler(event) !== false) event.preventDefault();
+    });
+  }
+
   function errorText(data) {
     if (!data) return "Something went wrong.";
     if (typeof data.detail === "string") return data.detail;
@@ -345,6 +356,17 @@
 
     $("new-context").addEventListener("click", loadContext);
     if (isSpan) $("answer-text").addEventListener("input", locateAnswer);
+    /* Ctrl+Enter: submit the example; on its result, load the next context (the focus
+       goes to the first field, as "Write another" does). */
+    onSubmitKey(root, function () {
+      if (!form.hidden) {
+        if (form.requestSubmit) form.requestSubmit($("submit-example")); else $("submit-example").click();
+      } else if (!$("result").hidden) {
+        $("another").click();
+      } else {
+        return false;
+      }
+    });
     loadContext();
   }
 
@@ -470,6 +492,19 @@
       });
     });
 
+    /* Ctrl+Enter: the blind answer, then the vote whose button has the focus (the focus
+       is on "Correct" once the writer's answer shows); the next item then takes the focus. */
+    onSubmitKey(root, function () {
+      if (!$("blind-step").hidden) { $("reveal").click(); return; }
+      if ($("decide-step").hidden) return false;
+      var focused = document.activeElement;
+      if (focused && focused.dataset && focused.dataset.label && $("decide-step").contains(focused)) {
+        focused.click();
+        return;
+      }
+      $("validate-status").textContent = "Choose Correct, Incorrect or Flag (Tab to it), then press Ctrl+Enter or Enter.";
+    });
+
     show(item);
   }
 
@@ -492,6 +527,8 @@
     if (!counter) return;
     var done = Math.max(0, parseInt(counter.textContent, 10) + by);
     counter.textContent = String(done);
+    var progress = $("hit-progress");
+    if (progress) progress.value = Math.min(done, progress.max);
     var error = $("hit-submit-error");
     if (!hitForm || !error || !error.textContent) return;
     var required = parseInt(hitForm.dataset.required, 10);
@@ -510,5 +547,5 @@
   var create = $("annotate");
   if (create && create.dataset.page === "create" && $("example-form")) createPage(create);
   var validate = $("validate");
-  if (validate && validate.dataset.page === "validate") validatePage(validate);
+  if (validate && validate.dataset.page === "validate" && $("item")) validatePage(validate);
 })();

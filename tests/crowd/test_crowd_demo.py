@@ -109,3 +109,48 @@ def test_the_demo_refuses_a_database_that_is_not_the_demos(demo_tasks, aws_untou
         call_command("crowd_demo", "--no-serve", stdout=io.StringIO())
     assert "Point DATABASE_URL at a database of its own" in str(refused.value)
     assert Batch.objects.count() == batches and not Assignment.objects.exists()
+
+
+def test_the_demos_worker_takes_the_onboarding_first_through_the_service(with_onboarding, live_tasks, client,
+                                                                           aws_untouched):
+    """The shipped tasks ask for their onboarding: the demo's worker meets it on the page,
+    passes it through the API as anyone would, then writes and submits."""
+    from crowd.management.commands import crowd_demo
+    from crowd.testing.fake_mturk import FakeMTurk
+    from tests.annotation.test_onboarding import answers
+    from tests.crowd.test_crowd_onboarding import take
+
+    out = io.StringIO()
+    started = []
+    real_start = FakeMTurk.start
+
+    def keep(self):
+        started.append(self)
+        return real_start(self)
+
+    FakeMTurk.start = keep
+    try:
+        call_command("crowd_demo", "--no-serve", "--port", "8123", stdout=out)
+    finally:
+        FakeMTurk.start = real_start
+    assert "asks new workers for its onboarding first" in out.getvalue()
+    [work] = re.findall(r"The worker's accepted assignment: (\S+)", out.getvalue())
+    [fake] = started
+    fake.start()
+    from django.conf import settings
+
+    settings.MTURK_ENDPOINT_URL = fake.endpoint_url
+    try:
+        query = parse_qs(urlsplit(work).query)
+        page = client.get("/mturk/hit/", {k: v[0] for k, v in query.items()})
+        assert 'id="onboarding"' in page.content.decode()
+        token = token_of(page)
+        assert take(api(token), "sentiment", answers("sentiment"))["standing"]["passed"]
+        write_pair(api(token), "sentiment", "Fine, if you like that sort of thing.")
+        submit_here(client, token)
+        done = crowd_demo.play_mturk(fake, Batch.objects.get(), query["assignmentId"][0], lambda m: None,
+                                     threading.Event(), poll=0.01)
+    finally:
+        fake.stop()
+    assert done and Assignment.objects.get().status == Assignment.Status.APPROVED
+    assert fake.violations == []

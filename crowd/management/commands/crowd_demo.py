@@ -144,6 +144,13 @@ class Command(BaseCommand):
                 f"  The worker's accepted assignment: {base}?{work}\n\n"
                 f"Write the examples there, then press 'Submit the HIT'. The browser's last step posts to MTurk's "
                 f"own site, which this demo cannot receive: this command plays MTurk's part and says when.\n")
+            onboarding = task.parsed_config.onboarding
+            if onboarding:
+                self.stdout.write(
+                    f"\nThe task asks new workers for its onboarding first: the worker's page shows its "
+                    f"{len(onboarding['items'])} items before the work (pass {task.parsed_config.onboarding_needed} "
+                    f"of them; {onboarding['max_tries']} tries). The explanation after each answer gives the right "
+                    "one.\n")
             if options["no_serve"]:
                 return
             watcher = threading.Thread(target=play_mturk, args=(fake, batch, assignment_id,

@@ -28,7 +28,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--task", required=True)
-        parser.add_argument("--mode", required=True, choices=["create", "validate"])
+        parser.add_argument("--mode", required=True, choices=["create", "validate", "onboarding"],
+                            help="onboarding: the task's onboarding only (its passers get the task's qualification).")
         parser.add_argument("--hits", type=int, required=True)
         parser.add_argument("--assignments", type=int, required=True, help="Assignments per HIT.")
         parser.add_argument("--reward", type=money, required=True, help="USD per approved assignment.")
@@ -48,6 +49,8 @@ class Command(BaseCommand):
                             help="Publish a writing batch although the round's target does not clear the task's "
                                  "reference line (the majority-class answer, or for QA the sliding-window "
                                  "baseline); the reason is recorded on the batch.")
+        parser.add_argument("--require-onboarding", action="store_true",
+                            help="Only workers who passed the task's onboarding see the HITs.")
         parser.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
 
     def handle(self, *args, **opts):
@@ -61,7 +64,7 @@ class Command(BaseCommand):
             lifetime_seconds=opts["lifetime"], auto_approval_delay_seconds=opts["auto_approval_delay"],
             locales=tuple(code.strip().upper() for code in opts["locales"].split(",") if code.strip()),
             min_approval_rate=opts["min_approval_rate"], min_approved_count=opts["min_approved"],
-            quality_block_threshold=opts["quality_threshold"],
+            quality_block_threshold=opts["quality_threshold"], require_onboarding=opts["require_onboarding"],
             allow_below_reference=bool(opts["override_reference"].strip()), override_reason=opts["override_reference"])
         most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                               bonus_per_example=req.bonus_per_example,

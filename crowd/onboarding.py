@@ -1,0 +1,61 @@
+"""Onboarding on MTurk: the task's qualifications follow what the onboarding record says
+(``annotation.onboarding``, which sends its signals once the record is stored).
+
+- A worker who passes gets the task's *onboarded* qualification: a batch that
+  ``require_onboarding`` shows its HITs only to them, and an onboarding-only batch
+  only to workers without it.
+- A worker who fails every try allowed is blocked on the task as the quality block
+  does it (``workers.task_block``: the task's block qualification, and a ``TaskBlock``
+  our HIT page refuses them by). Lifting that block lets them try again.
+
+A site account (no MTurk identity) has nothing to give on MTurk. If MTurk cannot be
+reached, the record still holds (our pages and the API go by it: a worker blocked
+there is refused at the HIT's door, one who passed writes) and the error is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import mturk, workers
+from .models import WorkerIdentity
+
+log = logging.getLogger(__name__)
+
+BLOCK_REASON = "Did not pass the task's onboarding within the tries allowed."
+
+
+def _identity(user) -> WorkerIdentity | None:
+    return WorkerIdentity.objects.filter(user=user).first()
+
+
+def give_onboarded(task, identity: WorkerIdentity) -> None:
+    mturk.give_qualification(workers.onboarded_qualification_id(identity.sandbox, task), identity.worker_id,
+                             sandbox=identity.sandbox)
+
+
+def block_failed(task, identity: WorkerIdentity) -> None:
+    workers.task_block(identity, task, BLOCK_REASON, sandbox=identity.sandbox)
+
+
+def on_passed(sender, task, user, **kwargs) -> None:
+    identity = _identity(user)
+    if identity is None:
+        return
+    try:
+        give_onboarded(task, identity)
+    except mturk.MTurkError as exc:
+        log.warning("onboarding passed by %s on %s, but MTurk refused the qualification: %s",
+                    identity.worker_id, task.slug, exc)
+
+
+def on_blocked(sender, task, user, **kwargs) -> None:
+    identity = _identity(user)
+    if identity is None:
+        return
+    try:
+        block_failed(task, identity)
+    except mturk.MTurkError as exc:
+        log.warning("onboarding failed by %s on %s, but MTurk refused the block qualification: %s",
+                    identity.worker_id, task.slug, exc)
+

@@ -1,0 +1,228 @@
+"""Onboarding per task: the config's ``onboarding``, its checks, the quiz through the
+API, and the rule that a worker who has not passed neither writes nor validates
+(403, code ``onboarding_required``)."""
+
+import copy
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from annotation import onboarding
+from annotation.models import Example, OnboardingRecord
+from tasks.config import validate_task_config
+from tasks.services import load_definition
+
+pytestmark = pytest.mark.django_db
+
+
+def sentiment_config(**onboarding_changes):
+    config = copy.deepcopy(load_definition("sentiment")["config"])
+    config["onboarding"].update(onboarding_changes)
+    return config
+
+
+def problems_of(config, task_type="classification"):
+    with pytest.raises(ValidationError) as raised:
+        validate_task_config(task_type, config)
+    return raised.value.message_dict["config"]
+
+
+# --- the config ------------------------------------------------------------------------
+
+
+def test_the_four_builtin_tasks_ship_an_onboarding_set_that_validates():
+    for slug in ("nli", "qa", "sentiment", "hate"):
+        definition = load_definition(slug)
+        config = validate_task_config(definition["task_type"], definition["config"])
+        assert len(config.onboarding["items"]) >= 3, slug
+        assert 1 <= config.onboarding_needed <= len(config.onboarding["items"]), slug
+        assert {item["kind"] for item in config.onboarding["items"]} == {"label", "judge"}, slug
+        assert all(item["explanation"].strip() for item in config.onboarding["items"]), slug
+
+
+def test_defaults_fill_pass_mark_and_max_tries_and_no_onboarding_is_none():
+    config = sentiment_config()
+    del config["onboarding"]["pass_mark"], config["onboarding"]["max_tries"]
+    parsed = validate_task_config("classification", config)
+    assert parsed.onboarding["pass_mark"] == 0.8 and parsed.onboarding["max_tries"] == 2
+    assert parsed.onboarding_needed == 4  # 0.8 of 4 items, rounded up
+    del config["onboarding"]
+    assert validate_task_config("classification", config).onboarding is None
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"pass_mark": 0}, "config.onboarding.pass_mark: 0 is less than or equal to the minimum of 0"),
+    ({"pass_mark": 1.5}, "config.onboarding.pass_mark: 1.5 is greater than the maximum of 1"),
+    ({"max_tries": 0}, "config.onboarding.max_tries: 0 is less than the minimum of 1"),
+    ({"items": []}, "config.onboarding.items: [] should be non-empty"),
+    ({"surprise": 1}, "Additional properties are not allowed ('surprise' was unexpected)"),
+])
+def test_the_schema_names_the_bad_setting(change, expected):
+    problems = problems_of(sentiment_config(**change))
+    assert any(expected in p for p in problems), problems
+
+
+def test_items_are_checked_against_the_tasks_fields_labels_and_kinds():
+    config = sentiment_config()
+    items = config["onboarding"]["items"]
+    items[0]["answer"] = {"label": "ecstatic"}
+    items[1]["inputs"] = {"sentence": "Wrong field name."}
+    items[2]["answer"] = "maybe"
+    del items[3]["target"]
+    items.append({"kind": "label", "inputs": {"statement": "No prompt."}, "answer": {"label": "positive"},
+                  "explanation": "Its context is missing.", "target": {"label": "positive"}})
+    problems = problems_of(config)
+    assert "config.onboarding.items.0.answer.label: 'ecstatic' is not one of ['negative', 'positive']." in problems
+    assert any(p.startswith("config.onboarding.items.1.inputs: Unknown fields ['sentence']") for p in problems)
+    assert "config.onboarding.items.2.answer: a judge item's answer is one of ['correct', 'incorrect']." in problems
+    assert "config.onboarding.items.3.target: a judge item shows the answer to judge (target)." in problems
+    assert any(p.startswith("config.onboarding.items.4.context: Expected the fields ['prompt']") for p in problems)
+    assert any(p.startswith("config.onboarding.items.4.target: only a judge item") for p in problems)
+
+
+def test_a_qa_items_answer_must_be_a_span_of_its_passage():
+    config = copy.deepcopy(load_definition("qa")["config"])
+    config["onboarding"]["items"][0]["answer"] = {"text": "1999"}
+    problems = problems_of(config, "extractive_qa")
+    assert any(p.startswith("config.onboarding.items.0.answer.text:") for p in problems), problems
+
+
+def test_an_invalid_onboarding_is_refused_by_the_task_api_with_a_400(researcher, client_for):
+    config = sentiment_config(max_tries=99)
+    response = client_for(researcher).patch("/api/tasks/sentiment/", {"config": config}, format="json")
+    assert response.status_code == 400, response.content
+    assert "config.onboarding.max_tries" in response.content.decode()
+
+
+# --- the quiz and the rule ---------------------------------------------------------------
+
+
+def answers(slug, *, wrong=()):
+    """The known answer to each item of ``slug``'s shipped onboarding, wrong for those in ``wrong``."""
+    items = load_definition(slug)["config"]["onboarding"]["items"]
+    given = []
+    for number, item in enumerate(items):
+        answer = item["answer"]
+        if number in wrong:
+            answer = ({"correct": "incorrect", "incorrect": "correct"}[answer] if item["kind"] == "judge"
+                      else {"label": "positive" if answer["label"] == "negative" else "negative"})
+        given.append(answer)
+    return given
+
+
+def take(client, slug, given):
+    last = None
+    for number, answer in enumerate(given):
+        response = client.post(f"/api/tasks/{slug}/onboarding/answers/", {"item": number, "answer": answer},
+                               format="json")
+        assert response.status_code == 201, response.content
+        last = response.json()
+    return last
+
+
+def write(client, slug="sentiment"):
+    context = client.get(f"/api/tasks/{slug}/contexts/next/").json()
+    return client.post(f"/api/tasks/{slug}/examples/", {
+        "context": context["id"], "inputs": {"statement": "Not bad at all."}, "target": {"label": "positive"}},
+        format="json")
+
+
+def test_writing_and_validating_answer_403_onboarding_required_until_passed(
+        with_onboarding, live_tasks, client_for, annotator, researcher):
+    client = client_for(annotator)
+    refused = write(client)
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "onboarding_required" and "onboarding" in refused.json()["detail"]
+    assert not Example.objects.filter(annotator=annotator).exists()
+
+    # The task's researchers are not asked: the researcher's example is one to validate.
+    assert write(client_for(researcher)).status_code == 201
+    example = Example.objects.get(annotator=researcher)
+    blind = client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                        format="json")
+    assert blind.status_code == 403 and blind.json()["code"] == "onboarding_required"
+    vote = client.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json")
+    assert vote.status_code == 403 and vote.json()["code"] == "onboarding_required"
+
+    # Other forbidden things keep DRF's code.
+    other = client.get("/api/tasks/sentiment/validators/")
+    assert other.status_code == 403 and other.json()["code"] == "permission_denied"
+
+    shown = client.get("/api/tasks/sentiment/onboarding/").json()
+    assert shown["standing"]["required"] and not shown["standing"]["passed"]
+    assert shown["instructions"] and len(shown["items"]) == 4
+    text = str(shown["items"])
+    assert "explanation" not in text and "answer" not in text  # known answers stay on the server
+    assert shown["items"][2]["shown_target"] == "negative"
+
+    first = client.post("/api/tasks/sentiment/onboarding/answers/", {"item": 0, "answer": {"label": "negative"}},
+                        format="json").json()
+    assert first["right"] and first["known_answer"] == "negative" and "negative" in first["explanation"]
+    assert not first["try_finished"] and first["standing"]["answered"] == [0]
+    again = client.post("/api/tasks/sentiment/onboarding/answers/", {"item": 0, "answer": {"label": "negative"}},
+                        format="json")
+    assert again.status_code == 409
+    last = None
+    for number, answer in list(enumerate(answers("sentiment", wrong={3})))[1:]:
+        last = client.post("/api/tasks/sentiment/onboarding/answers/", {"item": number, "answer": answer},
+                           format="json").json()
+    assert last["try_finished"] and last["score"] == 3 and last["standing"]["passed"]  # 3 of 4 pass
+    assert write(client).status_code == 201
+    assert client.get("/api/tasks/sentiment/validations/next/").json()["id"] == example.pk
+    vote = client.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "positive"}},
+                       format="json")
+    assert vote.status_code == 201, vote.content
+    record = OnboardingRecord.objects.get(user=annotator)
+    assert record.tries == 1 and record.passed_at and record.last_score == 3
+    done = client.post("/api/tasks/sentiment/onboarding/answers/", {"item": 0, "answer": {"label": "negative"}},
+                       format="json")
+    assert done.status_code == 409  # passing is recorded once
+
+
+def test_failing_every_try_blocks_the_worker_on_the_task_only(with_onboarding, live_tasks, token_client, annotator,
+                                                              demo_tasks):
+    client = token_client(annotator, demo_tasks["sentiment"])  # a session token works too
+    first = take(client, "sentiment", answers("sentiment", wrong={0, 1}))
+    assert first["try_finished"] and first["score"] == 2 and not first["standing"]["passed"]
+    assert first["standing"]["tries_left"] == 1 and not first["standing"]["blocked"]
+    second = take(client, "sentiment", answers("sentiment", wrong={0, 1, 2}))
+    assert second["standing"]["blocked"] and second["standing"]["tries_left"] == 0
+    refused = write(client)
+    assert refused.status_code == 403 and refused.json()["code"] == "onboarding_required"
+    assert "Thank you" in refused.json()["detail"]  # polite, and says why
+    more = client.post("/api/tasks/sentiment/onboarding/answers/", {"item": 0, "answer": {"label": "negative"}},
+                       format="json")
+    assert more.status_code == 403 and more.json()["code"] == "onboarding_required"
+    assert onboarding.is_blocked(demo_tasks["sentiment"], annotator)
+    assert not onboarding.is_blocked(demo_tasks["nli"], annotator)
+
+
+@pytest.mark.parametrize("body", [
+    {"item": 9, "answer": {"label": "negative"}},
+    {"item": -1, "answer": {"label": "negative"}},
+    {"item": "zero", "answer": {"label": "negative"}},
+    {"item": 0, "answer": {"label": "<script>alert(1)</script>"}},
+    {"item": 0, "answer": "correct"},
+    {"item": 2, "answer": {"label": "negative"}},
+    {"item": 0},
+])
+def test_bad_answers_are_400_and_store_nothing(with_onboarding, demo_tasks, client_for, annotator, body):
+    response = client_for(annotator).post("/api/tasks/sentiment/onboarding/answers/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert not OnboardingRecord.objects.filter(user=annotator, answers__has_key="0").exists()
+
+
+def test_a_task_without_onboarding_asks_nothing(demo_tasks, client_for, annotator):
+    shown = client_for(annotator).get("/api/tasks/sentiment/onboarding/").json()
+    assert shown["standing"]["required"] is False and shown["items"] == []
+    response = client_for(annotator).post("/api/tasks/sentiment/onboarding/answers/",
+                                          {"item": 0, "answer": {"label": "negative"}}, format="json")
+    assert response.status_code == 409
+
+
+def test_a_simulated_worker_passes_through_the_service(with_onboarding, demo_tasks, annotator):
+    assert onboarding.passed_task_ids(annotator) == set()
+    for task in demo_tasks.values():
+        assert onboarding.take_with_known_answers(task, annotator).passed, task.slug
+        onboarding.require_passed(task, annotator)
+    assert onboarding.passed_task_ids(annotator) == {task.pk for task in demo_tasks.values()}
