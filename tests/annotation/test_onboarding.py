@@ -226,3 +226,22 @@ def test_a_simulated_worker_passes_through_the_service(with_onboarding, demo_tas
         assert onboarding.take_with_known_answers(task, annotator).passed, task.slug
         onboarding.require_passed(task, annotator)
     assert onboarding.passed_task_ids(annotator) == {task.pk for task in demo_tasks.values()}
+
+
+def test_the_workers_own_page_says_whether_they_passed_or_were_blocked(
+        with_onboarding, live_tasks, client_for, annotator, second_annotator, researcher):
+    passing, failing = client_for(annotator), client_for(second_annotator)
+    take(passing, "sentiment", answers("sentiment"))
+    take(failing, "sentiment", answers("sentiment", wrong={0, 1, 2}))
+    take(failing, "sentiment", answers("sentiment", wrong={0, 1, 2}))
+
+    def standing(client):
+        return {row["task"]: row for row in client.get("/api/me/").json()["standing"]}
+
+    mine = standing(passing)
+    assert mine["sentiment"]["onboarding"] is True and not mine["sentiment"]["blocked"]
+    theirs = standing(failing)  # listed although they wrote nothing: the onboarding is their only work there
+    assert theirs["sentiment"]["onboarding"] is False and theirs["sentiment"]["blocked"]
+    assert "Thank you" in theirs["sentiment"]["blocked_because"] and "nli" not in theirs
+    assert write(client_for(researcher)).status_code == 201  # a researcher is never asked
+    assert standing(client_for(researcher))["sentiment"]["onboarding"] is None
