@@ -36,7 +36,7 @@ import re
 import sys
 from pathlib import Path
 
-from benchlib import BENCH, RESULTS, web_profile_report
+from benchlib import BENCH, RESULTS, endpoint_report, web_profile_report
 from benchlib import report_sections as sections
 from benchlib.results import display_path, log, write_atomic
 
@@ -65,6 +65,7 @@ BLOCKS = {
     "replay": ("replay/<run>/report.json", sections.replay),
     "web-profile": ("web-profile/*.json", web_profile_report.block),
     "load-profile": ("load-profile.json", sections.load),
+    "endpoint": ("endpoint.json", endpoint_report.block),
 }
 # the script that writes a block's file, where it is not the block's name up to its first "-"
 SCRIPTS = {"validation-frontier": "validation_frontier", "qa-training": "qa_training", "web-profile": "web_profile"}

@@ -170,3 +170,15 @@ def test_explain_mix_runs_come_one_row_each_with_the_ratio_to_their_own_open_loo
         result = runs[row[0].strip("| `")]["results"][0]
         expected = result["explain_mix"]["predict"]["p50_ms"] / result["open"]["predict"]["p50_ms"]
         assert row[10] == f"{expected:.2f}x"
+
+
+def test_the_endpoint_block_reads_its_ratios_from_the_run():
+    from bench.benchlib import endpoint_report
+
+    run = {"args": {"requests": 4, "block": 2, "delay_ms": 0}, "endpoint_calls": 12, "load_average": [1.0, 1.0, 1.0],
+           "summaries": {"direct": {"n": 4, "p50_ms": 2.0, "p95_ms": 3.0},
+                         "client": {"n": 4, "p50_ms": 2.5, "p95_ms": 3.5},
+                         "hot path": {"n": 4, "p50_ms": 30.0, "p95_ms": 40.0}}}
+    block = endpoint_report.block(run)
+    assert "| 4 | 30.00 | 40.00 | 15.0× | +28.00 |" in block
+    assert "differs from the direct call's by +0.50 ms" in block and "takes 15.0× the direct call's median" in block
