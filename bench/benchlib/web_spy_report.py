@@ -12,7 +12,8 @@ rules of ``web_profile_report.is_helper``: the standard library's generic module
 Django's utilities take their callers' layer), as cProfile's own time is in the
 in-process profile. Service mode runs code the in-process profile never sees; it gets
 layers of its own (``SERVICE_RULES``, checked first): gunicorn's HTTP parsing and
-sockets, the PostgreSQL driver, Celery's send and reply wait, the Redis client.
+sockets, gthread's pool of threads, the PostgreSQL driver, Celery's send, and the Redis client filed by its caller
+(``REDIS_CALLERS``): the inference reply wait, the cache behind DRF's throttles, Celery.
 """
 
 from __future__ import annotations
@@ -24,11 +25,27 @@ from .results import markdown_table
 
 SERVICE_RULES: list[tuple[str, tuple[str, ...]]] = [
     ("gunicorn (HTTP parsing, sockets, the worker's loop)", ("/gunicorn/",)),
+    # no model thread in a service-mode web worker: its futures are gthread's pool, a thread
+    # taking the next connection (gunicorn hands each request to it)
+    ("gthread's thread pool (a thread taking the next request)", ("/concurrent/futures/thread.py",)),
     ("PostgreSQL driver (psycopg)", ("/psycopg/", "/psycopg_binary/", "/psycopg_pool/")),
-    ("Celery send and reply wait (celery, kombu)", ("/celery/", "/kombu/", "/billiard/", "/vine/", "/amqp/")),
+    ("Celery send (celery, kombu)", ("/celery/", "/kombu/", "/billiard/", "/vine/", "/amqp/")),
     ("Redis client", ("/redis/",)),
 ]
+CELERY = SERVICE_RULES[3][0]
+REDIS = SERVICE_RULES[4][0]
+# Redis's client time filed by who called it (its innermost frame outside the client):
+# the reply wait, the cache (DRF's throttles), or Celery's send; else "Redis client"
+REDIS_CALLERS: list[tuple[str, tuple[str, ...]]] = [
+    ("Redis: the inference reply wait (core/replies.py)", ("/core/replies.py",)),
+    ("Redis: the cache (DRF's throttles through Django's cache)", ("/django/core/cache/", "/core/cache.py")),
+    (CELERY, ("/celery/", "/kombu/")),
+]
 FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+# every layer only service mode has, in the order the sentence names them
+SERVICE_LAYERS = list(dict.fromkeys([layer for layer, _ in SERVICE_RULES] + [layer for layer, _ in REDIS_CALLERS]))
 
 
 def parse_raw(text: str) -> list[tuple[list[tuple[str, int, str]], int]]:
@@ -68,11 +85,25 @@ def is_helper(frame: tuple[str, int, str]) -> bool:
 
 
 def stack_layer(frames: list[tuple[str, int, str]]) -> str:
-    """The layer of a sample: its innermost frame that is not a helper's."""
-    for frame in reversed(frames):
-        if not is_helper(frame):
-            return frame_layer(frame)
+    """The layer of a sample: its innermost frame that is not a helper's; Redis's client
+    by its caller (``REDIS_CALLERS``)."""
+    for depth in range(len(frames) - 1, -1, -1):
+        if not is_helper(frames[depth]):
+            layer = frame_layer(frames[depth])
+            return redis_caller(frames[:depth]) if layer == REDIS else layer
     return inproc.OTHER
+
+
+def redis_caller(outer: list[tuple[str, int, str]]) -> str:
+    for frame in reversed(outer):
+        path = frame[0].replace("\\", "/")
+        if "/redis/" in path:
+            continue
+        for layer, needles in REDIS_CALLERS:
+            if any(needle in path for needle in needles):
+                return layer
+        return REDIS
+    return REDIS
 
 
 def layers(stacks: list[tuple[list[tuple[str, int, str]], int]]) -> dict[str, int]:
@@ -117,7 +148,7 @@ def _pct(share: float | None) -> str:
 def comparison(service: dict[str, float], in_process: dict[str, float], name: str) -> str:
     """One sentence, from the data: the layers service mode adds, and the in-process
     layers' shares beside their service ones."""
-    added = [layer for layer, _ in SERVICE_RULES if layer in service]
+    added = [layer for layer in SERVICE_LAYERS if layer in service]
     extra = sum(service[layer] for layer in added)
     common = [layer for layer in in_process if layer in service]
     biggest = sorted(common, key=lambda layer: -in_process[layer])[:3]

@@ -35,29 +35,45 @@ RAW = "\n".join([
     "",
     "not a stack",
 ])
+REDIS = "\n".join([
+    # Redis's client by its caller: the reply wait, the throttles' cache, Celery's send
+    f"{HANDLE};{WSGI};wait (/repo/core/replies.py:40);Redis.blpop ({SP}/redis/commands/core.py:9);"
+    f"SocketBuffer._read_from_socket ({SP}/redis/_parsers/socket.py:60) 6",
+    f"{HANDLE};{WSGI};ScopedRateThrottle.allow_request ({SP}/rest_framework/throttling.py:110);"
+    f"RedisCache.get ({SP}/django/core/cache/backends/redis.py:190);Redis.get ({SP}/redis/commands/core.py:9) 2",
+    f"{HANDLE};{WSGI};Task.apply_async ({SP}/celery/app/task.py:500);"
+    f"Channel.conn_or_acquire ({SP}/kombu/transport/redis.py:800);Redis.lpush ({SP}/redis/commands/core.py:9) 1",
+    "Redis.ping (/v/site-packages/redis/commands/core.py:9) 1",
+    # a gthread pool thread, just woken with the next request
+    f"Thread._bootstrap ({LIB}/threading.py:1002);_worker ({LIB}/concurrent/futures/thread.py:90) 3",
+])
 
 
 def test_parse_reads_frames_outermost_first_with_their_counts():
-    stacks = S.parse_raw(RAW)
-    assert [count for _, count in stacks] == [7, 5, 3, 2, 4, 1]
+    stacks = S.parse_raw(RAW + "\n" + REDIS)
+    assert [count for _, count in stacks] == [7, 5, 3, 2, 4, 1, 6, 2, 1, 1, 3]
     frames, _ = stacks[3]
     assert frames == [(f"{SP}/gunicorn/workers/gthread.py", 271, "handle"),
                       (f"{SP}/gunicorn/http/message.py", 300, "Request.parse")]
     assert stacks[5][0][0] == ("", 0, "<unknown>")
 
 
-def test_each_sample_takes_its_innermost_non_helper_frames_layer_and_they_add_up():
-    found = S.layers(S.parse_raw(RAW))
+def test_each_sample_takes_its_innermost_non_helper_frames_layer_and_redis_its_callers():
+    found = S.layers(S.parse_raw(RAW + "\n" + REDIS))
     assert found == {
         ORM: 7,  # the ORM, through copy's helpers
         "PostgreSQL driver (psycopg)": 5,
         "DRF serializers and fields": 4,
-        "Celery send and reply wait (celery, kombu)": 3,
+        "Celery send (celery, kombu)": 4,
         "gunicorn (HTTP parsing, sockets, the worker's loop)": 2,
+        "Redis: the inference reply wait (core/replies.py)": 6,
+        "Redis: the cache (DRF's throttles through Django's cache)": 2,
+        "Redis client": 1,
+        "gthread's thread pool (a thread taking the next request)": 3,
         P.OTHER: 1,
     }
     assert list(found) == sorted(found, key=lambda layer: -found[layer])
-    assert sum(found.values()) == 22
+    assert sum(found.values()) == 35
 
 
 def test_hot_leaves_name_the_frame_each_samples_layer_comes_from():
