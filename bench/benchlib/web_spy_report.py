@@ -152,7 +152,10 @@ def comparison(service: dict[str, float], in_process: dict[str, float], name: st
     extra = sum(service[layer] for layer in added)
     common = [layer for layer in in_process if layer in service]
     biggest = sorted(common, key=lambda layer: -in_process[layer])[:3]
-    moved = "; ".join(f"{layer} {_pct(service[layer])} against {_pct(in_process[layer])}" for layer in biggest)
+    shared = sum(share for layer, share in service.items() if layer not in SERVICE_LAYERS)
+    moved = "; ".join(f"{layer} {_pct(service[layer])} "
+                      f"({_pct(service[layer] / shared if shared else None)} of the samples outside those layers) "
+                      f"against {_pct(in_process[layer])}" for layer in biggest)
     gone = [layer for layer in in_process if layer not in service]
     gone_text = (f" (absent here: {', '.join(gone)}, {_pct(sum(in_process[layer] for layer in gone))} in process)"
                  if gone else "")
