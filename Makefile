@@ -148,6 +148,7 @@ lint: install node_modules/.installed
 #   $(PY) bench/validation.py          # fixed against adaptive validation
 #   $(PY) bench/validation_frontier.py # the validation rules' cost-accuracy frontier
 #   $(PY) bench/web_profile.py         # the web tier's CPU per example, profiled by layer
+#   $(PY) bench/web_spy.py             # the same under gunicorn in service mode, sampled by py-spy
 #   $(PY) bench/report.py [--check]    # bench/RESULTS.md from bench/results/
 bench-latency: install
 	$(PY) bench/latency.py

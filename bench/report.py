@@ -22,7 +22,9 @@ replay_tables`` writes), and
 ``load-threads`` from every ``load-threads/*.json`` and ``load-explain`` from every
 ``load-explain/*.json`` (runs of ``bench/load.py`` side by side), and ``web-profile``
 from every ``web-profile/*.json`` (runs of ``bench/web_profile.py``, oldest first) with
-``benchlib/web_profile_report.py``'s renderer.
+``benchlib/web_profile_report.py``'s renderer, and ``web-spy`` from ``web-spy.json``
+(``bench/web_spy.py``: the gunicorn worker sampled by py-spy) with
+``benchlib/web_spy_report.py``'s.
 Running a benchmark writes its JSON; this script then makes RESULTS.md agree with it.
 Exit status: 0 when the file agrees (or was rewritten), 1 on a stale or missing block,
 2 when a file is not there.
@@ -36,7 +38,7 @@ import re
 import sys
 from pathlib import Path
 
-from benchlib import BENCH, RESULTS, endpoint_report, web_profile_report
+from benchlib import BENCH, RESULTS, endpoint_report, web_profile_report, web_spy_report
 from benchlib import report_sections as sections
 from benchlib.results import display_path, log, write_atomic
 
@@ -65,10 +67,12 @@ BLOCKS = {
     "replay": ("replay/<run>/report.json", sections.replay),
     "web-profile": ("web-profile/*.json", web_profile_report.block),
     "load-profile": ("load-profile.json", sections.load),
+    "web-spy": ("web-spy.json", web_spy_report.block),
     "endpoint": ("endpoint.json", endpoint_report.block),
 }
 # the script that writes a block's file, where it is not the block's name up to its first "-"
-SCRIPTS = {"validation-frontier": "validation_frontier", "qa-training": "qa_training", "web-profile": "web_profile"}
+SCRIPTS = {"validation-frontier": "validation_frontier", "qa-training": "qa_training", "web-profile": "web_profile",
+           "web-spy": "web_spy"}
 MARKER = re.compile(r"^<!-- results:([^:\s]+):(?:begin|end)\b", re.MULTILINE)  # a marker line
 
 

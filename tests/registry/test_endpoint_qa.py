@@ -70,7 +70,8 @@ def test_a_qa_endpoint_is_evaluated_by_f1_and_ranked(qa_endpoint, client_for, re
     with django_capture_on_commit_callbacks(execute=True):
         assert owner.post(f"/api/models/{model.pk}/evaluate/").status_code == 202
     evaluation = Evaluation.objects.get(model_version=model, round=static)
-    assert evaluation.metrics["f1"] == pytest.approx(2 / 3) and evaluation.metrics["exact_match"] == pytest.approx(2 / 3)
+    assert evaluation.metrics["f1"] == pytest.approx(2 / 3)
+    assert evaluation.metrics["exact_match"] == pytest.approx(2 / 3)
     assert evaluation.metrics["unparseable"] == 0 and evaluation.metrics["memory_mb"] is None
     board = owner.get("/api/tasks/qa/leaderboard/").json()
     [row] = [r for r in board["rows"] if r["model"]["name"] == "fake-reader"]
