@@ -195,9 +195,9 @@ def test_round_closed_while_the_model_answers_stores_nothing(nli_client, live_ta
     client, context = nli_client
     answer = examples.predict_with
 
-    def close_then_answer(model_ids, rows):  # the real pass, after a researcher closes the round
+    def close_then_answer(model_ids, rows, **where):  # the real pass, after a researcher closes the round
         close_round(live_tasks["nli"].open_round())
-        return answer(model_ids, rows)
+        return answer(model_ids, rows, **where)
 
     monkeypatch.setattr(examples, "predict_with", close_then_answer)
     before = snapshot()
