@@ -12,7 +12,7 @@ from .access import task_for
 from .api import AnnotationView
 
 
-class StandingSerializer(serializers.Serializer):
+class OnboardingStandingSerializer(serializers.Serializer):
     required = serializers.BooleanField(help_text="The caller must pass it before writing or validating.")
     passed = serializers.BooleanField()
     blocked = serializers.BooleanField(help_text="Every try allowed was failed: the task's work is closed to them.")
@@ -38,7 +38,7 @@ class OnboardingSerializer(serializers.Serializer):
     task = serializers.CharField()
     instructions = serializers.CharField()
     introduction = serializers.CharField()
-    standing = StandingSerializer()
+    standing = OnboardingStandingSerializer()
     items = ItemSerializer(many=True)
 
 
@@ -60,7 +60,7 @@ class AnsweredSerializer(serializers.Serializer):
     explanation = serializers.CharField()
     try_finished = serializers.BooleanField()
     score = serializers.IntegerField(allow_null=True)
-    standing = StandingSerializer()
+    standing = OnboardingStandingSerializer()
 
 
 class Onboarding(AnnotationView):

@@ -70,7 +70,7 @@ class MyAssignmentRowSerializer(serializers.Serializer):
     feedback = serializers.CharField(allow_blank=True)
 
 
-class StandingSerializer(serializers.Serializer):
+class TaskStandingSerializer(serializers.Serializer):
     task = serializers.CharField()
     task_name = serializers.CharField()
     onboarding = serializers.BooleanField(
@@ -93,7 +93,7 @@ class MeSerializer(serializers.Serializer):
     examples = MyExampleRowSerializer(many=True, source="examples.rows", help_text="This page of them, newest first.")
     validations = MyValidationRowSerializer(many=True, source="validations.rows")
     assignments = MyAssignmentRowSerializer(many=True, source="assignments.rows")
-    standing = StandingSerializer(many=True)
+    standing = TaskStandingSerializer(many=True)
     pages = PagesSerializer(source="*", help_text="Which page of each list this is, and whether more follow.")
 
 
