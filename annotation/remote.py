@@ -50,7 +50,7 @@ def predict_with_endpoints(models: list[TargetModel], rows_inputs: list[dict], *
     for model in models:
         if model.endpoint_id is not None:
             by_model[model.id] = endpoints.predict(found[model.endpoint_id], config, rows_inputs, round_id=round_id)
-    qa = config.kind.ml_kind == "extractive_qa"
+    qa = config.kind.answer_shape == "span"  # an ensemble of spans is combined as spans
     results = []
     for i in range(len(rows_inputs)):
         members = [by_model[m.id][i] for m in models]
