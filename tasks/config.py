@@ -25,9 +25,9 @@ import jsonschema
 from django.core.exceptions import ValidationError
 
 from core.errors import InvalidInput
-from ml.endpoints.prompts import check_template
 from ml.submissions import ConfigBounds
 
+from .endpoint_config import ENDPOINT_DEFAULTS, ENDPOINT_SCHEMA, endpoint_problems
 from .kinds import KINDS, ClassificationKind, ExtractiveQAKind, TaskKind, not_a_span  # noqa: F401 (re-exported)
 from .licenses import DEFAULT_LANGUAGES, DEFAULT_LICENSE, LICENSES
 from .onboarding_config import (  # noqa: F401
@@ -163,30 +163,10 @@ CONFIG_SCHEMA = {
             "properties": {name: {"type": "integer", "minimum": 1, "maximum": ceiling}
                            for name, ceiling in MODEL_LIMIT_CEILINGS.items()},
         },
-        "endpoint_models": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "prompt_template": {"type": "string", "minLength": 1, "maxLength": 4000},
-                "unparseable_is_error": {"type": "boolean"},
-                "occlusion_max_calls": {"type": "integer", "minimum": 0, "maximum": 200},
-                "probe_examples": {"type": "array", "maxItems": 10,
-                                   "items": {"type": "object", "maxProperties": 5,
-                                             "additionalProperties": {"type": "string", "maxLength": 20000}}},
-            },
-        },
+        "endpoint_models": ENDPOINT_SCHEMA,
         "onboarding": ONBOARDING_SCHEMA,
     },
 }
-# How models behind endpoints are asked (``registry.endpoints``): the chat prompt
-# (``ml.endpoints.prompts``: ``{field}``, ``{fields}``, ``{labels}``,
-# ``{label_descriptions}``; empty: the kind's default), whether an answer that cannot be
-# read counts as the model's error (default: no; it is recorded and shown as
-# unreadable), how many calls a black-box "Why?" may make (0: not offered), and the
-# probe examples (model input values by field name) a health check asks.
-ENDPOINT_DEFAULTS = {"prompt_template": None, "unparseable_is_error": False, "occlusion_max_calls": 40,
-                     "probe_examples": []}
-
 DEFAULTS = {
     "labels": [],
     "model_wrong_metric": {"type": "exact_match"},
@@ -427,18 +407,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
         problems.append(f"config.validation: min_votes ({validation['min_votes']}) is more than max_votes "
                         f"({validation['max_votes']}).")
 
-    template = merged["endpoint_models"]["prompt_template"]
-    if template:
-        # The ``ml`` field names the model inputs become (QA: passage and question).
-        ml_names = {"passage", "question"} if kind.ml_kind == "extractive_qa" else set(merged["model_inputs"])
-        problem = check_template(template, ml_names)
-        if problem:
-            problems.append(f"config.endpoint_models.prompt_template: {problem}.")
-    for i, probe in enumerate(merged["endpoint_models"]["probe_examples"]):
-        unknown = sorted(set(probe) - set(merged["model_inputs"]))
-        if unknown or set(probe) != set(merged["model_inputs"]):
-            problems.append(f"config.endpoint_models.probe_examples[{i}]: needs exactly the model inputs "
-                            f"{merged['model_inputs']}.")
+    problems += endpoint_problems(merged, kind)
     problems += kind.config_problems(merged, context_names, label_names)
     if problems:
         raise ValidationError({"config": problems})
