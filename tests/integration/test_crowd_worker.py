@@ -56,14 +56,21 @@ def test_the_worker_syncs_and_pays_bonuses_exactly_once(celery_worker_process, w
 
 
 def _sign_up(username, address):
-    """A site account made through the sign-up page from ``address``, signed in."""
+    """A site account made through the sign-up page from ``address``, its e-mail address
+    confirmed through the link sent (unconfirmed, its votes would never count), signed in."""
+    import re
+
     from django.contrib.auth import get_user_model
+    from django.core import mail
     from rest_framework.test import APIClient
 
     puppet = APIClient(REMOTE_ADDR=address)
     password = "a-long-enough-pass-123"
-    response = puppet.post("/accounts/signup/", {"username": username, "password1": password, "password2": password})
+    response = puppet.post("/accounts/signup/", {"username": username, "email": f"{username}@example.org",
+                                                 "password1": password, "password2": password})
     assert response.status_code == 302, response.content
+    link = re.search(r"https?://\S+/accounts/verify/\S+", mail.outbox[-1].body).group(0)
+    assert puppet.get(link).status_code == 200
     puppet.user = get_user_model().objects.get(username=username)
     return puppet
 
