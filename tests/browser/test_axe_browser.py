@@ -73,30 +73,7 @@ def test_the_pages_we_write_have_no_axe_violations(live_server, live_tasks, anno
     page.wait_for_selector("#login-error")
     scan("sign-in with an error")
 
-    page.goto(token_url(live_server, annotator, task, "create"))
-    page.wait_for_selector("#context-fields .field .text")
-    scan("write")
-    page.click("#submit-example")
-    page.wait_for_selector("[id='error-inputs.statement']:has-text('Write')")
-    scan("write with errors")
-    page.fill("#input-statement", "Words for the scan.")
-    page.locator("input[name=label]").first.check()
-    page.click("#submit-example")
-    page.wait_for_selector("#result:not([hidden])")
-    page.click("#explain")
-    page.wait_for_selector("#explanation:not([hidden]) .heat")
-    scan("write: the answer and the explanation")
-
-    page.goto(token_url(live_server, annotator, task, "validate"))
-    page.wait_for_selector("#blind-step:not([hidden])")
-    scan("validate")
-    page.locator("input[name=blind-label]").first.check()
-    page.click("#reveal")
-    page.wait_for_selector("#decide-step:not([hidden])")
-    scan("validate: the writer's answer")
-    page.click("#decide-step button[data-label=correct]")
-    page.wait_for_selector("#empty")
-    scan("validate: nothing left")
+    write_and_validate(page, live_server, task, annotator, scan)
 
     assert {state: v for state, v in found.items() if v} == {}
     assert errors == []

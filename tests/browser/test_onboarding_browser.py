@@ -14,6 +14,20 @@ from tests.browser.test_keyboard_browser import active, make_items, token_url, w
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def pass_onboarding(page, items):
+    """Answers each onboarding item right, as a worker would on the page (each answer's
+    explanation shown), then goes on to the work."""
+    for number, item in enumerate(items):
+        form = page.locator(f".onboarding-form[data-number='{number}']")
+        form.locator(f"input[value='{item['answer'] if item['kind'] == 'judge' else item['answer']['label']}']").check()
+        form.locator("button[type=submit]").click()
+        page.wait_for_function("n => document.querySelectorAll('.onboarding-result')[n].textContent.length > 0",
+                               arg=number)
+        assert item["explanation"] in form.locator(".onboarding-result").inner_text()
+    assert "You passed" in page.locator("#onboarding-outcome").inner_text()
+    page.locator("#onboarding-continue").click()
+
+
 def test_a_new_worker_passes_the_onboarding_then_writes(with_onboarding, live_server, live_tasks, annotator,
                                                         browser_page):
     page, errors = browser_page

@@ -121,16 +121,10 @@ def test_a_newcomer_writes_an_example_through_make_services(services_up, browser
     # The task's onboarding comes first (the built-in tasks ship one): answered right, item
     # by item, then on to the work.
     from tasks.services import load_definition
+    from tests.browser.test_onboarding_browser import pass_onboarding
 
     page.wait_for_selector("#onboarding")
-    for number, item in enumerate(load_definition("sentiment")["config"]["onboarding"]["items"]):
-        form = page.locator(f".onboarding-form[data-number='{number}']")
-        form.locator(f"input[value='{item['answer'] if item['kind'] == 'judge' else item['answer']['label']}']").check()
-        form.locator("button[type=submit]").click()
-        page.wait_for_function("n => document.querySelectorAll('.onboarding-result')[n].textContent.length > 0",
-                               arg=number)
-    assert "You passed" in page.locator("#onboarding-outcome").inner_text()
-    page.locator("#onboarding-continue").click()
+    pass_onboarding(page, load_definition("sentiment")["config"]["onboarding"]["items"])
 
     page.wait_for_selector("#context-fields .field .text")
     page.fill("#input-statement", "Not exactly terrible, I suppose.")

@@ -13,6 +13,7 @@ from annotation.models import Example, OnboardingRecord
 from crowd import bonuses, sync
 from crowd.models import Assignment, BonusPayment
 from crowd.publishing import BatchRequest, publish
+from tests.browser.test_onboarding_browser import pass_onboarding
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -50,15 +51,7 @@ def test_a_new_worker_goes_from_onboarding_to_a_paid_bonus_shown_on_their_page(
     first = open_hit(first_hit)
     page.wait_for_selector("#onboarding")
     assert page.locator("#example-form").count() == 0
-    for number, item in enumerate(task.parsed_config.onboarding["items"]):
-        form = page.locator(f".onboarding-form[data-number='{number}']")
-        form.locator(f"input[value='{item['answer'] if item['kind'] == 'judge' else item['answer']['label']}']").check()
-        form.locator("button[type=submit]").click()
-        page.wait_for_function("n => document.querySelectorAll('.onboarding-result')[n].textContent.length > 0",
-                               arg=number)
-        assert item["explanation"] in form.locator(".onboarding-result").inner_text()
-    assert "You passed" in page.locator("#onboarding-outcome").inner_text()
-    page.locator("#onboarding-continue").click()
+    pass_onboarding(page, task.parsed_config.onboarding["items"])
 
     # 2. The work: the same words with each label, so one of the two fools the model; then
     # feedback, and Submit posts to MTurk.
