@@ -15,7 +15,8 @@ updates, never with a read-modify-write in Python):
 - ``accounts``: a site account's e-mail address, confirmed by a link (until then its
   votes never count);
 - ``onboarding``: a task's onboarding quiz, taken per worker and task, and the rule
-  that only those who passed write or validate (``onboarding_api``: its endpoints);
+  that only those who passed write or validate (``onboarding_api``: its endpoints;
+  ``onboarding_admin``: its records in the admin);
 - ``gold``: known-answer items, the ground truth a ring of accounts cannot write;
 - ``reliability``: validators' reliability on a task and the adaptive decision, read
   from and stored to the database; ``reliability_model`` is its pure model (no Django);

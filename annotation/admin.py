@@ -32,6 +32,7 @@ from tasks.models import Round, Task
 
 from . import examples as example_services
 from . import exports as export_services
+from . import onboarding_admin  # noqa: F401  (registers the onboarding records' list)
 from . import reliability as reliability_services
 from . import trust as trust_services
 from . import validation as validation_services

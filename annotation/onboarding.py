@@ -13,7 +13,8 @@ with the code ``onboarding_required``); the task's researchers are never asked.
 The known answers never leave the server before the worker answers: ``shown_items``
 leaves them out. MTurk workers take the same quiz through their assignment's token;
 the crowd app listens to ``onboarding_passed`` and ``onboarding_blocked`` (sent
-after the record is stored) to give the task's MTurk qualifications.
+after the record is stored) to give the task's MTurk qualifications, and to
+``onboarding_reset`` (``let_try_again``, the admin's action) to lift the task block.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput, OnboardingRequired
+from core.errors import Conflict, Forbidden, InvalidInput, OnboardingRequired
 from tasks.models import Task
 from tasks.onboarding_config import JUDGE_ANSWERS
 from tasks.roles import is_researcher
@@ -34,6 +35,8 @@ from .models import OnboardingRecord
 # Sent with ``task`` and ``user`` once the record says so (outside its transaction).
 onboarding_passed = Signal()
 onboarding_blocked = Signal()
+# Sent with ``task``, ``user`` and ``by`` when a researcher lets a blocked worker try again.
+onboarding_reset = Signal()
 
 BLOCKED_MESSAGE = ("Thank you for trying the onboarding of {task}. It was not passed within the {tries} tries "
                    "allowed, so this task's work is not open to you; other tasks may be. We are grateful for "
@@ -216,6 +219,21 @@ def reset(task: Task, user) -> None:
     the worker may take the onboarding again, from no tries."""
     OnboardingRecord.objects.filter(task=task, user=user, passed_at__isnull=True).update(
         blocked_at=None, tries=0, answers={}, updated_at=timezone.now())
+
+
+def let_try_again(task: Task, user, *, by) -> bool:
+    """A task's researcher (``by``) lets a worker who failed every try take the onboarding
+    again: the record's block and tries are cleared (``reset``), and ``onboarding_reset``
+    tells the crowd app to lift the worker's task block there. False when there was no
+    block to lift (passed, or never blocked)."""
+    if not is_researcher(by, task):
+        raise Forbidden("Only the task's researchers let a worker take its onboarding again.")
+    if not OnboardingRecord.objects.filter(task=task, user=user, blocked_at__isnull=False,
+                                           passed_at__isnull=True).exists():
+        return False
+    reset(task, user)
+    onboarding_reset.send(sender=OnboardingRecord, task=task, user=user, by=by)
+    return True
 
 
 def take_with_known_answers(task: Task, user) -> Standing:

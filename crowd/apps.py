@@ -15,9 +15,10 @@ class CrowdConfig(AppConfig):
         register_card_section("recruitment", releases.recruitment_section)
 
         # MTurk qualifications follow the onboarding records (crowd.onboarding).
-        from annotation.onboarding import onboarding_blocked, onboarding_passed
+        from annotation.onboarding import onboarding_blocked, onboarding_passed, onboarding_reset
 
         from . import onboarding
 
         onboarding_passed.connect(onboarding.on_passed, dispatch_uid="crowd-onboarding-passed")
         onboarding_blocked.connect(onboarding.on_blocked, dispatch_uid="crowd-onboarding-blocked")
+        onboarding_reset.connect(onboarding.on_reset, dispatch_uid="crowd-onboarding-reset")

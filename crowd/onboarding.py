@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from . import mturk, workers
-from .models import WorkerIdentity
+from .models import TaskBlock, WorkerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +59,18 @@ def on_blocked(sender, task, user, **kwargs) -> None:
         log.warning("onboarding failed by %s on %s, but MTurk refused the block qualification: %s",
                     identity.worker_id, task.slug, exc)
 
+
+
+def on_reset(sender, task, user, by, **kwargs) -> None:
+    """A researcher let the worker take the onboarding again: lift the task block that
+    failing it gave (on MTurk and here). If MTurk refuses, the block stays and says so in
+    the log; it can be lifted by hand (Crowd > Task blocks)."""
+    identity = _identity(user)
+    block = TaskBlock.objects.filter(worker=identity, task=task, reason=BLOCK_REASON).first() if identity else None
+    if block is None:
+        return
+    try:
+        workers.task_unblock(block, by)
+    except mturk.MTurkError as exc:
+        log.warning("onboarding reset for %s on %s, but MTurk refused to lift the block: %s",
+                    identity.worker_id, task.slug, exc)

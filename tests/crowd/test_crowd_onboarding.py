@@ -250,3 +250,25 @@ def test_the_publish_form_offers_onboarding_only_batches_and_requiring_the_onboa
                            {**form, "mode": "create", "bonus_per_example": "0.25", "require_onboarding": "on"})
     assert response.status_code == 302
     assert Batch.objects.get(mode=Batch.Mode.CREATE).require_onboarding
+
+
+def test_letting_a_blocked_mturk_worker_try_again_in_the_admin_lifts_the_task_block_on_mturk(
+        with_onboarding, live_tasks, crowd, client, researcher, client_for):
+    from annotation.models import OnboardingRecord
+
+    batch = make_batch(live_tasks["sentiment"], hits=2)
+    hit, assignment_id, page = open_hit(client, crowd, batch)
+    worker = api(token_of(page))
+    take(worker, "sentiment", answers("sentiment", wrong={0, 1}))
+    assert take(worker, "sentiment", answers("sentiment", wrong={2, 3}))["standing"]["blocked"]
+    blocked_on_mturk = (workers.block_qualification_id(True, batch.task), WORKER)
+    assert blocked_on_mturk in crowd.qualification_scores
+
+    record = OnboardingRecord.objects.get(user__mturk_identity__worker_id=WORKER)
+    client_for(researcher).post("/admin/annotation/onboardingrecord/",
+                                {"action": "let_try_again", "_selected_action": [record.pk]})
+    assert not TaskBlock.objects.filter(worker__worker_id=WORKER, task=batch.task).exists()
+    assert blocked_on_mturk not in crowd.qualification_scores
+    other = batch.hit_rows.get(number=2)
+    again = arrive(client, other.hit_id, crowd.accept(other.hit_id, WORKER))
+    assert again.status_code == 200 and 'id="onboarding"' in again.content.decode()
