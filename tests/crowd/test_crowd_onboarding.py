@@ -50,6 +50,9 @@ def test_the_hit_shows_the_onboarding_first_and_a_pass_opens_the_work(with_onboa
     body = page.content.decode()
     assert page.status_code == 200 and 'id="onboarding"' in body and 'id="example-form"' not in body
     assert "To pass, get at least <strong>3</strong> of 4 right" in body
+    # The write page's header holds the instructions: the onboarding does not repeat them.
+    instructions = live_tasks["sentiment"].instructions[:40]
+    assert body.count(instructions) == 1 and 'id="onboarding-read-first"' in body
     token = token_of(page)
     worker = api(token)
     refused = worker.post("/api/tasks/sentiment/examples/", {
@@ -128,6 +131,9 @@ def test_a_batch_that_requires_the_onboarding_admits_only_those_who_passed_it_in
     assert {"QualificationTypeId": onboarded, "Comparator": "DoesNotExist",
             "ActionsGuarded": "DiscoverPreviewAndAccept"} in quiz_type["QualificationRequirements"]
     hit, assignment_id, page = open_hit(client, crowd, quiz)
+    # An onboarding-only HIT's page has no instructions in its header: the onboarding shows them, once.
+    quiz_body = page.content.decode()
+    assert quiz_body.count(task.instructions[:40]) == 1 and 'id="onboarding-read-first"' not in quiz_body
     body = page.content.decode()
     assert 'id="onboarding"' in body and 'id="hit-submit"' in body and 'name="feedback"' in body
     token = token_of(page)
