@@ -430,3 +430,23 @@ def s3_store(s3_endpoint, settings, monkeypatch, tmp_path):
     settings.AWS_ENDPOINT_URL_S3 = s3_endpoint
     settings.DYNABENCH_ARTIFACTS_CACHE = str(tmp_path / "cache-a")
     return bucket
+
+
+@pytest.fixture
+def release_world(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
+    """The NLI demo task with data in every state a release must tell apart
+    (tests/leaderboard/release_data.py): rounds 0 and 1 closed, round 2 open."""
+    from tests.leaderboard.release_data import populate
+
+    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
+
+
+@pytest.fixture
+def released(release_world, django_capture_on_commit_callbacks):
+    """A release of ``release_world``'s rounds 0 and 1, made by the service and its job."""
+    from leaderboard.models import Release
+    from leaderboard.releases import service
+
+    with django_capture_on_commit_callbacks(execute=True):
+        service.start_release(release_world.task, rounds=[0, 1])
+    return Release.objects.get()

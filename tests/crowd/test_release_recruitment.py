@@ -5,7 +5,6 @@ below it)."""
 from datetime import timedelta
 from decimal import Decimal
 
-import pytest
 from django.utils import timezone
 
 from annotation.models import AnnotationSession
@@ -14,7 +13,6 @@ from crowd.releases import recruitment_section
 from leaderboard.models import Release
 from leaderboard.releases import service
 from tasks.models import Round
-from tests.leaderboard.release_data import populate
 
 NOW = timezone.now()
 
@@ -44,14 +42,9 @@ def assignment(b, user, minutes, *, bonus=None, bonus_status=BonusPayment.Status
     return made
 
 
-@pytest.fixture
-def nli(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
-    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-
-
-def test_the_card_gives_the_median_pay_per_hour_of_the_live_batches(nli, annotator, second_annotator, mturk_worker,
-                                                                    tmp_path, django_capture_on_commit_callbacks):
-    task = nli.task
+def test_the_card_gives_the_median_pay_per_hour_of_the_live_batches(
+        release_world, annotator, second_annotator, mturk_worker, tmp_path, django_capture_on_commit_callbacks):
+    task = release_world.task
     first = Round.objects.get(task=task, number=1)
     live = batch(task, first)
     assignment(live, annotator, 30, bonus="0.50")  # $1.50 in half an hour: $3.00 an hour
@@ -73,8 +66,8 @@ def test_the_card_gives_the_median_pay_per_hour_of_the_live_batches(nli, annotat
     assert mturk_worker.mturk_identity.worker_id not in readme
 
 
-def test_sandbox_only_batches_say_so_and_rounds_without_batches_say_nothing(nli, annotator):
-    task = nli.task
+def test_sandbox_only_batches_say_so_and_rounds_without_batches_say_nothing(release_world, annotator):
+    task = release_world.task
     rounds = list(Round.objects.filter(task=task, number__in=[0, 1]))
     assert recruitment_section(task, rounds) is None
     b = batch(task, Round.objects.get(task=task, number=1), sandbox=True, bonus="0")

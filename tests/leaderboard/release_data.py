@@ -105,3 +105,8 @@ def populate(task, writers, researcher, validators) -> Populated:
     second.target_models.add(model)
     out.open_round.append(example(second, 40, writer=writers[0]))
     return out
+
+
+def body(response) -> bytes:
+    """A download's bytes, streamed or not."""
+    return b"".join(response.streaming_content) if response.streaming else response.content

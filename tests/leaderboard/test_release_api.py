@@ -3,36 +3,18 @@
 import hashlib
 import re
 
-import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
 from jobs.models import Job
 from leaderboard.models import Release
 from leaderboard.releases import service
-from tests.leaderboard.release_data import populate
-
-
-@pytest.fixture
-def nli(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
-    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-
-
-@pytest.fixture
-def released(nli, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
-        service.start_release(nli.task, rounds=[0, 1])
-    return Release.objects.get()
-
-
-def body(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
+from tests.leaderboard.release_data import body
 
 # --- the API ---------------------------------------------------------------------------
 
 
-def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(nli, client_for, researcher, anonymous,
+def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(release_world, client_for, researcher, anonymous,
                                                                    django_capture_on_commit_callbacks):
     url = reverse("api:release-list", args=["nli"])
     with django_capture_on_commit_callbacks(execute=True):
@@ -47,7 +29,7 @@ def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(nli, client_f
     [release] = listed.json()["results"]
     assert (release["version"], release["rounds"], release["splits"], release["license"]) == (
         1, [0, 1], ["train", "test"], "unspecified")
-    assert release["rows"] == sum(1 for e in nli.released if e.split in ("train", "test"))
+    assert release["rows"] == sum(1 for e in release_world.released if e.split in ("train", "test"))
     files = {f["path"]: f for f in release["files"]}
     assert set(files) == {"README.md", "croissant.json", "data/train.parquet", "data/test.parquet"}
     download = anonymous.get(files["data/train.parquet"]["url"])
@@ -58,7 +40,7 @@ def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(nli, client_f
     assert anonymous.get(reverse("api:release-detail", args=["nli", 2])).status_code == 404
 
 
-def test_the_api_refuses_with_the_reason(nli, client_for, researcher, other_researcher, annotator, anonymous):
+def test_the_api_refuses_with_the_reason(release_world, client_for, researcher, other_researcher, annotator, anonymous):
     url = reverse("api:release-list", args=["nli"])
     assert anonymous.post(url, {"rounds": [1]}, format="json").status_code in (401, 403)
     assert client_for(annotator).post(url, {"rounds": [1]}, format="json").status_code == 403
@@ -89,12 +71,12 @@ def test_every_file_downloads_as_it_was_recorded(released, client):
     assert client.get(reverse("release-file", args=["nli", 7, "README.md"])).status_code == 404
 
 
-def test_a_release_in_object_storage_downloads_through_a_signed_address(nli, s3_store, client, tmp_path,
+def test_a_release_in_object_storage_downloads_through_a_signed_address(release_world, s3_store, client, tmp_path,
                                                                         django_capture_on_commit_callbacks):
     import requests
 
     with django_capture_on_commit_callbacks(execute=True):
-        service.start_release(nli.task, rounds=[1])
+        service.start_release(release_world.task, rounds=[1])
     release = Release.objects.get()
     assert release.location.startswith(f"s3://{s3_store}/store/releases/nli/v1-")
     response = client.get(reverse("release-file", args=["nli", 1, "data/train.parquet"]))
@@ -109,11 +91,11 @@ def test_a_release_in_object_storage_downloads_through_a_signed_address(nli, s3_
 # --- the admin ---------------------------------------------------------------------------
 
 
-def test_the_admin_makes_a_release_and_shows_it_read_only(nli, client, researcher,
+def test_the_admin_makes_a_release_and_shows_it_read_only(release_world, client, researcher,
                                                           django_capture_on_commit_callbacks):
     client.force_login(researcher)
     url = reverse("admin:tasks_task_changelist")
-    selected = {"action": "release_dataset", ACTION_CHECKBOX_NAME: [nli.task.pk]}
+    selected = {"action": "release_dataset", ACTION_CHECKBOX_NAME: [release_world.task.pk]}
     form = client.post(url, selected)
     assert form.status_code == 200 and 'value="Make the release"' in form.content.decode()
     assert "closed rounds 0 (3 verified), 1 (8 verified)" in form.content.decode()

@@ -3,31 +3,11 @@
 import re
 from urllib.parse import parse_qsl
 
-import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from leaderboard.models import Release
-from leaderboard.releases import service
-from tests.leaderboard.release_data import MARKUP, populate
-
-
-@pytest.fixture
-def nli(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
-    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-
-
-@pytest.fixture
-def released(nli, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
-        service.start_release(nli.task, rounds=[0, 1])
-    return Release.objects.get()
-
-
-def body(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
+from tests.leaderboard.release_data import MARKUP
 
 # --- the task page and the public browser -------------------------------------------------
 
@@ -40,22 +20,22 @@ def test_the_task_page_links_the_examples_and_each_releases_files(released, clie
         assert entry["sha256"] in page
 
 
-def test_the_public_sees_verified_examples_of_closed_rounds_only_escaped(nli, client):
+def test_the_public_sees_verified_examples_of_closed_rounds_only_escaped(release_world, client):
     url = reverse("public-examples", args=["nli"])
     page = client.get(url)  # the newest closed round with examples: round 1
     assert page.status_code == 200
     text = page.content.decode()
     shown = set(re.findall(r'data-uid="([0-9a-f-]+)"', text))
-    assert shown == {str(e.uid) for e in nli.released if e.round.number == 1}
+    assert shown == {str(e.uid) for e in release_world.released if e.round.number == 1}
     assert "<script>alert" not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
-    for example in nli.released:
+    for example in release_world.released:
         if example.round.number == 1:
             block = re.search(rf'data-uid="{example.uid}">(.*?)</li>', text, re.S).group(1)
             assert f"<strong>Model's answer:</strong> {example.prediction['label']}" in block
-            assert f"({nli.model.name})" in block
+            assert f"({release_world.model.name})" in block
             assert ("fooled the model" in block) is example.fooled
     static = client.get(url, {"round": 0}).content.decode()
-    assert set(re.findall(r'data-uid="([0-9a-f-]+)"', static)) == {str(e.uid) for e in nli.released
+    assert set(re.findall(r'data-uid="([0-9a-f-]+)"', static)) == {str(e.uid) for e in release_world.released
                                                                    if e.round.number == 0}
     assert client.get(url, {"round": 2}).status_code == 404  # open
     assert client.get(url, {"round": 9}).status_code == 404
@@ -65,7 +45,7 @@ def test_the_public_sees_verified_examples_of_closed_rounds_only_escaped(nli, cl
     assert client.get(url, {"q": "x" * 201}).status_code == 400
 
 
-def test_pages_walk_the_round_by_keyset_and_never_read_it_all(nli, client, settings):
+def test_pages_walk_the_round_by_keyset_and_never_read_it_all(release_world, client, settings):
     settings.PUBLIC_EXAMPLES_PAGE = 3
     url = reverse("public-examples", args=["nli"])
     seen, query = [], {"round": 1}
@@ -83,15 +63,15 @@ def test_pages_walk_the_round_by_keyset_and_never_read_it_all(nli, client, setti
         if not found:
             break
         query = dict(parse_qsl(found.group(1).replace("&amp;", "&")))
-    assert len(seen) == len(set(seen)) == sum(1 for e in nli.released if e.round.number == 1)
-    assert [u for u in seen] == [str(e.uid) for e in sorted((e for e in nli.released if e.round.number == 1),
+    assert len(seen) == len(set(seen)) == sum(1 for e in release_world.released if e.round.number == 1)
+    assert [u for u in seen] == [str(e.uid) for e in sorted((e for e in release_world.released if e.round.number == 1),
                                                             key=lambda e: -e.pk)]
 
 
-def test_search_finds_words_within_a_bounded_window(nli, client, settings):
+def test_search_finds_words_within_a_bounded_window(release_world, client, settings):
     url = reverse("public-examples", args=["nli"])
     found = client.get(url, {"round": 1, "q": "BOLD alert"}).content.decode()
-    assert re.findall(r'data-uid="([0-9a-f-]+)"', found) == [str(e.uid) for e in nli.released
+    assert re.findall(r'data-uid="([0-9a-f-]+)"', found) == [str(e.uid) for e in release_world.released
                                                             if e.inputs["hypothesis"] == MARKUP]
     assert "Searched 8 examples of round 1." in found
     settings.PUBLIC_EXAMPLES_SEARCH_WINDOW = 2
@@ -110,14 +90,14 @@ def test_search_finds_words_within_a_bounded_window(nli, client, settings):
         if not more:
             break
         query = dict(parse_qsl(more.group(1).replace("&amp;", "&")))
-    [wanted] = [e for e in nli.released if e.inputs["hypothesis"] == "nli example 1-10"]
+    [wanted] = [e for e in release_world.released if e.inputs["hypothesis"] == "nli example 1-10"]
     assert uids == [str(wanted.uid)]
 
 
-def test_a_hidden_tasks_releases_and_examples_are_its_researchers_alone(released, nli, anonymous, client,
+def test_a_hidden_tasks_releases_and_examples_are_its_researchers_alone(released, release_world, anonymous, client,
                                                                         client_for, researcher):
-    nli.task.is_hidden = True
-    nli.task.save()
+    release_world.task.is_hidden = True
+    release_world.task.save()
     assert anonymous.get(reverse("api:release-list", args=["nli"])).status_code == 404
     assert client.get(reverse("release-file", args=["nli", 1, "README.md"])).status_code == 404
     assert client.get(reverse("public-examples", args=["nli"])).status_code == 404

@@ -5,32 +5,26 @@ import json
 
 import pytest
 
-from leaderboard.models import Release
 from leaderboard.releases import service
 from leaderboard.releases.files import sha256_of
-from tests.leaderboard.release_data import populate
 
 
 @pytest.fixture
-def released(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser, tmp_path,
-             django_capture_on_commit_callbacks):
-    populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-    with django_capture_on_commit_callbacks(execute=True):
-        service.start_release(demo_tasks["nli"], rounds=[0, 1])
-    release = Release.objects.get()
-    service.copy_release(release, tmp_path / "release")
-    return release, tmp_path / "release"
+def copied(released, tmp_path):
+    """The release of ``released`` (tests/conftest.py) copied out to a folder, as a user downloads it."""
+    service.copy_release(released, tmp_path / "release")
+    return released, tmp_path / "release"
 
 
 # mlcroissant builds its graph with rdflib's ConjunctiveGraph and calls pandas' reset_index(inplace=True),
 # which those libraries deprecate: their warnings, not ours.
 @pytest.mark.filterwarnings("ignore:ConjunctiveGraph is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.reset_index is deprecated")
-def test_mlcroissant_finds_no_error_or_warning_and_reads_every_row(released):
+def test_mlcroissant_finds_no_error_or_warning_and_reads_every_row(copied):
     import mlcroissant
     import pyarrow.parquet as pq
 
-    release, folder = released
+    release, folder = copied
     dataset = mlcroissant.Dataset(jsonld=str(folder / "croissant.json"))
     issues = dataset.metadata.ctx.issues
     assert not issues.errors and not issues.warnings, (issues.errors, issues.warnings)
@@ -45,8 +39,8 @@ def test_mlcroissant_finds_no_error_or_warning_and_reads_every_row(released):
             assert [m.decode() for m in record[f"{split}/target_models"]] == row["target_models"]
 
 
-def test_the_croissant_file_names_each_data_file_with_its_digest(released):
-    release, folder = released
+def test_the_croissant_file_names_each_data_file_with_its_digest(copied):
+    release, folder = copied
     document = json.loads((folder / "croissant.json").read_text())
     assert document["conformsTo"] == "http://mlcommons.org/croissant/1.0"
     assert document["version"] == "1.0.0" and document["name"] == "dynabench-nli-v1"

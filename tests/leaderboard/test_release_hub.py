@@ -10,21 +10,15 @@ from django.core.management import CommandError, call_command
 from leaderboard.models import Release
 from leaderboard.releases.files import sha256_of
 from tests.fake_hub import FakeHub
-from tests.leaderboard.release_data import populate
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the command waits for its job, run once it commits
-
-
-@pytest.fixture
-def nli(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
-    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
 
 
 def written(folder):
     return {p.relative_to(folder).as_posix(): sha256_of(p) for p in folder.rglob("*") if p.is_file()}
 
 
-def test_push_uploads_the_folder_to_the_hub(nli, settings, tmp_path):
+def test_push_uploads_the_folder_to_the_hub(release_world, settings, tmp_path):
     with FakeHub(token="hf_write_token") as hub:
         settings.HF_TOKEN, settings.HF_ENDPOINT = "hf_write_token", hub.url
         out = tmp_path / "release"
@@ -39,7 +33,7 @@ def test_push_uploads_the_folder_to_the_hub(nli, settings, tmp_path):
     assert ("POST", "/api/validate-yaml") in hub.requests  # the Hub checked the card's header
 
 
-def test_without_a_token_nothing_is_pushed_and_the_folder_is_written(nli, settings, tmp_path):
+def test_without_a_token_nothing_is_pushed_and_the_folder_is_written(release_world, settings, tmp_path):
     settings.HF_TOKEN = ""
     out = tmp_path / "release"
     with pytest.raises(CommandError, match=f"no HF_TOKEN is configured. The release is written to {out}"):
@@ -47,7 +41,7 @@ def test_without_a_token_nothing_is_pushed_and_the_folder_is_written(nli, settin
     assert set(written(out)) == set(Release.objects.get().files)
 
 
-def test_an_unreachable_hub_or_a_refused_token_is_said_plainly(nli, settings, tmp_path):
+def test_an_unreachable_hub_or_a_refused_token_is_said_plainly(release_world, settings, tmp_path):
     with socket.socket() as probe:  # a port where nothing listens: no network to the Hub
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]

@@ -20,11 +20,6 @@ from tasks.models import Round
 from tests.leaderboard.release_data import MARKUP, populate
 
 
-@pytest.fixture
-def nli(demo_tasks, annotator, second_annotator, researcher, other_researcher, superuser):
-    return populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-
-
 @pytest.fixture(autouse=True)
 def _jobs_run_on_commit(django_capture_on_commit_callbacks):
     global CAPTURE
@@ -54,9 +49,9 @@ def expected_uids(task, rounds, split) -> set[str]:
     return {str(uid) for uid in rows.values_list("uid", flat=True)}
 
 
-def test_a_release_loads_with_datasets_and_holds_each_verified_example_of_its_rounds_once(nli, researcher,
+def test_a_release_loads_with_datasets_and_holds_each_verified_example_of_its_rounds_once(release_world, researcher,
                                                                                           tmp_path):
-    release = make_release(nli.task, [0, 1], user=researcher)
+    release = make_release(release_world.task, [0, 1], user=researcher)
     assert (release.version, release.rounds, release.created_by) == (1, [0, 1], researcher)
     assert release.splits == ["train", "dev", "test"]
     service.copy_release(release, tmp_path / "out")
@@ -66,20 +61,20 @@ def test_a_release_loads_with_datasets_and_holds_each_verified_example_of_its_ro
     for split in release.splits:
         uids = data[split]["uid"]
         assert len(uids) == len(set(uids))
-        assert set(uids) == expected_uids(nli.task, [0, 1], split)
+        assert set(uids) == expected_uids(release_world.task, [0, 1], split)
         assert release.counts["splits"][split]["rows"] == len(uids)
         seen += uids
-    assert set(seen) == {str(e.uid) for e in nli.released}
-    assert not set(seen) & {str(e.uid) for e in nli.withheld + nli.open_round}
+    assert set(seen) == {str(e.uid) for e in release_world.released}
+    assert not set(seen) & {str(e.uid) for e in release_world.withheld + release_world.open_round}
     assert set(data["train"]["round"]) == {0, 1}
 
     rows = {row["uid"]: row for split in release.splits for row in data[split]}
-    config = nli.task.parsed_config
+    config = release_world.task.parsed_config
     assert list(data["train"].features) == ["uid", "round", "source", *config.context_field_names,
                                            *config.input_field_names, "label", "model_answer", "fooled",
                                            "target_models", "verified_by", "votes_correct", "votes_incorrect",
                                            "validator_agreement", "annotator"]
-    for example in nli.released:
+    for example in release_world.released:
         row = rows[str(example.uid)]
         assert row["hypothesis"] == example.inputs["hypothesis"]
         assert row["premise"] == example.context.fields["premise"]
@@ -87,14 +82,14 @@ def test_a_release_loads_with_datasets_and_holds_each_verified_example_of_its_ro
         if example.source == Example.Source.ANNOTATION:
             assert row["fooled"] is example.fooled
             assert row["model_answer"] == example.prediction["label"]
-            assert row["target_models"] == [nli.model.name]
+            assert row["target_models"] == [release_world.model.name]
             assert re.fullmatch(r"ann-[0-9a-f]{20}", row["annotator"])
             assert row["annotator"] == pseudonym(example.annotator_id)  # the keyed hash, not the account
             assert example.annotator.username not in row["annotator"]
         else:
             assert row["fooled"] is None and row["annotator"] is None and row["verified_by"] == "imported"
     by_writer = {}
-    for example in nli.released:
+    for example in release_world.released:
         if example.annotator_id:
             by_writer.setdefault(example.annotator_id, set()).add(rows[str(example.uid)]["annotator"])
     assert all(len(ids) == 1 for ids in by_writer.values()) and len(by_writer) == 2  # one stable id per writer
@@ -113,10 +108,10 @@ def test_the_annotator_id_is_a_hash_under_the_secret_key(settings, mturk_worker)
     assert pseudonym(None) is None and pseudonym(None, "a-0123") not in (None, "a-0123")
 
 
-def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, researcher, tmp_path):
+def test_the_card_has_the_hub_header_and_counts_that_match_the_database(release_world, researcher, tmp_path):
     from huggingface_hub import DatasetCard
 
-    release = make_release(nli.task, [0, 1], user=researcher)
+    release = make_release(release_world.task, [0, 1], user=researcher)
     service.copy_release(release, tmp_path)
     readme = (tmp_path / "README.md").read_text(encoding="utf-8")
     card = DatasetCard(readme)
@@ -134,11 +129,11 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
             split, number, label, n = match.groups()
             counted[(split, int(number), label)] = int(n)
     expected = {}
-    for example in nli.released:
+    for example in release_world.released:
         key = (example.split, example.round.number, example.target["label"])
         expected[key] = expected.get(key, 0) + 1
     assert {k: v for k, v in counted.items() if v} == expected
-    assert sum(counted.values()) == release.total_rows == len(nli.released)
+    assert sum(counted.values()) == release.total_rows == len(release_world.released)
 
     # Every file's sha256 is in the card, and is the file's.
     for name in (*release.data_files, "croissant.json"):
@@ -150,7 +145,7 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
 
     # The model error rate of round 1 at collection, with its Wilson interval, from the counters.
     from ml.metrics import wilson_interval
-    written = [e for e in nli.released + nli.withheld if e.round.number == 1 and not e.retracted]
+    written = [e for e in release_world.released + release_world.withheld if e.round.number == 1 and not e.retracted]
     fooled = sum(1 for e in written if e.fooled)
     low, high = wilson_interval(fooled, len(written))
     assert f"{100 * fooled / len(written):.1f}% ({100 * low:.1f}%–{100 * high:.1f}%)" in readme
@@ -159,8 +154,8 @@ def test_the_card_has_the_hub_header_and_counts_that_match_the_database(nli, res
             "is decided once the probability that its writer is right (or wrong) reaches 0.9, after 2 to 5 votes"
             in readme)
     assert "1 of 2 cases" in readme  # blind answers: one of the two agreed
-    per_writer = Counter(e.annotator_id for e in nli.released if e.annotator_id)
-    assert per_writer[nli.released[3].annotator_id] == per_writer[nli.released[4].annotator_id]
+    per_writer = Counter(e.annotator_id for e in release_world.released if e.annotator_id)
+    assert per_writer[release_world.released[3].annotator_id] == per_writer[release_world.released[4].annotator_id]
     assert "Writers contributed unequal" not in readme  # they did not, here
     assert "## Known limitations" in readme and "No licence was chosen" in readme
     assert "Content warning" not in readme  # NLI has none
@@ -218,8 +213,8 @@ def test_a_qa_release_has_the_answer_span(demo_tasks, annotator, second_annotato
     assert DatasetCard((tmp_path / "README.md").read_text()).data.task_categories == ["question-answering"]
 
 
-def test_releases_refuse_open_and_draft_rounds_unknown_splits_and_nothing_to_release(nli, researcher):
-    task = nli.task
+def test_releases_refuse_open_and_draft_rounds_unknown_splits_and_nothing_to_release(release_world, researcher):
+    task = release_world.task
     with pytest.raises(Conflict, match="Round 2 of nli is open"):
         service.start_release(task, rounds=[1, 2])
     Round.objects.create(task=task, number=3)
@@ -238,30 +233,30 @@ def test_releases_refuse_open_and_draft_rounds_unknown_splits_and_nothing_to_rel
     assert not Release.objects.exists()
 
 
-def test_a_round_opened_or_a_key_lost_after_queueing_fails_the_job_with_the_reason(nli, settings):
+def test_a_round_opened_or_a_key_lost_after_queueing_fails_the_job_with_the_reason(release_world, settings):
     settings.JOBS_RUN_INLINE = False  # leave the job queued (a command run outside a server)
     with engine.held_for_the_server():
-        job = service.start_release(nli.task, rounds=[1])
+        job = service.start_release(release_world.task, rounds=[1])
     settings.RELEASE_PSEUDONYM_KEY = ""
     with pytest.raises(Unavailable, match="RELEASE_PSEUDONYM_KEY"):
-        service.start_release(nli.task, rounds=[0])
+        service.start_release(release_world.task, rounds=[0])
     service.run_release_job(job.pk)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED and "RELEASE_PSEUDONYM_KEY" in job.error
     assert not Release.objects.exists()
 
 
-def test_one_release_job_per_task_at_a_time(nli, settings):
+def test_one_release_job_per_task_at_a_time(release_world, settings):
     settings.JOBS_RUN_INLINE = False
     with engine.held_for_the_server():
-        first = service.start_release(nli.task, rounds=[1])
+        first = service.start_release(release_world.task, rounds=[1])
         with pytest.raises(Conflict, match=f"job #{first.pk}"):
-            service.start_release(nli.task, rounds=[0])
+            service.start_release(release_world.task, rounds=[0])
 
 
-def test_a_release_is_immutable_and_the_next_is_the_next_version(nli):
-    first = make_release(nli.task, [0])
-    second = make_release(nli.task, [0, 1])
+def test_a_release_is_immutable_and_the_next_is_the_next_version(release_world):
+    first = make_release(release_world.task, [0])
+    second = make_release(release_world.task, [0, 1])
     assert (first.version, second.version) == (1, 2)
     assert first.location != second.location
     first.license = "mit"
@@ -276,7 +271,7 @@ def test_a_release_is_immutable_and_the_next_is_the_next_version(nli):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_command_writes_the_folder_and_refuses_an_open_round(nli, tmp_path):
+def test_the_command_writes_the_folder_and_refuses_an_open_round(release_world, tmp_path):
     out = tmp_path / "release"
     call_command("release_dataset", "--task", "nli", "--rounds", "0,1", "--out", str(out))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
