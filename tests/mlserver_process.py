@@ -6,8 +6,9 @@ MLServer lives in a venv of its own, ``var/mlserver``, which ``make install`` bu
 from ``requirements-mlserver.txt``; that venv sees ``.venv``'s packages (torch,
 transformers, numpy) through a ``.pth`` file. The platform only speaks HTTP to it.
 The server listens on loopback: HTTP on a free port, and its gRPC and metrics servers
-(which it always starts) on free ports of their own; it runs inference in its own
-process (``parallel_workers: 0``). ``calls()`` reads its Prometheus counter of
+(which it always starts) on free ports of their own. It runs inference in its own
+process (``parallel_workers: 0``: no worker processes to stop), in the test's process
+group, so an interrupted run stops it too. ``calls()`` reads its Prometheus counter of
 successful inference requests for the model.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -98,7 +98,7 @@ class MLServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(self.log, "w") as log:
             self.process = subprocess.Popen([str(EXECUTABLE), "start", str(self.folder)], cwd=self.folder, env=env,
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                            stdout=log, stderr=subprocess.STDOUT)
         ready = f"{self.url}/v2/models/{self.name}/ready"
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
@@ -131,11 +131,11 @@ class MLServerProcess:
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.terminate()  # MLServer stops its servers on SIGTERM
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.kill()
             self.process.wait(timeout=10)
 
     def calls(self) -> int:
