@@ -40,7 +40,26 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
 	touch $@
 
-install: $(VENV)/.installed
+# MLServer (the Open Inference Protocol's reference server) for the test that serves our
+# own classifier through it (tests/registry/test_oip_endpoint.py), in a venv of its own:
+# the platform only speaks HTTP to it, and its server stack (grpcio, gevent, fastapi,
+# opentelemetry, a greenlet older than .venv's) stays out of the platform's environment.
+# It sees .venv's packages (torch, transformers, numpy, pandas, pydantic) through a .pth
+# file; requirements-mlserver.txt pins the rest, MLServer's whole closure, installed
+# without resolving (--no-deps, by .venv's pip, before the .pth exists, so nothing in
+# .venv is ever replaced); `pip check` then proves the two fit. Seconds, rebuilt when
+# either environment changes.
+MLSERVER_VENV := var/mlserver
+$(MLSERVER_VENV)/.installed: requirements-mlserver.txt $(VENV)/.installed
+	rm -rf $(MLSERVER_VENV)
+	$(PY) -m venv --without-pip $(MLSERVER_VENV)
+	$(PY) -m pip --python $(MLSERVER_VENV)/bin/python install --quiet --no-compile --no-deps -r requirements-mlserver.txt
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+	  > "$$($(MLSERVER_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dynabench-venv.pth"
+	$(PY) -m pip --python $(MLSERVER_VENV)/bin/python check
+	touch $@
+
+install: $(VENV)/.installed $(MLSERVER_VENV)/.installed
 
 migrate: install
 	$(PY) manage.py migrate --noinput
@@ -154,4 +173,4 @@ bench-latency: install
 	$(PY) bench/latency.py
 
 clean:
-	rm -rf $(VENV) node_modules staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(MLSERVER_VENV) node_modules staticfiles .pytest_cache .ruff_cache

@@ -1,13 +1,15 @@
-"""The platform's own trained classifier served through an Open Inference Protocol
-(v2) server, registered as an endpoint, made the target, written against and
+"""The platform's own trained classifier served through a real Open Inference Protocol
+(v2) server, MLServer, registered as an endpoint, made the target, written against and
 evaluated: its predictions equal the local model's, and it is ranked beside it.
 
-MLServer is not on this machine's package registry; ``tests/oip_server.py`` is a small
-server that follows the protocol's REST spec (see its docstring)."""
+MLServer runs as a subprocess from its own venv (``tests/mlserver_process.py``), with
+the platform's runtime for it (``ml/serving/mlserver_runtime.py``); the tests skip
+where it is not installed (``make install`` builds it), and fail there under CI."""
 
 import io
 
 import pytest
+import requests
 from django.core.management import call_command
 
 import ml
@@ -17,13 +19,20 @@ from leaderboard.evaluation import start_evaluation
 from leaderboard.models import Evaluation
 from registry.models import ModelVersion
 from registry.services import ref_for, register_model
-from tests.oip_server import OIPServer
+from tests.mlserver_process import MLServerProcess, executable_or_skip
 
-pytestmark = pytest.mark.django_db
+# The server imports torch and loads the model before the first request: seconds.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 TEXTS = [("A delight from start to end.", "positive"), ("Dull, slow and far too long.", "negative"),
          ("The best film this year.", "positive"), ("I want my money back.", "negative"),
          ("Lovely music, weak story.", "positive"), ("Nothing happens at all.", "negative")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mlserver_installed():
+    """Skips (or fails, under CI) before anything is trained where MLServer is missing."""
+    executable_or_skip()
 
 
 @pytest.fixture
@@ -31,9 +40,13 @@ def local_model(demo_tasks, tiny_artifacts):
     return register_model(demo_tasks["sentiment"], tiny_artifacts["sentiment"], name="local-tiny")
 
 
-@pytest.fixture
-def served(local_model):
-    with OIPServer("tiny-sentiment", ref_for(local_model)) as server:
+@pytest.fixture(scope="module")
+def served(tiny_artifacts, tmp_path_factory):
+    """One MLServer for the module, serving the artifact the local model is registered
+    from (started once: it imports torch and loads the model, seconds on 2 cores)."""
+    artifact = tiny_artifacts["sentiment"]
+    folder = tmp_path_factory.mktemp("mlserver")
+    with MLServerProcess("tiny-sentiment", artifact.path, artifact.sha256, folder) as server:
         yield server
 
 
@@ -49,6 +62,7 @@ def test_a_v2_endpoint_answers_as_the_local_model(demo_tasks, local_model, v2_mo
     task = demo_tasks["sentiment"]
     task.open_round().target_models.add(v2_model)
     client = client_for(annotator)
+    calls_before = served.calls()
     local = ml.predict(ref_for(local_model), [{"statement": t} for t, _ in TEXTS])
     for (text, label), expected in zip(TEXTS, local, strict=True):
         context = client.get("/api/tasks/sentiment/contexts/next/").json()
@@ -59,10 +73,9 @@ def test_a_v2_endpoint_answers_as_the_local_model(demo_tasks, local_model, v2_mo
         assert example.prediction["label"] == expected["label"]
         assert example.prediction["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
         assert example.prediction["endpoint"]["protocol"] == "v2"
-    assert served.calls == len(TEXTS)
+    assert served.calls() - calls_before == len(TEXTS)  # one inference request per example, counted by MLServer
 
 
-@pytest.mark.slow
 def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks, local_model, v2_model,
                                                                      django_capture_on_commit_callbacks):
     task = demo_tasks["sentiment"]
@@ -90,3 +103,24 @@ def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks
     assert all("memory" not in row["metrics"] for row in rows.values())
     assert all(row["dynascore"] is not None for row in rows.values())
     assert Evaluation.objects.filter(model_version=v2_model).count() == 1
+
+
+def test_the_runtime_describes_the_model_and_refuses_another_shape_with_the_reason(served):
+    """MLServer's metadata route says what the runtime reads and answers; a request that
+    is not one BYTES tensor [n] per field of the task is a 400 that says why."""
+    metadata = requests.get(f"{served.url}/v2/models/tiny-sentiment", timeout=10).json()
+    assert metadata["inputs"] == [{"name": "statement", "datatype": "BYTES", "shape": [-1]}]
+    assert metadata["outputs"] == [{"name": "probabilities", "datatype": "FP64", "shape": [-1, 2]}]
+    infer = f"{served.url}/v2/models/tiny-sentiment/infer"
+    for inputs, reason in [
+        ([{"name": "premise", "shape": [1], "datatype": "BYTES", "data": ["x"]}], "expected one input tensor"),
+        ([{"name": "statement", "shape": [2], "datatype": "BYTES", "data": ["x"]}], "must be a BYTES tensor"),
+        ([{"name": "statement", "shape": [1], "datatype": "INT64", "data": [3]}], "must be a BYTES tensor"),
+    ]:
+        response = requests.post(infer, json={"inputs": inputs}, timeout=10)
+        assert response.status_code == 400, response.text
+        assert reason in response.json()["error"]
+    empty = requests.post(infer, json={"inputs": [{"name": "statement", "shape": [0], "datatype": "BYTES",
+                                                   "data": []}]}, timeout=10)
+    assert empty.status_code == 200, empty.text
+    assert empty.json()["outputs"][0]["shape"] == [0, 2]
