@@ -24,7 +24,6 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from jobs.models import Job
 from registry.endpoints import endpoint_of
-from registry.endpoints import explain as explain_endpoint
 from registry.models import ModelVersion
 from registry.services import target_model
 from tasks.models import Context, Round, Task
@@ -32,7 +31,7 @@ from tasks.roles import is_researcher
 from tasks.targets import open_round_with_models
 
 from . import onboarding, sessions
-from .inference import explain_with, predict_with
+from .inference import explain_endpoint_with, explain_with, predict_with
 from .models import AnnotationSession, Example, forget_examples
 
 MAX_REASON_LENGTH = 500
@@ -210,8 +209,9 @@ def explain_example(example: Example, user, *, n_steps: int = 10) -> dict:
     context_fields = example.context.fields if example.context_id else None
     endpoint = endpoint_of(model_version)
     if endpoint is not None:  # a black box: leave one word out (bounded by the task config), or not available
-        explanation = explain_endpoint(endpoint, config, model_inputs(example.task, context_fields, example.inputs),
-                                       target, round_id=example.round_id)
+        explanation = explain_endpoint_with(endpoint, config,
+                                            model_inputs(example.task, context_fields, example.inputs),
+                                            target, round_id=example.round_id, account=user.pk)
         explanation.update(n_steps=n_steps, convergence_delta=None)  # cached like a local one: no calls repeated
     else:
         explanation = explain_with(target_model(model_version),

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 
 from celery import current_app
 from celery.exceptions import TimeoutError as CeleryTimeout
@@ -36,6 +38,8 @@ from django.conf import settings
 from core import celery_names, consumers, replies, slots
 from core.errors import InvalidInput, TooMany, Unavailable, queue_errors
 from jobs.engine import celery_task
+from registry import endpoints
+from registry.models import Endpoint
 from registry.services import TargetModel
 from tasks.targets import open_round_with_models
 
@@ -234,17 +238,19 @@ def _predict_local(models: list[TargetModel], rows_inputs: list[dict]) -> list[d
     return call(celery_task(celery_names.PREDICT), runtime.predict_batched, [m.message() for m in models], rows_inputs)
 
 
-def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10, *, account=None) -> dict:
-    """An explanation, in its own lane: the explain thread, or the ``explain`` queue.
-    With ``account`` (a user's id), that account holds at most one explanation slot at
-    a time, across every web process: a second call while one waits or runs is a 429
-    at once (``core.slots.exclusive``), so one account cannot fill the lane."""
+@contextmanager
+def account_explanation_slot(account) -> Iterator[None]:
+    """The account's one explanation slot, held for the block, across every web
+    process (``core.slots.exclusive``): while one explanation of the account waits or
+    runs, a second is a 429 at once, so one account cannot fill the lane or, for a
+    model behind an endpoint, run many paid occlusions at once. ``account`` None: no slot."""
     if account is None:
-        return _explain(model, inputs, target, n_steps)
+        yield
+        return
     try:
         with slots.exclusive(settings.INFERENCE_REPLY_URL, f"explain-account:{account}",
                              ttl=settings.INFERENCE_TIMEOUT + replies.SOCKET_MARGIN):
-            return _explain(model, inputs, target, n_steps)
+            yield
     except slots.Held:
         raise TooMany("You already have an explanation waiting or running; nothing was stored. Ask again when it "
                       "has answered.", retry_after=5) from None
@@ -252,6 +258,24 @@ def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 1
         log.warning("explanation slots unavailable: %s: %s", type(exc).__name__, exc)
         raise InferenceUnavailable("The model queue is unreachable right now; nothing was stored. "
                                    "Try again shortly.") from exc
+
+
+def explain_with(model: TargetModel, inputs: dict, target=None, n_steps: int = 10, *, account=None) -> dict:
+    """An explanation, in its own lane: the explain thread, or the ``explain`` queue.
+    With ``account`` (a user's id), in that account's one explanation slot
+    (``account_explanation_slot``)."""
+    with account_explanation_slot(account):
+        return _explain(model, inputs, target, n_steps)
+
+
+def explain_endpoint_with(endpoint: Endpoint, config, inputs: dict, target=None, *, round_id: int | None,
+                          account=None) -> dict:
+    """A black-box explanation of a model behind an endpoint (leave one word out,
+    ``registry.endpoints.explain``: its calls bounded by the task config and counted
+    against ``round_id``'s budget), asked from this process, in the same per-account
+    slot as a local model's explanation."""
+    with account_explanation_slot(account):
+        return endpoints.explain(endpoint, config, inputs, target, round_id=round_id)
 
 
 def _explain(model: TargetModel, inputs: dict, target, n_steps: int) -> dict:

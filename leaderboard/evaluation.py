@@ -27,7 +27,7 @@ from ml import metrics as ml_metrics
 from ml import scoring
 from ml.memory import inference_memory_mb
 from ml.submissions import parameter_count
-from registry.endpoints import endpoint_of
+from registry.endpoints import EndpointBudgetRefused, budget_spent, endpoint_of
 from registry.endpoints import predict as endpoint_predict
 from registry.models import ModelVersion
 from registry.services import ref_for
@@ -302,7 +302,8 @@ def score_rows_in_detail(task: Task, model: ModelVersion, rows: list[dict], batc
 
 def predictor(model: ModelVersion) -> Callable[[list[dict]], list[dict]]:
     """How ``model`` answers ``ml`` rows: its artifact through ``ml.predict``, or its
-    endpoint (``registry.endpoints``: counted, bounded, retried; outside any round)."""
+    endpoint (``registry.endpoints``: counted, bounded, retried; outside any round, so
+    against the endpoint's evaluation budget, which stops it between two batches once spent)."""
     endpoint = endpoint_of(model)
     if endpoint is not None:
         config = model.task.parsed_config
@@ -333,9 +334,13 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
     """Score ``model`` on each round's usable ``split`` examples (round 0, the static
     test set, included); one Evaluation row per round that has any. ``measure=False``
     scores performance (and calibration) only: no throughput, memory, robustness or
-    fairness, which cost several times the scoring (the replay's models)."""
+    fairness, which cost several times the scoring (the replay's models).
+
+    All or nothing: the rows are written together once every round is scored, so an
+    evaluation that stops part way (its time limit, an endpoint's spent budget or
+    failure) leaves the stored evaluations as they were."""
     rounds = list(rounds)
-    results = []
+    scored_rounds = []
     limit = getattr(settings, "EVALUATION_TIME_LIMIT", None)
     deadline = time.monotonic() + limit if limit else None
     for i, rnd in enumerate(rounds):
@@ -359,14 +364,12 @@ def evaluate_model(model: ModelVersion, rounds: Iterable[Round], *, split: str =
             scores.update(measure_model(model.task, None if remote else ref_for(model), rows, details, ids,
                                         predict=predictor(model)))
         extra = uncertainty(model.task, scores, details, ids, seed=dataset_seed(rnd.number))
-        evaluation, _ = Evaluation.objects.update_or_create(
-            model_version=model, round=rnd, split=split,
-            defaults={"num_examples": len(rows), "metrics": scores,
-                      "model_error_rate": scores["model_error_rate"], "job": job,
-                      "example_ids": [e.pk for e in examples], "per_example": details["per_example"], **extra},
-        )
-        results.append(evaluation)
-    return results
+        scored_rounds.append((rnd, {"num_examples": len(rows), "metrics": scores,
+                                    "model_error_rate": scores["model_error_rate"], "job": job,
+                                    "example_ids": ids, "per_example": details["per_example"], **extra}))
+    with transaction.atomic():
+        return [Evaluation.objects.update_or_create(model_version=model, round=rnd, split=split, defaults=values)[0]
+                for rnd, values in scored_rounds]
 
 
 def evaluated_model_ids(model_ids: Iterable[int]) -> set[int]:
@@ -387,6 +390,10 @@ def start_evaluation(model: ModelVersion, *, rounds: Iterable[int] | None = None
     ``target_if_none``, ``promote_if_better``, ``measure``: see ``start_training``."""
     if model.status != ModelVersion.Status.READY:
         raise Conflict(f"{model} is {model.status}; only ready models are evaluated.")
+    endpoint = endpoint_of(model)
+    reason = budget_spent(endpoint, None) if endpoint is not None else None
+    if reason:  # refused here rather than failing the job on its first call
+        raise EndpointBudgetRefused(f"{model} is not evaluated. {reason}")
     params = {"model_version": model.pk, "rounds": list(rounds) if rounds is not None else None, "split": split}
     if not measure:
         params["measure"] = False

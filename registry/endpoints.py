@@ -11,8 +11,10 @@ how to reach it (``registry.models``). The protocols' clients are ``ml.endpoints
   (``core.slots``, the Redis slots the explanation lane uses; per process without a
   Redis) and at most ``rate_limit_per_minute`` requests a minute (the shared cache);
 - cost: calls, tokens and their price per endpoint and round (``EndpointUsage``),
-  against the round budget a superuser sets; a round whose budget is spent is
-  refused with a clear message before any call;
+  against the budgets a superuser sets: ``round_budget`` for each round's annotation
+  calls, ``evaluation_budget`` for every call outside rounds (evaluations and health
+  checks, in all); once a budget is spent the next call is refused with a clear
+  message before it is made;
 - errors: whatever goes wrong (timeouts, 429s, 5xx, dropped connections, after the
   retries that fit the wait budget; refusals; answers in the wrong shape) is a 503
   (``EndpointUnavailable``) that says nothing was stored.
@@ -61,7 +63,14 @@ class EndpointUnavailable(Unavailable):
 
 
 class EndpointBudgetSpent(Unavailable):
-    """The round's budget for this endpoint is spent: it stops serving."""
+    """The endpoint's budget (the round's, or outside rounds) is spent: it answers no more."""
+
+    code = "endpoint_budget_spent"
+
+
+class EndpointBudgetRefused(Conflict):
+    """A health check or an evaluation not started because the endpoint's budget
+    outside rounds is spent (409: the researcher's request clashes with the budget)."""
 
     code = "endpoint_budget_spent"
 
@@ -160,13 +169,23 @@ def update_endpoint(endpoint: Endpoint, **changes) -> Endpoint:
     return endpoint
 
 
-def set_round_budget(endpoint: Endpoint, amount, user) -> Endpoint:
-    """Set what the endpoint's calls may cost per round (None: no limit); superusers only."""
+def _set_budget(endpoint: Endpoint, field: str, amount, user) -> Endpoint:
     if user is None or not user.is_superuser:
         raise Forbidden("Only a superuser sets an endpoint's budget.")
-    endpoint.round_budget = _decimal("round_budget", amount)
-    endpoint.save(update_fields=["round_budget"])
+    setattr(endpoint, field, _decimal(field, amount))
+    endpoint.save(update_fields=[field])
     return endpoint
+
+
+def set_round_budget(endpoint: Endpoint, amount, user) -> Endpoint:
+    """Set what the endpoint's calls may cost per round (None: no limit); superusers only."""
+    return _set_budget(endpoint, "round_budget", amount, user)
+
+
+def set_evaluation_budget(endpoint: Endpoint, amount, user) -> Endpoint:
+    """Set what the endpoint's calls outside rounds (evaluations, health checks) may
+    cost in all (None: no limit); superusers only."""
+    return _set_budget(endpoint, "evaluation_budget", amount, user)
 
 
 # --- asking ------------------------------------------------------------------------------
@@ -260,16 +279,30 @@ def usage_of(endpoint: Endpoint, round_id: int | None) -> EndpointUsage:
     return usage
 
 
-def check_budget(endpoint: Endpoint, round_id: int | None) -> None:
-    """Refuse before any call once the round's cost has reached the endpoint's budget."""
-    if endpoint.round_budget is None or round_id is None:
-        return
+def budget_spent(endpoint: Endpoint, round_id: int | None) -> str | None:
+    """Why the endpoint may make no more calls for ``round_id`` (None: outside rounds,
+    i.e. evaluations and health checks), or None while its budget there is not spent."""
+    limit = endpoint.round_budget if round_id is not None else endpoint.evaluation_budget
+    if limit is None:
+        return None
     spent = (EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).values_list("cost", flat=True)
              .first()) or Decimal(0)
-    if spent >= endpoint.round_budget:
-        raise EndpointBudgetSpent(f"The budget of endpoint model {endpoint.model_version.name} for this round "
-                                  f"({endpoint.round_budget}) is spent; it answers no more until a superuser raises "
-                                  "it. Nothing was stored.", retry_after=3600)
+    if spent < limit:
+        return None
+    name = endpoint.model_version.name
+    if round_id is not None:
+        return (f"The budget of endpoint model {name} for this round ({limit}) is spent; it answers no more until "
+                "a superuser raises it. Nothing was stored.")
+    return (f"The evaluation budget of endpoint model {name} ({limit}, for its evaluations and health checks in "
+            f"all) is spent ({spent}); it is not asked for either until a superuser raises it. Nothing was stored.")
+
+
+def check_budget(endpoint: Endpoint, round_id: int | None) -> None:
+    """Refuse before any call once the cost for ``round_id`` (None: outside rounds)
+    has reached the endpoint's budget for it."""
+    reason = budget_spent(endpoint, round_id)
+    if reason:
+        raise EndpointBudgetSpent(reason, retry_after=3600)
 
 
 def cost_of(endpoint: Endpoint, requests: int, prompt_tokens: int, completion_tokens: int) -> Decimal:
@@ -369,8 +402,12 @@ def probe_rows(config) -> list[dict]:
 def health_check(endpoint: Endpoint, config) -> dict:
     """Ask the task's probe examples once, within the endpoint's timeout: every
     answer in the protocol's shape, and readable (a label of the task, a span of the
-    passage). Passing stamps ``healthy_at``; failing raises ``Conflict`` saying why."""
+    passage). Passing stamps ``healthy_at``; failing raises ``Conflict`` saying why,
+    and a spent evaluation budget ``EndpointBudgetRefused`` before any call."""
     rows = probe_rows(config)
+    reason = budget_spent(endpoint, None)  # counted outside rounds, against the evaluation budget
+    if reason:
+        raise EndpointBudgetRefused(f"The health check of {endpoint.model_version.name} was not run. {reason}")
     started = time.perf_counter()
     try:
         predictions = predict(endpoint, config, rows, budget=endpoint.timeout_s)

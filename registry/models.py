@@ -98,6 +98,10 @@ class Endpoint(models.Model):
     round_budget = models.DecimalField(
         max_digits=12, decimal_places=2, null=True, blank=True,
         help_text="The most its calls may cost per round (set by a superuser; empty: no limit).")
+    evaluation_budget = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="The most its calls outside rounds (evaluations and health checks) may cost in all "
+                  "(set by a superuser; empty: no limit).")
     healthy_at = models.DateTimeField(null=True, blank=True, help_text="When its last health check passed.")
 
     class Meta:
@@ -108,8 +112,9 @@ class Endpoint(models.Model):
 
 
 class EndpointUsage(models.Model):
-    """Calls, tokens and cost of one endpoint in one round (round None: outside any
-    round, as evaluations and health checks are)."""
+    """Calls, tokens and cost of one endpoint in one round, capped by its
+    ``round_budget``; round None: outside any round (evaluations and health checks),
+    capped by its ``evaluation_budget``."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="usage")
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, null=True, blank=True, related_name="+")

@@ -1,7 +1,8 @@
 """The admin of models behind endpoints (``registry.endpoints``): a task's researchers
 register one (the service checks and writes it), change how it is reached or priced,
-and run its health check; a superuser sets its round budget. The secret is never a
-field: only the name of the variable that holds it."""
+and run its health check; a superuser sets its budgets (per round, and for its
+evaluations and health checks). The secret is never a field: only the name of the
+variable that holds it."""
 
 from django import forms
 from django.contrib import admin
@@ -16,6 +17,7 @@ from .models import Task
 
 EDITABLE = ["url", "remote_model", "secret_env", "timeout_s", "max_concurrency", "rate_limit_per_minute",
             *endpoints.PRICES]
+BUDGETS = ["round_budget", "evaluation_budget"]  # a superuser's
 
 
 class EndpointAddForm(forms.ModelForm):
@@ -49,7 +51,7 @@ class EndpointChangeForm(forms.ModelForm):
 
     class Meta:
         model = Endpoint
-        fields = [*EDITABLE, "round_budget"]
+        fields = [*EDITABLE, *BUDGETS]
 
     def clean(self):
         data = super().clean()
@@ -83,7 +85,7 @@ class UsageInline(admin.TabularInline):
 @admin.register(Endpoint)
 class EndpointAdmin(TaskScopedAdmin):
     task_path = "model_version__task"
-    list_display = ["__str__", "protocol", "remote_model", "max_concurrency", "round_budget", "healthy_at"]
+    list_display = ["__str__", "protocol", "remote_model", "max_concurrency", *BUDGETS, "healthy_at"]
     list_select_related = ["model_version__task"]
     list_filter = ["protocol"]
     search_fields = ["model_version__name", "url", "remote_model"]
@@ -100,12 +102,12 @@ class EndpointAdmin(TaskScopedAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["task", "name", "protocol", *EDITABLE]
-        return ["protocol", *EDITABLE, "round_budget", "healthy_at"]
+        return ["protocol", *EDITABLE, *BUDGETS, "healthy_at"]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
-        return ["protocol", "healthy_at"] + ([] if request.user.is_superuser else ["round_budget"])
+        return ["protocol", "healthy_at"] + ([] if request.user.is_superuser else BUDGETS)
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
@@ -121,3 +123,5 @@ class EndpointAdmin(TaskScopedAdmin):
         endpoints.update_endpoint(stored, **{name: data[name] for name in EDITABLE})
         if "round_budget" in form.changed_data:
             endpoints.set_round_budget(stored, data["round_budget"], request.user)
+        if "evaluation_budget" in form.changed_data:
+            endpoints.set_evaluation_budget(stored, data["evaluation_budget"], request.user)

@@ -76,7 +76,7 @@ class EndpointSerializer(serializers.ModelSerializer):
         model = Endpoint
         fields = ["id", "name", "protocol", "url", "remote_model", "secret_env", "timeout_s", "max_concurrency",
                   "rate_limit_per_minute", "price_per_call", "price_per_1k_prompt_tokens",
-                  "price_per_1k_completion_tokens", "round_budget", "healthy_at"]
+                  "price_per_1k_completion_tokens", "round_budget", "evaluation_budget", "healthy_at"]
         read_only_fields = fields
 
 

@@ -55,7 +55,7 @@ def test_researchers_register_an_endpoint_through_the_api(demo_tasks, client_for
     assert refused.status_code == 409 and "answer format" in refused.json()["detail"]
 
 
-def test_the_admin_registers_through_the_service_and_only_a_superuser_sets_the_budget(
+def test_the_admin_registers_through_the_service_and_only_a_superuser_sets_the_budgets(
         demo_tasks, client, researcher, superuser, chat):
     client.force_login(researcher)
     form = {"task": demo_tasks["sentiment"].pk, "name": "admin-llm", "protocol": "openai", "url": chat.url,
@@ -71,11 +71,12 @@ def test_the_admin_registers_through_the_service_and_only_a_superuser_sets_the_b
     change = f"/admin/registry/endpoint/{endpoint.pk}/change/"
     page = client.get(change)
     assert page.status_code == 200 and b'name="round_budget"' not in page.content
-    client.post(change, {**form, "timeout_s": "7", "round_budget": "5"})
+    assert b'name="evaluation_budget"' not in page.content
+    client.post(change, {**form, "timeout_s": "7", "round_budget": "5", "evaluation_budget": "3"})
     endpoint.refresh_from_db()
-    assert endpoint.timeout_s == 7 and endpoint.round_budget is None
+    assert endpoint.timeout_s == 7 and endpoint.round_budget is None and endpoint.evaluation_budget is None
     client.force_login(superuser)
-    response = client.post(change, {**form, "timeout_s": "7", "round_budget": "5"})
+    response = client.post(change, {**form, "timeout_s": "7", "round_budget": "5", "evaluation_budget": "3"})
     assert response.status_code == 302
     endpoint.refresh_from_db()
-    assert endpoint.round_budget == Decimal("5")
+    assert endpoint.round_budget == Decimal("5") and endpoint.evaluation_budget == Decimal("3")
