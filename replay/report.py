@@ -245,10 +245,14 @@ def markdown_tables(report: dict, level: int = 1) -> str:
                 "seed_max": collection.get("seed_max")}
         rows.append([cell(entry.get("number", "?")), cell(entry.get("name", "")),
                      cell(collection.get("target") or DASH),
-                     DASH if submitted is None else f"{submitted:g}",
-                     DASH if fooled is None else f"{fooled:g}", ci_text(rate)])
-    lines += (table([legend("Round", report), "Data", "Target model", "Submitted", "Fooled",
-                            "M(r\u22121)'s error rate"], rows,
+                     _count_text(report, entry.get("number"), "submitted", submitted),
+                     _count_text(report, entry.get("number"), "fooled", fooled), ci_text(rate)])
+    varies = {key: any(len(set(_seed_counts(report, e.get("number"), key))) > 1 for e in rounds)
+              for key in ("submitted", "fooled")}
+    lines += (table([legend("Round", report), "Data", "Target model",
+                     *(f"{key.capitalize()} (the seeds' lowest\u2013highest)" if varies[key] else key.capitalize()
+                       for key in ("submitted", "fooled")),
+                     "M(r\u22121)'s error rate"], rows,
                      right_from=3) if rows else ["No round collected examples."]) + [""]
 
     lines += [f"{h2} Accuracy on each round's test split", "",
@@ -311,6 +315,26 @@ def markdown_tables(report: dict, level: int = 1) -> str:
         lines += _functionality_table(report, rounds, crounds)
     lines += _majority_table(report, rounds, h2)
     return "\n".join(lines)
+
+
+def _seed_counts(report: dict, number_: int | None, key: str) -> list[float]:
+    """Each seed's ``collection[key]`` for round ``number_`` (from ``runs``); [] where none."""
+    values = []
+    for run in report.get("runs") or []:
+        for entry in (run or {}).get("rounds") or []:
+            if entry.get("number") == number_ and isinstance(entry.get("collection"), dict):
+                value = number(entry["collection"].get(key))
+                if value is not None:
+                    values.append(value)
+    return values
+
+
+def _count_text(report: dict, number_: int | None, key: str, value: float | None) -> str:
+    """A collection count: the seeds' lowest–highest where they differ, else the one value."""
+    counts = _seed_counts(report, number_, key)
+    if len(set(counts)) > 1:
+        return f"{min(counts):g}\u2013{max(counts):g}"
+    return DASH if value is None else f"{value:g}"
 
 
 def _majority_table(report: dict, rounds: list[dict], h2: str) -> list[str]:

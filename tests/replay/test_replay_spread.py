@@ -60,6 +60,7 @@ def test_a_pooled_report_has_the_spread_beside_every_per_seed_value(tmp_path):
     # The tables show it and say so.
     text = markdown_tables(report)
     assert f"[{stat['seed_min'] * 100:.1f}\u2013{stat['seed_max'] * 100:.1f}]" in text and LEGEND in text
+    assert "| 1 | DynaHate R1 | hate-m0 | 40 | 10\u201312 |" in text  # each seed's own fooled count
     one = build_report(plan, runs[:1], **{**META, "control": "static"})
     assert "seed_min" not in json.dumps(one) and LEGEND not in markdown_tables(one)
 
