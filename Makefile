@@ -164,7 +164,7 @@ lint: install node_modules/.installed
 #   $(PY) bench/baselines.py           # round-0 baselines on real data
 #   $(PY) bench/qa_reference.py        # the QA sliding-window reference line
 #   $(PY) bench/qa_training.py         # a QA target in a time budget
-#   $(PY) bench/validation.py          # fixed against adaptive validation
+#   $(PY) bench/validation.py          # the default rule against the frontier's simple rules (after the frontier)
 #   $(PY) bench/validation_frontier.py # the validation rules' cost-accuracy frontier
 #   $(PY) bench/web_profile.py         # the web tier's CPU per example, profiled by layer
 #   $(PY) bench/web_spy.py             # the same under gunicorn in service mode, sampled by py-spy

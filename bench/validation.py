@@ -1,5 +1,5 @@
-"""Validation replayed on real annotators: fixed 3-matching against the adaptive,
-quality-weighted rule, with and without spammers.
+"""Validation replayed on real annotators: the task config's default rule against the
+simple rules the cost-accuracy frontier names, with and without spammers.
 
     .venv/bin/python bench/validation.py                     # 5 seeds, bench/results/validation.json
     .venv/bin/python bench/validation.py --seeds 5 --out /tmp/validation.json
@@ -23,24 +23,25 @@ The setup, per seed:
   An "always correct" spammer says correct to everything; a "random" one tosses a coin.
 - **The cases arrive one after another** in a seeded order, and each rule consumes
   its case's votes in order until it decides; a case whose votes run out undecided goes
-  to a researcher, whose decision is the truth. Both rules read the very same vote
-  sequences (a paired comparison).
-- **Fixed** is the platform's ``num_matching_validations`` rule (3 matching votes).
-- **Adaptive** is the platform's adaptive rule (``annotation.reliability_model``: the same
-  ``fit``, ``posterior_right`` and ``decide`` the validation service calls), with the
-  task config's defaults unless ``--target`` and friends say otherwise. Its
-  reliability model is refitted every ``--refit-every`` votes, as the periodic job
-  does on the platform, from all votes so far, with the researchers' decisions as
-  anchors; between refits new validators count at the prior.
+  to a researcher. Every rule reads the very same vote sequences (a paired comparison).
+- **The rules.** The task config's default (``VALIDATION_DEFAULTS``: the adaptive rule,
+  ``annotation.reliability_model``'s ``fit``, ``posterior_right`` and ``decide`` as the
+  validation service calls them, refitted every ``--refit-every`` votes as the periodic
+  job does, with the researchers' decisions as anchors; or fixed k-matching where the
+  default is fixed), unless ``--target`` and friends say otherwise; beside it the simple
+  rules that ``bench/validation_frontier.py``'s committed run names
+  (``frontier_report.simple_rivals``): the strongest simple rule (the one the frontier's
+  choice rule picks when only simple rules compete) and the simple rule nearest the
+  default in votes per example. Fixed k-matching is the platform's
+  ``num_matching_validations`` rule; "lead-2, cap 5" decides on a lead of two votes.
 
-Reported per run (policy, spammers, seed): validations per decided example (votes
-spent on the cases the rule decided, over their number; the votes spent on cases sent
-to researchers are counted apart), decision accuracy against the truth with a 95%
-Wilson interval, the share sent to researchers, and the refit's cost. Then the
-targets the adaptive rule was built to meet, checked on the runs: at least 30% fewer
-validations per decided example than fixed 3-matching at no lower accuracy (within fixed's interval) with the real
-annotators, and, with 20% "always correct" spammers, accuracy within 1 point of the
-spammer-free run.
+Reported per run (rule, spammers, seed), every share over all examples: votes per
+example (those spent on escalated examples included), decided correctly (with a 95%
+Wilson interval), decided wrongly, escalated (a cost, its own column: a researcher's
+answer is not counted as the crowd's), and the refit's cost. The block in
+``bench/RESULTS.md`` compares the default with each simple rule per spammer mix (which
+beats which in every seed) and checks issue 23's targets for the default against each
+(``benchlib/validation_report.py``).
 """
 
 from __future__ import annotations
@@ -56,16 +57,18 @@ from pathlib import Path
 
 from benchlib import BENCH, RESULTS
 from benchlib.data import data_dir
+from benchlib.frontier_report import SPAMMER_MIXES, simple_rivals, spam_label
 from benchlib.report_sections import replace_block
 from benchlib.results import (
     command_line,
+    display_path,
     library_versions,
     log,
     utc_now,
     write_atomic,
     write_json,
 )
-from benchlib.validation_report import SPAMMER_MIXES, doc_block, spam_label, table
+from benchlib.validation_report import check_targets, doc_block, table
 
 from annotation import reliability_model as R
 from replay.stats import wilson
@@ -195,51 +198,75 @@ def run_adaptive(stream: list[Sequence_], rule: R.Rule, refit_every: int) -> Out
     return out
 
 
-def summarise(policy: str, spammers: dict, seed: int, out: Outcome, cases: int) -> dict:
-    low, high = wilson(out.correct, out.decided)
+def run_lead(stream: list[Sequence_], lead: int = 2, cap: int = 5) -> Outcome:
+    """Decide once one side leads by ``lead`` votes; a researcher after ``cap`` votes
+    (or when the stream runs out) without a decision."""
+    out = Outcome()
+    for case in stream:
+        yes = no = used = 0
+        decision = None
+        for _who, says in case.votes[:cap]:
+            used += 1
+            yes, no = yes + says, no + (not says)
+            if abs(yes - no) >= lead:
+                decision = yes > no
+                break
+        if decision is None:
+            out.to_researchers += 1
+            out.votes_on_researchers += used
+            continue
+        out.decided += 1
+        out.votes_on_decided += used
+        out.correct += decision == case.right
+    return out
+
+
+def run_policy(policy: dict, stream: list[Sequence_], bounds: dict, refit_every: int) -> Outcome:
+    """One rule (``{"name", "family", ...}``, as ``validation_frontier.policies`` states them) on a stream."""
+    if policy["family"] == "fixed":
+        return run_fixed(stream, policy["matching"])
+    if policy["family"] == "lead":
+        return run_lead(stream, policy["lead"], policy["cap"])
+    rule = R.Rule(target_confidence=policy["target_confidence"], min_votes=bounds["min_votes"],
+                  max_votes=bounds["max_votes"])
+    return run_adaptive(stream, rule, refit_every)
+
+
+def measure(policy: dict, spammers: dict, seed: int, out: Outcome, cases: int) -> dict:
+    """One run's shares, every one over all ``cases``."""
+    low, high = wilson(out.correct, cases)
     return {
-        "policy": policy, "spammers": dict(spammers), "seed": seed, "cases": cases,
-        "decided": out.decided,
+        "policy": policy["name"], "family": policy["family"], "spammers": dict(spammers), "seed": seed,
+        "cases": cases,
+        "votes_per_example": (out.votes_on_decided + out.votes_on_researchers) / cases,
+        "accuracy": {"value": out.correct / cases, "ci_low": low, "ci_high": high},
+        "wrong": (out.decided - out.correct) / cases,
+        "escalated": out.to_researchers / cases,
+        "accuracy_of_decided": out.correct / out.decided if out.decided else None,
+    }
+
+
+def summarise(policy: dict, role: str, spammers: dict, seed: int, out: Outcome, cases: int) -> dict:
+    """``measure``'s shares over all examples, with the counts they come from and the refits' cost."""
+    return {
+        **measure(policy, spammers, seed, out, cases), "role": role,
+        "decided": out.decided, "correct": out.correct, "escalated_examples": out.to_researchers,
         "validations_per_decided": out.votes_on_decided / out.decided if out.decided else None,
-        "validations_per_case": (out.votes_on_decided + out.votes_on_researchers) / cases,
-        "accuracy": {"value": out.correct / out.decided if out.decided else None, "ci_low": low, "ci_high": high},
-        "to_researchers": out.to_researchers / cases,
         "refits": out.refits,
         "refit_ms_mean": 1000 * out.refit_seconds / out.refits if out.refits else None,
         "refit_votes_last": out.last_refit_votes,
     }
 
 
-def mean_over_seeds(runs: list[dict], policy: str, spammers: dict, key) -> float:
-    values = [key(r) for r in runs if r["policy"] == policy and r["spammers"] == spammers]
-    return sum(values) / len(values)
-
-
-def check_targets(runs: list[dict]) -> list[dict]:
-    clean = SPAMMER_MIXES[0]
-    spam20 = {"always_correct": 0.2, "random": 0.0}
-    per_decided = {p: mean_over_seeds(runs, p, clean, lambda r: r["validations_per_decided"])
-                   for p in ("fixed", "adaptive")}
-    saving = 1 - per_decided["adaptive"] / per_decided["fixed"]
-    seeds = sorted({r["seed"] for r in runs})
-    accuracy_ok = []
-    for seed in seeds:
-        [fixed] = [r for r in runs if r["policy"] == "fixed" and r["spammers"] == clean and r["seed"] == seed]
-        [adaptive] = [r for r in runs if r["policy"] == "adaptive" and r["spammers"] == clean and r["seed"] == seed]
-        accuracy_ok.append(adaptive["accuracy"]["value"] >= fixed["accuracy"]["ci_low"])
-    clean_accuracy = mean_over_seeds(runs, "adaptive", clean, lambda r: r["accuracy"]["value"])
-    spam_accuracy = mean_over_seeds(runs, "adaptive", spam20, lambda r: r["accuracy"]["value"])
-    return [
-        {"target": "at least 30% fewer validations per decided example than fixed 3-matching "
-                   "(real annotators, mean over seeds)",
-         "value": saving, "met": saving >= 0.30},
-        {"target": "adaptive accuracy no lower than the low end of fixed 3-matching's 95% interval "
-                   "(real annotators, every seed)",
-         "value": sum(accuracy_ok), "of": len(accuracy_ok), "met": all(accuracy_ok)},
-        {"target": "with 20% 'always correct' spammers, adaptive accuracy within 1 point of the "
-                   "spammer-free run (mean over seeds)",
-         "value": spam_accuracy - clean_accuracy, "met": clean_accuracy - spam_accuracy <= 0.01},
-    ]
+def default_policy(args, defaults: dict, num_matching: int) -> tuple[dict, dict]:
+    """(the task config's default rule, or the one ``--target`` and friends make, as a policy;
+    the adaptive vote bounds)."""
+    bounds = {"min_votes": args.min_votes or defaults["min_votes"],
+              "max_votes": args.max_votes or defaults["max_votes"]}
+    if defaults["policy"] != "adaptive" and args.target is None:
+        return {"name": f"fixed-{num_matching}", "family": "fixed", "matching": num_matching}, bounds
+    target = args.target or defaults["target_confidence"]
+    return {"name": f"adaptive {target:g}", "family": "adaptive", "target_confidence": target, **bounds}, bounds
 
 
 DOC = BENCH / "RESULTS.md"
@@ -261,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-votes", type=int, help="min_votes (default: the task config's)")
     parser.add_argument("--max-votes", type=int, help="max_votes (default: the task config's)")
     parser.add_argument("--refit-every", type=int, default=200, help="votes between refits (default 200)")
+    parser.add_argument("--frontier", type=Path, default=RESULTS / "validation-frontier.json",
+                        help="the frontier run that names the simple rules (default: the committed one)")
     parser.add_argument("--quick", action="store_true", help="300 cases, 1 seed, nothing written by default")
     parser.add_argument("--doc", choices=["write", "check"],
                         help="Run nothing: rewrite (or check) the validation block of bench/RESULTS.md "
@@ -283,39 +312,49 @@ def main(argv: list[str] | None = None) -> int:
         log("bench/RESULTS.md's validation block rewritten")
         return 0
 
-    from tasks.config import VALIDATION_DEFAULTS
+    from tasks.config import DEFAULTS, VALIDATION_DEFAULTS
 
     path = (args.data_dir or data_dir()) / "hatecheck" / "all_annotations.csv"
     if not path.is_file():
         log(f"{path} not found: run manage.py fetch_data hatecheck, or set DYNABENCH_DATA_DIR")
         return 2
+    if not args.frontier.is_file():
+        log(f"{args.frontier} not found: run bench/validation_frontier.py first (it names the simple rules)")
+        return 2
+    default, bounds = default_policy(args, VALIDATION_DEFAULTS, DEFAULTS["num_matching_validations"])
+    try:
+        rivals = simple_rivals(json.loads(args.frontier.read_text(encoding="utf-8")), default["name"])
+    except ValueError as exc:
+        log(f"{args.frontier}: {exc}")
+        return 2
+    rules: dict[str, tuple[dict, list[str]]] = {default["name"]: (default, ["default"])}
+    for role, policy in rivals.items():
+        rules.setdefault(policy["name"], (policy, []))[1].append(role)
     cases = read_cases(path)
     seeds = 1 if args.quick else args.seeds
     if args.quick:  # a seeded sample across the functionalities (the file is ordered by them)
         cases = random.Random("quick").sample(cases, 300)
-    rule = R.Rule(target_confidence=args.target or VALIDATION_DEFAULTS["target_confidence"],
-                  min_votes=args.min_votes or VALIDATION_DEFAULTS["min_votes"],
-                  max_votes=args.max_votes or VALIDATION_DEFAULTS["max_votes"])
-    log(f"{len(cases)} cases from {path}; {seeds} seed(s); flip {args.flip:.0%}; adaptive {rule}")
+    log(f"{len(cases)} cases from {path}; {seeds} seed(s); flip {args.flip:.0%}; rules "
+        + ", ".join(f"{name} ({'/'.join(roles)})" for name, (_p, roles) in rules.items()))
     started = time.perf_counter()
     runs = []
     for seed in range(seeds):
         for spammers in SPAMMER_MIXES:
             stream = sequences(cases, seed, args.flip, spammers)
-            runs.append(summarise("fixed", spammers, seed, run_fixed(stream), len(cases)))
-            runs.append(summarise("adaptive", spammers, seed, run_adaptive(stream, rule, args.refit_every),
-                                  len(cases)))
-            fixed, adaptive = runs[-2], runs[-1]
-            log(f"seed {seed}, spammers {spam_label(spammers)}: fixed {fixed['validations_per_decided']:.2f} "
-                f"votes, {fixed['accuracy']['value']:.4f}; adaptive {adaptive['validations_per_decided']:.2f} "
-                f"votes, {adaptive['accuracy']['value']:.4f}, {adaptive['to_researchers']:.1%} to researchers")
+            for policy, roles in rules.values():
+                out = run_policy(policy, stream, bounds, args.refit_every)
+                runs.append(summarise(policy, "/".join(roles), spammers, seed, out, len(cases)))
+            log(f"seed {seed}, spammers {spam_label(spammers)}: "
+                + "; ".join(f"{r['policy']} {r['votes_per_example']:.2f} votes, {r['accuracy']['value']:.4f} "
+                            f"correct, {r['escalated']:.1%} escalated" for r in runs[-len(rules):]))
     document = {
         "benchmark": "validation", "created_at": utc_now(), "command": command_line(argv),
         "data": {"file": "hatecheck/all_annotations.csv", "cases": len(cases), "annotators_per_case": 5},
-        "setup": {"flip": args.flip, "fixed_matching": FIXED_MATCHING, "refit_every": args.refit_every,
-                  "spammer_accounts_per_kind": SPAMMER_ACCOUNTS,
-                  "adaptive": {"target_confidence": rule.target_confidence, "min_votes": rule.min_votes,
-                               "max_votes": rule.max_votes},
+        "setup": {"flip": args.flip, "refit_every": args.refit_every,
+                  "spammer_accounts_per_kind": SPAMMER_ACCOUNTS, "default": default,
+                  "frontier": display_path(args.frontier),
+                  "roles": {"default": default["name"], **{role: p["name"] for role, p in rivals.items()}},
+                  "policies": [policy for policy, _roles in rules.values()],
                   "prior": {"sensitivity": list(R.DEFAULT_PRIOR.sensitivity),
                             "specificity": list(R.DEFAULT_PRIOR.specificity),
                             "writer": list(R.DEFAULT_PRIOR.writer)}},
@@ -323,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": library_versions("numpy"),
         "runs": runs,
     }
-    document["targets"] = check_targets(runs)
+    document["targets"] = check_targets(runs, document["setup"]["roles"])
     print(table(document))
     for target in document["targets"]:
         print(f"{'met' if target['met'] else 'NOT MET'}: {target['target']} ({target['value']:.3f})")

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from benchlib import RESULTS
 from benchlib.data import data_dir
-from benchlib.frontier_report import choose_default, comparisons, doc_block
+from benchlib.frontier_report import SPAMMER_MIXES, choose_default, comparisons, doc_block
 from benchlib.results import (
     command_line,
     library_versions,
@@ -63,18 +63,7 @@ from benchlib.results import (
     utc_now,
     write_json,
 )
-from benchlib.validation_report import SPAMMER_MIXES
-from validation import (
-    Outcome,
-    Sequence_,
-    read_cases,
-    run_adaptive,
-    run_fixed,
-    sequences,
-)
-
-from annotation import reliability_model as R
-from replay.stats import wilson
+from validation import measure, read_cases, run_policy, sequences
 
 TARGETS = (0.9, 0.95, 0.99, 0.995, 0.998, 0.999, 0.9999)
 FIXED_K = (1, 2, 3, 4)
@@ -87,53 +76,6 @@ def policies(targets=TARGETS) -> list[dict]:
     rules.append({"name": f"lead-{LEAD}, cap {CAP}", "family": "lead", "lead": LEAD, "cap": CAP})
     rules += [{"name": f"adaptive {t:g}", "family": "adaptive", "target_confidence": t} for t in targets]
     return rules
-
-
-def run_lead(stream: list[Sequence_], lead: int = LEAD, cap: int = CAP) -> Outcome:
-    """Decide once one side leads by ``lead`` votes; a researcher after ``cap`` votes
-    (or when the stream runs out) without a decision."""
-    out = Outcome()
-    for case in stream:
-        yes = no = used = 0
-        decision = None
-        for _who, says in case.votes[:cap]:
-            used += 1
-            yes, no = yes + says, no + (not says)
-            if abs(yes - no) >= lead:
-                decision = yes > no
-                break
-        if decision is None:
-            out.to_researchers += 1
-            out.votes_on_researchers += used
-            continue
-        out.decided += 1
-        out.votes_on_decided += used
-        out.correct += decision == case.right
-    return out
-
-
-def run_policy(policy: dict, stream: list[Sequence_], bounds: dict, refit_every: int) -> Outcome:
-    if policy["family"] == "fixed":
-        return run_fixed(stream, policy["matching"])
-    if policy["family"] == "lead":
-        return run_lead(stream, policy["lead"], policy["cap"])
-    rule = R.Rule(target_confidence=policy["target_confidence"], min_votes=bounds["min_votes"],
-                  max_votes=bounds["max_votes"])
-    return run_adaptive(stream, rule, refit_every)
-
-
-def measure(policy: dict, spammers: dict, seed: int, out: Outcome, cases: int) -> dict:
-    """One run's shares, every one over all ``cases``."""
-    low, high = wilson(out.correct, cases)
-    return {
-        "policy": policy["name"], "family": policy["family"], "spammers": dict(spammers), "seed": seed,
-        "cases": cases,
-        "votes_per_example": (out.votes_on_decided + out.votes_on_researchers) / cases,
-        "accuracy": {"value": out.correct / cases, "ci_low": low, "ci_high": high},
-        "wrong": (out.decided - out.correct) / cases,
-        "escalated": out.to_researchers / cases,
-        "accuracy_of_decided": out.correct / out.decided if out.decided else None,
-    }
 
 
 # --- the run ---------------------------------------------------------------------------------

@@ -49,19 +49,19 @@ rates are fractions in [0, 1])::
       "runs": [{"seed": 0, "slug": "...", "seconds": ..., "rounds": [...], "controls": {...}}]
     }
 
+With several seeds (``summary.json``), every value with a ``by_seed`` list also has the
+seeds' spread beside it: ``seed_min``, ``seed_max`` and ``seed_sd`` (``replay.spread``),
+and every paired difference its own ``by_seed`` and spread.
+
 A value that is missing, null or not a finite number shows as a dash in the
 tables and is left out of the chart.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import math
 
-from .stats import RESAMPLES
-
-DASH = "\u2014"
+from .cells import DASH, cell, ci_text, gain_text, legend, number, pct, table
 
 
 def replace_block(text: str, begin: str, end: str, body: str, what: str) -> str:
@@ -75,14 +75,6 @@ def replace_block(text: str, begin: str, end: str, body: str, what: str) -> str:
 
 
 # --- reading the report -----------------------------------------------------
-
-
-def number(value) -> float | None:
-    """A finite number, or None (missing, null, text, NaN or infinite)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def rounds_of(report: dict) -> list[dict]:
@@ -141,53 +133,6 @@ def metric_matrix(report: dict, metric: str = "accuracy", section: str = "test"
 # --- Markdown ---------------------------------------------------------------
 
 
-def cell(value) -> str:
-    """Text for a Markdown table cell: HTML-escaped, pipes escaped, one line."""
-    text = html.escape(str(value), quote=False)
-    return " ".join(text.replace("|", "\\|").split())
-
-
-def pct(value: float | None) -> str:
-    return DASH if value is None else f"{value * 100:.1f}%"
-
-
-def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
-    align = ["---" if i < right_from else "---:" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
-def ci_text(stat: dict | None) -> str:
-    """ "72.6% (70.1-75.0)": an accuracy with its 95% interval, or a dash."""
-    if not isinstance(stat, dict) or number(stat.get("accuracy")) is None:
-        return DASH
-    low, high = number(stat.get("ci_low")), number(stat.get("ci_high"))
-    if low is None or high is None:
-        return pct(stat["accuracy"])
-    return f"{stat['accuracy'] * 100:.1f}% ({low * 100:.1f}\u2013{high * 100:.1f})"
-
-
-def _signed(value: float) -> str:
-    return f"{value * 100:+.1f}".replace("-", "\u2212")
-
-
-def gain_text(stat: dict | None, with_p: bool = True) -> str:
-    """ "+3.4 pts (-0.5, +7.2), p 0.09": a paired difference, its interval and p-value."""
-    if not isinstance(stat, dict) or number(stat.get("difference")) is None:
-        return DASH
-    text = f"{_signed(stat['difference'])} pts"
-    low, high = number(stat.get("ci_low")), number(stat.get("ci_high"))
-    if low is not None and high is not None:
-        text += f" ({_signed(low)}, {_signed(high)})"
-    p = number(stat.get("p_value"))
-    if with_p and p is not None:
-        # The bootstrap cannot resolve a p-value below 2 / (resamples + 1): say so, not a smaller number.
-        floor = 2 / (RESAMPLES + 1)
-        text += f", p \u2264 {floor:.3f}" if p <= floor + 1e-9 else f", p {p:.3f}"
-    return text
-
-
 def _references_table(report: dict) -> list[str]:
     references = report.get("references") or {}
     labels = list((report.get("data") or {}).get("labels") or [])
@@ -239,7 +184,7 @@ def _matrix(report: dict, rounds: list[dict], section: str) -> list[str]:
     rows = [[cell(model_name(e)), *(ci_text((e.get(section) or {}).get(c)) for c in columns)] for e in rounds]
     rows.append(["*majority answer*", *(pct(number(((references.get(c) or {}).get("majority") or {})
                                                      .get("accuracy"))) for c in columns)])
-    return table(["Model", *map(cell, columns)], rows)
+    return table([legend("Model", report), *map(cell, columns)], rows)
 
 
 def markdown_tables(report: dict, level: int = 1) -> str:
@@ -262,7 +207,8 @@ def markdown_tables(report: dict, level: int = 1) -> str:
               f"Accuracies carry a {100 * (statistics.get('confidence') or 0.95):.0f}% bootstrap interval over "
               f"the test set's examples ({statistics.get('resamples', '?')} resamples, the same for every model, "
               "so differences are paired). With several seeds the accuracy is the seeds' mean, the interval "
-              "covers the examples only, and each seed's value is in report.json.", ""]
+              "covers the examples only, the brackets give the seeds' lowest and highest value (the header "
+              "of each such table says so), and each seed's own report is under seed-<n>/.", ""]
 
     rules = (((report.get("data") or {}).get("leakage") or {}).get("rules") or {})
     lines += [f"{h2} Data: what the leakage filter removed", "",
@@ -283,9 +229,11 @@ def markdown_tables(report: dict, level: int = 1) -> str:
               "majority answer and each constant answer.", ""]
     lines += _references_table(report) + [""]
 
-    lines += [f"{h2} Model error rate at collection", "",
-              "Each round's training examples were written against the live target (the model of the "
-              "round before); the rate is fooled / submitted, with its 95% Wilson interval.", ""]
+    lines += [f"{h2} M(r\u22121)'s error on round r's examples", "",
+              "Each round's training examples, written by the data set's annotators against other models, "
+              "are submitted through the platform with the model of the round before, M(r\u22121), as the "
+              "live target; the rate is the share it gets wrong (fooled / submitted), with its 95% Wilson "
+              "interval. Nothing here measures annotators adapting to a target.", ""]
     rows = []
     for entry in rounds:
         collection = entry.get("collection")
@@ -293,12 +241,18 @@ def markdown_tables(report: dict, level: int = 1) -> str:
             continue
         submitted, fooled = number(collection.get("submitted")), number(collection.get("fooled"))
         rate = {"accuracy": error_rate(collection), "ci_low": collection.get("ci_low"),
-                "ci_high": collection.get("ci_high")}
+                "ci_high": collection.get("ci_high"), "seed_min": collection.get("seed_min"),
+                "seed_max": collection.get("seed_max")}
         rows.append([cell(entry.get("number", "?")), cell(entry.get("name", "")),
                      cell(collection.get("target") or DASH),
-                     DASH if submitted is None else f"{submitted:g}",
-                     DASH if fooled is None else f"{fooled:g}", ci_text(rate)])
-    lines += (table(["Round", "Data", "Target model", "Submitted", "Fooled", "Model error rate"], rows,
+                     _count_text(report, entry.get("number"), "submitted", submitted),
+                     _count_text(report, entry.get("number"), "fooled", fooled), ci_text(rate)])
+    varies = {key: any(len(set(_seed_counts(report, e.get("number"), key))) > 1 for e in rounds)
+              for key in ("submitted", "fooled")}
+    lines += (table([legend("Round", report), "Data", "Target model",
+                     *(f"{key.capitalize()} (the seeds' lowest\u2013highest)" if varies[key] else key.capitalize()
+                       for key in ("submitted", "fooled")),
+                     "M(r\u22121)'s error rate"], rows,
                      right_from=3) if rows else ["No round collected examples."]) + [""]
 
     lines += [f"{h2} Accuracy on each round's test split", "",
@@ -321,7 +275,8 @@ def markdown_tables(report: dict, level: int = 1) -> str:
             rows.append([cell(entry.get("number", "?")), cell(name), cell(gain.get("previous_model", DASH)),
                          ci_text((previous.get("test") or {}).get(name)), cell(model_name(entry)),
                          ci_text((entry.get("test") or {}).get(name)), gain_text(gain)])
-        lines += table(["Round", "Test set", "Before", "Accuracy", "After", "Accuracy", "Difference"], rows,
+        lines += table([legend("Round", report), "Test set", "Before", "Accuracy", "After", "Accuracy",
+                        "Difference"], rows,
                         right_from=3) + [""]
 
     if suite_names(report):
@@ -356,10 +311,30 @@ def markdown_tables(report: dict, level: int = 1) -> str:
             lines += [f"{h2} Adversarial minus {cell(control)} control", "",
                       "M(r) minus C(r) in accuracy points, with the paired 95% interval: above zero, the "
                       "adversarial round helped more than as many static examples.", ""]
-            lines += table(["Model", *map(cell, columns)], rows) + [""]
+            lines += table([legend("Model", report), *map(cell, columns)], rows) + [""]
         lines += _functionality_table(report, rounds, crounds)
     lines += _majority_table(report, rounds, h2)
     return "\n".join(lines)
+
+
+def _seed_counts(report: dict, number_: int | None, key: str) -> list[float]:
+    """Each seed's ``collection[key]`` for round ``number_`` (from ``runs``); [] where none."""
+    values = []
+    for run in report.get("runs") or []:
+        for entry in (run or {}).get("rounds") or []:
+            if entry.get("number") == number_ and isinstance(entry.get("collection"), dict):
+                value = number(entry["collection"].get(key))
+                if value is not None:
+                    values.append(value)
+    return values
+
+
+def _count_text(report: dict, number_: int | None, key: str, value: float | None) -> str:
+    """A collection count: the seeds' lowest–highest where they differ, else the one value."""
+    counts = _seed_counts(report, number_, key)
+    if len(set(counts)) > 1:
+        return f"{min(counts):g}\u2013{max(counts):g}"
+    return DASH if value is None else f"{value:g}"
 
 
 def _majority_table(report: dict, rounds: list[dict], h2: str) -> list[str]:
@@ -373,7 +348,7 @@ def _majority_table(report: dict, rounds: list[dict], h2: str) -> list[str]:
     return [f"{h2} Against the majority answer", "",
             "Each model minus the majority answer (the best constant answer) in accuracy points, with the "
             "paired 95% interval: above zero, the model beats answering one label.", "",
-            *table(["Model", *map(cell, columns)],
+            *table([legend("Model", report), *map(cell, columns)],
                    [[cell(model_name(e)), *(gain_text(e["vs_majority"].get(c), with_p=False) for c in columns)]
                     for e in models]), ""]
 
@@ -401,7 +376,7 @@ def _functionality_table(report: dict, rounds: list[dict], crounds: list[dict]) 
             other = (theirs.get("by_functionality") or {}).get(group) or {}
             rows.append([cell(group), cell(mine.get("num_examples", DASH)),
                          *(pct(number(constant.get(label))) for label in labels), ci_text(mine), ci_text(other)])
-        lines += table(["Functionality", "Examples", *(f"Always {cell(x)}" for x in labels),
+        lines += table([legend("Functionality", report), "Examples", *(f"Always {cell(x)}" for x in labels),
                          cell(model_name(last)), cell(model_name(control))], rows) + [""]
     return lines
 

@@ -7,22 +7,16 @@ import json
 import math
 from pathlib import Path
 
+from .cells import DASH, cell, ci_text, gain_text, legend, number, pct, pooled, table
 from .chart import svg_chart
 from .report import (
-    DASH,
-    cell,
-    ci_text,
     error_rate,
     evaluated_sets,
-    gain_text,
     markdown_tables,
     model_name,
-    number,
-    pct,
     replace_block,
     rounds_of,
     suite_names,
-    table,
 )
 
 
@@ -62,25 +56,63 @@ def _title(report: dict) -> str:
     controls = report.get("control_names") or ([report["control"]] if report.get("control") else [])
     if controls:
         parts.append(" and ".join(cell(c) for c in controls) + f" control{'s' if len(controls) > 1 else ''}")
-    caps = (report.get("data") or {}).get("caps") or {}
-    if caps.get("train"):
-        parts.append(f"rounds 1–{len(report.get('rounds') or []) - 1}, at most {caps['train']} training rows "
-                     "per round")
+    rounds = f"rounds 1–{len(report.get('rounds') or []) - 1}"
+    details = [text for text in (_caps_text(report), _trained_text(report)) if text]
+    parts.append(rounds + (f" ({'; '.join(details)})" if details else ""))
     return f"{cell(TASK_NAMES.get(report.get('task'), report.get('task', '?')))}: " + ", ".join(parts)
+
+
+def _caps_text(report: dict) -> str:
+    """The caps as the plan applied them: on each round's train list and on its dev list
+    (a round's examples are both lists, so the cap is not the count a model trains on)."""
+    caps = (report.get("data") or {}).get("caps") or {}
+    train, dev = caps.get("train"), caps.get("dev")
+    if not train and not dev:
+        return ""
+    if train == dev:
+        return f"each round's train and dev lists capped at {train} rows each"
+    return "each round's " + " and ".join(f"{name} list capped at {cap} rows" for name, cap in
+                                          (("train", train), ("dev", dev)) if cap)
+
+
+def own_rows_trained(report: dict) -> dict[int, list[int]]:
+    """``{round number: [rows of that round M(r) trained on, one per seed]}`` for rounds 1..R,
+    from each seed's training counts (``runs[].rounds[].training.rounds.train``: the round's
+    own examples left for training after the platform's dev hold-out); {} where the report
+    has none."""
+    counts: dict[int, list[int]] = {}
+    for run in report.get("runs") or []:
+        for entry in (run or {}).get("rounds") or []:
+            rows = number((((entry or {}).get("training") or {}).get("rounds") or {}).get("train"))
+            if entry.get("number") and rows is not None:
+                counts.setdefault(int(entry["number"]), []).append(int(rows))
+    return counts
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}–{high}"
+
+
+def _trained_text(report: dict) -> str:
+    counts = [n for values in own_rows_trained(report).values() for n in values]
+    return f"M(r) trained on {_span(counts)} of its own round's rows" if counts else ""
 
 
 TASK_NAMES = {"hate": "Hate speech", "nli": "NLI"}
 
 
 def round_summary(report: dict) -> list[str]:
-    """One row per round: the error rate at collection, M(r) on its own round's test split
+    """One row per round: M(r-1)'s error on round r's examples, M(r) on its own round's test split
     beside the majority answer, its paired gain over M(r-1), and with a control C(r) and
     M(r) - C(r) on that split."""
     rounds = rounds_of(report)
     references = report.get("references") or {}
     controls = next(iter((report.get("controls") or {}).values()), None)
     crounds = {r.get("number"): r for r in (controls or {}).get("rounds") or [] if isinstance(r, dict)}
-    header = ["Round", "Test set", "Error rate at collection", "Majority answer", "M(r)", "M(r) \u2212 M(r\u22121)"]
+    trained = own_rows_trained(report)
+    header = [legend("Round", report), "Test set", "M(r\u22121)'s error on round r's examples", "Majority answer",
+              "M(r)", "M(r) \u2212 M(r\u22121)", "Own round's rows M(r) trained on"]
     if controls:
         header += ["Static control C(r)", "M(r) \u2212 C(r)"]
     rows = []
@@ -89,10 +121,12 @@ def round_summary(report: dict) -> list[str]:
         collection = entry.get("collection")
         rate = DASH if not isinstance(collection, dict) else ci_text(
             {"accuracy": error_rate(collection), "ci_low": collection.get("ci_low"),
-             "ci_high": collection.get("ci_high")})
+             "ci_high": collection.get("ci_high"), "seed_min": collection.get("seed_min"),
+             "seed_max": collection.get("seed_max")})
         majority = ((references.get(name) or {}).get("majority") or {}).get("accuracy")
         row = [cell(entry.get("number", "?")), cell(name), rate, pct(number(majority)),
-               ci_text((entry.get("test") or {}).get(name)), gain_text(entry.get("gain_over_previous"))]
+               ci_text((entry.get("test") or {}).get(name)), gain_text(entry.get("gain_over_previous")),
+               _span(trained[entry["number"]]) if trained.get(entry.get("number")) else DASH]
         if controls:
             control = crounds.get(entry.get("number")) if entry.get("number") else None
             row += [ci_text((control or {}).get("test", {}).get(name)) if control else DASH,
@@ -109,7 +143,7 @@ def suite_summary(report: dict) -> list[str]:
     labels = list((report.get("data") or {}).get("labels") or [])
     references = report.get("references") or {}
     has_control = any(isinstance(e.get("vs_control"), dict) for e in rounds_of(report))
-    header = ["Model"]
+    header = [legend("Model", report)]
     for suite in suites:
         header += [cell(suite)] + ([f"{cell(suite)}: M(r) \u2212 C(r)"] if has_control else [])
     rows = []
@@ -145,7 +179,7 @@ def strategy_comparison(reports: list[dict]) -> list[str]:
         results = {**(last.get("test") or {}), **(last.get("functional") or {})}
         rows.append([f"`{cell(report.get('strategy', '?'))}` ({cell(model_name(last))})",
                      *(ci_text(results.get(c)) for c in columns)])
-    return table(["Strategy (last model)", *map(cell, columns)], rows)
+    return table([legend("Strategy (last model)", any(pooled(r) for r in reports)), *map(cell, columns)], rows)
 
 
 def doc_section(reports: dict[str, dict], level: int = 3) -> str:

@@ -18,17 +18,20 @@ The run, for a task with rounds 0..R in its plan (``data.build_plan``):
    created as draft rounds holding their test splits, so every evaluation
    covers every round's test set from the start;
 2. M0 is trained on round 0 and promoted: round 1 opens with M0 as its target;
-3. for r = 1..R: round r's training examples are written against the live
-   target M(r-1) (which records the model error rate at collection), verified
-   by the replay's researcher, M(r) is trained, evaluated and promoted;
+3. for r = 1..R: round r's training examples (written by the data set's
+   annotators against other models) are submitted with M(r-1) as the live
+   target, which records what it gets wrong (M(r-1)'s error on round r's
+   examples), verified by the replay's researcher, M(r) is trained, evaluated
+   and promoted;
 4. every model is scored on the functional suites (HateCheck, HatemojiCheck).
 
 Three training strategies:
 
 - ``cumulative`` (default) fine-tunes M(r-1) on round r's verified examples plus
-  as many again from round 0 and every earlier round, an even fixed sample
+  as many again (as many as the round submitted, where the earlier data holds
+  that many) from round 0 and every earlier round, an even fixed sample
   (``start_training(rehearse=...)``): each model learns from every round so far
-  at twice the new round's cost;
+  at up to twice the new round's cost;
 - ``continue`` fine-tunes M(r-1) on round r plus as many round-0 examples only
   (earlier rounds are not rehearsed, and are forgotten);
 - ``retrain`` trains each model from the backbone on round 0 and rounds 1..r, as

@@ -4,7 +4,8 @@ intervals, paired gains and the control's comparison. Pure functions, no Django.
 ``build_report(plan, runs, ...)`` takes what ``run.Replay.run`` returns for each
 seed (per-example 1/0 scores of every model on every test set and suite) and
 returns the JSON-ready report that ``report.write_outputs`` writes; the schema is
-in ``replay.report``'s docstring. The per-example scores themselves
+in ``replay.report``'s docstring, and with several seeds ``replay.spread`` adds the
+seeds' spread beside every per-seed value. The per-example scores themselves
 are not kept: the report holds what the tables show.
 """
 
@@ -15,6 +16,7 @@ from collections import defaultdict
 from . import stats
 from .controls import DESCRIPTIONS, control_names
 from .data import ReplayPlan, plan_summary
+from .spread import add_spreads
 
 
 def _suite_stats(name: str, scored: list[dict]) -> dict:
@@ -158,4 +160,4 @@ def build_report(plan: ReplayPlan, runs: list[dict], *, task: str, mode: str, st
                               "training_rows": e["training_rows"]} for e in chain]
                       for name, chain in run["controls"].items()}}
         for run in runs]
-    return report
+    return add_spreads(report)  # the seeds' spread beside every per-seed value

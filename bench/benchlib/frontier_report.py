@@ -7,7 +7,24 @@ block from the JSON with them, without importing the script."""
 from __future__ import annotations
 
 from .results import markdown_table
-from .validation_report import spam_label
+
+# The spammers' shares of the vote slots a run covers (``bench/validation.py`` and
+# ``bench/validation_frontier.py`` alike), in the order the tables list them.
+SPAMMER_MIXES = [
+    {"always_correct": 0.0, "random": 0.0},
+    {"always_correct": 0.1, "random": 0.0},
+    {"always_correct": 0.2, "random": 0.0},
+    {"always_correct": 0.3, "random": 0.0},
+    {"always_correct": 0.0, "random": 0.1},
+    {"always_correct": 0.0, "random": 0.2},
+    {"always_correct": 0.0, "random": 0.3},
+]
+
+
+def spam_label(spammers: dict) -> str:
+    parts = [f"{int(round(100 * share))}% {kind.replace('_', ' ')}" for kind, share in spammers.items() if share]
+    return ", ".join(parts) or "none"
+
 
 # --- the comparisons (pure functions of the runs) -----------------------------------------
 
@@ -89,6 +106,26 @@ def choose_default(runs: list[dict]) -> dict:
             "worst_accuracy_mean": {p: mean(worst[p]) for p in everywhere},
             "worst_votes_per_example": worst_votes, "worst_wrong": worst_wrong,
             "highest_worst_accuracy": best, "tied": tied, "choice": choice}
+
+
+def simple_rivals(document: dict, default: str) -> dict[str, dict]:
+    """The simple rules (every rule but the adaptive ones) that ``bench/validation.py`` sets
+    beside the task's default rule ``default``, from a frontier run's ``document``:
+    ``strongest``, the rule ``choose_default`` picks when only the simple rules compete (the
+    best worst case over the spammer mixes, as the default itself was chosen), and
+    ``nearest_cost``, the simple rule whose mean votes per example without spammers are
+    nearest the default's. Each is its policy as the frontier's setup states it."""
+    runs = document["runs"]
+    simple = [r for r in runs if r["family"] != "adaptive"]
+    clean = by_mix(runs).get(_key(SPAMMER_MIXES[0])) or {}
+    if default not in clean:
+        raise ValueError(f"the frontier has no spammer-free run of {default}: run bench/validation_frontier.py "
+                         "with the task config's default first")
+    votes = means(clean[default])["votes_per_example"]
+    names = sorted({r["policy"] for r in simple} & set(clean))
+    nearest = min(names, key=lambda p: (abs(means(clean[p])["votes_per_example"] - votes), p))
+    policies = {p["name"]: p for p in document["setup"]["policies"]}
+    return {"strongest": policies[choose_default(simple)["choice"]], "nearest_cost": policies[nearest]}
 
 
 def mix_name(spammers: dict) -> str:

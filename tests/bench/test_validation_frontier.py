@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "bench") not in sys.path:  # the scripts import ``benchlib`` and each other as bench/ does
     sys.path.append(str(ROOT / "bench"))
 
-import validation_frontier as F  # noqa: E402
-from validation import Sequence_  # noqa: E402
+from validation import Sequence_, run_lead  # noqa: E402
 
 from bench.benchlib import frontier_report as FR  # noqa: E402
 
@@ -92,7 +91,7 @@ def test_lead_rule_decides_on_a_lead_of_two_and_escalates_at_the_cap():
     stream = [Sequence_("a", True, [("x", True), ("y", True)]),
               Sequence_("b", False, [("x", True), ("y", False), ("z", False), ("w", False)]),
               Sequence_("c", True, [("x", True), ("y", False), ("z", True), ("w", False), ("v", True), ("u", True)])]
-    out = F.run_lead(stream, lead=2, cap=5)
+    out = run_lead(stream, lead=2, cap=5)
     assert (out.decided, out.correct, out.votes_on_decided) == (2, 2, 6)
     assert (out.to_researchers, out.votes_on_researchers) == (1, 5)  # the sixth vote is past the cap
 
