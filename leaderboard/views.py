@@ -220,8 +220,8 @@ def _kept_weights(params) -> tuple[dict, list[str]]:
             kept[name] = dynascore.parse_weight(name, params[name])
         except ValueError:
             reset.append(name)
+    text = ",".join(f"{name}:{value:g}" for name, value in kept.items()) if sent else params.get("weights")
     try:
-        text = ",".join(f"{name}:{value:g}" for name, value in kept.items()) if sent else params.get("weights")
         return dynascore.parse_weights(text), reset
     except ValueError:
         return dict(DEFAULT_WEIGHTS), list(METRICS)
