@@ -242,6 +242,17 @@ def target_scores(task: Task, models) -> list[dict]:
     return out
 
 
+def parse_dataset_weight(key: str, raw: str) -> tuple[int, float]:
+    """One part of ``parse_dataset_weights``: a round number and a weight from 0 to 5. The
+    messages name no field: the API's error body puts them under ``dataset_weights``."""
+    key, raw = key.strip(), raw.strip()
+    if not re.fullmatch(r"[0-9]{1,6}", key):
+        raise ValueError(f"{key!r} is not a round number (0 for the static test set).")
+    if not dynascore.NUMBER.fullmatch(raw) or not 0 <= float(raw) <= 5:
+        raise ValueError(f"the weight of round {int(key)} must be a number from 0 to 5, got {raw!r}.")
+    return int(key), round(float(raw), 1)  # as parse_weights: one decimal
+
+
 def parse_dataset_weights(text: str | None) -> dict[int, float]:
     """``"0:1,1:2.5"`` -> ``{0: 1.0, 1: 2.5}``: a weight from 0 to 5 per round number
     (0 is the static test set); datasets not named weigh 1. Spaces around parts are
@@ -252,15 +263,12 @@ def parse_dataset_weights(text: str | None) -> dict[int, float]:
     for position, part in enumerate(text.split(","), start=1):
         key, sep, raw = (piece.strip() for piece in part.partition(":"))
         if not sep or not re.fullmatch(r"[0-9]{1,6}", key):
-            raise ValueError(f"dataset_weights: part {position} ({part.strip()!r}) is not ROUND:WEIGHT, a round "
+            raise ValueError(f"part {position} ({part.strip()!r}) is not ROUND:WEIGHT, a round "
                              "number (0 for the static test set) and a weight from 0 to 5.")
-        number = int(key)
+        number, weight = parse_dataset_weight(key, raw)
         if number in found:
-            raise ValueError(f"dataset_weights: round {number} is weighted twice.")
-        if not dynascore.NUMBER.fullmatch(raw) or not 0 <= float(raw) <= 5:
-            raise ValueError(f"dataset_weights: the weight of round {number} must be a number from 0 to 5, "
-                             f"got {raw!r}.")
-        found[number] = round(float(raw), 1)  # as parse_weights: one decimal
+            raise ValueError(f"round {number} is weighted twice.")
+        found[number] = weight
     return found
 
 

@@ -156,13 +156,13 @@ MetricValues = Mapping[str, MetricValue]
 
 def _check_weight(name: str, value: float) -> float:
     if name not in DEFAULT_WEIGHTS:
-        raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}")
+        raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}.")
     if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"the weight of {name} must be a number, got {value!r}")
+        raise ValueError(f"the weight of {name} must be a number, got {value!r}.")
     value = float(value)
     if not math.isfinite(value) or not MIN_WEIGHT <= value <= MAX_WEIGHT:
         raise ValueError(
-            f"the weight of {name} must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, got {value:g}"
+            f"the weight of {name} must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, got {value:g}."
         )
     return value
 
@@ -172,11 +172,24 @@ def _check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     for name, value in weights.items():
         merged[name] = _check_weight(name, value)
     if not any(merged.values()):
-        raise ValueError("at least one weight must be above 0")
+        raise ValueError("at least one weight must be above 0.")
     return merged
 
 
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")  # a plain decimal: no nan, inf or exponent
+
+
+def parse_weight(name: str, raw: str) -> float:
+    """One metric's weight from its text (``parse_weights``' rules for one part).
+
+    The messages name no field: the caller says where the value came from (the API's
+    error body puts them under ``weights``)."""
+    name, raw = name.strip(), raw.strip()
+    if name not in DEFAULT_WEIGHTS:
+        raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}.")
+    if not NUMBER.fullmatch(raw):
+        raise ValueError(f"the weight of {name} must be a number, got {raw!r}.")
+    return _check_weight(name, round(float(raw), 1))
 
 
 def parse_weights(text: str | None) -> dict[str, float]:
@@ -196,20 +209,14 @@ def parse_weights(text: str | None) -> dict[str, float]:
     for position, part in enumerate(text.split(","), start=1):
         part = part.strip()
         if not part:
-            raise ValueError(f"weights: part {position} is empty")
+            raise ValueError(f"part {position} is empty.")
         name, sep, raw = part.partition(":")
-        name, raw = name.strip(), raw.strip()
+        name = name.strip()
         if not sep or not name:
-            raise ValueError(f"weights: {part!r} is not of the form name:value")
-        if name not in DEFAULT_WEIGHTS:
-            raise ValueError(
-                f"weights: unknown metric {name!r}; expected one of: {', '.join(METRICS)}"
-            )
+            raise ValueError(f"{part!r} is not of the form name:value.")
         if name in seen:
-            raise ValueError(f"weights: {name} is given more than once")
-        if not NUMBER.fullmatch(raw):
-            raise ValueError(f"weights: the weight of {name} must be a number, got {raw!r}")
-        seen[name] = _check_weight(name, round(float(raw), 1))
+            raise ValueError(f"{name} is given more than once.")
+        seen[name] = parse_weight(name, raw)
     return _check_weights(seen)
 
 

@@ -17,7 +17,7 @@ from tasks.charts import interval_chart
 
 from . import training
 from .board import STORED, dataset_name, dataset_number
-from .dynascore import DEFAULT_WEIGHTS, METRICS, format_weights
+from .dynascore import METRICS, format_weights
 from .models import Evaluation
 from .rows import primary_metric
 
@@ -46,11 +46,6 @@ def count(n) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return str(n)
-
-
-def sent_weights(params) -> list[dict]:
-    """The weight form as it was sent, for the page that shows it again with its error."""
-    return [{"name": name, "value": params.get(name, DEFAULT_WEIGHTS[name])} for name in METRICS]
 
 
 def board_table(result: dict, weights: dict, rows: list[dict], column: str, descending: bool) -> dict:
@@ -87,7 +82,18 @@ def board_table(result: dict, weights: dict, rows: list[dict], column: str, desc
         "dataset_sliders": [{"field": f"dataset-{numbers[name]}", "name": name, "value": weight}
                             for name, weight in result["dataset_weights"].items()],
         "query": query,
+        **board_notes(rows),
     }
+
+
+def board_notes(rows: list[dict]) -> dict:
+    """Which of the page's notes on reading the Dynascore this board needs: ``one_model``
+    (a single ranked model, whose other metrics no comparison can price) and
+    ``negative`` (a Dynascore, or an end of its interval, below 0)."""
+    ranked = [row for row in rows if row.get("rank") is not None]
+    return {"one_model": len(ranked) == 1,
+            "negative": any(value is not None and value < 0 for row in ranked
+                            for value in (row["dynascore"], row.get("dynascore_ci_low")))}
 
 
 def model_table(model) -> dict:

@@ -34,9 +34,9 @@ from tasks.api import visible_jobs
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import board, cycle, presentation
+from . import board, cycle, dynascore, presentation
 from .api import parse_dataset_weights_param, parse_weights_param
-from .dynascore import METRICS
+from .dynascore import DEFAULT_WEIGHTS, METRICS
 from .releases import browse
 from .submissions import submit_model
 
@@ -208,31 +208,96 @@ def _dataset_weights_text(params) -> str | None:
     return params.get("dataset_weights")
 
 
+def _kept_weights(params) -> tuple[dict, list[str]]:
+    """The metric weights a page falls back to when those sent are refused, and the names
+    reset: each slider's value that is valid by itself, the default for the others;
+    every default for a refused ``weights`` link, or for valid values refused together
+    (all 0)."""
+    sent = [name for name in METRICS if name in params]
+    kept, reset = {}, []
+    for name in sent:
+        try:
+            kept[name] = dynascore.parse_weight(name, params[name])
+        except ValueError:
+            reset.append(name)
+    text = ",".join(f"{name}:{value:g}" for name, value in kept.items()) if sent else params.get("weights")
+    try:
+        return dynascore.parse_weights(text), reset
+    except ValueError:
+        return dict(DEFAULT_WEIGHTS), list(METRICS)
+
+
+def _kept_dataset_weights(params) -> tuple[dict, list[str] | None]:
+    """The same for the datasets' sliders; ``None`` for every default (a refused
+    ``dataset_weights`` link)."""
+    sliders = {key.removeprefix("dataset-"): params[key] for key in params if key.startswith("dataset-")}
+    if not sliders:
+        try:
+            return board.parse_dataset_weights(params.get("dataset_weights")), []
+        except ValueError:
+            return {}, None
+    kept, reset = {}, []
+    for key, raw in sliders.items():
+        try:
+            number, kept[number] = board.parse_dataset_weight(key, raw)
+        except ValueError:
+            reset.append(board.dataset_name(int(key)) if key.isdigit() else repr(key))
+    return kept, reset
+
+
+def _fallback_board(task, params, user) -> tuple[dict, dict, str]:
+    """For weights that were refused: the board under the weights kept (``_kept_weights``),
+    those weights, and a sentence that says which weights are the defaults instead."""
+    weights, reset = _kept_weights(params)
+    dataset_weights, datasets_reset = _kept_dataset_weights(params)
+    try:
+        result = board.board_json(task, weights, user, dataset_weights)
+    except DomainError:  # a round with no test set, or dataset weights that add up to 0
+        datasets_reset = None
+        result = board.board_json(task, weights, user, {})
+    every_metric = len(reset) == len(METRICS)
+    if every_metric and (datasets_reset is None or not dataset_weights):
+        return weights, result, "The board below uses the default weights instead."
+    parts = ["the default metric weights" if every_metric else
+             f"the default weight of {_and([f'{name} ({DEFAULT_WEIGHTS[name]:g})' for name in reset])}"
+             if reset else "",
+             "the default dataset weights" if datasets_reset is None else
+             f"the default weight of {_and([f'{name} (1)' for name in datasets_reset])}" if datasets_reset else ""]
+    parts = [part for part in parts if part]
+    return weights, result, f"The board below uses {' and '.join(parts)} instead." if parts else ""
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def leaderboard_page(request, slug):
     """A task's public leaderboard: sortable columns, weight sliders (a GET form, so a
-    reweighted board is a link), intervals, ties, and the CSV/JSON exports."""
+    reweighted board is a link), intervals, ties, and the CSV/JSON exports. Weights that
+    are refused (400) give the message once and the board under the defaults instead,
+    each refused slider back at its default."""
     wait = page_wait(request)
     if wait:
         return too_many(request, wait, "requests from here")
     task = Task.objects.visible_to(request.user).filter(slug=slug).first()
     if task is None:
         raise Http404(f"No task {slug!r}.")
+    error = fallback = ""
     try:
         weights = parse_weights_param(_weights_text(request.GET))
-        dataset_weights = parse_dataset_weights_param(_dataset_weights_text(request.GET))
-        result = board.board_json(task, weights, request.user, dataset_weights)
+        result = board.board_json(task, weights, request.user,
+                                  parse_dataset_weights_param(_dataset_weights_text(request.GET)))
     except DomainError as exc:
-        # The form stays, with what was sent and the message beside it.
-        return render(request, "leaderboard/leaderboard.html", {
-            "task": task, "error": str(exc), "weights": presentation.sent_weights(request.GET),
-            "rows": [], "query": ""}, status=400)
+        error = str(exc)
+        weights, result, fallback = _fallback_board(task, request.GET, request.user)
     column = request.GET.get("sort", "rank")
     if column not in board.SORTABLE and column not in result["datasets"]:
         column = "rank"
     descending = request.GET.get("dir", "asc" if column in ("rank", "name", "calibration") else "desc") == "desc"
     rows = board.sort_rows(result["rows"], column, descending, result["datasets"])
     return render(request, "leaderboard/leaderboard.html", {
-        "task": task, **presentation.board_table(result, weights, rows, column, descending)})
+        "task": task, "error": error, "fallback": fallback,
+        **presentation.board_table(result, weights, rows, column, descending)}, status=400 if error else 200)
 
 
 def model_page(request, pk):

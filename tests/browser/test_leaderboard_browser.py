@@ -1,6 +1,11 @@
-"""The leaderboard in a browser: reweight with the sliders, sort by a column, both ways."""
+"""The leaderboard in a browser: reweight with the sliders, sort by a column, both ways;
+a refused weight keeps the board and puts its slider back."""
+
+import pytest
 
 from tests.leaderboard.test_board import LEANING, boarded  # noqa: F401  (the fixture and its data)
+
+pytestmark = pytest.mark.browser
 
 
 def names_in_order(page):
@@ -55,3 +60,35 @@ def test_the_sliders_rerank_live_without_a_click(live_server, boarded, browser_p
         });
     }""")
     assert errors == []
+
+
+def test_a_refused_weight_keeps_the_board_and_puts_its_slider_back(live_server, boarded, browser_page):  # noqa: F811
+    """Sent in the address or by the live rerank, a refused weight gives its message once,
+    the board under the default for it, and its slider (and the number beside it) back
+    at the default."""
+    page, errors = browser_page
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}/tasks/sentiment/leaderboard/?performance=abc&memory=2")
+    assert page.locator("#weights-error").inner_text() == (
+        "weights: the weight of performance must be a number, got 'abc'. "
+        "The board below uses the default weight of performance (4) instead.")
+    assert len(names_in_order(page)) == 3
+    performance = page.locator("input[type=range][name=performance]")
+    assert performance.input_value() == "4" and page.locator("[name=performance] + output").inner_text() == "4.0"
+    assert page.locator("input[type=range][name=memory]").input_value() == "2"  # valid: kept
+
+    # Live: a slider let past 5 (as an old page or a hand-made one could send) is refused
+    # the same way; the message is the new one, once; the address is the board shown.
+    memory = page.locator("input[type=range][name=memory]")
+    memory.evaluate("input => { input.max = '9'; input.value = '7';"
+                    " input.dispatchEvent(new Event('input', {bubbles: true})); }")
+    page.wait_for_function("() => document.getElementById('weights-error').textContent.includes('memory')")
+    assert page.locator("#weights-error").count() == 1
+    assert page.locator("#weights-error").inner_text() == (
+        "weights: the weight of memory must be between 0 and 5, got 7. "
+        "The board below uses the default weight of memory (1) instead.")
+    assert memory.input_value() == "1" and page.locator("[name=memory] + output").inner_text() == "1"
+    assert len(names_in_order(page)) == 3
+    assert "memory=1" in page.url and "memory=7" not in page.url and "abc" not in page.url
+    # The browser reports each 400 answer (the page, then the rerank) on its console.
+    assert len(errors) == 2 and all("status of 400 (Bad Request)" in e for e in errors), errors

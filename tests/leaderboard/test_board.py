@@ -148,14 +148,17 @@ def test_the_page_sorts_and_reweights_and_shows_intervals(boarded, client):
     sliders = client.get("/tasks/sentiment/leaderboard/?performance=5&calibration=2&sort=dynascore")
     assert sliders.status_code == 200 and 'name="calibration" min="0" max="5" step="0.5" value="2.0"' in \
         sliders.content.decode()
-    # A bad weight keeps the form, with what was sent and the message beside it.
+    # A bad weight keeps the form and the board, with the message beside them: a valid
+    # value sent stays (calibration 2); the refused one is back at its default, which the
+    # board below uses (tests/leaderboard/test_board_page.py has the rest).
     bad = client.get("/tasks/sentiment/leaderboard/?performance=7&calibration=2")
     html = " ".join(bad.content.decode().split())
     assert bad.status_code == 400
     error = re.search(r'id="weights-error">([^<]*)<', html).group(1)
     assert "performance" in error and "7" in error, error  # what is wrong, not just "Invalid input."
-    assert 'name="performance" min="0" max="5" step="0.5" value="7"' in html
-    assert 'name="calibration" min="0" max="5" step="0.5" value="2"' in html
+    assert 'name="performance" min="0" max="5" step="0.5" value="4.0"' in html
+    assert 'name="calibration" min="0" max="5" step="0.5" value="2.0"' in html
+    assert 'id="leaderboard"' in html
     # Parameter counts read as people read them; the exact count is on hover.
     page = " ".join(client.get("/tasks/sentiment/leaderboard/").content.decode().split())
     assert re.search(r'<td title="\d{7,}">\d+\.\d M</td>', page), "a parameter count is shown raw"
