@@ -383,8 +383,8 @@ def board(task: Task, weights: dict | None = None, user=None, dataset_weights: d
     for metric_name in STORED:  # a metric joins the Dynascore when every model has it
         if any(metric_name not in row["metrics"] for row in rows):
             for row in rows:
+                # Still shown (``scores``) where a model has it; weighed in nobody's Dynascore.
                 row["metrics"].pop(metric_name, None)
-                row["scores"].pop(metric_name, None)
 
     def is_tie(a, b):
         if a not in replicate_values or b not in replicate_values:

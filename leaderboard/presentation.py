@@ -26,6 +26,8 @@ METRIC_LABELS = [("calibration", "ECE"), ("throughput", "Examples/s"), ("memory"
 # Decimals shown: scores between 0 and 1 keep three; examples per second and megabytes
 # are read as whole and tenths (no "90.474 examples/s").
 DIGITS = {"throughput": 0, "memory": 1}
+# What a model behind an endpoint cannot have measured here (its memory is the server's).
+REMOTE_CELL = {"value": "remote", "interval": ""}
 
 
 def cell(metric: dict | None, digits: int) -> dict:
@@ -59,6 +61,8 @@ def board_table(result: dict, weights: dict, rows: list[dict], column: str, desc
                             if weight != 1)
     query = urlencode({"weights": weights_text, **({"dataset_weights": dataset_text} if dataset_text else {})})
     shown = [name for name, _ in METRIC_LABELS if any(name in row["metrics"] for row in rows)]
+    ranked = [row for row in rows if row.get("rank")]
+    weighed = {name for name in METRICS if ranked and all(name in row["metrics"] for row in ranked)}
     columns = [("rank", "Rank"), ("name", "Model"), ("dynascore", "Dynascore"), ("performance", "Performance"),
                *[(name, name.capitalize()) for name in datasets],
                *[(name, label) for name, label in METRIC_LABELS if name in shown],
@@ -67,7 +71,8 @@ def board_table(result: dict, weights: dict, rows: list[dict], column: str, desc
         row["parameters_text"] = count(row["model"].get("parameters"))
         row["cells"] = [cell(row["metrics"].get("performance"), 3),
                         *[cell(row["datasets"][name], 3) for name in datasets],
-                        *[cell(row["metrics"].get(name), DIGITS.get(name, 3)) for name in shown]]
+                        *[REMOTE_CELL if name in row.get("remote_metrics", ()) else
+                          cell(row["metrics"].get(name), DIGITS.get(name, 3)) for name in shown]]
         row["dynascore_cell"] = cell({"value": row["dynascore"], "ci_low": row.get("dynascore_ci_low"),
                                       "ci_high": row.get("dynascore_ci_high")}, 4)
     headers = [{"key": key, "label": label, "active": key == column,
@@ -75,13 +80,18 @@ def board_table(result: dict, weights: dict, rows: list[dict], column: str, desc
                 "next_dir": "asc" if key == column and descending else "desc"} for key, label in columns]
     return {
         "rows": rows, "datasets": datasets, "headers": headers, "sort": column,
-        # A metric no ranked model has (shown as "—") offers no weight: it weighs nothing.
+        # A metric that some ranked model lacks (shown as "—" or "remote") is in no model's
+        # Dynascore (``board.build``): it offers no weight, since it weighs nothing.
         "weights": [{"name": name, "value": weights[name]} for name in METRICS
-                    if name == "performance" or any(name in row["metrics"] for row in rows if row.get("rank"))],
+                    if name == "performance" or name in weighed],
         "weights_text": weights_text,
         "dataset_sliders": [{"field": f"dataset-{numbers[name]}", "name": name, "value": weight}
                             for name, weight in result["dataset_weights"].items()],
         "query": query,
+        # Shown for some models, weighed for none: the page says why (a model behind an endpoint).
+        "left_out": [{"label": label,
+                      "remote": [row["model"]["name"] for row in ranked if name in row.get("remote_metrics", ())]}
+                     for name, label in METRIC_LABELS if name in shown and name not in weighed],
         **board_notes(rows),
     }
 

@@ -116,9 +116,13 @@ def test_a_negative_dynascore_is_explained_only_when_one_is_shown(boarded, clien
     task, models = boarded
     # The two tiny models score the same; make the second better, so that the other
     # metrics are priced in units of performance and memory can pull a score below 0.
-    for evaluation in Evaluation.objects.filter(model_version=models[1]):
-        evaluation.metrics = {**evaluation.metrics, "accuracy": 0.75}
-        evaluation.save(update_fields=["metrics"])
+    # Throughput and memory are set too: measured, they vary with the machine's load,
+    # and so would the sign of a score.
+    for model, accuracy, memory in ((models[0], None, 100.0), (models[1], 0.75, 90.0)):
+        for evaluation in Evaluation.objects.filter(model_version=model):
+            evaluation.metrics = {**evaluation.metrics, "throughput": 100.0, "memory_mb": memory,
+                                  **({"accuracy": accuracy} if accuracy is not None else {})}
+            evaluation.save(update_fields=["metrics"])
     board.forget(task.pk)
     for query, negative in (("", True), (ONLY_PERFORMANCE, False)):
         weights = ",".join(part.replace("=", ":") for part in query.split("&")) if query else ""

@@ -76,7 +76,7 @@ def test_a_v2_endpoint_answers_as_the_local_model(demo_tasks, local_model, v2_mo
     assert served.calls() - calls_before == len(TEXTS)  # one inference request per example, counted by MLServer
 
 
-def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks, local_model, v2_model,
+def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks, local_model, v2_model, client,
                                                                      django_capture_on_commit_callbacks):
     task = demo_tasks["sentiment"]
     rnd = task.open_round()
@@ -102,6 +102,13 @@ def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks
     assert rows["served-tiny"]["remote"] == ["memory"] and rows["local-tiny"]["remote"] == []
     assert all("memory" not in row["metrics"] for row in rows.values())
     assert all(row["dynascore"] is not None for row in rows.values())
+    # The page shows the local model's memory and "remote" for the endpoint's, offers no
+    # memory weight (it weighs nothing), and says why memory is left out.
+    page = client.get("/tasks/sentiment/leaderboard/").content.decode()
+    assert ">remote<" in page and 'name="memory"' not in page and 'name="throughput"' in page
+    words = " ".join(page.split())
+    assert "Memory (MB) is shown but weighed in no model's Dynascore: served-tiny answers from behind an endpoint" \
+        in words
     assert Evaluation.objects.filter(model_version=v2_model).count() == 1
 
 
