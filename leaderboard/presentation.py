@@ -120,7 +120,8 @@ def model_table(model) -> dict:
         for name in names:
             key = keys[name]
             low, high = (evaluation.intervals.get(key) or (None, None))
-            entry = {"value": evaluation.metrics.get(key), "low": low, "high": high}
+            entry = {"value": evaluation.metrics.get(key), "low": low, "high": high,
+                     "remote": key in evaluation.metrics.get("remote", ())}  # the endpoint's to know, not ours
             if name in ("robustness", "fairness") and evaluation.metrics.get(f"{key}_n") is not None:
                 # Measured only where a perturbation changed the text: how many, and the
                 # interval of that count over the same resamples.

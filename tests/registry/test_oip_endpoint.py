@@ -106,6 +106,9 @@ def test_a_v2_endpoint_is_evaluated_and_ranked_beside_the_local_model(demo_tasks
     # memory weight (it weighs nothing), and says why memory is left out.
     page = client.get("/tasks/sentiment/leaderboard/").content.decode()
     assert ">remote<" in page and 'name="memory"' not in page and 'name="throughput"' in page
+    model_page = client.get(f"/models/{v2_model.pk}/").content.decode()
+    assert "<td>remote</td>" in model_page and "<td>remote</td>" not in client.get(
+        f"/models/{local_model.pk}/").content.decode()
     words = " ".join(page.split())
     assert "Memory (MB) is shown but weighed in no model's Dynascore: served-tiny answers from behind an endpoint" \
         in words
