@@ -58,9 +58,10 @@ from django.utils import timezone
 from annotation.examples import signature_ok
 from annotation.models import Example
 
-from . import mturk, watermarks
+from . import watermarks
 from .models import Assignment, Batch, BonusPayment
 from .money import usd
+from .platforms import PLATFORMS, PlatformError, for_batch
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ TOKEN_LIFETIME = timedelta(hours=24)
 def lease() -> timedelta:
     """How long one run holds a ledger row: its ListBonusPayments and its SendBonus,
     each with every retry boto3 may make, and a margin."""
-    return timedelta(seconds=2 * mturk.longest_call_seconds() + 60)
+    return timedelta(seconds=2 * max(p.longest_call_seconds() for p in PLATFORMS.values()) + 60)
 
 
 @dataclass
@@ -159,10 +160,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
 
 def _already_paid(payment: BonusPayment) -> bool:
     """Whether MTurk has this ledger row's bonus on record (its reason names the row)."""
-    return any(payment.unique_request_token in (found.get("Reason") or "")
-               and found.get("WorkerId") == payment.assignment.worker.worker_id
-               for found in mturk.bonuses_for(payment.assignment.assignment_id,
-                                              sandbox=payment.assignment.hit.batch.sandbox))
+    return bool(for_batch(payment.assignment.hit.batch).bonus_on_record(payment))
 
 
 def send(payment: BonusPayment) -> bool:
@@ -188,12 +186,9 @@ def send(payment: BonusPayment) -> bool:
     try:
         if payment.attempts > 1 and _already_paid(payment):
             return _paid(payment, "found on MTurk after an unanswered attempt")
-        mturk.send_bonus(worker_id=payment.assignment.worker.worker_id,
-                         assignment_id=payment.assignment.assignment_id, amount=payment.amount,
-                         reason=payment.message, unique_request_token=payment.unique_request_token,
-                         sandbox=payment.assignment.hit.batch.sandbox)
+        for_batch(payment.assignment.hit.batch).send_bonus(payment)
         return _paid(payment)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         if exc.kind == "duplicate":  # proof only if MTurk lists the payment
             if _already_paid(payment):
                 return _paid(payment, "MTurk had processed this token already, and lists the payment")
@@ -310,7 +305,7 @@ def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusRepo
             if send(payment):
                 report.paid += 1
                 report.amount += payment.amount
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             report.errors.append(f"bonus {payment.pk} to {payment.assignment.worker.worker_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):
                 break  # the rest would fail the same way: next run

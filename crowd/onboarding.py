@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from . import mturk, workers
+from . import workers
 from .models import WorkerIdentity
+from .platforms import PlatformError, for_identity
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,7 @@ def _identity(user) -> WorkerIdentity | None:
 
 
 def give_onboarded(task, identity: WorkerIdentity) -> None:
-    mturk.give_qualification(workers.onboarded_qualification_id(identity.sandbox, task), identity.worker_id,
-                             sandbox=identity.sandbox)
+    for_identity(identity).mark_onboarded(identity, task, sandbox=identity.sandbox)
 
 
 def block_failed(task, identity: WorkerIdentity) -> None:
@@ -44,7 +44,7 @@ def on_passed(sender, task, user, **kwargs) -> None:
         return
     try:
         give_onboarded(task, identity)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         log.warning("onboarding passed by %s on %s, but MTurk refused the qualification: %s",
                     identity.worker_id, task.slug, exc)
 
@@ -55,7 +55,7 @@ def on_blocked(sender, task, user, **kwargs) -> None:
         return
     try:
         block_failed(task, identity)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         log.warning("onboarding failed by %s on %s, but MTurk refused the block qualification: %s",
                     identity.worker_id, task.slug, exc)
 

@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import mail_admins
 from django.db import transaction
-from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput
@@ -40,10 +39,12 @@ from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import budgets, costs, mturk, pay
+from . import budgets, costs, pay
 from .hit_types import default_description, default_title, qualifications, with_warning  # noqa: F401
 from .models import Batch, Hit
 from .money import usd
+from .platforms import PlatformError, by_name, for_batch
+from .platforms.mturk import hit_url, unique_request_token  # noqa: F401  (their home before crowd.platforms)
 
 MAX_HITS = 1000
 # MTurk approves a submission by itself after the auto-approval delay: it must leave
@@ -90,11 +91,6 @@ class BatchRequest:
     # reference line: superusers only, with a reason (``check_target``).
     allow_below_reference: bool = False
     override_reason: str = ""
-
-
-def hit_url() -> str:
-    """The ExternalURL of every HIT: MTurk appends its query parameters."""
-    return settings.PUBLIC_BASE_URL + reverse("mturk-hit")
 
 
 def check_request(req: BatchRequest) -> Round:
@@ -259,7 +255,7 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
                           examples_per_assignment=req.examples_per_assignment, mode=req.mode)
     sandbox = settings.MTURK_SANDBOX
     budgets.check_budget(req.task, sandbox, most)  # an early answer, before MTurk is asked anything
-    balance = mturk.account_balance(sandbox=sandbox)
+    balance = by_name("mturk").balance(sandbox=sandbox, currency="USD")
     with transaction.atomic():
         budgets.check_money(req.task, sandbox, most, balance)  # again, under the lock
         waits = budgets.needs_approval(most, task=req.task, sandbox=sandbox, user=user)
@@ -325,7 +321,7 @@ def approve(batch: Batch, user) -> Batch:
         except TargetBelowReference as exc:
             raise TargetBelowReference(f"{exc.message} Cancel batch {batch.pk} and publish it again with the "
                                        "override to go on.", exc.checks) from None
-    balance = mturk.account_balance(sandbox=batch.sandbox)
+    balance = for_batch(batch).balance(sandbox=batch.sandbox, currency="USD")
     with transaction.atomic():
         budgets.lock_account(batch.sandbox)
         batch = Batch.objects.select_for_update().select_related("task").get(pk=batch.pk)
@@ -351,10 +347,6 @@ def cancel(batch: Batch, user) -> Batch:
     return batch
 
 
-def unique_request_token(hit: Hit) -> str:
-    return f"dynabench-{hit.batch.uid.hex}-{hit.number}"
-
-
 def post_hits(batch: Batch) -> Batch:
     """Post the batch's HITs that have no id yet (safe to run again). On an MTurk error
     the batch keeps what was posted and records the error; running it again goes on.
@@ -362,25 +354,8 @@ def post_hits(batch: Batch) -> Batch:
     if batch.status not in (Batch.Status.PUBLISHING, Batch.Status.PUBLISHED):
         raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}: nothing is posted for it.")
     try:
-        if not batch.hit_type_id:
-            # The batch's own keyword makes its HIT type its own (MTurk gives equal parameters one type).
-            keywords = ", ".join(k for k in (batch.keywords, f"dynabench-{batch.uid.hex[:12]}") if k)
-            batch.hit_type_id = mturk.create_hit_type(
-                title=batch.title, description=batch.description, keywords=keywords, reward=batch.reward,
-                assignment_duration=batch.assignment_duration_seconds,
-                auto_approval_delay=batch.auto_approval_delay_seconds, qualifications=qualifications(batch),
-                sandbox=batch.sandbox)
-            batch.save(update_fields=["hit_type_id"])
-        question = mturk.external_question(hit_url())
-        for hit in batch.hit_rows.filter(hit_id__isnull=True).order_by("number"):
-            hit.batch = batch
-            hit.hit_id = mturk.create_hit(
-                hit_type_id=batch.hit_type_id, question=question, max_assignments=batch.assignments_per_hit,
-                lifetime=batch.lifetime_seconds, unique_request_token=unique_request_token(hit),
-                annotation=f"dynabench batch {batch.pk}", sandbox=batch.sandbox)
-            hit.created_at = timezone.now()
-            hit.save(update_fields=["hit_id", "created_at"])
-    except mturk.MTurkError as exc:
+        for_batch(batch).publish(batch)
+    except PlatformError as exc:
         Batch.objects.filter(pk=batch.pk).update(
             last_error=f"{exc} Publish again to post the remaining HITs; none is posted twice.")
         batch.refresh_from_db()

@@ -17,6 +17,7 @@ from core.errors import DomainError
 from crowd import bonuses, budgets, costs, exports, mturk, pay, publishing, sync
 from crowd.models import Assignment, Batch
 from crowd.money import usd
+from crowd.platforms import PlatformError
 from crowd.publishing import BatchRequest, post_hits, publish
 from leaderboard.promotion import round_target_checks
 from tasks.admin_lists import TASK_FILTER, TaskScopedAdmin
@@ -343,7 +344,7 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
                 batch = publish(req, user=request.user)
             except DomainError as exc:
                 form.add_error(None, str(exc))
-            except mturk.MTurkError as exc:
+            except PlatformError as exc:
                 form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
             else:
                 if batch.status == Batch.Status.AWAITING_APPROVAL:

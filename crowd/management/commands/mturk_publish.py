@@ -8,7 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import DomainError
-from crowd import costs, mturk
+from crowd import costs
+from crowd.platforms import PlatformError
 from crowd.publishing import BatchRequest, publish
 from tasks.models import Task
 
@@ -78,7 +79,7 @@ class Command(BaseCommand):
             batch = publish(req)
         except DomainError as exc:
             raise CommandError(str(exc)) from None
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             raise CommandError(f"{exc} (a batch row may exist: the admin's 'Publish the remaining HITs' "
                                "goes on where this stopped)") from None
         if batch.status == batch.Status.AWAITING_APPROVAL:
