@@ -1,34 +1,29 @@
-"""A fake Prolific researcher API, for tests and local trials.
-
-A real HTTP server on 127.0.0.1 (a free port, a thread), reached only through
-``PROLIFIC_API_URL`` as the real API is, with its state in memory. It serves what
-``crowd/prolific.py`` calls, with Prolific's paths, fields, status codes and error body
-(``{"error": {"status", "error_code", "title", "detail", "additional_information", ...}}``):
+"""A fake Prolific researcher API, for tests and local trials: a real HTTP server on 127.0.0.1
+(a free port, a thread) with its state in memory, reached only through ``PROLIFIC_API_URL``.
+It serves what ``crowd/prolific.py`` calls, with Prolific's paths, fields, status codes and
+error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
 
 - ``Authorization: Token <token>`` on every request (401 without it or with another).
-- Studies: create (UNPUBLISHED), ``/transition/`` PUBLISH (-> ACTIVE), PAUSE/START, STOP
-  (-> AWAITING REVIEW while submissions wait for review, else COMPLETED); a full ACTIVE study
-  whose submissions are all in becomes AWAITING REVIEW, and COMPLETED once all are reviewed.
-- Submissions, listed a page at a time with ``_links.next``: participants are simulated in
-  Python (``start``, ``complete``, ``add_submission``): ACTIVE, then AWAITING REVIEW with the
-  completion code; APPROVE and REJECT only then (the same transition again is ignored, as
-  Prolific documents); a rejection needs a message of 100+ characters and a category.
-- Bulk bonuses: set up from ``csv_bonuses`` (``id,amount`` lines, participant or submission
-  ids of the study, amounts in the major unit with at most two decimals), answered in minor
-  units with ``fees`` at ``fee_rate`` (default 33.3%, Prolific's published service fee;
-  rounded half up to the penny) and ``total_amount``; paid by ``/pay/``, which is NOT
-  idempotent: every call pays every row again (``payments`` lists each one, so a test sees a
-  double payment). A paid row shows in its submission's ``bonus_payments`` (minor units), as
-  on Prolific; ``async_payments=True`` holds payments back until ``process_payments()``.
-- Participant groups (the blocklist): create, list, add and remove members; a member of a
-  study's blocklist group cannot start it.
-- Faults: ``inject(endpoint, fault, times)``: ``drop_after_commit`` (apply, then close the
-  connection unanswered), ``hang_after_commit`` (apply, then answer only after
-  ``hang_seconds``), ``throttle`` (429 with ``Retry-After: retry_after``), ``server_error``
-  (500, nothing applied). ``calls`` lists every request as (endpoint, method, path, body).
+- Studies: create (UNPUBLISHED); ``/transition/`` PUBLISH (ACTIVE), PAUSE, START, STOP (AWAITING
+  REVIEW while submissions wait, else COMPLETED); a full study whose submissions are all in
+  awaits review, and is COMPLETED once all are reviewed.
+- Submissions (pages linked by ``_links.next``); participants are simulated in Python
+  (``start_submission``, ``complete``, ``add_submission``): ACTIVE, then AWAITING REVIEW with the
+  code. APPROVE/REJECT only then (the same transition again is ignored, as Prolific documents);
+  a rejection needs a message of 100+ characters and a category.
+- Bulk bonuses from ``csv_bonuses`` (``id,amount`` lines; ids of the study's participants or
+  submissions; major units, two decimals at most), answered in minor units with ``fees`` at
+  ``fee_rate`` of the total (default 33.3%, Prolific's advertised service fee: an assumption,
+  the API docs give no rate) rounded half up, and ``total_amount``. ``/pay/`` is NOT idempotent:
+  each call pays every row again (``payments``); a payment shows in its submission's
+  ``bonus_payments``; ``async_payments=True`` holds them until ``process_payments()``.
+- Participant groups: create, list, add, remove; a member of a study's
+  ``participant_group_blocklist`` group cannot start it.
+- ``inject(endpoint, fault, times)``: ``drop_after_commit`` (apply, close unanswered),
+  ``hang_after_commit`` (apply, answer after ``hang_seconds``), ``throttle`` (429,
+  ``Retry-After: retry_after``), ``server_error`` (500, nothing applied). ``calls`` logs requests.
 
-Not modelled: workspaces and projects (any ``workspace_id`` is taken), filters other than the
-group blocklist, balances and top-ups, VAT, returns, time-outs, screen-outs, messages, hooks.
+Not modelled: workspaces, other filters, balances, VAT, returns, time-outs, messages, hooks.
 """
 
 from __future__ import annotations
@@ -101,12 +96,13 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload, headers = reply
         data = json.dumps(payload).encode() if payload is not None else b""
         self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        for name, value in {**headers, "Content-Type": "application/json", "Content-Length": len(data)}.items():
+            self.send_header(name, str(value))
+        try:
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (hang_after_commit): nobody to answer
+            self.close_connection = True
 
     do_GET = do_POST = do_DELETE = _serve
 
@@ -153,8 +149,7 @@ class FakeProlific:
             self._thread.join(timeout=5)
             self._server = self._thread = None
 
-    def __enter__(self):
-        return self.start()
+    __enter__ = start
 
     def __exit__(self, *exc):
         self.stop()
@@ -166,10 +161,8 @@ class FakeProlific:
 
     # -- test controls ----------------------------------------------------------------------
     def inject(self, endpoint: str, fault: str, times: int = 1) -> None:
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"unknown endpoint {endpoint!r}; one of {sorted(ENDPOINTS)}")
-        if fault not in FAULTS:
-            raise ValueError(f"fault must be one of {FAULTS}")
+        if endpoint not in ENDPOINTS or fault not in FAULTS:
+            raise ValueError(f"unknown endpoint {endpoint!r} or fault {fault!r} (see ENDPOINTS and FAULTS)")
         with self._lock:
             self._faults.setdefault(endpoint, []).extend([fault] * times)
 
@@ -232,14 +225,10 @@ class FakeProlific:
     # -- request handling -------------------------------------------------------------------
     def _handle(self, method: str, raw_path: str, authorization: str, raw_body: bytes):
         parts = urlsplit(raw_path)
-        endpoint, match = "", None
-        for route_method, pattern, name in ROUTES:
-            found = re.fullmatch(pattern, parts.path)
-            if found and route_method == method:
-                endpoint, match = name, found
-                break
+        endpoint, match = next(((name, found) for verb, pattern, name in ROUTES
+                                if verb == method and (found := re.fullmatch(pattern, parts.path))), ("", None))
         try:
-            body = json.loads(raw_body) if raw_body else None
+            body = json.loads(raw_body or b"null")
         except ValueError:
             body = None
         with self._lock:
@@ -276,7 +265,8 @@ class FakeProlific:
             raise ApiError(404, f"Study {study_id} not found.")
         return self.studies[study_id]
 
-    def _public(self, study) -> dict:
+    @staticmethod
+    def _public(study) -> dict:
         return {k: v for k, v in study.items() if not k.startswith("_")}
 
     def _settle_study(self, study) -> None:
@@ -290,13 +280,11 @@ class FakeProlific:
             study["status"] = "COMPLETED"
 
     def _create_study(self, _, body, __):
-        problems = {}
-        for name in ("name", "description", "external_study_url"):
-            if not isinstance(body.get(name), str) or not body.get(name):
-                problems[name] = ["This field is required."]
-        for name in ("estimated_completion_time", "reward", "total_available_places"):
-            if not isinstance(body.get(name), int) or body[name] <= 0:
-                problems[name] = ["A positive whole number is required."]
+        problems = {name: ["This field is required."] for name in ("name", "description", "external_study_url")
+                    if not isinstance(body.get(name), str) or not body.get(name)}
+        problems |= {name: ["A positive whole number is required."] for name in
+                     ("estimated_completion_time", "reward", "total_available_places")
+                     if not isinstance(body.get(name), int) or body[name] <= 0}
         codes = body.get("completion_codes")
         if not isinstance(codes, list) or not codes or not all(isinstance(c, dict) and c.get("code") for c in codes):
             problems["completion_codes"] = ["At least one completion code is required."]
@@ -309,9 +297,8 @@ class FakeProlific:
         blocklist = [v for f in body.get("filters") or [] if f.get("filter_id") == "participant_group_blocklist"
                      for v in f.get("selected_values") or []]
         study_id = self._new_id()
-        self.studies[study_id] = {**body, "id": study_id, "status": "UNPUBLISHED", "currency": body.get("currency",
-                                  "GBP"), "internal_name": body.get("internal_name") or body["name"],
-                                  "_blocklist": blocklist}
+        self.studies[study_id] = {**body, "id": study_id, "status": "UNPUBLISHED", "_blocklist": blocklist,
+                                  "currency": body.get("currency", "GBP")}
         return 201, self._public(self.studies[study_id])
 
     def _get_study(self, study_id, _, __):
@@ -349,16 +336,17 @@ class FakeProlific:
             "next": {"href": f"{base}?page={page + 1}" if more else None, "title": "Next"}},
             "meta": {"count": len(rows)}}
 
-    def _get_submission(self, submission_id, _, __):
+    def _submission(self, submission_id) -> dict:
         if submission_id not in self.submissions:
             raise ApiError(404, f"Submission {submission_id} not found.")
-        return 200, dict(self.submissions[submission_id], bonus_payments=list(
-            self.submissions[submission_id]["bonus_payments"]))
+        return self.submissions[submission_id]
+
+    def _get_submission(self, submission_id, _, __):
+        submission = self._submission(submission_id)
+        return 200, dict(submission, bonus_payments=list(submission["bonus_payments"]))
 
     def _transition_submission(self, submission_id, body, _):
-        submission = self.submissions.get(submission_id)
-        if submission is None:
-            raise ApiError(404, f"Submission {submission_id} not found.")
+        submission = self._submission(submission_id)
         action = body.get("action")
         target = {"APPROVE": "APPROVED", "REJECT": "REJECTED"}.get(action)
         if target is None:
@@ -430,11 +418,6 @@ class FakeProlific:
             raise ApiError(404, f"Participant group {group_id} not found.")
         return self.groups[group_id]
 
-    def _group_wire(self, group) -> dict:
-        return {"id": group["id"], "name": group["name"], "workspace_id": group["workspace_id"],
-                "description": group["description"], "participant_count": len(group["participants"]),
-                "is_deleted": False}
-
     def _create_participant_group(self, _, body, __):
         if not body.get("name"):
             raise ApiError(400, {"name": ["This field is required."]})
@@ -444,21 +427,21 @@ class FakeProlific:
         self.groups[group_id] = {"id": group_id, "name": body["name"], "workspace_id": body.get("workspace_id"),
                                  "description": body.get("description"),
                                  "participants": list(dict.fromkeys(body.get("participant_ids") or []))}
-        return 201, self._group_wire(self.groups[group_id])
+        group = self.groups[group_id]
+        return 201, {**{k: group[k] for k in ("id", "name", "workspace_id", "description")},
+                     "participant_count": len(group["participants"]), "is_deleted": False}
 
-    def _members(self, group):
-        return {"results": [{"participant_id": p} for p in group["participants"]]}
-
-    def _group_participants(self, group_id, _, __):
-        return 200, self._members(self._group(group_id))
-
-    def _add_to_group(self, group_id, body, _):
+    def _group_participants(self, group_id, body, _, change=None):
         group = self._group(group_id)
-        group["participants"] = list(dict.fromkeys(group["participants"] + list(body.get("participant_ids") or [])))
-        return 200, self._members(group)
+        ids = list(body.get("participant_ids") or [])
+        if change == "add":
+            group["participants"] = list(dict.fromkeys(group["participants"] + ids))
+        elif change == "remove":
+            group["participants"] = [p for p in group["participants"] if p not in ids]
+        return 200, {"results": [{"participant_id": p} for p in group["participants"]]}
 
-    def _remove_from_group(self, group_id, body, _):
-        group = self._group(group_id)
-        gone = set(body.get("participant_ids") or [])
-        group["participants"] = [p for p in group["participants"] if p not in gone]
-        return 200, self._members(group)
+    def _add_to_group(self, group_id, body, query):
+        return self._group_participants(group_id, body, query, "add")
+
+    def _remove_from_group(self, group_id, body, query):
+        return self._group_participants(group_id, body, query, "remove")
