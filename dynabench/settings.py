@@ -572,6 +572,11 @@ MTURK_REGION = env("MTURK_REGION", default="us-east-1")
 # Attempts per MTurk call, the first included (boto3's standard retry mode: throttling, 5xx and lost
 # connections are retried with backoff, with the same UniqueRequestToken).
 MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
+
+# Prolific (crowd.prolific): the API's base address and the researcher's API token (from the
+# environment only; it carries full permission on the account and is never logged).
+PROLIFIC_API_URL = env("PROLIFIC_API_URL", default="https://api.prolific.com").rstrip("/")
+PROLIFIC_TOKEN = env("PROLIFIC_TOKEN", default="")
 # New assignments one address may open on the HIT page per window (a worker opens
 # one per HIT; made-up ids from one machine are capped).
 # Tries before a bonus that MTurk keeps refusing with a request error ends as gave_up.
