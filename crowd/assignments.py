@@ -221,16 +221,20 @@ def clean_feedback(text) -> str:
     return text
 
 
-def finish(session: AnnotationSession, feedback: str = "") -> Assignment:
+def finish(session: AnnotationSession, feedback: str = "", *, platform: str = "mturk") -> Assignment:
     """The worker presses Submit: check the work is done, end the session, and
-    return the assignment (its completion token goes to MTurk with the form), with
-    what they wrote in the feedback box."""
+    return the assignment (its completion token goes to MTurk with the form, or its
+    batch's completion code to Prolific), with what they wrote in the feedback box.
+    ``platform``: the door it came through; another platform's session is refused."""
     feedback = clean_feedback(feedback)
     with transaction.atomic():
         assignment = Assignment.objects.select_for_update().select_related("hit__batch", "worker", "session") \
             .filter(session=session).first()
         if assignment is None:
             raise NotFound("This session is not an MTurk assignment.")
+        if assignment.hit.batch.platform != platform:
+            raise Forbidden("This session belongs to a " + ("Prolific study: submit it on the study's page."
+                            if assignment.hit.batch.platform == "prolific" else "HIT on MTurk: submit it there."))
         if assignment.status != Assignment.Status.WORKING:
             raise Conflict(SUBMITTED_MESSAGE)
         if assignment.deadline <= timezone.now():

@@ -308,6 +308,10 @@ class BonusPayment(models.Model):
     total = models.DecimalField(max_digits=9, decimal_places=2, null=True, blank=True,
                                 help_text="The bonus and its fees, as Prolific's set-up answered.")
     sent_at = models.DateTimeField(null=True, blank=True, help_text="When the pay call went out (Prolific).")
+    bonuses_before = models.JSONField(
+        default=list, blank=True, help_text="Prolific: the bonuses (minor units) its records showed on the "
+                                            "participant's submission just before the pay call; a new one of the "
+                                            "row's amount is this row's payment.")
     settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+", help_text="The superuser who settled a sent row by hand.")
     settled_at = models.DateTimeField(null=True, blank=True)

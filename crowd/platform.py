@@ -79,6 +79,12 @@ class Platform(ABC):
     label = ""
     # The platform's own error class (a ``PlatformError``).
     error: type[PlatformError] = PlatformError
+    # Whether paying a bonus twice with the same request pays once (MTurk's
+    # UniqueRequestToken). Prolific's pay call is not: each call pays again.
+    idempotent_pay = True
+    # Whether a worker does a batch's work at most once (Prolific: one submission per
+    # participant per study), so the sync may match work by worker alone.
+    one_work_per_worker = False
 
     # --- account and publishing -----------------------------------------------------
     @abstractmethod
@@ -115,7 +121,9 @@ class Platform(ABC):
         ...
 
     @abstractmethod
-    def reject(self, batch, work_id: str, feedback: str) -> None:
+    def reject(self, batch, work_id: str, feedback: str, *, reason: str = "") -> None:
+        """``feedback`` is what the worker reads; ``reason`` names the rule (``no_record``,
+        ``bad_code``, ``not_finished``) for a platform that files rejections by category."""
         ...
 
     # --- bonuses ----------------------------------------------------------------------

@@ -27,6 +27,8 @@ from urllib.parse import quote, urlsplit
 import requests
 from django.conf import settings
 
+from .platform import PlatformError
+
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT, READ_TIMEOUT = 10, 30  # seconds, per attempt
@@ -42,25 +44,17 @@ REJECTION_CATEGORIES = ("TOO_QUICKLY", "TOO_SLOWLY", "FAILED_INSTRUCTIONS", "INC
 sleep = time.sleep  # tests replace it to see the pauses without waiting
 
 
-class ProlificError(Exception):
-    """A failed Prolific call, with a message a researcher can act on."""
+class ProlificError(PlatformError):
+    """A failed Prolific call, with a message a researcher can act on; ``status`` is the HTTP
+    status (0: none came back), ``retry_after`` the seconds a 429 asked us to wait."""
+
+    platform = "prolific"
 
     def __init__(self, kind: str, message: str, *, operation: str = "", code: str = "", status: int = 0,
                  retry_after: float | None = None):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.operation = operation
-        self.code = code
+        super().__init__(kind, message, operation=operation, code=code)
         self.status = status
         self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in {"throttled", "unavailable", "connection"}
-
-    def __str__(self):
-        return f"{self.operation}: {self.message}" if self.operation else self.message
 
 
 # --- the transport -----------------------------------------------------------------------

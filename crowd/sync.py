@@ -146,7 +146,7 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: Listed, report:
     status = listed.status
     if assignment is None:
         if status == Listed.SUBMITTED:
-            platform.reject(batch, listed.work_id, NO_RECORD)
+            platform.reject(batch, listed.work_id, NO_RECORD, reason="no_record")
             report.rejected += 1
         return
     assignment.refresh_from_db()  # the worker may have pressed Submit while the platform was listing
@@ -156,11 +156,11 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: Listed, report:
     assignment.submitted_at = listed.submitted_at or assignment.submitted_at
     assignment.auto_approval_at = listed.auto_approval_at or assignment.auto_approval_at
     if assignment.status not in (Assignment.Status.FINISHED, Assignment.Status.SUBMITTED):
-        feedback = NOT_FINISHED
+        feedback, reason = NOT_FINISHED, "not_finished"
     elif not platform.completion_ok(assignment, listed):
-        feedback = BAD_TOKEN
+        feedback, reason = BAD_TOKEN, "bad_code"
     else:
-        feedback = None
+        feedback, reason = None, ""
     times = {"submitted_at": assignment.submitted_at, "auto_approval_at": assignment.auto_approval_at}
     # Rule 1: the platform's record and our proof of work agree.
     if feedback is None and assignment.status != Assignment.Status.SUBMITTED:
@@ -179,12 +179,12 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: Listed, report:
         return  # still working, returned or timed out there: nothing to decide yet
     before = assignment.status
     if feedback is None:
-        platform.approve(batch, assignment.assignment_id, APPROVE_FEEDBACK)
+        platform.approve(batch, listed.work_id, APPROVE_FEEDBACK)
         if _set_status(assignment, before, status=Assignment.Status.APPROVED, decided_at=timezone.now(),
                        feedback=APPROVE_FEEDBACK, **times):
             report.approved += 1
     else:
-        platform.reject(batch, assignment.assignment_id, feedback)
+        platform.reject(batch, listed.work_id, feedback, reason=reason)
         if _set_status(assignment, before, status=Assignment.Status.REJECTED, decided_at=timezone.now(),
                        feedback=feedback, **times):
             report.rejected += 1
@@ -211,15 +211,19 @@ def sync_batch(batch: Batch) -> SyncReport:
 
 def _sync_batch(batch: Batch, lock: SyncLock, report: SyncReport) -> SyncReport:
     now = timezone.now()
+    platform = for_batch(batch)
     for hit in batch.hit_rows.filter(hit_id__isnull=False):
         lock.keep()
         ours = {(a.assignment_id, a.worker.worker_id): a
                 for a in hit.assignments.select_related("worker", "session", "hit")}
         try:
-            for listed in for_batch(batch).list_work(batch, hit):
+            for listed in platform.list_work(batch, hit):
                 lock.keep()
                 report.seen += 1
                 assignment = ours.get((listed.work_id, listed.worker_id))
+                if assignment is None and platform.one_work_per_worker:  # the participant's row in the study
+                    assignment = next((a for (_, worker_id), a in ours.items() if worker_id == listed.worker_id
+                                       and a.status != Assignment.Status.RETURNED), None)
                 for (assignment_id, worker_id), other in ours.items():
                     if assignment_id == listed.work_id and worker_id != listed.worker_id \
                             and other.status == Assignment.Status.WORKING:

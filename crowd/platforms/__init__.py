@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from ..platform import Listed, Platform, PlatformError
 from .mturk import MTurkPlatform
+from .prolific import ProlificPlatform
 
 __all__ = ["PLATFORMS", "Listed", "Platform", "PlatformError", "by_name", "for_batch", "for_identity"]
 
-PLATFORMS: dict[str, Platform] = {platform.name: platform for platform in (MTurkPlatform(),)}
+PLATFORMS: dict[str, Platform] = {platform.name: platform for platform in (MTurkPlatform(), ProlificPlatform())}
 
 
 def by_name(name: str) -> Platform:

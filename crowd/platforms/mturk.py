@@ -40,6 +40,7 @@ class MTurkPlatform(Platform):
     name = "mturk"
     label = "Mechanical Turk"
     error = mturk.MTurkError
+    idempotent_pay = True  # SendBonus pays a UniqueRequestToken once
 
     def credentials_found(self) -> bool:
         return mturk.credentials_found()
@@ -87,7 +88,7 @@ class MTurkPlatform(Platform):
     def approve(self, batch, work_id: str, feedback: str) -> None:
         mturk.approve(work_id, feedback, sandbox=batch.sandbox)
 
-    def reject(self, batch, work_id: str, feedback: str) -> None:
+    def reject(self, batch, work_id: str, feedback: str, *, reason: str = "") -> None:
         mturk.reject(work_id, feedback, sandbox=batch.sandbox)
 
     def longest_call_seconds(self) -> int:
