@@ -29,6 +29,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import mail_admins
+from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput
@@ -111,11 +112,15 @@ def send_once(payment: BonusPayment, platform) -> bool:
         status=BonusPayment.Status.PAID, paid_at=timezone.now(), last_error=""))
 
 
-def unconfirmed():
+def unconfirmed_q() -> Q:
     """Sent rows that Prolific's records have not shown paid for
     ``PROLIFIC_UNCONFIRMED_AFTER_HOURS``: a person must look."""
     since = timezone.now() - timedelta(hours=settings.PROLIFIC_UNCONFIRMED_AFTER_HOURS)
-    return BonusPayment.objects.filter(status=BonusPayment.Status.SENT, sent_at__lte=since)
+    return Q(status=BonusPayment.Status.SENT, sent_at__lte=since)
+
+
+def unconfirmed():
+    return BonusPayment.objects.filter(unconfirmed_q())
 
 
 def reconcile(payment: BonusPayment, platform) -> bool:

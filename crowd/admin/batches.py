@@ -45,10 +45,10 @@ class PublishForm(forms.Form):
     task = forms.ModelChoiceField(queryset=Task.objects.none())
     mode = forms.ChoiceField(choices=Batch.Mode.choices)
     platform = forms.ChoiceField(
-        choices=CrowdPlatform.choices, initial=CrowdPlatform.MTURK,
+        choices=CrowdPlatform.choices, initial=CrowdPlatform.MTURK, required=False,
         help_text="MTurk: HITs, in USD. Prolific: one study (HITs = 1; its places are the assignments per HIT), in "
                   "GBP or USD, with an estimated time that Prolific's minimum hourly reward is checked against.")
-    currency = forms.ChoiceField(choices=Currency.choices, initial=Currency.USD,
+    currency = forms.ChoiceField(choices=Currency.choices, initial=Currency.USD, required=False,
                                  help_text="MTurk: USD only. The reward and bonus below are in this currency.")
     estimated_minutes = forms.IntegerField(
         required=False, min_value=1, max_value=24 * 60, label="Estimated minutes (Prolific)",
@@ -122,7 +122,8 @@ class PublishForm(forms.Form):
     def request(self) -> BatchRequest:
         data = self.cleaned_data
         return BatchRequest(
-            platform=data["platform"], currency=data["currency"], estimated_minutes=data.get("estimated_minutes"),
+            platform=data.get("platform") or CrowdPlatform.MTURK, currency=data.get("currency") or Currency.USD,
+            estimated_minutes=data.get("estimated_minutes"),
             task=data["task"], mode=data["mode"], hits=data["hits"], assignments_per_hit=data["assignments_per_hit"],
             reward=data["reward"], bonus_per_example=data["bonus_per_example"], round_number=data["round_number"],
             examples_per_assignment=data["examples_per_assignment"], title=data["title"],
@@ -200,10 +201,10 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     """Batches are added by publishing them; nothing else of one is edited here (every change
     goes through the actions), and none is deleted: its HITs live on MTurk, expire it instead."""
 
-    list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
-                    "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling",
-                    "median_time", "hourly_pay"]
-    list_filter = ["status", "mode", "sandbox", TASK_FILTER]
+    list_display = ["id", "task", "round_number", "mode", "platform", "sandbox", "status", "hits",
+                    "assignments_per_hit", "approved", "spent", "committed_shown", "max_cost_shown",
+                    "per_verified_fooling", "median_time", "hourly_pay"]
+    list_filter = ["status", "mode", "platform", "sandbox", TASK_FILTER]
     list_select_related = ["task", "round"]
     actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches,
                export_assignments]
@@ -402,6 +403,7 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
             "implied_rate": getattr(form, "implied_rate", None),
             "prolific_minimum": sorted(settings.PROLIFIC_MIN_HOURLY_REWARD.items()),
             "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
+                     "prolific_rate": str(settings.PROLIFIC_FEE_RATE),
                      "many": costs.MANY_ASSIGNMENTS},
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
