@@ -41,11 +41,14 @@ class MTurkSide:
     def __init__(self, fake):
         self.fake = fake
 
-    def publish(self, task, **overrides):
+    def publish(self, task, user=None, **overrides):
         values = dict(task=task, mode="create", hits=1, assignments_per_hit=2, reward=Decimal("0.50"),
                       bonus_per_example=Decimal("0.25"), examples_per_assignment=2)
         values.update(overrides)
-        return publish(BatchRequest(**values))
+        return publish(BatchRequest(**values), user=user)
+
+    def calls(self) -> int:
+        return len(self.fake.calls)
 
     def _page(self, client, hit_id, work_id, worker):
         return client.get(reverse("mturk-hit"), {"assignmentId": work_id, "hitId": hit_id, "workerId": worker,
@@ -89,14 +92,17 @@ class ProlificSide:
         self.fake = fake
         self.currency = currency
 
-    def publish(self, task, **overrides):
+    def publish(self, task, user=None, **overrides):
         CrowdBudget.objects.get_or_create(task=task, defaults={"amount": Decimal("500.00"),
                                                                "currency": self.currency})
         values = dict(task=task, mode="create", hits=1, assignments_per_hit=2, reward=Decimal("1.00"),
                       bonus_per_example=Decimal("0.25"), examples_per_assignment=2, platform="prolific",
                       currency=self.currency, estimated_minutes=5)
         values.update(overrides)
-        return publish(BatchRequest(**values))
+        return publish(BatchRequest(**values), user=user)
+
+    def calls(self) -> int:
+        return len(self.fake.calls)
 
     @staticmethod
     def entry(batch, participant, session):

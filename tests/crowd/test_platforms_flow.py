@@ -8,8 +8,8 @@ import pytest
 
 from annotation import validation
 from annotation.models import Example
-from core.errors import Conflict
-from crowd import bonuses, sync
+from core.errors import Conflict, Forbidden
+from crowd import bonuses, publishing, sync
 from crowd.models import Assignment, Batch, BonusPayment, CrowdBudget, WorkerIdentity
 from tests.crowd.platforms import MTurkSide, ProlificSide
 
@@ -69,3 +69,18 @@ def test_the_budget_holds_on_both_platforms(live_tasks, side):
     CrowdBudget.objects.get_or_create(task=task, defaults={"amount": Decimal("1.00")})
     with pytest.raises(Conflict, match="crowd budget"):
         side.publish(task)
+
+
+def test_a_large_batch_waits_for_a_second_person_on_both_platforms(live_tasks, side, researcher, superuser,
+                                                                   settings):
+    settings.CROWD_APPROVAL_THRESHOLD = Decimal("0.50")
+    before = side.calls()
+    batch = side.publish(live_tasks["sentiment"], user=researcher)
+    assert batch.status == Batch.Status.AWAITING_APPROVAL and not batch.hit_rows.filter(hit_id__isnull=False)
+    posted = [name for name, *_ in (side.fake.calls[before:])]
+    assert not [name for name in posted if "create" in name.lower() or name == "CreateHITWithHITType"]
+    with pytest.raises(Forbidden):
+        publishing.approve(batch, researcher)  # not its creator, and only a superuser
+    batch = publishing.approve(batch, superuser)
+    assert batch.status == Batch.Status.PUBLISHED and batch.approved_by == superuser
+    assert batch.hit_rows.get().hit_id
