@@ -33,6 +33,11 @@ How it is paid (the ledger first):
 5. Every settlement keeps a note of how its amount was reached: a $0 row says
    which examples did not count and why.
 
+On Prolific, whose pay call is not idempotent, step 2-3 differ: the row's bonus is
+set up, marked *sent* before the one pay call, and a sent row is never sent again by
+a run; it is reconciled from Prolific's records or settled by a person
+(``crowd.sent_bonuses``).
+
 What a run reads (``crowd.watermarks``): only the assignments that can have
 changed since the last run: approved since, with a model-fooling example
 stamped since (decided, flagged, retracted), or whose deadline

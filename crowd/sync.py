@@ -1,4 +1,11 @@
-"""Bringing our records in line with MTurk's, and deciding submitted work.
+"""Bringing our records in line with the crowd platform's, and deciding submitted work.
+
+The rules below are written for MTurk and hold for Prolific through the platform
+interface (``crowd.platforms``): a study is the batch's one HIT, a submission an
+assignment (its id is the ``SESSION_ID`` of the participant's link), the
+completion token is the batch's completion code, and a submission is matched by the
+participant within the study when its id is not ours (one per participant per study).
+A Prolific rejection carries at least 100 characters and a category.
 
 ``sync_batch`` (Celery beat, ``manage.py mturk_sync`` and the admin) is safe to
 run at any time and any number of times. For each HIT it lists MTurk's

@@ -197,3 +197,12 @@ def test_the_ledger_lists_sent_unconfirmed_bonuses_and_a_superuser_settles_them(
     assert row.status == BonusPayment.Status.FAILED and row.settled_by == superuser and row.platform_ref == ""
     bonuses.pay_bonuses()
     assert side.paid_to(side.worker) == [Decimal("0.25")]
+
+
+def test_one_address_opens_a_bounded_number_of_new_sessions(live_tasks, side, client, settings):
+    settings.MTURK_ARRIVALS_PER_ADDRESS = 2
+    batch = side.publish(live_tasks["sentiment"], assignments_per_hit=5)
+    participants = [f"{n:024x}" for n in range(1, 4)]
+    answers = [client.get(*side.entry(batch, pid, f"{n + 100:024x}")).status_code
+               for n, pid in enumerate(participants)]
+    assert answers == [200, 200, 429] and Assignment.objects.count() == 2
