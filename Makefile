@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The crowd platform `make crowd-demo` tries: mturk (default) or prolific (PLATFORM=prolific).
+PLATFORM ?= mturk
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # The settings fail closed (DEBUG off, SECRET_KEY required); these targets are for a
@@ -81,7 +83,7 @@ run: demo
 # The MTurk HIT flow against the project's own fake MTurk (no AWS account): prints a
 # worker's links and serves the platform on PORT with MTurk pointed at the fake.
 crowd-demo: demo
-	$(PY) manage.py crowd_demo --port $(PORT)
+	$(PY) manage.py crowd_demo --port $(PORT) --platform $(PLATFORM)
 
 # The suite in several processes (pytest-xdist; one per core, at most 4), each with its own
 # test database and cache. With DYNABENCH_INTEGRATION=1 (.ci/run) the integration group runs

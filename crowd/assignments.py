@@ -31,7 +31,6 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django.utils.crypto import constant_time_compare, salted_hmac
 
 from annotation import onboarding, sessions
 from annotation.models import AnnotationSession, Example, Validation
@@ -39,11 +38,11 @@ from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMa
 from core.ratelimit import Limiter, address_key
 
 from . import mturk, workers
+from .completion import completion_ok, completion_token  # noqa: F401  (their home before crowd.completion)
 from .models import Assignment, Batch, Hit, WorkerIdentity
 
 PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
 MTURK_ID = re.compile(r"[A-Z0-9]{10,64}")
-COMPLETION_SALT = "dynabench.crowd.completion"
 SUBMITTED_MESSAGE = "This assignment was submitted: it takes no more work."
 
 
@@ -65,21 +64,6 @@ class Arrival:
     hit: Hit
     batch: Batch
     assignment: Assignment | None  # None: a preview
-
-
-def completion_token(assignment: Assignment, secret: str | None = None) -> str:
-    """What the HIT page posts to MTurk on submit; the sync checks it against MTurk's record."""
-    value = f"{assignment.assignment_id}|{assignment.worker.worker_id}|{assignment.hit.hit_id}"
-    return salted_hmac(COMPLETION_SALT, value, secret=secret, algorithm="sha256").hexdigest()
-
-
-def completion_ok(assignment: Assignment, token: str) -> bool:
-    """The token matches, signed with SECRET_KEY or one of SECRET_KEY_FALLBACKS: a key
-    rotated between a worker's submit and the sync rejects no one."""
-    if not token:
-        return False
-    keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
-    return any(constant_time_compare(token, completion_token(assignment, key)) for key in keys)
 
 
 def find_hit(hit_id: str) -> Hit:
@@ -118,7 +102,7 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
     if batch.mode == Batch.Mode.CREATE and task.open_round() is None:
         raise Gone("This task has no open round to write for now; please return the HIT.")
     existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
-        assignment_id=assignment_id, worker__worker_id=worker_id).first()
+        assignment_id=assignment_id, worker__platform="mturk", worker__worker_id=worker_id).first()
     if existing is not None:  # a return to work already taken, which goes on after an early expiry
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
@@ -237,16 +221,20 @@ def clean_feedback(text) -> str:
     return text
 
 
-def finish(session: AnnotationSession, feedback: str = "") -> Assignment:
+def finish(session: AnnotationSession, feedback: str = "", *, platform: str = "mturk") -> Assignment:
     """The worker presses Submit: check the work is done, end the session, and
-    return the assignment (its completion token goes to MTurk with the form), with
-    what they wrote in the feedback box."""
+    return the assignment (its completion token goes to MTurk with the form, or its
+    batch's completion code to Prolific), with what they wrote in the feedback box.
+    ``platform``: the door it came through; another platform's session is refused."""
     feedback = clean_feedback(feedback)
     with transaction.atomic():
         assignment = Assignment.objects.select_for_update().select_related("hit__batch", "worker", "session") \
             .filter(session=session).first()
         if assignment is None:
             raise NotFound("This session is not an MTurk assignment.")
+        if assignment.hit.batch.platform != platform:
+            raise Forbidden("This session belongs to a " + ("Prolific study: submit it on the study's page."
+                            if assignment.hit.batch.platform == "prolific" else "HIT on MTurk: submit it there."))
         if assignment.status != Assignment.Status.WORKING:
             raise Conflict(SUBMITTED_MESSAGE)
         if assignment.deadline <= timezone.now():

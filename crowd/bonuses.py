@@ -33,6 +33,11 @@ How it is paid (the ledger first):
 5. Every settlement keeps a note of how its amount was reached: a $0 row says
    which examples did not count and why.
 
+On Prolific, whose pay call is not idempotent, step 2-3 differ: the row's bonus is
+set up, marked *sent* before the one pay call, and a sent row is never sent again by
+a run; it is reconciled from Prolific's records or settled by a person
+(``crowd.sent_bonuses``).
+
 What a run reads (``crowd.watermarks``): only the assignments that can have
 changed since the last run: approved since, with a model-fooling example
 stamped since (decided, flagged, retracted), or whose deadline
@@ -58,9 +63,10 @@ from django.utils import timezone
 from annotation.examples import signature_ok
 from annotation.models import Example
 
-from . import mturk, watermarks
+from . import sent_bonuses, watermarks
 from .models import Assignment, Batch, BonusPayment
-from .money import usd
+from .money import money, usd
+from .platforms import PLATFORMS, PlatformError, for_batch
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +79,7 @@ TOKEN_LIFETIME = timedelta(hours=24)
 def lease() -> timedelta:
     """How long one run holds a ledger row: its ListBonusPayments and its SendBonus,
     each with every retry boto3 may make, and a margin."""
-    return timedelta(seconds=2 * mturk.longest_call_seconds() + 60)
+    return timedelta(seconds=2 * max(p.longest_call_seconds() for p in PLATFORMS.values()) + 60)
 
 
 @dataclass
@@ -82,11 +88,16 @@ class BonusReport:
     paid: int = 0
     amount: Decimal = Decimal("0.00")
     waiting: int = 0
+    reconciled: int = 0  # sent rows (Prolific) found paid on the platform
+    unconfirmed: int = 0  # sent rows the platform does not show paid (yet)
     errors: list[str] = field(default_factory=list)
 
     def __str__(self):
         text = (f"{self.settled} assignments settled, {self.paid} bonuses paid (${self.amount:.2f}), "
                 f"{self.waiting} waiting for validation")
+        if self.reconciled or self.unconfirmed:
+            text += (f", {self.reconciled} sent bonuses found paid, {self.unconfirmed} sent and not yet "
+                     "confirmed (never sent again by themselves)")
         return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
 
 
@@ -144,7 +155,8 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
     amount = batch.bonus_per_example * len(paid)
     token = ledger_token(assignment, reason)
     message = (f"Bonus for {len(paid)} example{'s' if len(paid) != 1 else ''} that fooled the model and were "
-               f"confirmed correct by other workers (${batch.bonus_per_example:.2f} each). Thank you! [{token}]")
+               f"confirmed correct by other workers ({money(batch.bonus_per_example, batch.currency)} each). "
+               f"Thank you! [{token}]")
     try:
         with transaction.atomic():
             return BonusPayment.objects.create(
@@ -159,10 +171,7 @@ def settle(assignment: Assignment, now=None) -> BonusPayment | None:
 
 def _already_paid(payment: BonusPayment) -> bool:
     """Whether MTurk has this ledger row's bonus on record (its reason names the row)."""
-    return any(payment.unique_request_token in (found.get("Reason") or "")
-               and found.get("WorkerId") == payment.assignment.worker.worker_id
-               for found in mturk.bonuses_for(payment.assignment.assignment_id,
-                                              sandbox=payment.assignment.hit.batch.sandbox))
+    return bool(for_batch(payment.assignment.hit.batch).bonus_on_record(payment))
 
 
 def send(payment: BonusPayment) -> bool:
@@ -174,8 +183,8 @@ def send(payment: BonusPayment) -> bool:
     with transaction.atomic():
         payment = BonusPayment.objects.select_for_update().select_related(
             "assignment__worker", "assignment__hit__batch").get(pk=payment.pk)
-        if payment.status == BonusPayment.Status.PAID:
-            return False  # another run paid it since this run listed it as due
+        if payment.status in (BonusPayment.Status.PAID, BonusPayment.Status.SENT, BonusPayment.Status.GAVE_UP):
+            return False  # another run paid it (or sent it) since this run listed it as due
         now = timezone.now()
         if payment.next_attempt_at > now:
             return False  # another run holds it (or its retry is not due)
@@ -185,15 +194,15 @@ def send(payment: BonusPayment) -> bool:
         payment.status = BonusPayment.Status.PENDING
         payment.next_attempt_at = now + lease()
         payment.save(update_fields=["attempts", "status", "next_attempt_at"])
+    platform = for_batch(payment.assignment.hit.batch)
+    if not platform.idempotent_pay:  # Prolific: set up, marked sent, paid once (crowd.sent_bonuses)
+        return sent_bonuses.send_once(payment, platform)
     try:
         if payment.attempts > 1 and _already_paid(payment):
             return _paid(payment, "found on MTurk after an unanswered attempt")
-        mturk.send_bonus(worker_id=payment.assignment.worker.worker_id,
-                         assignment_id=payment.assignment.assignment_id, amount=payment.amount,
-                         reason=payment.message, unique_request_token=payment.unique_request_token,
-                         sandbox=payment.assignment.hit.batch.sandbox)
+        platform.send_bonus(payment)
         return _paid(payment)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         if exc.kind == "duplicate":  # proof only if MTurk lists the payment
             if _already_paid(payment):
                 return _paid(payment, "MTurk had processed this token already, and lists the payment")
@@ -310,8 +319,29 @@ def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusRepo
             if send(payment):
                 report.paid += 1
                 report.amount += payment.amount
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             report.errors.append(f"bonus {payment.pk} to {payment.assignment.worker.worker_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):
                 break  # the rest would fail the same way: next run
+    reconcile_sent(report, batch_id)
     return report
+
+
+def reconcile_sent(report: BonusReport, batch_id: int | None = None) -> None:
+    """Look for the payment of each sent row (a pay call whose answer was lost) in the
+    platform's records (``crowd.sent_bonuses.reconcile``); never send one again."""
+    sent = BonusPayment.objects.select_related("assignment__worker", "assignment__hit__batch").filter(
+        status=BonusPayment.Status.SENT)
+    if batch_id is not None:
+        sent = sent.filter(assignment__hit__batch_id=batch_id)
+    for payment in sent.order_by("pk"):
+        try:
+            if sent_bonuses.reconcile(payment, for_batch(payment.assignment.hit.batch)):
+                report.reconciled += 1
+            else:
+                report.unconfirmed += 1
+        except PlatformError as exc:
+            report.unconfirmed += 1
+            report.errors.append(f"bonus {payment.pk} (sent): {exc}")
+            if exc.kind == "throttled":
+                break

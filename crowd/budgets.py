@@ -74,21 +74,38 @@ def amount_for(task: Task, sandbox: bool) -> tuple[Decimal | None, bool]:
     return (None if sandbox else Decimal(settings.CROWD_DEFAULT_TASK_BUDGET)), True
 
 
+def budget_currency(task: Task) -> str:
+    """The currency of the task's budget (the default budget's: USD)."""
+    return CrowdBudget.objects.filter(task=task).values_list("currency", flat=True).first() or "USD"
+
+
 def site_batches(sandbox: bool):
     return Batch.objects.filter(sandbox=sandbox)
 
 
-def standing(task: Task, sandbox: bool, *, excluding: Batch | None = None) -> Standing:
+def standing(task: Task, sandbox: bool, *, excluding: Batch | None = None, currency: str = "USD") -> Standing:
+    """The task's budget and its batches in ``currency`` (a budget holds one currency)."""
     amount, is_default = amount_for(task, sandbox)
-    batches = site_batches(sandbox).filter(task=task)
+    batches = site_batches(sandbox).filter(task=task, currency=currency)
     mine = batches.exclude(pk=excluding.pk) if excluding is not None else batches
     return Standing(task=task, sandbox=sandbox, amount=amount, is_default=is_default,
                     committed=costs.committed(mine), spent=costs.spend(batches).total)
 
 
-def check_budget(task: Task, sandbox: bool, most: Decimal, *, excluding: Batch | None = None) -> Standing:
+def check_currency(task: Task, sandbox: bool, currency: str) -> None:
+    """Conflict when a batch in ``currency`` cannot count against the task's budget."""
+    held = budget_currency(task)
+    if currency != held and (not sandbox or CrowdBudget.objects.filter(task=task).exists()):
+        raise Conflict(f"Task {task.slug}'s crowd budget is in {held}, and this batch pays in {currency}: a batch "
+                       f"spends from its task's budget in that budget's currency only. A superuser can set the "
+                       f"task's budget in {currency} (Crowd work > Crowd budgets), or publish the batch in {held}.")
+
+
+def check_budget(task: Task, sandbox: bool, most: Decimal, *, excluding: Batch | None = None,
+                 currency: str = "USD") -> Standing:
     """Conflict when the task's budget cannot hold ``most`` more; its standing otherwise."""
-    found = standing(task, sandbox, excluding=excluding)
+    check_currency(task, sandbox, currency)
+    found = standing(task, sandbox, excluding=excluding, currency=currency)
     if found.amount is not None and most > found.left:
         if found.is_default:
             why = (f"Task {task.slug} has no crowd budget, and on the {_site(sandbox)} a task without one may "
@@ -102,8 +119,8 @@ def check_budget(task: Task, sandbox: bool, most: Decimal, *, excluding: Batch |
 
 
 def check_balance(sandbox: bool, balance: Decimal, most: Decimal, *, excluding: Batch | None = None) -> None:
-    """Conflict when the account's balance cannot hold every open batch's most plus ``most``."""
-    batches = site_batches(sandbox)
+    """Conflict when the MTurk account's balance cannot hold every open batch's most plus ``most``."""
+    batches = site_batches(sandbox).filter(platform="mturk")
     if excluding is not None:
         batches = batches.exclude(pk=excluding.pk)
     promised = costs.committed(batches)
@@ -119,15 +136,16 @@ def lock_account(sandbox: bool) -> None:
     RequesterAccount.objects.select_for_update().get(sandbox=sandbox)
 
 
-def check_money(task: Task, sandbox: bool, most: Decimal, balance: Decimal, *,
-                excluding: Batch | None = None) -> None:
+def check_money(task: Task, sandbox: bool, most: Decimal, balance: Decimal | None, *,
+                excluding: Batch | None = None, currency: str = "USD") -> None:
     """Both checks, under the site's lock; call it inside the transaction that writes
     the batch (its row is then committed money for the next one to count)."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("check_money must run inside the transaction that writes the batch")
     lock_account(sandbox)
-    check_budget(task, sandbox, most, excluding=excluding)
-    check_balance(sandbox, balance, most, excluding=excluding)
+    check_budget(task, sandbox, most, excluding=excluding, currency=currency)
+    if balance is not None:  # None: the platform does not show its balance (Prolific)
+        check_balance(sandbox, balance, most, excluding=excluding)
 
 
 # The window in which one person's batches on one task add up toward the threshold.
@@ -154,15 +172,19 @@ def needs_approval(most: Decimal, *, task: Task, sandbox: bool, user) -> bool:
     return most > threshold or published_alone(task, sandbox, user) + most > threshold
 
 
-def set_budget(task: Task, amount: Decimal, user, note: str = "") -> CrowdBudget:
-    """Set the task's budget: superusers only (a researcher cannot lift their own limit)."""
+def set_budget(task: Task, amount: Decimal, user, note: str = "", currency: str = "USD") -> CrowdBudget:
+    """Set the task's budget, in ``currency`` (USD or GBP): superusers only (a researcher
+    cannot lift their own limit)."""
     if not (user and user.is_authenticated and user.is_active and user.is_superuser):
         raise Forbidden("Only a superuser sets a task's crowd budget.")
+    if currency not in ("USD", "GBP"):
+        raise InvalidInput.field("currency", "Must be USD or GBP.")
     if not isinstance(amount, Decimal) or not amount.is_finite() or amount < 0 or amount != costs.cents(amount):
         raise InvalidInput.field("amount", "Must be an amount in USD of 0.00 or more, in whole cents.")
     with transaction.atomic():  # after any publish counting under the old amount
         lock_account(False)
         lock_account(True)
         budget, _ = CrowdBudget.objects.update_or_create(
-            task=task, defaults={"amount": amount, "note": note[:500], "set_by": user, "updated_at": timezone.now()})
+            task=task, defaults={"amount": amount, "currency": currency, "note": note[:500], "set_by": user,
+                                 "updated_at": timezone.now()})
     return budget

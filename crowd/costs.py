@@ -1,10 +1,12 @@
-"""What crowd work costs: MTurk's fees, a batch's most it could cost, what it may
+"""What crowd work costs: the platforms' fees, a batch's most it could cost, what it may
 still cost (committed), and what was spent, per batch, task and worker, down to
 the cost of one verified model-fooling example (what researchers budget by).
 
 MTurk's fees (requester pricing): 20% of each reward and bonus, 40% of the
 reward on HITs with 10 or more assignments, and at least $0.01 per assignment
-or bonus.
+or bonus. Prolific's: ``PROLIFIC_FEE_RATE`` of each reward and bonus, an estimate
+until a bonus's set-up answers its real ``fees`` (kept on the ledger row, and
+counted from then on). Amounts are in the batch's currency.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Count, DecimalField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
@@ -29,23 +32,36 @@ MANY_ASSIGNMENTS = 10
 
 
 
-def reward_fee(reward: Decimal, assignments_per_hit: int) -> Decimal:
+def reward_fee(reward: Decimal, assignments_per_hit: int, platform: str = "mturk") -> Decimal:
+    if platform == "prolific":
+        return cents(reward * Decimal(settings.PROLIFIC_FEE_RATE))
     rate = FEE_MANY_ASSIGNMENTS if assignments_per_hit >= MANY_ASSIGNMENTS else FEE
     return max(CENT, cents(reward * rate))
 
 
-def bonus_fee(amount: Decimal) -> Decimal:
-    return max(CENT, cents(amount * FEE)) if amount > 0 else Decimal("0.00")
+def bonus_fee(amount: Decimal, platform: str = "mturk") -> Decimal:
+    """The platform's fee on a bonus: MTurk's rule, or for Prolific the estimate
+    ``PROLIFIC_FEE_RATE`` (a set-up bonus's own ``fees`` replace it: ``paid_bonus_fee``)."""
+    if amount <= 0:
+        return Decimal("0.00")
+    if platform == "prolific":
+        return cents(amount * Decimal(settings.PROLIFIC_FEE_RATE))
+    return max(CENT, cents(amount * FEE))
+
+
+def paid_bonus_fee(amount: Decimal, platform: str, fees: Decimal | None) -> Decimal:
+    """A ledger row's fee: what Prolific's set-up answered when it did, else the rule."""
+    return fees if fees is not None else bonus_fee(amount, platform)
 
 
 def max_cost(*, hits: int, assignments_per_hit: int, reward: Decimal, bonus_per_example: Decimal,
-             examples_per_assignment: int, mode: str) -> Decimal:
+             examples_per_assignment: int, mode: str, platform: str = "mturk") -> Decimal:
     """The most a batch can cost: every assignment approved and, for writing, every
     required example a verified model-fooling one (more examples are not paid)."""
-    per_assignment = reward + reward_fee(reward, assignments_per_hit)
+    per_assignment = reward + reward_fee(reward, assignments_per_hit, platform)
     if mode == Batch.Mode.CREATE and bonus_per_example > 0:
         bonus = bonus_per_example * examples_per_assignment
-        per_assignment += bonus + bonus_fee(bonus)
+        per_assignment += bonus + bonus_fee(bonus, platform)
     return cents(per_assignment * hits * assignments_per_hit)
 
 
@@ -73,18 +89,19 @@ def spend_by_batch(batches) -> dict[int, Spend]:
     model-fooling examples bought."""
     result: dict[int, Spend] = defaultdict(Spend)
     approved = (Assignment.objects.filter(hit__batch__in=batches, status=Assignment.Status.APPROVED)
-                .values("hit__batch", "hit__batch__reward", "hit__batch__assignments_per_hit")
+                .values("hit__batch", "hit__batch__reward", "hit__batch__assignments_per_hit", "hit__batch__platform")
                 .annotate(n=Count("id")))
     for row in approved:
         entry, reward, n = result[row["hit__batch"]], row["hit__batch__reward"], row["n"]
         entry.rewards += reward * n
-        entry.fees += reward_fee(reward, row["hit__batch__assignments_per_hit"]) * n
+        entry.fees += reward_fee(reward, row["hit__batch__assignments_per_hit"], row["hit__batch__platform"]) * n
         entry.approved_assignments += n
     paid = BonusPayment.objects.filter(assignment__hit__batch__in=batches, status=BonusPayment.Status.PAID,
-                                       amount__gt=0).values_list("assignment__hit__batch", "amount")
-    for batch_id, amount in paid:
+                                       amount__gt=0).values_list("assignment__hit__batch", "amount",
+                                                                 "assignment__hit__batch__platform", "fees")
+    for batch_id, amount, platform, fees in paid:
         result[batch_id].bonuses += amount
-        result[batch_id].fees += bonus_fee(amount)
+        result[batch_id].fees += paid_bonus_fee(amount, platform, fees)
     # Bought: from approved, MTurk-verified assignments only (a made-up worker id buys nothing).
     fooling = (Example.objects.filter(session__mturk_assignment__hit__batch__in=batches,
                                       session__mturk_assignment__status=Assignment.Status.APPROVED,
@@ -110,7 +127,7 @@ def _most_bonus(batch: Batch) -> Decimal:
     if batch.mode != Batch.Mode.CREATE or batch.bonus_per_example <= 0:
         return Decimal("0.00")
     bonus = batch.bonus_per_example * batch.examples_per_assignment
-    return bonus + bonus_fee(bonus)
+    return bonus + bonus_fee(bonus, batch.platform)
 
 
 def committed_by_batch(batches) -> dict[int, Decimal]:
@@ -127,7 +144,7 @@ def committed_by_batch(batches) -> dict[int, Decimal]:
     Rejected slots and paid money are released (paid money counts as spent)."""
     chosen = list(batches.filter(status__in=MAY_COST).only(
         "id", "status", "mode", "hits", "assignments_per_hit", "reward", "bonus_per_example",
-        "examples_per_assignment"))
+        "examples_per_assignment", "platform"))
     if not chosen:
         return {}
     counts: dict[int, dict[str, int]] = defaultdict(dict)
@@ -136,11 +153,12 @@ def committed_by_batch(batches) -> dict[int, Decimal]:
         counts[batch_id][status] = n
     settled: dict[int, int] = defaultdict(int)
     unpaid: dict[int, Decimal] = defaultdict(Decimal)
-    for batch_id, status, amount in BonusPayment.objects.filter(assignment__hit__batch__in=chosen).values_list(
-            "assignment__hit__batch", "status", "amount"):
+    platforms = {batch.pk: batch.platform for batch in chosen}
+    for batch_id, status, amount, fees in BonusPayment.objects.filter(assignment__hit__batch__in=chosen).values_list(
+            "assignment__hit__batch", "status", "amount", "fees"):
         settled[batch_id] += 1
-        if status != BonusPayment.Status.PAID and amount > 0:
-            unpaid[batch_id] += amount + bonus_fee(amount)
+        if status != BonusPayment.Status.PAID and amount > 0:  # a sent, unconfirmed one among them
+            unpaid[batch_id] += amount + paid_bonus_fee(amount, platforms[batch_id], fees)
     result = {}
     for batch in chosen:
         seen = counts[batch.pk]
@@ -151,7 +169,7 @@ def committed_by_batch(batches) -> dict[int, Decimal]:
         else:
             slots = sum(seen.get(status, 0) for status in OPEN_WORK)
         most_bonus = _most_bonus(batch)
-        per_slot = batch.reward + reward_fee(batch.reward, batch.assignments_per_hit) + most_bonus
+        per_slot = batch.reward + reward_fee(batch.reward, batch.assignments_per_hit, batch.platform) + most_bonus
         result[batch.pk] = cents(slots * per_slot + max(0, approved - settled[batch.pk]) * most_bonus
                                  + unpaid[batch.pk])
     return result

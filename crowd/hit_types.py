@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from tasks.models import Task
 
-from . import mturk, workers
+from . import mturk
 from .models import Batch
+from .qualifications import block_qualification_id, onboarded_qualification_id
 
 
 def qualifications(batch: Batch) -> list[dict]:
@@ -25,13 +26,13 @@ def qualifications(batch: Batch) -> list[dict]:
                       "ActionsGuarded": "DiscoverPreviewAndAccept"})
     # Our blocks: the platform-wide one (superusers) and the task's own (its quality
     # thresholds, failed onboarding).
-    for type_id in (workers.block_qualification_id(batch.sandbox),
-                    workers.block_qualification_id(batch.sandbox, task=batch.task)):
+    for type_id in (block_qualification_id(batch.sandbox),
+                    block_qualification_id(batch.sandbox, task=batch.task)):
         found.append({"QualificationTypeId": type_id, "Comparator": "DoesNotExist",
                       "ActionsGuarded": "DiscoverPreviewAndAccept"})
     # The onboarding: required of the work, and an onboarding-only batch is for those without it.
     if batch.require_onboarding or batch.mode == Batch.Mode.ONBOARDING:
-        found.append({"QualificationTypeId": workers.onboarded_qualification_id(batch.sandbox, batch.task),
+        found.append({"QualificationTypeId": onboarded_qualification_id(batch.sandbox, batch.task),
                       "Comparator": "Exists" if batch.require_onboarding else "DoesNotExist",
                       "ActionsGuarded": "DiscoverPreviewAndAccept"})
     # Offensive content (a task with a content warning, such as hate speech): MTurk's

@@ -138,7 +138,7 @@ def assignments_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
         found.append({
             "assignment_id": a.assignment_id, "task": batch.task.slug, "task_name": batch.task.name,
             "round": batch.round.number, "mode": batch.mode, "sandbox": batch.sandbox, "status": a.status,
-            "reward": batch.reward, "reward_status": reward_status,
+            "reward": batch.reward, "reward_status": reward_status, "currency": batch.currency,
             "bonus_per_example": batch.bonus_per_example,
             "bonus_due": a.bonus_due or ZERO, "bonus_paid": a.bonus_paid or ZERO,
             "bonus_settled": a.pk in settled, "accepted_at": a.accepted_at,

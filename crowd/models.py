@@ -20,6 +20,16 @@ from django.utils import timezone
 from .money import usd
 
 
+class CrowdPlatform(models.TextChoices):
+    MTURK = "mturk", "Mechanical Turk"
+    PROLIFIC = "prolific", "Prolific"
+
+
+class Currency(models.TextChoices):
+    USD = "USD", "US dollars"
+    GBP = "GBP", "Pounds sterling"
+
+
 class WorkerIdentity(models.Model):
     """Links an MTurk worker id to the platform user that acts for it.
 
@@ -29,7 +39,9 @@ class WorkerIdentity(models.Model):
     to a provisional identity."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mturk_identity")
-    worker_id = models.CharField(max_length=64, unique=True)
+    platform = models.CharField(max_length=10, choices=CrowdPlatform.choices, default=CrowdPlatform.MTURK,
+                                help_text="The platform the worker id belongs to (ids are unique per platform).")
+    worker_id = models.CharField(max_length=64)
     sandbox = models.BooleanField(default=True, help_text="Whether the worker was first seen in the sandbox.")
     verified_at = models.DateTimeField(
         null=True, blank=True, help_text="When the id was confirmed against MTurk; no payment before.")
@@ -41,11 +53,12 @@ class WorkerIdentity(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        verbose_name = "MTurk worker identity"
-        verbose_name_plural = "MTurk worker identities"
+        verbose_name = "crowd worker identity"
+        verbose_name_plural = "crowd worker identities"
+        constraints = [models.UniqueConstraint(fields=["platform", "worker_id"], name="worker_id_unique_per_platform")]
 
     def __str__(self):
-        return f"MTurk {self.worker_id}"
+        return f"{'Prolific' if self.platform == CrowdPlatform.PROLIFIC else 'MTurk'} {self.worker_id}"
 
     @property
     def is_verified(self) -> bool:
@@ -78,6 +91,17 @@ class Batch(models.Model):
     round = models.ForeignKey("tasks.Round", on_delete=models.PROTECT, related_name="mturk_batches",
                               help_text="The round workers write for (create) or whose examples they validate.")
     mode = models.CharField(max_length=10, choices=Mode.choices)
+    platform = models.CharField(max_length=10, choices=CrowdPlatform.choices, default=CrowdPlatform.MTURK,
+                                help_text="Where the batch is published: MTurk (HITs) or Prolific (one study).")
+    currency = models.CharField(max_length=3, choices=Currency.choices, default=Currency.USD,
+                                help_text="Of the reward, the bonuses and the fees. MTurk pays in USD only.")
+    completion_code = models.CharField(
+        max_length=32, blank=True,
+        help_text="Prolific: the study's completion code, shown only to a participant whose work meets the "
+                  "batch's requirement; the sync approves only submissions that carry it.")
+    estimated_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Prolific: the study's estimated completion time, which its hourly rate "
+                                         "is judged by.")
     sandbox = models.BooleanField(help_text="Published to the MTurk sandbox (no real money).")
     title = models.CharField(max_length=128)
     description = models.CharField(max_length=2000)
@@ -248,6 +272,10 @@ class BonusPayment(models.Model):
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending (to send or to reconcile)"
+        # Prolific: the pay call went out and its answer was lost. Prolific's pay call is
+        # not idempotent, so the row is never sent again by itself: a run reconciles it
+        # from Prolific's records, or a person settles it (``settled_by``).
+        SENT = "sent", "Sent, answer not known (never sent again by itself)"
         PAID = "paid", "Paid"
         FAILED = "failed", "Failed (will be retried)"
         GAVE_UP = "gave_up", "Failed for good (a person must look)"
@@ -271,6 +299,23 @@ class BonusPayment(models.Model):
                                       "did not (a $0 settlement says why).")
     created_at = models.DateTimeField(default=timezone.now)
     paid_at = models.DateTimeField(null=True, blank=True)
+    # Prolific: the bulk bonus the row set up (set-up moves no money; paying it does),
+    # and what Prolific said it costs, in the batch's currency.
+    platform_ref = models.CharField(max_length=64, blank=True,
+                                    help_text="Prolific's bulk bonus id, once set up (empty: none set up).")
+    fees = models.DecimalField(max_digits=9, decimal_places=2, null=True, blank=True,
+                               help_text="Prolific's fees on the bonus, as its set-up answered.")
+    total = models.DecimalField(max_digits=9, decimal_places=2, null=True, blank=True,
+                                help_text="The bonus and its fees, as Prolific's set-up answered.")
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="When the pay call went out (Prolific).")
+    bonuses_before = models.JSONField(
+        default=list, blank=True, help_text="Prolific: the bonuses (minor units) its records showed on the "
+                                            "participant's submission just before the pay call; a new one of the "
+                                            "row's amount is this row's payment.")
+    settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+", help_text="The superuser who settled a sent row by hand.")
+    settled_at = models.DateTimeField(null=True, blank=True)
+    settled_note = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -341,7 +386,10 @@ class CrowdBudget(models.Model):
 
     task = models.OneToOneField("tasks.Task", on_delete=models.CASCADE, related_name="crowd_budget")
     amount = models.DecimalField(max_digits=12, decimal_places=2, validators=[MinValueValidator(Decimal("0"))],
-                                 help_text="USD: rewards, bonuses and MTurk's fees, spent and committed together.")
+                                 help_text="Rewards, bonuses and the platforms' fees, spent and committed together, "
+                                           "in the budget's currency.")
+    currency = models.CharField(max_length=3, choices=Currency.choices, default=Currency.USD,
+                                help_text="Only batches in this currency may spend from the budget.")
     note = models.CharField(max_length=500, blank=True)
     set_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                related_name="+")

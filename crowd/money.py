@@ -16,3 +16,15 @@ def usd(value) -> str:
         return "—"
     amount = cents(Decimal(str(value)))
     return f"-${-amount}" if amount < 0 else f"${amount}"
+
+
+SYMBOLS = {"USD": "$", "GBP": "£"}
+
+
+def money(value, currency: str = "USD") -> str:
+    """An amount in ``currency`` as ``usd`` shows dollars: "£0.50", "$0.50"; "—" for none."""
+    if value is None or value == "":
+        return "—"
+    amount = cents(Decimal(str(value)))
+    symbol = SYMBOLS.get(currency, f"{currency} ")
+    return f"-{symbol}{-amount}" if amount < 0 else f"{symbol}{amount}"

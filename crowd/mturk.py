@@ -32,6 +32,8 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from django.conf import settings
 
+from .platform import PlatformError
+
 SANDBOX_ENDPOINT = "https://mturk-requester-sandbox.us-east-1.amazonaws.com"
 LIVE_ENDPOINT = "https://mturk-requester.us-east-1.amazonaws.com"
 # Where a worker's browser posts the finished assignment (the ``turkSubmitTo`` parameter).
@@ -51,22 +53,10 @@ ANSWER_NS = "{http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2
 HIT_ID_IN_MESSAGE = re.compile(r"\b([A-Z0-9]{30})\b")
 
 
-class MTurkError(Exception):
+class MTurkError(PlatformError):
     """A failed MTurk call, with a message a researcher can act on."""
 
-    def __init__(self, kind: str, message: str, *, operation: str = "", code: str = ""):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.operation = operation
-        self.code = code
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in {"throttled", "unavailable", "connection"}
-
-    def __str__(self):
-        return f"{self.operation}: {self.message}" if self.operation else self.message
+    platform = "mturk"
 
 
 def endpoint_url(sandbox: bool | None = None) -> str:

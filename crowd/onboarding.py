@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from . import mturk, workers
+from . import workers
 from .models import TaskBlock, WorkerIdentity
+from .platforms import PlatformError, for_identity
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,7 @@ def _identity(user) -> WorkerIdentity | None:
 
 
 def give_onboarded(task, identity: WorkerIdentity) -> None:
-    mturk.give_qualification(workers.onboarded_qualification_id(identity.sandbox, task), identity.worker_id,
-                             sandbox=identity.sandbox)
+    for_identity(identity).mark_onboarded(identity, task, sandbox=identity.sandbox)
 
 
 def block_failed(task, identity: WorkerIdentity) -> None:
@@ -44,7 +44,7 @@ def on_passed(sender, task, user, **kwargs) -> None:
         return
     try:
         give_onboarded(task, identity)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         log.warning("onboarding passed by %s on %s, but MTurk refused the qualification: %s",
                     identity.worker_id, task.slug, exc)
 
@@ -55,15 +55,14 @@ def on_blocked(sender, task, user, **kwargs) -> None:
         return
     try:
         block_failed(task, identity)
-    except mturk.MTurkError as exc:
+    except PlatformError as exc:
         log.warning("onboarding failed by %s on %s, but MTurk refused the block qualification: %s",
                     identity.worker_id, task.slug, exc)
 
 
-
 def on_reset(sender, task, user, by, **kwargs) -> None:
     """A researcher let the worker take the onboarding again: lift the task block that
-    failing it gave (on MTurk and here). If MTurk refuses, the block stays and says so in
+    failing it gave (on the worker's platform and here). If the platform refuses, the block stays and says so in
     the log; it can be lifted by hand (Crowd > Task blocks)."""
     identity = _identity(user)
     block = TaskBlock.objects.filter(worker=identity, task=task, reason=BLOCK_REASON).first() if identity else None
@@ -71,6 +70,6 @@ def on_reset(sender, task, user, by, **kwargs) -> None:
         return
     try:
         workers.task_unblock(block, by)
-    except mturk.MTurkError as exc:
-        log.warning("onboarding reset for %s on %s, but MTurk refused to lift the block: %s",
+    except PlatformError as exc:
+        log.warning("onboarding reset for %s on %s, but the platform refused to lift the block: %s",
                     identity.worker_id, task.slug, exc)

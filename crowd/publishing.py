@@ -24,6 +24,7 @@ one twice (MTurk answers a repeated token with the HIT it already made).
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -32,7 +33,6 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import mail_admins
 from django.db import transaction
-from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput
@@ -40,10 +40,12 @@ from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import budgets, costs, mturk, pay
+from . import budgets, costs, pay
 from .hit_types import default_description, default_title, qualifications, with_warning  # noqa: F401
 from .models import Batch, Hit
-from .money import usd
+from .money import money, usd
+from .platforms import PLATFORMS, PlatformError, by_name, for_batch
+from .platforms.mturk import hit_url, unique_request_token  # noqa: F401  (their home before crowd.platforms)
 
 MAX_HITS = 1000
 # MTurk approves a submission by itself after the auto-approval delay: it must leave
@@ -90,11 +92,55 @@ class BatchRequest:
     # reference line: superusers only, with a reason (``check_target``).
     allow_below_reference: bool = False
     override_reason: str = ""
+    # Where to publish: "mturk" (HITs, USD) or "prolific" (one study: hits=1, its places are
+    # assignments_per_hit; USD or GBP; its estimated time is required and judged against
+    # Prolific's minimum hourly reward).
+    platform: str = "mturk"
+    currency: str = "USD"
+    estimated_minutes: int | None = None
 
 
-def hit_url() -> str:
-    """The ExternalURL of every HIT: MTurk appends its query parameters."""
-    return settings.PUBLIC_BASE_URL + reverse("mturk-hit")
+def hourly_rate(reward: Decimal, estimated_minutes: int | None) -> Decimal | None:
+    """What a reward per assignment comes to per hour at the estimated time."""
+    if not estimated_minutes or not isinstance(reward, Decimal):
+        return None
+    return costs.cents(reward * 60 / estimated_minutes)
+
+
+def min_hourly_reward(currency: str) -> Decimal | None:
+    """Prolific's minimum reward per hour in ``currency`` (``PROLIFIC_MIN_HOURLY_REWARD``)."""
+    value = settings.PROLIFIC_MIN_HOURLY_REWARD.get(currency)
+    return None if value is None else Decimal(value)
+
+
+def check_platform(req: BatchRequest) -> None:
+    """The platform, its currency and (Prolific) its fair-pay rule, before any call."""
+    if req.platform not in PLATFORMS:
+        raise InvalidInput.field("platform", f"Must be one of {sorted(PLATFORMS)}.")
+    if req.platform == "mturk":
+        if req.currency != "USD":
+            raise InvalidInput.field("currency", "MTurk pays in USD only.")
+        return
+    if req.currency not in ("USD", "GBP"):
+        raise InvalidInput.field("currency", "Prolific studies pay in GBP or USD.")
+    if req.hits != 1:
+        raise InvalidInput.field("hits", "A Prolific batch is one study: hits must be 1; its places are the "
+                                         "assignments per HIT.")
+    minutes = req.estimated_minutes
+    if not isinstance(minutes, int) or isinstance(minutes, bool) or not 1 <= minutes <= 24 * 60:
+        raise InvalidInput.field("estimated_minutes", "A Prolific study needs its estimated completion time: a "
+                                                      "whole number of minutes from 1 to 1440.")
+    if req.assignment_duration_seconds < minutes * 60:
+        raise InvalidInput.field("assignment_duration_seconds", "Must leave at least the estimated time.")
+    floor = min_hourly_reward(req.currency)
+    rate = hourly_rate(req.reward, minutes)
+    if floor is not None and rate is not None and rate < floor:
+        symbol = money(floor, req.currency)[0]
+        least = costs.cents(floor * minutes / 60 + Decimal("0.004"))
+        raise InvalidInput.field("reward", f"A reward of {money(req.reward, req.currency)} for an estimated "
+                                           f"{minutes} minutes is {symbol}{rate}/hour, below Prolific's minimum of "
+                                           f"{symbol}{floor}/hour (PROLIFIC_MIN_HOURLY_REWARD): at least "
+                                           f"{money(least, req.currency)} is needed.")
 
 
 def check_request(req: BatchRequest) -> Round:
@@ -133,6 +179,7 @@ def check_request(req: BatchRequest) -> Round:
         raise InvalidInput.field("locales", "Must be ISO 3166 country codes of two capital letters, e.g. US, GB.")
     if req.quality_block_threshold is not None and not 0 <= req.quality_block_threshold <= 1:
         raise InvalidInput.field("quality_block_threshold", "Must be a share from 0 to 1.")
+    check_platform(req)
     if req.min_approval_rate is not None and not 0 <= req.min_approval_rate <= 100:
         raise InvalidInput.field("min_approval_rate", "Must be a percentage from 0 to 100.")
     if not isinstance(req.allow_below_reference, bool):
@@ -253,18 +300,22 @@ def publish(req: BatchRequest, *, user=None) -> Batch:
     rnd = check_request(req)
     checks, override = check_target(req.task, rnd, req.mode, allow_below_reference=req.allow_below_reference,
                                     reason=req.override_reason, user=user)
-    pay.check_floor(req.task, req.mode, req.reward, req.bonus_per_example)  # crowd.pay: the hourly floor
+    if req.currency == "USD":
+        pay.check_floor(req.task, req.mode, req.reward, req.bonus_per_example)  # crowd.pay: the hourly floor
     most = costs.max_cost(hits=req.hits, assignments_per_hit=req.assignments_per_hit, reward=req.reward,
                           bonus_per_example=req.bonus_per_example,
-                          examples_per_assignment=req.examples_per_assignment, mode=req.mode)
-    sandbox = settings.MTURK_SANDBOX
-    budgets.check_budget(req.task, sandbox, most)  # an early answer, before MTurk is asked anything
-    balance = mturk.account_balance(sandbox=sandbox)
+                          examples_per_assignment=req.examples_per_assignment, mode=req.mode, platform=req.platform)
+    # Prolific has no sandbox: its studies pay real money.
+    sandbox = settings.MTURK_SANDBOX if req.platform == "mturk" else False
+    budgets.check_budget(req.task, sandbox, most, currency=req.currency)  # an early answer, before any call
+    balance = by_name(req.platform).balance(sandbox=sandbox, currency=req.currency)
     with transaction.atomic():
-        budgets.check_money(req.task, sandbox, most, balance)  # again, under the lock
+        budgets.check_money(req.task, sandbox, most, balance, currency=req.currency)  # again, under the lock
         waits = budgets.needs_approval(most, task=req.task, sandbox=sandbox, user=user)
         batch = Batch.objects.create(
-            task=req.task, round=rnd, mode=req.mode, sandbox=settings.MTURK_SANDBOX,
+            task=req.task, round=rnd, mode=req.mode, sandbox=sandbox, platform=req.platform, currency=req.currency,
+            estimated_minutes=req.estimated_minutes,
+            completion_code=secrets.token_hex(6).upper() if req.platform == "prolific" else "",
             title=with_warning(req.task, req.title or default_title(req), 128),
             description=with_warning(req.task, req.description or default_description(req), 2000),
             keywords=req.keywords, hits=req.hits, assignments_per_hit=req.assignments_per_hit,
@@ -325,13 +376,14 @@ def approve(batch: Batch, user) -> Batch:
         except TargetBelowReference as exc:
             raise TargetBelowReference(f"{exc.message} Cancel batch {batch.pk} and publish it again with the "
                                        "override to go on.", exc.checks) from None
-    balance = mturk.account_balance(sandbox=batch.sandbox)
+    balance = for_batch(batch).balance(sandbox=batch.sandbox, currency=batch.currency)
     with transaction.atomic():
         budgets.lock_account(batch.sandbox)
         batch = Batch.objects.select_for_update().select_related("task").get(pk=batch.pk)
         if batch.status != Batch.Status.AWAITING_APPROVAL:  # another approval or a cancel won
             raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}, not awaiting approval.")
-        budgets.check_money(batch.task, batch.sandbox, batch.max_cost, balance, excluding=batch)
+        budgets.check_money(batch.task, batch.sandbox, batch.max_cost, balance, excluding=batch,
+                            currency=batch.currency)
         batch.status, batch.approved_by, batch.approved_at = Batch.Status.PUBLISHING, user, timezone.now()
         batch.save(update_fields=["status", "approved_by", "approved_at"])
     return post_hits(batch)
@@ -351,10 +403,6 @@ def cancel(batch: Batch, user) -> Batch:
     return batch
 
 
-def unique_request_token(hit: Hit) -> str:
-    return f"dynabench-{hit.batch.uid.hex}-{hit.number}"
-
-
 def post_hits(batch: Batch) -> Batch:
     """Post the batch's HITs that have no id yet (safe to run again). On an MTurk error
     the batch keeps what was posted and records the error; running it again goes on.
@@ -362,25 +410,8 @@ def post_hits(batch: Batch) -> Batch:
     if batch.status not in (Batch.Status.PUBLISHING, Batch.Status.PUBLISHED):
         raise Conflict(f"Batch {batch.pk} is {batch.get_status_display().lower()}: nothing is posted for it.")
     try:
-        if not batch.hit_type_id:
-            # The batch's own keyword makes its HIT type its own (MTurk gives equal parameters one type).
-            keywords = ", ".join(k for k in (batch.keywords, f"dynabench-{batch.uid.hex[:12]}") if k)
-            batch.hit_type_id = mturk.create_hit_type(
-                title=batch.title, description=batch.description, keywords=keywords, reward=batch.reward,
-                assignment_duration=batch.assignment_duration_seconds,
-                auto_approval_delay=batch.auto_approval_delay_seconds, qualifications=qualifications(batch),
-                sandbox=batch.sandbox)
-            batch.save(update_fields=["hit_type_id"])
-        question = mturk.external_question(hit_url())
-        for hit in batch.hit_rows.filter(hit_id__isnull=True).order_by("number"):
-            hit.batch = batch
-            hit.hit_id = mturk.create_hit(
-                hit_type_id=batch.hit_type_id, question=question, max_assignments=batch.assignments_per_hit,
-                lifetime=batch.lifetime_seconds, unique_request_token=unique_request_token(hit),
-                annotation=f"dynabench batch {batch.pk}", sandbox=batch.sandbox)
-            hit.created_at = timezone.now()
-            hit.save(update_fields=["hit_id", "created_at"])
-    except mturk.MTurkError as exc:
+        for_batch(batch).publish(batch)
+    except PlatformError as exc:
         Batch.objects.filter(pk=batch.pk).update(
             last_error=f"{exc} Publish again to post the remaining HITs; none is posted twice.")
         batch.refresh_from_db()

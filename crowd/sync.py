@@ -1,4 +1,11 @@
-"""Bringing our records in line with MTurk's, and deciding submitted work.
+"""Bringing our records in line with the crowd platform's, and deciding submitted work.
+
+The rules below are written for MTurk and hold for Prolific through the platform
+interface (``crowd.platforms``): a study is the batch's one HIT, a submission an
+assignment (its id is the ``SESSION_ID`` of the participant's link), the
+completion token is the batch's completion code, and a submission is matched by the
+participant within the study when its id is not ours (one per participant per study).
+A Prolific rejection carries at least 100 characters and a category.
 
 ``sync_batch`` (Celery beat, ``manage.py mturk_sync`` and the admin) is safe to
 run at any time and any number of times. For each HIT it lists MTurk's
@@ -40,7 +47,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -48,9 +55,10 @@ from django.utils import timezone
 
 from annotation import sessions, validation
 
-from . import mturk, watermarks, workers
-from .assignments import SUBMITTED_MESSAGE, completion_ok
+from . import watermarks, workers
+from .assignments import SUBMITTED_MESSAGE
 from .models import Assignment, Batch, WorkerIdentity
+from .platforms import Listed, PlatformError, for_batch
 
 logger = logging.getLogger(__name__)
 
@@ -139,35 +147,29 @@ class SyncReport:
         return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
 
 
-def _when(value) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromtimestamp(float(value), tz=UTC)
-
-
-def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: SyncReport) -> None:
-    """Apply rules 1-3 to one assignment MTurk lists."""
-    status = listed["AssignmentStatus"]
+def _decide(batch: Batch, assignment: Assignment | None, listed: Listed, report: SyncReport) -> None:
+    """Apply rules 1-3 to one piece of work the platform lists."""
+    platform = for_batch(batch)
+    status = listed.status
     if assignment is None:
-        if status == "Submitted":
-            mturk.reject(listed["AssignmentId"], NO_RECORD, sandbox=batch.sandbox)
+        if status == Listed.SUBMITTED:
+            platform.reject(batch, listed.work_id, NO_RECORD, reason="no_record")
             report.rejected += 1
         return
-    assignment.refresh_from_db()  # the worker may have pressed Submit while MTurk was listing
+    assignment.refresh_from_db()  # the worker may have pressed Submit while the platform was listing
     if assignment.status in (Assignment.Status.APPROVED, Assignment.Status.REJECTED):
         return  # decided already
     now = timezone.now()
-    assignment.submitted_at = _when(listed.get("SubmitTime")) or assignment.submitted_at
-    assignment.auto_approval_at = _when(listed.get("AutoApprovalTime")) or assignment.auto_approval_at
-    answer = mturk.parse_answer(listed.get("Answer", ""))
+    assignment.submitted_at = listed.submitted_at or assignment.submitted_at
+    assignment.auto_approval_at = listed.auto_approval_at or assignment.auto_approval_at
     if assignment.status not in (Assignment.Status.FINISHED, Assignment.Status.SUBMITTED):
-        feedback = NOT_FINISHED
-    elif not completion_ok(assignment, answer.get("completionToken", "")):
-        feedback = BAD_TOKEN
+        feedback, reason = NOT_FINISHED, "not_finished"
+    elif not platform.completion_ok(assignment, listed):
+        feedback, reason = BAD_TOKEN, "bad_code"
     else:
-        feedback = None
+        feedback, reason = None, ""
     times = {"submitted_at": assignment.submitted_at, "auto_approval_at": assignment.auto_approval_at}
-    # Rule 1: MTurk's record and our token agree.
+    # Rule 1: the platform's record and our proof of work agree.
     if feedback is None and assignment.status != Assignment.Status.SUBMITTED:
         with transaction.atomic():
             if not _set_status(assignment, assignment.status, status=Assignment.Status.SUBMITTED,
@@ -175,19 +177,21 @@ def _decide(batch: Batch, assignment: Assignment | None, listed: dict, report: S
                 return  # another run moved it meanwhile: that run decides it
             WorkerIdentity.objects.filter(pk=assignment.worker_id, verified_at__isnull=True).update(verified_at=now)
             validation.confirm_session(assignment.session)  # its validations count from now on
-    if status in ("Approved", "Rejected"):  # decided on MTurk (auto-approval, or by hand on its site)
-        decided = Assignment.Status.APPROVED if status == "Approved" else Assignment.Status.REJECTED
+    if status in (Listed.APPROVED, Listed.REJECTED):  # decided there (auto-approval, or by hand on its site)
+        decided = Assignment.Status.APPROVED if status == Listed.APPROVED else Assignment.Status.REJECTED
         if _set_status(assignment, assignment.status, status=decided, decided_at=now, **times):
             sessions.end_session(assignment.session, SUBMITTED_MESSAGE)
         return
+    if status != Listed.SUBMITTED:
+        return  # still working, returned or timed out there: nothing to decide yet
     before = assignment.status
     if feedback is None:
-        mturk.approve(assignment.assignment_id, APPROVE_FEEDBACK, sandbox=batch.sandbox)
+        platform.approve(batch, listed.work_id, APPROVE_FEEDBACK)
         if _set_status(assignment, before, status=Assignment.Status.APPROVED, decided_at=timezone.now(),
                        feedback=APPROVE_FEEDBACK, **times):
             report.approved += 1
     else:
-        mturk.reject(assignment.assignment_id, feedback, sandbox=batch.sandbox)
+        platform.reject(batch, listed.work_id, feedback, reason=reason)
         if _set_status(assignment, before, status=Assignment.Status.REJECTED, decided_at=timezone.now(),
                        feedback=feedback, **times):
             report.rejected += 1
@@ -214,27 +218,31 @@ def sync_batch(batch: Batch) -> SyncReport:
 
 def _sync_batch(batch: Batch, lock: SyncLock, report: SyncReport) -> SyncReport:
     now = timezone.now()
+    platform = for_batch(batch)
     for hit in batch.hit_rows.filter(hit_id__isnull=False):
         lock.keep()
         ours = {(a.assignment_id, a.worker.worker_id): a
                 for a in hit.assignments.select_related("worker", "session", "hit")}
         try:
-            for listed in mturk.list_assignments(hit.hit_id, sandbox=batch.sandbox):
+            for listed in platform.list_work(batch, hit):
                 lock.keep()
                 report.seen += 1
-                assignment = ours.get((listed["AssignmentId"], listed["WorkerId"]))
+                assignment = ours.get((listed.work_id, listed.worker_id))
+                if assignment is None and platform.one_work_per_worker:  # the participant's row in the study
+                    assignment = next((a for (_, worker_id), a in ours.items() if worker_id == listed.worker_id
+                                       and a.status != Assignment.Status.RETURNED), None)
                 for (assignment_id, worker_id), other in ours.items():
-                    if assignment_id == listed["AssignmentId"] and worker_id != listed["WorkerId"] \
+                    if assignment_id == listed.work_id and worker_id != listed.worker_id \
                             and other.status == Assignment.Status.WORKING:
                         report.returned += _end(other, "This assignment went to another worker; "
                                                        "it takes no more work.")
                 try:
                     _decide(batch, assignment, listed, report)
-                except mturk.MTurkError as exc:
-                    report.errors.append(f"{listed['AssignmentId']}: {exc}")
+                except PlatformError as exc:
+                    report.errors.append(f"{listed.work_id}: {exc}")
                     if not exc.retryable and exc.kind != "request":
                         raise
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             report.errors.append(f"HIT {hit.hit_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):
                 break  # try again at the next sync
@@ -313,7 +321,7 @@ def quality_blocks(batch: Batch, report: SyncReport) -> int:
         try:
             workers.task_block(identity, batch.task, reason, sandbox=batch.sandbox, batch=batch)
             count += 1
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             complete = False
             report.errors.append(f"soft block {identity.worker_id}: {exc}")
     if complete:
@@ -340,8 +348,8 @@ def expire_batch(batch: Batch, report: SyncReport | None = None) -> bool:
     """Stop the batch's HITs taking workers, and mark it finished (work already taken goes on)."""
     for hit in batch.hit_rows.filter(hit_id__isnull=False, expired_at__isnull=True):
         try:
-            mturk.expire_hit(hit.hit_id, sandbox=batch.sandbox)
-        except mturk.MTurkError as exc:
+            for_batch(batch).close(batch, hit)
+        except PlatformError as exc:
             if report is None:
                 raise
             report.errors.append(f"expire {hit.hit_id}: {exc}")
@@ -371,7 +379,7 @@ def sync(batch_id: int | None = None) -> SyncReport:
     for batch in batches:
         try:
             report.add(sync_batch(batch))
-        except mturk.MTurkError as exc:
+        except PlatformError as exc:
             report.errors.append(f"batch {batch.pk}: {exc}")
             logger.warning("MTurk sync of batch %s failed: %s", batch.pk, exc)
     return report

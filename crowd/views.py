@@ -21,10 +21,11 @@ from core.api import http_status
 from core.errors import DomainError, Forbidden
 from core.ratelimit import client_ip
 
-from . import mturk
+from . import mturk, prolific, prolific_arrivals
 from .api import pages_from
 from .assignments import PREVIEW, NotDoneYet, arrive, completion_token, finish, work_done
 from .me import worker_page
+from .models import Assignment
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
@@ -74,11 +75,14 @@ def hit_page(request):
 def _work_page(request, assignment, error: str = "", status: int = 200):
     """The assignment's work page (write or validate), with the HIT bar above the work
     and Submit after it; ``error``: why a Submit was refused, shown beside Submit (the
-    work stays where it was), and only while the work is still short of what is asked."""
+    work stays where it was), and only while the work is still short of what is asked.
+    A Prolific study's page is its own tab, never a frame, and submits to its own view."""
     batch, session = assignment.hit.batch, assignment.session
+    on_prolific = batch.platform == "prolific"
     context = work_page_context(request, batch.task, session, batch.mode)
     context.update({"assignment": assignment, "batch": batch, "done": work_done(assignment),
-                    "token": make_token(session), "in_frame": True, "submit_error": error})
+                    "token": make_token(session), "in_frame": not on_prolific, "submit_error": error,
+                    "prolific": on_prolific})
     return render(request, TEMPLATES[batch.mode], context, status=status)
 
 
@@ -102,6 +106,59 @@ def hit_submit(request):
     return render(request, "crowd/submit.html", {
         "assignment": assignment, "action": f"{assignment.submit_to}/mturk/externalSubmit",
         "completion_token": completion_token(assignment), "in_frame": True})
+
+
+# --- Prolific: the study's page, in Prolific's own tab (never framed: the default headers,
+# X-Frame-Options DENY and frame-ancestors 'none', stay on these pages) ----------------------
+
+
+def _prolific_refused(request, exc: DomainError):
+    response = render(request, "crowd/refused.html", {"message": exc.message}, status=http_status(exc))
+    if getattr(exc, "retry_after", None):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+def _prolific_done(request, assignment: Assignment):
+    """The completion code, and the way back to Prolific that records it."""
+    code = assignment.hit.batch.completion_code
+    return render(request, "crowd/prolific_done.html", {
+        "assignment": assignment, "completion_code": code, "completion_url": prolific.completion_url(code)})
+
+
+@never_cache
+@require_GET
+def prolific_entry(request, batch_uid: str):
+    """The study URL: the participant's work page, or (finished) their completion code."""
+    params = request.GET
+    try:
+        arrival = prolific_arrivals.arrive(
+            batch_uid=batch_uid, participant_id=params.get("PROLIFIC_PID", ""), study_id=params.get("STUDY_ID", ""),
+            session_id=params.get("SESSION_ID", ""), address=client_ip(request))
+    except DomainError as exc:
+        return _prolific_refused(request, exc)
+    if arrival.assignment.status in prolific_arrivals.FINISHED:
+        return _prolific_done(request, arrival.assignment)
+    return _work_page(request, arrival.assignment)
+
+
+@csrf_exempt  # no cookie is involved: the signed token in the form is the credential
+@never_cache
+@require_POST
+def prolific_submit(request):
+    """Finish a Prolific session: the same rule as a HIT's Submit (the work asked for is
+    done), then the completion code and the redirect to Prolific."""
+    try:
+        session = session_from_token(request.POST.get("token", ""))
+    except InvalidToken as exc:
+        return _prolific_refused(request, Forbidden(exc.message))
+    try:
+        assignment = finish(session, request.POST.get("feedback", ""), platform="prolific")
+    except NotDoneYet as exc:
+        return _work_page(request, exc.assignment, error=exc.message, status=http_status(exc))
+    except DomainError as exc:
+        return _prolific_refused(request, exc)
+    return _prolific_done(request, assignment)
 
 
 def _my_page_context(request, user, *, token: str = "") -> dict:

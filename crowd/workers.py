@@ -45,15 +45,12 @@ from core.errors import Forbidden
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from . import mturk
-from .models import Assignment, Qualification, TaskBlock, WorkerIdentity
+from .models import Assignment, TaskBlock, WorkerIdentity
+from .platforms import by_name, for_identity
+from .qualifications import block_qualification_id, onboarded_qualification_id  # noqa: F401  (re-exported)
 from .watermarks import chunks
 
 WORKER_ID = re.compile(r"A[A-Z0-9]{5,63}")
-BLOCK_QUALIFICATION = "block"
-BLOCK_QUALIFICATION_NAME = "Dynabench: not admitted"
-ONBOARDED_QUALIFICATION = "onboarded"
-ONBOARDED_QUALIFICATION_NAME = "Dynabench: onboarding passed"
 # Quality is judged only once this many of the worker's examples are decided.
 QUALITY_MIN_DECIDED = 5
 
@@ -62,63 +59,22 @@ def is_worker_id(value: str) -> bool:
     return bool(WORKER_ID.fullmatch(value or ""))
 
 
-def identity_for(worker_id: str, *, sandbox: bool) -> WorkerIdentity:
-    """The worker's identity, created (provisional, with its own user) on first sight."""
-    identity = WorkerIdentity.objects.select_related("user").filter(worker_id=worker_id).first()
+def identity_for(worker_id: str, *, sandbox: bool, platform: str = "mturk") -> WorkerIdentity:
+    """The worker's identity on ``platform``, created (provisional, with its own user) on first sight."""
+    found = WorkerIdentity.objects.select_related("user").filter(platform=platform, worker_id=worker_id)
+    identity = found.first()
     if identity is not None:
         return identity
     User = get_user_model()
     try:
         with transaction.atomic():
             # ':' is refused in the usernames people sign up with: no one can take a worker's name.
-            user = User(username=f"mturk:{worker_id}"[:150])
+            user = User(username=f"{platform}:{worker_id}"[:150])
             user.set_unusable_password()
             user.save()
-            return WorkerIdentity.objects.create(user=user, worker_id=worker_id, sandbox=sandbox)
+            return WorkerIdentity.objects.create(user=user, platform=platform, worker_id=worker_id, sandbox=sandbox)
     except IntegrityError:  # the same worker, arriving twice at once: the first one made it
-        return WorkerIdentity.objects.select_related("user").get(worker_id=worker_id)
-
-
-def block_qualification_id(sandbox: bool, task: Task | None = None) -> str:
-    """Our block qualification on this endpoint, for every task or for ``task`` only,
-    created on MTurk the first time."""
-    if task is None:
-        return _qualification_id(BLOCK_QUALIFICATION, sandbox, None, BLOCK_QUALIFICATION_NAME,
-                                 "Workers with this qualification are not admitted to Dynabench HITs.")
-    return _qualification_id(BLOCK_QUALIFICATION, sandbox, task, f"{BLOCK_QUALIFICATION_NAME} ({task.slug})",
-                             f"Workers with this qualification are not admitted to the Dynabench task {task.slug}.")
-
-
-def onboarded_qualification_id(sandbox: bool, task: Task) -> str:
-    """The qualification workers get once they pass ``task``'s onboarding (a batch may
-    require it), created on MTurk the first time."""
-    return _qualification_id(ONBOARDED_QUALIFICATION, sandbox, task, f"{ONBOARDED_QUALIFICATION_NAME} ({task.slug})",
-                             f"Workers with this qualification passed the onboarding of the Dynabench task "
-                             f"{task.slug}.")
-
-
-def _qualification_id(purpose: str, sandbox: bool, task: Task | None, name: str, description: str) -> str:
-    known = Qualification.objects.filter(purpose=purpose, sandbox=sandbox, task=task).first()
-    if known is not None:
-        return known.qualification_type_id
-    found = mturk.find_qualification_type(name, sandbox=sandbox)
-    if found is None:
-        try:
-            found = mturk.create_qualification_type(name, description, sandbox=sandbox)
-        except mturk.MTurkError as exc:
-            if exc.kind not in ("request", "duplicate"):  # MTurk: QualificationTypeAlreadyExists
-                raise
-            # made meanwhile by another process
-            found = mturk.find_qualification_type(name, sandbox=sandbox)
-            if found is None:
-                raise
-    try:
-        with transaction.atomic():
-            qualification, _ = Qualification.objects.get_or_create(
-                purpose=purpose, sandbox=sandbox, task=task, defaults={"qualification_type_id": found})
-    except IntegrityError:  # recorded meanwhile by another process
-        qualification = Qualification.objects.get(purpose=purpose, sandbox=sandbox, task=task)
-    return qualification.qualification_type_id
+        return found.get()
 
 
 def _where(sandbox: bool | None) -> bool:
@@ -126,29 +82,27 @@ def _where(sandbox: bool | None) -> bool:
 
 
 def soft_block(identity: WorkerIdentity, reason: str, *, sandbox: bool | None = None) -> None:
-    """Give the worker our block qualification on the sandbox or live site (default:
-    ``MTURK_SANDBOX``'s); our pages refuse them everywhere."""
-    sandbox = _where(sandbox)
-    mturk.give_qualification(block_qualification_id(sandbox), identity.worker_id, sandbox=sandbox)
+    """Keep the worker out of every batch of ours on their platform (MTurk: our block
+    qualification on the sandbox or live site, default ``MTURK_SANDBOX``'s); our pages
+    refuse them everywhere."""
+    for_identity(identity).block_everywhere(identity, reason, sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=timezone.now(), block_reason=reason[:500])
 
 
 def soft_unblock(identity: WorkerIdentity, *, sandbox: bool | None = None) -> None:
-    sandbox = _where(sandbox)
-    mturk.take_qualification(block_qualification_id(sandbox), identity.worker_id,
-                             "You are admitted to Dynabench HITs again.", sandbox=sandbox)
+    for_identity(identity).unblock_everywhere(identity, sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=None)
 
 
 def hard_block(identity: WorkerIdentity, reason: str, *, sandbox: bool | None = None) -> None:
     if not reason:
         raise ValueError("MTurk needs a reason to block a worker.")
-    mturk.block_worker(identity.worker_id, reason, sandbox=_where(sandbox))
+    for_identity(identity).block_account(identity, reason, sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=timezone.now(), block_reason=reason[:500])
 
 
 def hard_unblock(identity: WorkerIdentity, *, sandbox: bool | None = None) -> None:
-    mturk.unblock_worker(identity.worker_id, "Unblocked by the requester.", sandbox=_where(sandbox))
+    for_identity(identity).unblock_account(identity, sandbox=_where(sandbox))
     WorkerIdentity.objects.filter(pk=identity.pk).update(hard_blocked_at=None)
 
 
@@ -158,10 +112,10 @@ def is_blocked_on(identity: WorkerIdentity, task: Task) -> bool:
 
 def task_block(identity: WorkerIdentity, task: Task, reason: str, *, sandbox: bool | None = None,
                batch=None) -> TaskBlock:
-    """Keep the worker out of ``task``'s HITs only: the task's block qualification on
-    MTurk, and a ``TaskBlock`` our HIT page refuses them by."""
+    """Keep the worker out of ``task``'s batches only: on their platform where it can
+    (MTurk: the task's block qualification), and a ``TaskBlock`` our pages refuse them by."""
     sandbox = _where(sandbox)
-    mturk.give_qualification(block_qualification_id(sandbox, task), identity.worker_id, sandbox=sandbox)
+    for_identity(identity).block_on_task(identity, task, reason, sandbox=sandbox)
     block, _ = TaskBlock.objects.update_or_create(
         worker=identity, task=task,
         defaults={"sandbox": sandbox, "batch": batch, "reason": reason[:500], "blocked_at": timezone.now()})
@@ -172,19 +126,19 @@ def task_unblock(block: TaskBlock, user) -> None:
     """Lift a task block: the task's researchers (or a superuser) only."""
     if not is_researcher(user, block.task):
         raise Forbidden("Only the task's researchers lift its blocks.")
-    try:
-        mturk.take_qualification(block_qualification_id(block.sandbox, block.task), block.worker.worker_id,
-                                 f"You are admitted to the Dynabench task {block.task.slug} again.",
-                                 sandbox=block.sandbox)
-    except mturk.MTurkError as exc:
-        if exc.kind != "request":  # a request error: MTurk has no such qualification to take
-            raise
+    for_identity(block.worker).unblock_on_task(block.worker, block.task, sandbox=block.sandbox)
     block.delete()
     onboarding.reset(block.task, block.worker.user)  # blocked for failed onboarding tries: they may try again
 
 
 def notify(identities, subject: str, message: str, *, sandbox: bool | None = None) -> list[dict]:
-    return mturk.notify([identity.worker_id for identity in identities], subject, message, sandbox=_where(sandbox))
+    """Message workers through their platform; the failures it reports."""
+    identities = list(identities)
+    failures = []
+    for name in sorted({identity.platform for identity in identities}):
+        ids = [identity.worker_id for identity in identities if identity.platform == name]
+        failures += by_name(name).notify(ids, subject, message, sandbox=_where(sandbox))
+    return failures
 
 
 def rejected_or_retracted() -> Q:

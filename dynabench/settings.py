@@ -572,6 +572,25 @@ MTURK_REGION = env("MTURK_REGION", default="us-east-1")
 # Attempts per MTurk call, the first included (boto3's standard retry mode: throttling, 5xx and lost
 # connections are retried with backoff, with the same UniqueRequestToken).
 MTURK_MAX_ATTEMPTS = env.int("MTURK_MAX_ATTEMPTS", default=4)
+
+# Prolific (crowd.prolific): the API's base address and the researcher's API token (from the
+# environment only; it carries full permission on the account and is never logged).
+PROLIFIC_API_URL = env("PROLIFIC_API_URL", default="https://api.prolific.com").rstrip("/")
+PROLIFIC_TOKEN = env("PROLIFIC_TOKEN", default="")
+# Prolific's fees, as a share of each reward and bonus: an estimate for what a batch may cost
+# before Prolific answers (a bonus's set-up answer then gives its real fees). Prolific
+# advertises a 33.3% service fee (plus VAT where it applies): check your account's rate.
+PROLIFIC_FEE_RATE = Decimal(env.str("PROLIFIC_FEE_RATE", default="0.333"))
+# Prolific's minimum pay per hour, by study currency (refused before any call). Today's
+# values (Prolific's researcher help, "Prolific's payment principles"): GBP 6.00, USD 8.00.
+PROLIFIC_MIN_HOURLY_REWARD = {currency: Decimal(value) for currency, value in env.dict(
+    "PROLIFIC_MIN_HOURLY_REWARD", default={"GBP": "6.00", "USD": "8.00"}).items()}
+# Optional: a Prolific participant group used as the studies' blocklist (a superuser's block
+# adds the participant to it). Empty: blocks hold on our pages only.
+PROLIFIC_BLOCKLIST_GROUP_ID = env("PROLIFIC_BLOCKLIST_GROUP_ID", default="")
+# A bonus whose pay call's answer was lost (sent, unconfirmed) that Prolific's records do not
+# show as paid after this many hours is listed for a person to settle (the admin's filter).
+PROLIFIC_UNCONFIRMED_AFTER_HOURS = env.int("PROLIFIC_UNCONFIRMED_AFTER_HOURS", default=2)
 # New assignments one address may open on the HIT page per window (a worker opens
 # one per HIT; made-up ids from one machine are capped).
 # Tries before a bonus that MTurk keeps refusing with a request error ends as gave_up.

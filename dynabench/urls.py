@@ -93,6 +93,8 @@ urlpatterns = [
     path("mturk/hit/", crowd_views.hit_page, name="mturk-hit"),
     path("mturk/hit/submit/", crowd_views.hit_submit, name="mturk-hit-submit"),
     path("mturk/me/", crowd_views.hit_my_page, name="mturk-me"),
+    path("prolific/submit/", crowd_views.prolific_submit, name="prolific-submit"),
+    path("prolific/<str:batch_uid>/", crowd_views.prolific_entry, name="prolific-entry"),
     path("me/", crowd_views.my_page, name="me"),
     path("api/", include((api_patterns, "api"))),
     path("accounts/login/", accounts.ThrottledLoginView.as_view(), name="login"),

@@ -13,10 +13,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from core.errors import DomainError
+from core.errors import DomainError, InvalidInput
 from crowd import bonuses, budgets, costs, exports, mturk, pay, publishing, sync
-from crowd.models import Assignment, Batch
+from crowd.models import Assignment, Batch, CrowdPlatform, Currency
 from crowd.money import usd
+from crowd.platforms import PlatformError
 from crowd.publishing import BatchRequest, post_hits, publish
 from leaderboard.promotion import round_target_checks
 from tasks.admin_lists import TASK_FILTER, TaskScopedAdmin
@@ -43,15 +44,25 @@ def _target_rows(tasks) -> list[dict]:
 class PublishForm(forms.Form):
     task = forms.ModelChoiceField(queryset=Task.objects.none())
     mode = forms.ChoiceField(choices=Batch.Mode.choices)
+    platform = forms.ChoiceField(
+        choices=CrowdPlatform.choices, initial=CrowdPlatform.MTURK, required=False,
+        help_text="MTurk: HITs, in USD. Prolific: one study (HITs = 1; its places are the assignments per HIT), in "
+                  "GBP or USD, with an estimated time that Prolific's minimum hourly reward is checked against.")
+    currency = forms.ChoiceField(choices=Currency.choices, initial=Currency.USD, required=False,
+                                 help_text="MTurk: USD only. The reward and bonus below are in this currency.")
+    estimated_minutes = forms.IntegerField(
+        required=False, min_value=1, max_value=24 * 60, label="Estimated minutes (Prolific)",
+        help_text="The study's estimated completion time; the hourly rate it implies is shown and must reach "
+                  "PROLIFIC_MIN_HOURLY_REWARD.")
     round_number = forms.IntegerField(required=False, min_value=1, label="Round",
                                       help_text="Empty: the task's open round.")
     hits = forms.IntegerField(min_value=1, max_value=1000, initial=10)
     assignments_per_hit = forms.IntegerField(min_value=1, max_value=100, initial=1)
     examples_per_assignment = forms.IntegerField(min_value=1, max_value=100, initial=5)
     reward = forms.DecimalField(min_value=Decimal("0.01"), decimal_places=2, initial=Decimal("0.50"),
-                                help_text="USD per approved assignment.")
+                                help_text="Per approved assignment, in the batch's currency.")
     bonus_per_example = forms.DecimalField(min_value=Decimal("0"), decimal_places=2, initial=Decimal("0.25"),
-                                           help_text="USD per verified model-fooling example (writing only).")
+                                           help_text="Per verified model-fooling example (writing only).")
     assignment_duration_hours = forms.DecimalField(
         min_value=Decimal("0.01"), max_value=Decimal("168"), decimal_places=2, initial=Decimal("1"),
         label="Time per assignment (hours)", help_text="How long a worker has once they accept (0.5 = 30 minutes).")
@@ -92,9 +103,27 @@ class PublishForm(forms.Form):
         if not superuser:  # the service refuses the override to anyone else too
             del self.fields["allow_below_reference"], self.fields["override_reason"]
 
+    def clean(self):
+        """The platform's rules, Prolific's hourly minimum among them, before any call: the
+        service's own check (``publishing.check_platform``), its message on the field."""
+        data = super().clean()
+        self.implied_rate = None
+        if self.errors or not data.get("task"):
+            return data
+        req = self.request()
+        self.implied_rate = publishing.hourly_rate(req.reward, req.estimated_minutes)
+        try:
+            publishing.check_platform(req)
+        except InvalidInput as exc:
+            for name, messages_ in exc.errors.items():
+                self.add_error(name if name in self.fields else None, " ".join(messages_))
+        return data
+
     def request(self) -> BatchRequest:
         data = self.cleaned_data
         return BatchRequest(
+            platform=data.get("platform") or CrowdPlatform.MTURK, currency=data.get("currency") or Currency.USD,
+            estimated_minutes=data.get("estimated_minutes"),
             task=data["task"], mode=data["mode"], hits=data["hits"], assignments_per_hit=data["assignments_per_hit"],
             reward=data["reward"], bonus_per_example=data["bonus_per_example"], round_number=data["round_number"],
             examples_per_assignment=data["examples_per_assignment"], title=data["title"],
@@ -172,10 +201,10 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     """Batches are added by publishing them; nothing else of one is edited here (every change
     goes through the actions), and none is deleted: its HITs live on MTurk, expire it instead."""
 
-    list_display = ["id", "task", "round_number", "mode", "sandbox", "status", "hits", "assignments_per_hit",
-                    "approved", "spent", "committed_shown", "max_cost_shown", "per_verified_fooling",
-                    "median_time", "hourly_pay"]
-    list_filter = ["status", "mode", "sandbox", TASK_FILTER]
+    list_display = ["id", "task", "round_number", "mode", "platform", "sandbox", "status", "hits",
+                    "assignments_per_hit", "approved", "spent", "committed_shown", "max_cost_shown",
+                    "per_verified_fooling", "median_time", "hourly_pay"]
+    list_filter = ["status", "mode", "platform", "sandbox", TASK_FILTER]
     list_select_related = ["task", "round"]
     actions = [sync_batches, pay_batch_bonuses, expire_batches, publish_remaining, approve_batches, cancel_batches,
                export_assignments]
@@ -343,7 +372,7 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
                 batch = publish(req, user=request.user)
             except DomainError as exc:
                 form.add_error(None, str(exc))
-            except mturk.MTurkError as exc:
+            except PlatformError as exc:
                 form.add_error(None, f"{exc} Any HITs posted are kept: 'Publish the remaining HITs' goes on.")
             else:
                 if batch.status == Batch.Status.AWAITING_APPROVAL:
@@ -365,11 +394,16 @@ class BatchAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
                 {"ok": mturk.credentials_found(), "what": "AWS credentials",
                  "how": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the server's environment (or an AWS "
                         "profile) for the requester account"},
+                {"ok": bool(settings.PROLIFIC_TOKEN), "what": "a Prolific API token (for Prolific batches only)",
+                 "how": "PROLIFIC_TOKEN in the server's environment (Prolific: Settings > API tokens)"},
                 {"ok": base_url.ok, "what": "an HTTPS PUBLIC_BASE_URL"
                  + (f" ({base_url.shown})" if base_url.ok else ""), "how": base_url.how},
             ],
             "base_url_warning": base_url.warning,
+            "implied_rate": getattr(form, "implied_rate", None),
+            "prolific_minimum": sorted(settings.PROLIFIC_MIN_HOURLY_REWARD.items()),
             "fees": {"rate": str(costs.FEE), "many_rate": str(costs.FEE_MANY_ASSIGNMENTS),
+                     "prolific_rate": str(settings.PROLIFIC_FEE_RATE),
                      "many": costs.MANY_ASSIGNMENTS},
             "budgets": [budgets.standing(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],
             "forecasts": [costs.forecast(task, settings.MTURK_SANDBOX) for task in tasks.order_by("slug")],

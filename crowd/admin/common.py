@@ -4,14 +4,14 @@ and the rows shown here that no one writes by hand."""
 from django.contrib import messages
 
 from core.errors import DomainError
-from crowd import mturk
+from crowd.platforms import PlatformError
 
 
 def report_mturk(modeladmin, request, label: str, run):
     """Run an MTurk-calling service; its report, or its error in words, as a message."""
     try:
         report = run()
-    except (mturk.MTurkError, DomainError) as exc:
+    except (PlatformError, DomainError) as exc:
         modeladmin.message_user(request, f"{label}: {exc}", messages.ERROR)
         return
     level = messages.WARNING if getattr(report, "errors", None) else messages.SUCCESS

@@ -1,9 +1,10 @@
 """The record of work and pay in the admin, read-only: assignments (what each worker
 wrote, validated and fooled) and the bonus ledger, whose totals follow its filters."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from crowd import costs
+from core.errors import DomainError
+from crowd import costs, sent_bonuses
 from crowd.models import Assignment, BonusPayment
 from tasks.admin_lists import ScopedRelatedFilter, TaskScopedAdmin
 
@@ -49,20 +50,68 @@ class ZeroSettlementFilter(admin.SimpleListFilter):
         return queryset
 
 
+class UnconfirmedFilter(admin.SimpleListFilter):
+    """Prolific bonuses whose pay call's answer was lost and that Prolific's records have
+    not shown paid for ``PROLIFIC_UNCONFIRMED_AFTER_HOURS``: a person must settle them."""
+
+    title = "sent, unconfirmed"
+    parameter_name = "unconfirmed"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Sent, unconfirmed (settle by hand)")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(sent_bonuses.unconfirmed_q())
+        return queryset
+
+
+def _settle(modeladmin, request, queryset, *, paid: bool):
+    done = 0
+    for payment in queryset:
+        try:
+            sent_bonuses.settle_by_hand(payment, request.user, paid=paid,
+                                        note=f"Settled in the admin by {request.user.get_username()}.")
+            done += 1
+        except DomainError as exc:
+            modeladmin.message_user(request, f"Bonus {payment.pk}: {exc}", messages.ERROR)
+    if done:
+        modeladmin.message_user(request, f"{done} bonus(es) settled as " + (
+            "paid on Prolific." if paid else "not paid: each is set up and sent again by the next run."),
+            messages.SUCCESS)
+
+
+@admin.action(description="Settle: paid on Prolific (it shows there)", permissions=["settle"])
+def settle_paid(modeladmin, request, queryset):
+    _settle(modeladmin, request, queryset, paid=True)
+
+
+@admin.action(description="Settle: not paid on Prolific (may be sent again)", permissions=["settle"])
+def settle_not_paid(modeladmin, request, queryset):
+    _settle(modeladmin, request, queryset, paid=False)
+
+
 @admin.register(BonusPayment)
 class BonusPaymentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
-    """The ledger, read-only: the totals above the list follow its filters."""
+    """The ledger, read-only: the totals above the list follow its filters. A superuser
+    settles a Prolific bonus whose pay call's answer was lost (sent, unconfirmed) by hand,
+    after checking Prolific's site; the row keeps who did and when."""
+
+    actions = [settle_paid, settle_not_paid]
 
     task_path = "assignment__hit__batch__task"
     list_display = ["id", "worker", "batch", "amount", "example_count", "status", "attempts", "paid_at",
                     "note", "last_error"]
-    list_filter = ["status", ZeroSettlementFilter, ("assignment__hit__batch", ScopedRelatedFilter)]
+    list_filter = ["status", UnconfirmedFilter, ZeroSettlementFilter, ("assignment__hit__batch", ScopedRelatedFilter)]
     list_select_related = ["assignment__worker", "assignment__hit"]
     sortable_by = ["id"]
     search_fields = exact_search_fields = ["assignment__worker__worker_id", "assignment__assignment_id",
                                            "unique_request_token"]
-    search_help_text = "An MTurk worker id, assignment id or bonus request token (exact)."
+    search_help_text = "A worker or participant id, assignment or submission id, or bonus request token (exact)."
     readonly_fields = [f.name for f in BonusPayment._meta.fields]
+
+    def has_settle_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
 
     @admin.display(description="worker")
     def worker(self, obj):
@@ -76,4 +125,13 @@ class BonusPaymentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
         response = super().changelist_view(request, extra_context)
         if hasattr(response, "context_data") and "cl" in response.context_data:
             response.context_data["totals"] = costs.bonus_totals(response.context_data["cl"].queryset)
+            # At most 100 counted (the big list's counts are bounded): through the index on status.
+            waiting = len(self.get_queryset(request).filter(sent_bonuses.unconfirmed_q()).order_by()
+                          .values_list("pk", flat=True)[:100])
+            if waiting:
+                self.message_user(request, f"{waiting if waiting < 100 else '100 or more'} Prolific bonus(es) were "
+                                           "sent and Prolific's answer was lost; "
+                                           "its records do not show them paid. " + sent_bonuses.CHECK_ON_SITE
+                                  + " (Filter: 'sent, unconfirmed'; a superuser settles them with the actions.)",
+                                  messages.WARNING)
         return response

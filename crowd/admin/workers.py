@@ -103,9 +103,9 @@ def notify_workers(modeladmin, request, queryset):
 class WorkerIdentityAdmin(LargeListAdmin):
     """Worker identities span tasks, so only superusers manage them."""
 
-    list_display = ["worker_id", "user", "sandbox", "verified_at", "soft_blocked_at", "hard_blocked_at",
+    list_display = ["worker_id", "platform", "user", "sandbox", "verified_at", "soft_blocked_at", "hard_blocked_at",
                     "correct_share", "agreement", "earned"]
-    list_filter = ["sandbox", ("verified_at", admin.EmptyFieldListFilter),
+    list_filter = ["platform", "sandbox", ("verified_at", admin.EmptyFieldListFilter),
                    ("soft_blocked_at", admin.EmptyFieldListFilter), ("hard_blocked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user"]
     search_fields = exact_search_fields = ["worker_id", "user__username"]

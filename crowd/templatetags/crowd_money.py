@@ -2,6 +2,7 @@
 
 from django import template
 
+from crowd.money import money as money_text
 from crowd.money import usd as usd_text
 
 register = template.Library()
@@ -11,3 +12,9 @@ register = template.Library()
 def usd(value) -> str:
     """Dollars and cents, always two decimals; "—" for no amount."""
     return usd_text(value)
+
+
+@register.filter
+def money(value, currency="USD") -> str:
+    """``{{ amount|money:batch.currency }}``: "£0.50" or "$0.50"; "—" for no amount."""
+    return money_text(value, currency or "USD")

@@ -38,3 +38,21 @@ def _fresh_rate_limits():
     cache.clear()
     yield
     cache.clear()
+
+
+PROLIFIC_TOKEN = "prolific-test-token-0123456789"
+
+
+@pytest.fixture
+def prolific_crowd(settings, monkeypatch):
+    """The platform pointed at the fake Prolific (crowd/testing/fake_prolific.py), with an https
+    public address; the client's pauses between retries are not waited for."""
+    from crowd import prolific
+    from crowd.testing.fake_prolific import FakeProlific
+
+    monkeypatch.setattr(prolific, "sleep", lambda seconds: None)
+    with FakeProlific(token=PROLIFIC_TOKEN) as fake:
+        settings.PROLIFIC_API_URL = fake.url
+        settings.PROLIFIC_TOKEN = PROLIFIC_TOKEN
+        settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
+        yield fake

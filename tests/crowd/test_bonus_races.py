@@ -49,3 +49,45 @@ def test_two_pay_runs_at_once_send_each_bonus_once(live_tasks, crowd, client, re
     assert sorted(b["AssignmentId"] for b in crowd.bonuses) == sorted(a.assignment_id for a in assignments)
     assert BonusPayment.objects.filter(status=BonusPayment.Status.PAID).count() == 2
     assert bonuses.pay_bonuses().paid == 0 and crowd.count("SendBonus") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_pay_runs_at_once_pay_each_prolific_bonus_once(live_tasks, prolific_crowd, client, researcher):
+    """Prolific's pay call pays again each time: three runs at once still call it once per row."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row-lock concurrency is tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI)")
+    from tests.crowd.platforms import ProlificSide
+
+    side = ProlificSide(prolific_crowd, "GBP")
+    batch = side.publish(live_tasks["sentiment"])
+    assignments = [side.do_work(client, batch, worker=worker, text=text) for worker, text in
+                   ((side.worker, "The film was fine, I suppose."), (side.other, "A warm and generous film."))]
+    sync.sync()
+    for assignment in assignments:
+        for example in Example.objects.filter(session=assignment.session):
+            validation.validate_example(example.pk, researcher, label="correct")
+    racers = 3
+    barrier = threading.Barrier(racers)
+    reports, failures = [], []
+
+    def pay():
+        from django.db import connection as thread_connection
+
+        try:
+            barrier.wait()
+            reports.append(bonuses.pay_bonuses())
+        except Exception as exc:  # noqa: BLE001  (reported below, with the others)
+            failures.append(repr(exc))
+        finally:
+            thread_connection.close()
+
+    threads = [threading.Thread(target=pay) for _ in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert sum(report.paid for report in reports) == 2
+    assert prolific_crowd.count("pay_bonus") == 2 and prolific_crowd.count("setup_bonus") == 2
+    assert sorted(p["participant_id"] for p in prolific_crowd.payments) == sorted([side.worker, side.other])
+    assert bonuses.pay_bonuses().paid == 0 and prolific_crowd.count("pay_bonus") == 2

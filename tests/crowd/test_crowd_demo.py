@@ -154,3 +154,58 @@ def test_the_demos_worker_takes_the_onboarding_first_through_the_service(with_on
         fake.stop()
     assert done and Assignment.objects.get().status == Assignment.Status.APPROVED
     assert fake.violations == []
+
+
+def test_the_prolific_demo_publishes_a_study_and_a_participant_is_approved_and_paid_once(
+        live_tasks, client, researcher, settings):
+    """`make crowd-demo PLATFORM=prolific`: a study on the fake Prolific, the participant's
+    link, the work, the completion code, the sync, the approval and one bonus payment."""
+    from annotation import validation
+    from annotation.models import Example
+    from crowd.models import BonusPayment
+    from crowd.testing import prolific_demo
+    from crowd.testing.fake_prolific import FakeProlific
+
+    out, started = io.StringIO(), []
+    real_start = FakeProlific.start
+
+    def keep(self):
+        started.append(self)
+        return real_start(self)
+
+    FakeProlific.start = keep
+    try:
+        call_command("crowd_demo", "--platform", "prolific", "--no-serve", "--port", "8123", stdout=out)
+    finally:
+        FakeProlific.start = real_start
+    text = out.getvalue()
+    batch = Batch.objects.get()
+    assert batch.platform == "prolific" and batch.currency == "GBP" and batch.completion_code
+    [link] = re.findall(r"The participant's study link: (\S+)", text)
+    assert link.startswith(f"http://127.0.0.1:8123/prolific/{batch.uid.hex}/?PROLIFIC_PID=")
+    [fake] = started
+    assert fake.studies[batch.hit_rows.get().hit_id]["status"] == "ACTIVE"
+
+    fake.start()  # the command stopped it on the way out: the same state, served again
+    settings.PROLIFIC_API_URL = fake.url
+    try:
+        query = {k: v[0] for k, v in parse_qs(urlsplit(link).query).items()}
+        page = client.get(urlsplit(link).path, query)
+        assert page["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in page["Content-Security-Policy"]
+        token = token_of(page)
+        write_pair(api(token), "sentiment", "Fine, if you like that sort of thing.")
+        done = client.post("/prolific/submit/", {"token": token}).content.decode()
+        assert batch.completion_code in done and "app.prolific.com/submissions/complete?cc=" in done
+        for example in Example.objects.filter(session__mturk_assignment__assignment_id=query["SESSION_ID"]):
+            validation.validate_example(example.pk, researcher, label="correct")
+        said = []
+        assert prolific_demo.play_prolific(fake, batch, query["SESSION_ID"], said.append, threading.Event(),
+                                           poll=0.01)
+        assert prolific_demo.play_prolific(fake, batch, query["SESSION_ID"], said.append, threading.Event(),
+                                           poll=0.01)  # once more: nothing more is paid
+    finally:
+        fake.stop()
+    assert Assignment.objects.get().status == Assignment.Status.APPROVED
+    assert BonusPayment.objects.get().status == BonusPayment.Status.PAID
+    assert fake.paid_to(prolific_demo.PARTICIPANT) == [25] and fake.count("pay_bonus") == 1
+    assert "received the completion code" in said[0] and "Bonus settled" in said[1]

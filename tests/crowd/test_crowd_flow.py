@@ -502,11 +502,11 @@ def test_a_run_that_lost_its_lease_mid_call_marks_nothing(live_tasks, crowd, cli
         BonusPayment.objects.filter(pk=ledger.pk).update(attempts=F("attempts") + 1)
         return real_send(**kwargs)
 
-    monkeypatch.setattr(bonuses.mturk, "send_bonus", slow_send)
+    monkeypatch.setattr(mturk, "send_bonus", slow_send)
     assert bonuses.send(ledger) is False
     ledger.refresh_from_db()
     assert ledger.status == BonusPayment.Status.PENDING and ledger.paid_at is None  # not this run's to write
-    monkeypatch.setattr(bonuses.mturk, "send_bonus", real_send)
+    monkeypatch.setattr(mturk, "send_bonus", real_send)
     BonusPayment.objects.filter(pk=ledger.pk).update(next_attempt_at=ledger.created_at)  # the holder's turn
     assert bonuses.pay_bonuses().paid == 1
     assert len(crowd.bonuses) == 1 and crowd.count("SendBonus") == 1  # reconciled, never sent twice
@@ -521,13 +521,13 @@ def test_a_sync_that_outlived_its_lock_leaves_the_next_runs_lock_alone(live_task
                                                  sync_held_until=timezone.now() + timedelta(minutes=5))
         return real_list(*args, **kwargs)
 
-    monkeypatch.setattr(sync.mturk, "list_assignments", slow_list)
+    monkeypatch.setattr(mturk, "list_assignments", slow_list)
     monkeypatch.setattr(sync, "SYNC_LOCK_SECONDS", 0)  # renew (and so notice) at every step
     stopped = sync.sync_batch(batch)
     assert "outlived its lock" in " ".join(stopped.errors)  # it stopped instead of deciding on
     batch.refresh_from_db()
     assert batch.sync_holder == "another-run"  # still held by the run that holds it
-    monkeypatch.setattr(sync.mturk, "list_assignments", real_list)
+    monkeypatch.setattr(mturk, "list_assignments", real_list)
     monkeypatch.setattr(sync, "SYNC_LOCK_SECONDS", 900)
     assert "another sync is running" in " ".join(sync.sync_batch(batch).errors)
     Batch.objects.filter(pk=batch.pk).update(sync_held_until=timezone.now() - timedelta(seconds=1))  # it expired
@@ -547,7 +547,7 @@ def test_a_long_sync_renews_its_lock_so_a_second_run_cannot_start(live_tasks, cr
             second.append(sync.sync_batch(Batch.objects.get(pk=batch.pk)))
         return real_list(hit_id, **kwargs)
 
-    monkeypatch.setattr(sync.mturk, "list_assignments", slow_list)
+    monkeypatch.setattr(mturk, "list_assignments", slow_list)
     first = sync.sync_batch(batch)
     assert not first.errors
     assert len(second) == 3 and all("another sync is running" in " ".join(r.errors) for r in second)
@@ -565,7 +565,7 @@ def test_two_syncs_never_decide_one_assignment_twice(live_tasks, crowd, client, 
                                                            feedback="the other run's decision")
         return real_approve(assignment_id, feedback, **kwargs)
 
-    monkeypatch.setattr(sync.mturk, "approve", approve_while_another_run_rejects)
+    monkeypatch.setattr(mturk, "approve", approve_while_another_run_rejects)
     report = sync.sync_batch(batch)
     assignment.refresh_from_db()
     assert report.approved == 0

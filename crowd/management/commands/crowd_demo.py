@@ -1,4 +1,5 @@
-"""Try the MTurk HIT flow locally, against the project's own fake MTurk: no AWS account.
+"""Try the MTurk HIT flow (or, ``--platform prolific``, the Prolific study flow:
+``crowd.testing.prolific_demo``) locally, against the project's own fakes: no account.
 
 ``make crowd-demo`` (``manage.py crowd_demo``): starts the fake MTurk in this
 process, publishes a small batch on it for a task whose open round has a target
@@ -33,6 +34,7 @@ from crowd import sync
 from crowd.assignments import completion_token
 from crowd.models import Assignment, Batch, WorkerIdentity
 from crowd.publishing import BatchRequest, TargetBelowReference, publish
+from crowd.testing import prolific_demo
 from crowd.testing.fake_mturk import FakeMTurk
 from tasks.models import Task
 from tasks.services import DEFAULT_TASK_SLUGS
@@ -66,9 +68,11 @@ def demo_database_problem() -> str:
     others = list(Task.objects.exclude(slug__in=DEFAULT_TASK_SLUGS).order_by("slug").values_list("slug", flat=True)[:5])
     if others:
         return f"it holds tasks the demo did not make ({', '.join(others)})"
-    if Batch.objects.filter(sandbox=False).exists():
+    if Batch.objects.filter(sandbox=False, platform="mturk").exists():
         return "it holds batches published on the live MTurk site"
-    if WorkerIdentity.objects.filter(sandbox=False).exists():
+    if Batch.objects.filter(platform="prolific").exclude(title__endswith="(demo)").exists():
+        return "it holds Prolific studies the demo did not make"
+    if WorkerIdentity.objects.filter(sandbox=False, platform="mturk").exists():
         return "it holds workers from the live MTurk site"
     return ""
 
@@ -81,6 +85,10 @@ class Command(BaseCommand):
         parser.add_argument("--task", default="sentiment", help="The task's slug (default: sentiment).")
         parser.add_argument("--port", type=int, default=8000, help="The port to serve on (default: 8000).")
         parser.add_argument("--examples", type=int, default=2, help="Examples the HIT asks for (default: 2).")
+        parser.add_argument("--platform", choices=["mturk", "prolific"], default="mturk",
+                            help="mturk (default): a HIT on a fake MTurk; prolific: a study on a fake Prolific.")
+        parser.add_argument("--currency", choices=["GBP", "USD"], default="GBP",
+                            help="Prolific: the study's currency (default: GBP).")
         parser.add_argument("--no-serve", action="store_true",
                             help="Set up and print the links, then stop (the fake MTurk stops with it).")
 
@@ -104,6 +112,9 @@ class Command(BaseCommand):
                               "training job, and the HIT's page says when the model is ready.\n")
         if not 1 <= options["examples"] <= 20:
             raise CommandError("--examples must be from 1 to 20.")
+        if options["platform"] == "prolific":
+            self.prolific(task, options)
+            return
         # Only the fake is talked to, with placeholder keys: no AWS credential or config of
         # this machine is read or used.
         os.environ.update(AWS_ACCESS_KEY_ID="demo", AWS_SECRET_ACCESS_KEY="demo", AWS_CONFIG_FILE=os.devnull,
@@ -156,6 +167,43 @@ class Command(BaseCommand):
             watcher = threading.Thread(target=play_mturk, args=(fake, batch, assignment_id,
                                                                 lambda m: self.stdout.write(m), stop),
                                        name="crowd-demo-mturk", daemon=True)
+            watcher.start()
+            call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
+        finally:
+            stop.set()
+            fake.stop()
+
+    def prolific(self, task, options):
+        """The same, for a Prolific study on the fake Prolific (``crowd.testing.prolific_demo``)."""
+        fake = prolific_demo.start_fake()
+        # The study URL Prolific holds names this address; the demo's participant opens the local page.
+        settings.PUBLIC_BASE_URL = "https://dynabench.invalid"
+        stop = threading.Event()
+        try:
+            request = prolific_demo.request(task, options["examples"], options["currency"])
+            try:
+                batch = publish(request)
+            except TargetBelowReference as exc:
+                self.stdout.write(f"On a real Prolific this batch would be refused: {exc.message}\n"
+                                  "The demo publishes it on its fake Prolific with the override (recorded on the "
+                                  "batch).\n\n")
+                batch = publish(dataclasses.replace(request, allow_below_reference=True,
+                                                    override_reason=DEMO_OVERRIDE))
+            session, link = prolific_demo.participant_link(fake, batch, options["port"])
+            self.stdout.write(
+                f"A fake Prolific runs at {fake.url}; batch {batch.pk} is study {batch.hit_rows.get().hit_id} on it "
+                f"(1 place asking for {options['examples']} examples; {batch.currency} {batch.reward} reward for "
+                f"about {batch.estimated_minutes} minutes, {batch.currency} {batch.bonus_per_example} per verified "
+                f"fooling example).\n\n"
+                f"  The participant's study link: {link}\n\n"
+                "Write the examples there, then press 'Finish'. The page shows the completion code and sends the "
+                "browser to Prolific's completion URL, which this demo cannot receive: this command plays "
+                "Prolific's part (the code is recorded), syncs, approves and pays the bonus once, and says so.\n")
+            if options["no_serve"]:
+                return
+            watcher = threading.Thread(target=prolific_demo.play_prolific,
+                                       args=(fake, batch, session, lambda m: self.stdout.write(m), stop),
+                                       name="crowd-demo-prolific", daemon=True)
             watcher.start()
             call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
         finally:

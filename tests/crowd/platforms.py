@@ -1,0 +1,146 @@
+"""One worker's side of each crowd platform, for the suite that runs over both
+(tests/crowd/test_platforms_flow.py): publish a batch, do an assignment the platform
+lists, forge one it never lists, and read what the platform paid."""
+
+import re
+from decimal import Decimal
+from urllib.parse import parse_qs, urlsplit
+
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from crowd.models import Assignment, CrowdBudget
+from crowd.publishing import BatchRequest, publish
+
+
+def token_of(response) -> str:
+    return re.search(r'data-token="([^"]+)"', response.content.decode()).group(1)
+
+
+def api(token) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_X_DYNABENCH_TOKEN=token)
+    return client
+
+
+def write_pair(client, slug, text):
+    """The same statement with each label: exactly one of the two fools a two-label model."""
+    context = client.get(f"/api/tasks/{slug}/contexts/next/").json()
+    for label in ("negative", "positive"):
+        response = client.post(f"/api/tasks/{slug}/examples/", {
+            "context": context["id"], "inputs": {"statement": text}, "target": {"label": label}}, format="json")
+        assert response.status_code == 201, response.content
+
+
+class MTurkSide:
+    name = "mturk"
+    worker = "A2WORKERONE77"
+    other = "A3WORKERTWO88"
+    submit_to = "https://workersandbox.mturk.com"
+
+    def __init__(self, fake):
+        self.fake = fake
+
+    def publish(self, task, user=None, **overrides):
+        values = dict(task=task, mode="create", hits=1, assignments_per_hit=2, reward=Decimal("0.50"),
+                      bonus_per_example=Decimal("0.25"), examples_per_assignment=2)
+        values.update(overrides)
+        return publish(BatchRequest(**values), user=user)
+
+    def calls(self) -> int:
+        return len(self.fake.calls)
+
+    def _page(self, client, hit_id, work_id, worker):
+        return client.get(reverse("mturk-hit"), {"assignmentId": work_id, "hitId": hit_id, "workerId": worker,
+                                                 "turkSubmitTo": self.submit_to})
+
+    def _finish(self, client, token) -> str:
+        response = client.post(reverse("mturk-hit-submit"), {"token": token})
+        assert response.status_code == 200, response.content
+        return re.search(r'name="completionToken" value="([^"]+)"', response.content.decode()).group(1)
+
+    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose."):
+        worker = worker or self.worker
+        hit = batch.hit_rows.first()
+        work_id = self.fake.accept(hit.hit_id, worker)
+        token = token_of(self._page(client, hit.hit_id, work_id, worker))
+        write_pair(api(token), batch.task.slug, text)
+        self.fake.submit(work_id, {"completionToken": self._finish(client, token)})
+        return Assignment.objects.get(assignment_id=work_id, worker__worker_id=worker)
+
+    def forge(self, client, batch, worker, text="Forged work."):
+        """A made-up work id under a real worker's id: worked and finished here, never on MTurk."""
+        hit = batch.hit_rows.first()
+        token = token_of(self._page(client, hit.hit_id, "3FORGEDFORGEDFORGEDFORGEDFORG1", worker))
+        write_pair(api(token), batch.task.slug, text)
+        self._finish(client, token)
+        return Assignment.objects.get(assignment_id="3FORGEDFORGEDFORGEDFORGEDFORG1")
+
+    def paid_to(self, worker) -> list[Decimal]:
+        return [Decimal(b["BonusAmount"]) for b in self.fake.bonuses if b["WorkerId"] == worker]
+
+    def approved_there(self, assignment) -> bool:
+        return self.fake.assignments[assignment.assignment_id].status == "Approved"
+
+
+class ProlificSide:
+    name = "prolific"
+    worker = "5f0c1a2b3c4d5e6f7a8b9c0d"
+    other = "60aa11bb22cc33dd44ee55ff"
+
+    def __init__(self, fake, currency="USD"):
+        self.fake = fake
+        self.currency = currency
+
+    def publish(self, task, user=None, **overrides):
+        CrowdBudget.objects.get_or_create(task=task, defaults={"amount": Decimal("500.00"),
+                                                               "currency": self.currency})
+        values = dict(task=task, mode="create", hits=1, assignments_per_hit=2, reward=Decimal("1.00"),
+                      bonus_per_example=Decimal("0.25"), examples_per_assignment=2, platform="prolific",
+                      currency=self.currency, estimated_minutes=5)
+        values.update(overrides)
+        return publish(BatchRequest(**values), user=user)
+
+    def calls(self) -> int:
+        return len(self.fake.calls)
+
+    @staticmethod
+    def entry(batch, participant, session):
+        return (reverse("prolific-entry", args=[batch.uid.hex]),
+                {"PROLIFIC_PID": participant, "STUDY_ID": batch.hit_rows.first().hit_id, "SESSION_ID": session})
+
+    def _finish(self, client, token) -> str:
+        response = client.post(reverse("prolific-submit"), {"token": token})
+        assert response.status_code == 200, response.content
+        body = response.content.decode()
+        code = re.search(r'id="completion-code">([^<]+)<', body).group(1)
+        href = re.search(r'<a href="([^"]+)" id="completion-link"', body).group(1)
+        assert href.startswith("https://app.prolific.com/submissions/complete?")
+        assert parse_qs(urlsplit(href.replace("&amp;", "&")).query)["cc"] == [code]
+        return code
+
+    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose."):
+        worker = worker or self.worker
+        session = self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
+        path, params = self.entry(batch, worker, session)
+        page = client.get(path, params)
+        assert page.status_code == 200, page.content
+        token = token_of(page)
+        write_pair(api(token), batch.task.slug, text)
+        self.fake.complete(session, self._finish(client, token))
+        return Assignment.objects.get(assignment_id=session, worker__worker_id=worker)
+
+    def forge(self, client, batch, worker, text="Forged work."):
+        """A made-up SESSION_ID under a real participant's id: worked and finished here,
+        never a submission on Prolific."""
+        path, params = self.entry(batch, worker, "f" * 24)
+        token = token_of(client.get(path, params))
+        write_pair(api(token), batch.task.slug, text)
+        self._finish(client, token)
+        return Assignment.objects.get(assignment_id="f" * 24)
+
+    def paid_to(self, worker) -> list[Decimal]:
+        return [Decimal(amount) / 100 for amount in self.fake.paid_to(worker)]
+
+    def approved_there(self, assignment) -> bool:
+        return self.fake.submissions[assignment.assignment_id]["status"] == "APPROVED"
