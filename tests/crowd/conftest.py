@@ -56,3 +56,14 @@ def prolific_crowd(settings, monkeypatch):
         settings.PROLIFIC_TOKEN = PROLIFIC_TOKEN
         settings.PUBLIC_BASE_URL = "https://dynabench.example.org"
         yield fake
+
+
+@pytest.fixture(params=["mturk", "prolific"])
+def side(request):
+    """One worker's side of each platform (tests/crowd/platforms.py): a test taking it runs
+    once against the fake MTurk and once against the fake Prolific."""
+    from tests.crowd.platforms import MTurkSide, ProlificSide
+
+    if request.param == "mturk":
+        return MTurkSide(request.getfixturevalue("crowd"))
+    return ProlificSide(request.getfixturevalue("prolific_crowd"))

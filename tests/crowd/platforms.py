@@ -1,6 +1,8 @@
 """One worker's side of each crowd platform, for the suite that runs over both
-(tests/crowd/test_platforms_flow.py): publish a batch, do an assignment the platform
-lists, forge one it never lists, and read what the platform paid."""
+(tests/crowd/test_platforms_flow.py, tests/crowd/test_platforms_quality.py): publish a
+batch, do an assignment the platform lists (writing, validating or the onboarding),
+forge one it never lists, open a batch's page, ask whether the platform itself lets
+the worker in, and read what the platform paid."""
 
 import re
 from decimal import Decimal
@@ -11,6 +13,8 @@ from rest_framework.test import APIClient
 
 from crowd.models import Assignment, CrowdBudget
 from crowd.publishing import BatchRequest, publish
+from crowd.testing.fake_mturk import WorkerActionError
+from crowd.testing.fake_prolific import ParticipantActionError
 
 
 def token_of(response) -> str:
@@ -37,6 +41,7 @@ class MTurkSide:
     worker = "A2WORKERONE77"
     other = "A3WORKERTWO88"
     submit_to = "https://workersandbox.mturk.com"
+    pay_call = "SendBonus"  # the fake's name of the call that pays a bonus
 
     def __init__(self, fake):
         self.fake = fake
@@ -59,20 +64,36 @@ class MTurkSide:
         assert response.status_code == 200, response.content
         return re.search(r'name="completionToken" value="([^"]+)"', response.content.decode()).group(1)
 
-    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose."):
+    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose.", work=None):
+        """Accept on MTurk, do the work on our page (``work(api client)``; by default one
+        pair of examples), submit here and on MTurk."""
         worker = worker or self.worker
         hit = batch.hit_rows.first()
         work_id = self.fake.accept(hit.hit_id, worker)
-        token = token_of(self._page(client, hit.hit_id, work_id, worker))
-        write_pair(api(token), batch.task.slug, text)
+        page = self._page(client, hit.hit_id, work_id, worker)
+        assert page.status_code == 200, page.content
+        token = token_of(page)
+        (work or (lambda worker_api: write_pair(worker_api, batch.task.slug, text)))(api(token))
         self.fake.submit(work_id, {"completionToken": self._finish(client, token)})
         return Assignment.objects.get(assignment_id=work_id, worker__worker_id=worker)
 
-    def forge(self, client, batch, worker, text="Forged work."):
+    def page(self, client, batch, worker, work_id="3PAGEPAGEPAGEPAGEPAGEPAGEPAGE1"):
+        """Our page of the batch opened under ``worker``'s id (a work id MTurk never gave)."""
+        return self._page(client, batch.hit_rows.first().hit_id, work_id, worker)
+
+    def admits(self, batch, worker) -> bool:
+        """Whether MTurk itself lets the worker take the batch's HIT (its qualifications)."""
+        try:
+            self.fake.accept(batch.hit_rows.first().hit_id, worker)
+        except WorkerActionError:
+            return False
+        return True
+
+    def forge(self, client, batch, worker, text="Forged work.", work=None):
         """A made-up work id under a real worker's id: worked and finished here, never on MTurk."""
         hit = batch.hit_rows.first()
         token = token_of(self._page(client, hit.hit_id, "3FORGEDFORGEDFORGEDFORGEDFORG1", worker))
-        write_pair(api(token), batch.task.slug, text)
+        (work or (lambda worker_api: write_pair(worker_api, batch.task.slug, text)))(api(token))
         self._finish(client, token)
         return Assignment.objects.get(assignment_id="3FORGEDFORGEDFORGEDFORGEDFORG1")
 
@@ -87,6 +108,7 @@ class ProlificSide:
     name = "prolific"
     worker = "5f0c1a2b3c4d5e6f7a8b9c0d"
     other = "60aa11bb22cc33dd44ee55ff"
+    pay_call = "pay_bonus"
 
     def __init__(self, fake, currency="USD"):
         self.fake = fake
@@ -119,23 +141,38 @@ class ProlificSide:
         assert parse_qs(urlsplit(href.replace("&amp;", "&")).query)["cc"] == [code]
         return code
 
-    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose."):
+    def do_work(self, client, batch, worker=None, text="The film was fine, I suppose.", work=None):
+        """Start a submission on Prolific, do the work on our page (``work(api client)``; by
+        default one pair of examples), finish here and hand the code to Prolific."""
         worker = worker or self.worker
         session = self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
         path, params = self.entry(batch, worker, session)
         page = client.get(path, params)
         assert page.status_code == 200, page.content
         token = token_of(page)
-        write_pair(api(token), batch.task.slug, text)
+        (work or (lambda worker_api: write_pair(worker_api, batch.task.slug, text)))(api(token))
         self.fake.complete(session, self._finish(client, token))
         return Assignment.objects.get(assignment_id=session, worker__worker_id=worker)
 
-    def forge(self, client, batch, worker, text="Forged work."):
+    def page(self, client, batch, worker, work_id="a" * 24):
+        """Our page of the batch opened under ``worker``'s id (a session Prolific never started)."""
+        path, params = self.entry(batch, worker, work_id)
+        return client.get(path, params)
+
+    def admits(self, batch, worker) -> bool:
+        """Whether Prolific itself lets the participant start the batch's study (its filters)."""
+        try:
+            self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
+        except ParticipantActionError:
+            return False
+        return True
+
+    def forge(self, client, batch, worker, text="Forged work.", work=None):
         """A made-up SESSION_ID under a real participant's id: worked and finished here,
         never a submission on Prolific."""
         path, params = self.entry(batch, worker, "f" * 24)
         token = token_of(client.get(path, params))
-        write_pair(api(token), batch.task.slug, text)
+        (work or (lambda worker_api: write_pair(worker_api, batch.task.slug, text)))(api(token))
         self._finish(client, token)
         return Assignment.objects.get(assignment_id="f" * 24)
 

@@ -11,16 +11,10 @@ from annotation.models import Example
 from core.errors import Conflict, Forbidden
 from crowd import bonuses, publishing, sync
 from crowd.models import Assignment, Batch, BonusPayment, CrowdBudget, WorkerIdentity
-from tests.crowd.platforms import MTurkSide, ProlificSide
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture(params=["mturk", "prolific"])
-def side(request):
-    if request.param == "mturk":
-        return MTurkSide(request.getfixturevalue("crowd"))
-    return ProlificSide(request.getfixturevalue("prolific_crowd"))
+# ``side`` (tests/crowd/conftest.py): each test runs once on MTurk, once on Prolific.
 
 
 def test_publish_work_sync_approve_and_a_bonus_paid_once(live_tasks, side, client, researcher):

@@ -1,0 +1,170 @@
+"""The rest of the crowd's rules, each run on both platforms (``side``:
+tests/crowd/conftest.py): a validation batch, the exactly-once bonus through each
+platform's own mechanism, the bonus run that reads only what changed, the quality
+block and the onboarding a batch requires. Where a platform cannot do something, the
+test's name says so and asserts what that platform does instead."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from annotation import validation
+from annotation.models import Example
+from crowd import bonuses, sync
+from crowd.models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
+from tests.annotation.test_onboarding import answers
+from tests.crowd.platforms import write_pair
+from tests.crowd.test_crowd_onboarding import take
+from tests.crowd.test_crowd_watermarks import age_everything
+
+pytestmark = pytest.mark.django_db
+
+
+def validate_all(session, researcher, label):
+    for example in Example.objects.filter(session=session):
+        validation.validate_example(example.pk, researcher, label=label)
+
+
+def test_a_validation_batch_s_votes_count_only_once_the_platform_confirms_the_work(live_tasks, side, client,
+                                                                                   annotator, token_client):
+    write_pair(token_client(annotator, live_tasks["sentiment"]), "sentiment", "Written to be validated.")
+    batch = side.publish(live_tasks["sentiment"], mode="validate", bonus_per_example=Decimal("0"),
+                         examples_per_assignment=1)
+    voted = []
+
+    def vote(label):
+        def work(worker_api):
+            assert worker_api.get("/api/tasks/sentiment/contexts/next/").status_code == 403  # not a writing batch
+            item = worker_api.get("/api/tasks/sentiment/validations/next/").json()
+            assert worker_api.post(f"/api/examples/{item['id']}/blind-answer/", {"answer": {"label": "negative"}},
+                                   format="json").status_code == 201
+            assert worker_api.post(f"/api/examples/{item['id']}/validations/", {"label": label},
+                                   format="json").status_code == 201
+            voted.append(item["id"])
+        return work
+
+    assignment = side.do_work(client, batch, work=vote("correct"))
+    forged = side.forge(client, batch, side.other, work=vote("incorrect"))  # never work on the platform
+    assert voted[0] == voted[1]
+    example = Example.objects.get(pk=voted[0])
+    # Finished here and handed in there, but not confirmed yet: stored, counting for nothing.
+    assert example.validations_correct == 0 and example.validations_incorrect == 0
+
+    report = sync.sync()
+    assert report.approved == 1 and report.rejected == 0, report
+    assert side.approved_there(assignment)
+    example.refresh_from_db()
+    assert example.validations_correct == 1 and example.validations_incorrect == 0  # the forged vote never counts
+    forged.refresh_from_db()
+    assert forged.verified_at is None and forged.status == Assignment.Status.FINISHED
+    assert bonuses.pay_bonuses().settled == 0 and not BonusPayment.objects.exists()
+    assert side.paid_to(side.worker) == []
+
+
+def test_a_settled_bonus_is_paid_once_after_a_lost_answer_through_each_platform_s_own_mechanism(
+        live_tasks, side, client, researcher):
+    """MTurk: SendBonus pays a UniqueRequestToken once, so boto3 sends it again with the
+    same token. Prolific: the pay call pays again each time, so the row is marked sent
+    before its one call, never sent again, and found paid on the participant's submission."""
+    batch = side.publish(live_tasks["sentiment"])
+    assignment = side.do_work(client, batch)
+    assert sync.sync().approved == 1
+    validate_all(assignment.session, researcher, "correct")
+    side.fake.inject(side.pay_call, "drop_after_commit")  # the platform pays; its answer is lost
+    for _ in range(4):
+        bonuses.pay_bonuses()
+        BonusPayment.objects.update(next_attempt_at=timezone.now() - timedelta(hours=2))  # every retry due now
+    assert side.paid_to(side.worker) == [Decimal("0.25")]
+    row = BonusPayment.objects.get()
+    assert row.status == BonusPayment.Status.PAID and row.amount == Decimal("0.25")
+    if side.name == "mturk":
+        sent = [params for operation, params in side.fake.calls if operation == "SendBonus"]
+        assert len(sent) == 2 and {params["UniqueRequestToken"] for params in sent} == {row.unique_request_token}
+    else:
+        assert side.fake.count("pay_bonus") == 1 and side.fake.count("setup_bonus") == 1
+        assert row.sent_at and row.platform_ref and "Found paid on Prolific" in row.last_error
+
+
+def test_a_bonus_run_reads_only_the_assignments_that_changed(live_tasks, side, client, researcher, monkeypatch):
+    batch = side.publish(live_tasks["sentiment"])
+    first = side.do_work(client, batch)
+    second = side.do_work(client, batch, worker=side.other, text="Another statement altogether.")
+    assert sync.sync().approved == 2
+    assert bonuses.pay_bonuses().waiting == 2  # nothing validated: both wait (the run sets the watermark)
+    age_everything()  # what happened so far is history; the watermark is an hour old
+    looked_at = []
+    real = bonuses.settle
+    monkeypatch.setattr(bonuses, "settle", lambda found, now=None: looked_at.append(found.pk) or real(found, now))
+
+    before = side.calls()
+    report = bonuses.pay_bonuses()
+    assert looked_at == [] and report.settled == report.waiting == report.paid == 0, report
+    assert side.calls() == before  # nothing changed: nothing read here, nothing asked of the platform
+
+    validate_all(first.session, researcher, "correct")
+    report = bonuses.pay_bonuses()
+    assert looked_at == [first.pk] and report.settled == 1 and report.paid == 1, report
+    assert side.paid_to(side.worker) == [Decimal("0.25")] and side.paid_to(side.other) == []
+    looked_at.clear()
+    bonuses.pay_bonuses(full=True)  # the full pass walks every assignment still to settle
+    assert looked_at == [second.pk] and side.paid_to(side.worker) == [Decimal("0.25")]
+
+
+def test_a_writer_below_the_threshold_is_blocked_on_the_task_by_our_page_on_both_and_by_mturk_s_qualification(
+        live_tasks, side, client, researcher):
+    """Prolific has no per-task block of ours (only the every-task blocklist group): its
+    study still lets the participant start, and our page is the door that refuses them."""
+    task = live_tasks["sentiment"]
+    batch = side.publish(task, examples_per_assignment=6, quality_block_threshold=0.5)
+
+    def three_pairs(worker_api):
+        for n in range(3):
+            write_pair(worker_api, "sentiment", f"Text number {n}.")
+
+    assignment = side.do_work(client, batch, work=three_pairs)
+    validate_all(assignment.session, researcher, "incorrect")
+    report = sync.sync()
+    assert report.approved == 1 and report.task_blocked == 1, report
+    identity = WorkerIdentity.objects.get(worker_id=side.worker)
+    block = TaskBlock.objects.get(worker=identity)
+    assert block.task == task and block.batch == batch and "50%" in block.reason
+    assert identity.soft_blocked_at is None  # on this task only
+
+    again, elsewhere = side.publish(task), side.publish(live_tasks["nli"])
+    refused = side.page(client, again, side.worker)
+    assert refused.status_code == 403 and "not admitted" in refused.content.decode()
+    assert side.page(client, elsewhere, side.worker).status_code == 200  # another task still takes them
+    if side.name == "mturk":  # MTurk hides the task's HITs from them (the task's block qualification) ...
+        assert not side.admits(again, side.worker)
+    else:  # ... Prolific's study does not: nothing was sent to Prolific for a task block
+        assert side.admits(again, side.worker)
+        assert side.fake.count("add_to_group") == 0 and side.fake.count("create_participant_group") == 0
+    assert side.admits(elsewhere, side.other)
+
+
+def test_require_onboarding_admits_only_those_who_passed_by_mturk_s_qualification_and_on_prolific_by_our_page(
+        with_onboarding, live_tasks, side, client):
+    """Prolific has no per-task allowlist of ours: a study that requires the onboarding is
+    open to every participant there, and our page refuses those who have not passed."""
+    task = live_tasks["sentiment"]
+    work = side.publish(task, require_onboarding=True)
+    if side.name == "mturk":
+        assert not side.admits(work, side.worker)  # the onboarded qualification is required
+    else:  # open to everyone on Prolific; our page refuses
+        study = side.fake.studies[work.hit_rows.get().hit_id]
+        assert not [f for f in study.get("filters") or [] if f["filter_id"] == "participant_group_allowlist"]
+        refused = side.page(client, work, side.worker)
+        assert refused.status_code == 403 and "passed the task" in refused.content.decode()
+
+    quiz = side.publish(task, mode="onboarding", bonus_per_example=Decimal("0"))
+    side.do_work(client, quiz, work=lambda worker_api: take(worker_api, "sentiment", answers("sentiment")))
+    assert sync.sync().approved == 1  # the quiz is paid, and the worker passed
+
+    done = side.do_work(client, work, text="Passed, and now writing for real.")  # admitted there and here
+    assert done.status == Assignment.Status.FINISHED
+    if side.name == "mturk":
+        assert not side.admits(work, side.other)
+    else:
+        assert side.page(client, work, side.other, "b" * 24).status_code == 403
