@@ -40,6 +40,7 @@ from core.ratelimit import Limiter, address_key
 from . import mturk, workers
 from .completion import completion_ok, completion_token  # noqa: F401  (their home before crowd.completion)
 from .models import Assignment, Batch, Hit, WorkerIdentity
+from .platforms import by_name
 
 PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
 MTURK_ID = re.compile(r"[A-Z0-9]{10,64}")
@@ -95,39 +96,45 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
     if mturk.SUBMIT_HOSTS[submit_to] != batch.sandbox:
         raise bad_link("turkSubmitTo", "This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
                        + ", but the link came from the other one.")
-    task = batch.task
-    if not task.is_public:
-        raise Gone("This task is closed to the public now (a researcher hid or deactivated it); "
-                   "please return the HIT.")
-    if batch.mode == Batch.Mode.CREATE and task.open_round() is None:
-        raise Gone("This task has no open round to write for now; please return the HIT.")
+    check_task_open(batch)
     existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
         assignment_id=assignment_id, worker__platform="mturk", worker__worker_id=worker_id).first()
     if existing is not None:  # a return to work already taken, which goes on after an early expiry
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
-        raise Gone("This batch of HITs has ended; please return the HIT.")
+        raise Gone(by_name(batch.platform).refusal("This batch of HITs has ended"))
     # Checked and counted in one step: a script's arrivals sent at once get no more.
     wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
-    _check_admitted(identity, task)
+    _check_admitted(identity, batch.task)
     return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
 
 
+def check_task_open(batch: Batch) -> None:
+    """Refuse work on a task hidden from the public, or a writing batch whose task has no open round."""
+    platform = by_name(batch.platform)
+    if not batch.task.is_public:
+        raise Gone(platform.refusal("This task is closed to the public now (a researcher hid or deactivated it)"))
+    if batch.mode == Batch.Mode.CREATE and batch.task.open_round() is None:
+        raise Gone(platform.refusal("This task has no open round to write for now"))
+
+
 def _check_admitted(identity: WorkerIdentity, task, *, taking_onboarding: bool = False) -> None:
-    """Refuse blocked workers. ``taking_onboarding``: a return to an onboarding-only
-    assignment, which a worker who just failed the quiz there may still submit (the
-    task's block keeps them from its other HITs)."""
+    """Refuse blocked workers, in their platform's words. ``taking_onboarding``: a return
+    to an onboarding-only assignment, which a worker who just failed the quiz there may
+    still submit (the task's block keeps them from its other HITs)."""
+    platform = by_name(identity.platform)
+    not_admitted = platform.refusal(f"You are not admitted to these {platform.work_plural} any more")
     if identity.hard_blocked_at or identity.soft_blocked_at:
-        raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
+        raise Forbidden(not_admitted)
     if taking_onboarding:
         return
     if onboarding.is_blocked(task, identity.user):  # says why; holds when MTurk could not be given the block too
-        raise Forbidden(onboarding.blocked_message(task) + " Please return the HIT.")
+        raise Forbidden(platform.refusal(onboarding.blocked_message(task)))
     if workers.is_blocked_on(identity, task):
-        raise Forbidden("You are not admitted to these HITs any more; please return the HIT.")
+        raise Forbidden(not_admitted)
     if not identity.user.is_active:
         raise Forbidden("This worker's account is disabled.")
 
@@ -140,7 +147,7 @@ def _resume(existing: Assignment, hit: Hit) -> Assignment:
         raise Conflict(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
                        else "This assignment ended (it was returned or ran out of time).")
     if existing.deadline <= timezone.now():
-        raise Conflict("The time for this assignment is up; please return the HIT.")
+        raise Conflict(by_name(hit.batch.platform).refusal("The time for this assignment is up"))
     return existing
 
 
@@ -175,8 +182,10 @@ def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: Worker
         unconfirmed = Assignment.objects.filter(hit=hit, verified_at__isnull=True, status__in=[
             Assignment.Status.WORKING, Assignment.Status.FINISHED]).count()
         if unconfirmed >= unconfirmed_cap(batch):
-            raise Conflict(f"This HIT already has {unconfirmed} assignments open that MTurk has not confirmed, "
-                           "more than it gives out; please return the HIT or try again later.")
+            platform = by_name(batch.platform)
+            raise Conflict(platform.refusal(
+                f"This {platform.work_name} already has {unconfirmed} places taken here that {platform.label} has "
+                "not confirmed, more than it gives out", or_else="try again later"))
         # Provisional: its validations count only once MTurk confirms the assignment.
         session = sessions.start_session(identity.user, batch.task, mturk_assignment_id=assignment_id,
                                          mode=batch.mode, expires_at=deadline, provisional=True,
@@ -237,18 +246,20 @@ def finish(session: AnnotationSession, feedback: str = "", *, platform: str = "m
                             if assignment.hit.batch.platform == "prolific" else "HIT on MTurk: submit it there."))
         if assignment.status != Assignment.Status.WORKING:
             raise Conflict(SUBMITTED_MESSAGE)
+        words = by_name(assignment.hit.batch.platform)
         if assignment.deadline <= timezone.now():
-            raise Conflict("The time for this assignment is up; please return the HIT.")
+            raise Conflict(words.refusal("The time for this assignment is up"))
         required = assignment.hit.batch.examples_per_assignment
         done = work_done(assignment)
         if done < required:
             mode = assignment.hit.batch.mode
+            then = "finish" if platform == "prolific" else "submit"
             if mode == Batch.Mode.ONBOARDING:
-                raise NotDoneYet("This HIT asks you to answer the onboarding's items first, then submit.",
-                                 assignment)
+                raise NotDoneYet(f"This {words.work_name} asks you to answer the onboarding's items first, "
+                                 f"then {then}.", assignment)
             what = "examples" if mode == Batch.Mode.CREATE else "validations"
-            raise NotDoneYet(f"This HIT asks for {required} {what}; you have done {done} so far. "
-                             f"Do {required - done} more, then submit.", assignment)
+            raise NotDoneYet(f"This {words.work_name} asks for {required} {what}; you have done {done} so far. "
+                             f"Do {required - done} more, then {then}.", assignment)
         assignment.status = Assignment.Status.FINISHED
         assignment.finished_at = timezone.now()
         assignment.worker_feedback = feedback

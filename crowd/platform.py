@@ -85,6 +85,20 @@ class Platform(ABC):
     # Whether a worker does a batch's work at most once (Prolific: one submission per
     # participant per study), so the sync may match work by worker alone.
     one_work_per_worker = False
+    # The worker's words for the platform (``refusal`` and the work pages): what a piece
+    # of work is called there, and how a worker hands back work they cannot do.
+    work_name = "HIT"
+    work_plural = "HITs"
+    give_back = "please return the HIT"
+
+    def refusal(self, reason: str, *, or_else: str = "") -> str:
+        """What a refused worker reads: ``reason``, then how to hand the work back on this
+        platform (``or_else``: another way out, such as "try again later")."""
+        reason = reason.strip()
+        way_out = self.give_back + (f" or {or_else}" if or_else else "")
+        if reason.endswith((".", "!", "?")):
+            return f"{reason} {way_out[0].upper()}{way_out[1:]}."
+        return f"{reason}; {way_out}."
 
     # --- account and publishing -----------------------------------------------------
     @abstractmethod

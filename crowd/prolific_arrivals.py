@@ -25,8 +25,9 @@ from core.errors import Conflict, Forbidden, Gone, NotFound, TooMany
 from core.ratelimit import address_key
 
 from . import workers
-from .assignments import Arrival, _check_admitted, _new_assignment, _resume, arrivals_limiter, bad_link
+from .assignments import Arrival, _check_admitted, _new_assignment, _resume, arrivals_limiter, bad_link, check_task_open
 from .models import Assignment, Batch, CrowdPlatform, Hit
+from .platforms import by_name
 
 PROLIFIC_ID = re.compile(r"[0-9a-f]{24}")
 SUBMIT_TO = "https://app.prolific.com"
@@ -56,12 +57,8 @@ def arrive(*, batch_uid: str, participant_id: str, study_id: str, session_id: st
     hit = Hit.objects.select_related("batch").filter(batch=batch, hit_id=study_id).first()
     if hit is None:
         raise NotFound("This link's STUDY_ID is not this batch's study; open the study from Prolific.")
-    task = batch.task
-    if not task.is_public:
-        raise Gone("This task is closed to the public now (a researcher hid or deactivated it); please return "
-                   "your submission on Prolific.")
-    if batch.mode == Batch.Mode.CREATE and task.open_round() is None:
-        raise Gone("This task has no open round to write for now; please return your submission on Prolific.")
+    task, words = batch.task, by_name(CrowdPlatform.PROLIFIC)
+    check_task_open(batch)
     existing = Assignment.objects.select_related("session", "worker__user", "hit__batch").filter(
         hit=hit, assignment_id=session_id, worker__platform=CrowdPlatform.PROLIFIC,
         worker__worker_id=participant_id).first()
@@ -70,7 +67,7 @@ def arrive(*, batch_uid: str, participant_id: str, study_id: str, session_id: st
             return Arrival(hit, batch, existing)
         return Arrival(hit, batch, _resume(existing, hit))
     if batch.status != Batch.Status.PUBLISHED:
-        raise Gone("This study has ended; please return your submission on Prolific.")
+        raise Gone(words.refusal("This study has ended"))
     wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new arrivals from this address; try again in {wait} s.", retry_after=wait)
@@ -78,8 +75,7 @@ def arrive(*, batch_uid: str, participant_id: str, study_id: str, session_id: st
     _check_admitted(identity, task)
     state = onboarding.standing(task, identity.user) if task.parsed_config.onboarding else None
     if batch.require_onboarding and not (state and state.passed):
-        raise Forbidden("This study is for participants who passed the task's onboarding; please return your "
-                        "submission on Prolific.")
+        raise Forbidden(words.refusal("This study is for participants who passed the task's onboarding"))
     if batch.mode == Batch.Mode.ONBOARDING and state and state.passed:
-        raise Conflict("You passed this task's onboarding already; please return your submission on Prolific.")
+        raise Conflict(words.refusal("You passed this task's onboarding already"))
     return Arrival(hit, batch, _new_assignment(hit, batch, session_id, identity, SUBMIT_TO))

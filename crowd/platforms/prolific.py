@@ -53,6 +53,9 @@ class ProlificPlatform(Platform):
     error = prolific.ProlificError
     idempotent_pay = False
     one_work_per_worker = True
+    work_name = "study"
+    work_plural = "studies"
+    give_back = "please return your submission on Prolific"
 
     def credentials_found(self) -> bool:
         return bool(settings.PROLIFIC_TOKEN)

@@ -4,18 +4,22 @@ platform's own mechanism, the bonus run that reads only what changed, the qualit
 block and the onboarding a batch requires. Where a platform cannot do something, the
 test's name says so and asserts what that platform does instead."""
 
+import html
+import re
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from annotation import validation
 from annotation.models import Example
-from crowd import bonuses, sync
+from crowd import bonuses, sync, workers
 from crowd.models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
+from crowd.platforms import by_name
 from tests.annotation.test_onboarding import answers
-from tests.crowd.platforms import write_pair
+from tests.crowd.platforms import token_of, write_pair
 from tests.crowd.test_crowd_onboarding import take
 from tests.crowd.test_crowd_watermarks import age_everything
 
@@ -168,3 +172,41 @@ def test_require_onboarding_admits_only_those_who_passed_by_mturk_s_qualificatio
         assert not side.admits(work, side.other)
     else:
         assert side.page(client, work, side.other, "b" * 24).status_code == 403
+
+
+def refusal_text(response) -> str:
+    return html.unescape(re.search(r'id="refused">([^<]*)<', response.content.decode()).group(1))
+
+
+def test_refusals_tell_the_worker_how_to_hand_the_work_back_in_their_platform_s_words(live_tasks, side, client):
+    own = {"mturk": "please return the HIT.", "prolific": "please return your submission on Prolific."}[side.name]
+    task = live_tasks["sentiment"]
+    batch = side.publish(task)
+    identity = workers.identity_for(side.other, sandbox=batch.sandbox, platform=side.name)
+    WorkerIdentity.objects.filter(pk=identity.pk).update(soft_blocked_at=timezone.now())
+    blocked = side.page(client, batch, side.other)
+    assert blocked.status_code == 403
+    assert refusal_text(blocked) == f"You are not admitted to these {'HITs' if side.name == 'mturk' else 'studies'} " \
+                                    f"any more; {own}"
+
+    page = side.page(client, batch, side.worker)  # a worker who presses the button before the work is done
+    submit = reverse("mturk-hit-submit" if side.name == "mturk" else "prolific-submit")
+    early = client.post(submit, {"token": token_of(page)}).content.decode()
+    then = "submit" if side.name == "mturk" else "finish"
+    assert f"This {'HIT' if side.name == 'mturk' else 'study'} asks for 2 examples; you have done 0 so far. " \
+           f"Do 2 more, then {then}." in html.unescape(early)
+
+    task.is_hidden = True
+    task.save()
+    closed = side.page(client, batch, side.worker)  # the same page, the task hidden since
+    assert closed.status_code == 410 and refusal_text(closed).endswith(own)
+    assert side.name == "mturk" or "HIT" not in refusal_text(closed) + refusal_text(blocked)
+
+
+def test_a_refusal_ends_with_the_platform_s_way_out_after_a_clause_or_a_sentence():
+    mturk, prolific = by_name("mturk"), by_name("prolific")
+    assert mturk.refusal("The time is up") == "The time is up; please return the HIT."
+    assert prolific.refusal("Thank you for trying.") == \
+        "Thank you for trying. Please return your submission on Prolific."
+    assert prolific.refusal("Too many", or_else="try again later") == \
+        "Too many; please return your submission on Prolific or try again later."
