@@ -208,6 +208,21 @@ def create_study(*, name: str, internal_name: str, description: str, external_st
     return _call("POST", "/api/v1/studies/", "create_study", body=body)
 
 
+def find_study(internal_name: str) -> dict | None:
+    """Our study whose ``internal_name`` is this one, or None: Prolific's list of studies
+    (``GET /api/v1/studies/``, every page), matched here (the list filters by status only).
+    A create whose answer was lost left such a study: looked up, it is never made twice."""
+    path = "/api/v1/studies/"
+    while path:
+        page = _call("GET", path, "list_studies", retry_connection=True) or {}
+        found = next((study for study in page.get("results") or [] if study.get("internal_name") == internal_name),
+                     None)
+        if found is not None:
+            return found
+        path = ((page.get("_links") or {}).get("next") or {}).get("href")
+    return None
+
+
 def _transition_study(study_id: str, action: str) -> dict:
     return _call("POST", f"/api/v1/studies/{quote(study_id)}/transition/", f"{action.lower()}_study",
                  body={"action": action}, retry_connection=True)

@@ -40,6 +40,12 @@ def entry_url(batch) -> str:
     return settings.PUBLIC_BASE_URL + reverse("prolific-entry", args=[batch.uid.hex])
 
 
+def internal_name(batch) -> str:
+    """The study's name for researchers only, unique to the batch (its uid): how a retried
+    publish finds a study whose create answer was lost."""
+    return f"dynabench batch {batch.pk} ({batch.uid.hex})"
+
+
 CATEGORIES = {"no_record": "NO_DATA", "bad_code": "BAD_CODE", "not_finished": "FAILED_INSTRUCTIONS"}
 
 
@@ -66,12 +72,13 @@ class ProlificPlatform(Platform):
 
     def publish(self, batch) -> None:
         """Create the batch's study once (its id is kept at once), then publish it if it is
-        still a draft. A lost answer to the create call can leave a draft study on Prolific
-        that is never published (drafts cost nothing); the next try makes another."""
+        still a draft. Before creating, the study is looked up by its internal name (the
+        batch's uid is in it): a create whose answer was lost left a draft, which is reused,
+        never made twice."""
         hit = batch.hit_rows.order_by("number").first()
         if hit.hit_id is None:
-            study = prolific.create_study(
-                name=batch.title, internal_name=f"dynabench batch {batch.pk} ({batch.uid.hex[:12]})",
+            study = prolific.find_study(internal_name(batch)) or prolific.create_study(
+                name=batch.title, internal_name=internal_name(batch),
                 description=batch.description, external_study_url=prolific.study_url_template(entry_url(batch)),
                 completion_code=batch.completion_code, estimated_completion_time_minutes=batch.estimated_minutes,
                 reward_cents=prolific.to_minor(batch.reward), total_available_places=batch.assignments_per_hit,

@@ -4,9 +4,9 @@ It serves what ``crowd/prolific.py`` calls, with Prolific's paths, fields, statu
 error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
 
 - ``Authorization: Token <token>`` on every request (401 without it or with another).
-- Studies: create (UNPUBLISHED); ``/transition/`` PUBLISH (ACTIVE), PAUSE, START, STOP (AWAITING
-  REVIEW while submissions wait, else COMPLETED); a full study whose submissions are all in
-  awaits review, and is COMPLETED once all are reviewed.
+- Studies: create (UNPUBLISHED), list (pages); ``/transition/`` PUBLISH (ACTIVE), PAUSE, START,
+  STOP (AWAITING REVIEW while submissions wait, else COMPLETED); a full study whose submissions
+  are all in awaits review, and is COMPLETED once all are reviewed.
 - Submissions (pages linked by ``_links.next``); participants are simulated in Python
   (``start_submission``, ``complete``, ``add_submission``): ACTIVE, then AWAITING REVIEW with the
   code. APPROVE/REJECT only then (the same transition again is ignored, as Prolific documents);
@@ -17,8 +17,7 @@ error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
   the API docs give no rate) rounded half up, and ``total_amount``. ``/pay/`` is NOT idempotent:
   each call pays every row again (``payments``); a payment shows in its submission's
   ``bonus_payments``; ``async_payments=True`` holds them until ``process_payments()``.
-- Participant groups: create, list, add, remove; a member of a study's
-  ``participant_group_blocklist`` group cannot start it.
+- Participant groups: create, list, add, remove; a member of a study's blocklist group cannot start it.
 - ``inject(endpoint, fault, times)``: ``drop_after_commit`` (apply, close unanswered),
   ``hang_after_commit`` (apply, answer after ``hang_seconds``), ``throttle`` (429,
   ``Retry-After: retry_after``), ``server_error`` (500, nothing applied). ``calls`` logs requests.
@@ -43,6 +42,7 @@ REJECTION_CATEGORIES = {"TOO_QUICKLY", "TOO_SLOWLY", "FAILED_INSTRUCTIONS", "INC
                         "LOW_EFFORT", "MALINGERING", "NO_CODE", "BAD_CODE", "NO_DATA", "UNSUPP_DEVICE", "OTHER"}
 ROUTES = [  # (method, pattern, endpoint name)
     ("POST", r"/api/v1/studies/", "create_study"),
+    ("GET", r"/api/v1/studies/", "list_studies"),
     ("GET", r"/api/v1/studies/(?P<id>[^/]+)/", "get_study"),
     ("POST", r"/api/v1/studies/(?P<id>[^/]+)/transition/", "transition_study"),
     ("GET", r"/api/v1/studies/(?P<id>[^/]+)/submissions/", "list_submissions"),
@@ -156,8 +156,7 @@ class FakeProlific:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return "http://{}:{}".format(*self._server.server_address[:2])
 
     # -- test controls ----------------------------------------------------------------------
     def inject(self, endpoint: str, fault: str, times: int = 1) -> None:
@@ -321,20 +320,24 @@ class FakeProlific:
             study["status"] = {"PUBLISH": "ACTIVE", "PAUSE": "PAUSED", "START": "ACTIVE"}[action]
         return 200, self._public(study)
 
+    def _paged(self, rows, query, path, shown):
+        page = int((query.get("page") or ["1"])[0])
+        base, more = f"{self.url}{path}", page * self.page_size < len(rows)
+        return 200, {"results": [shown(row) for row in rows[(page - 1) * self.page_size: page * self.page_size]],
+                     "_links": {"self": {"href": f"{base}?page={page}", "title": "Current"},
+                                "next": {"href": f"{base}?page={page + 1}" if more else None, "title": "Next"}},
+                     "meta": {"count": len(rows)}}
+
+    def _list_studies(self, _, __, query):  # each study's summary, as Prolific lists them
+        return self._paged(list(self.studies.values()), query, "/api/v1/studies/", lambda s: {k: s.get(k) for k in (
+            "id", "name", "internal_name", "status", "total_available_places")})
+
     def _list_submissions(self, study_id, _, query):
         self._study(study_id)
         rows = [s for s in self.submissions.values() if s["study_id"] == study_id]
-        page = int((query.get("page") or ["1"])[0])
-        chunk = rows[(page - 1) * self.page_size: page * self.page_size]
-        base = f"{self.url}/api/v1/studies/{study_id}/submissions/"
-        more = page * self.page_size < len(rows)
-        results = [{"id": s["id"], "participant_id": s["participant"], "status": s["status"],
-                    "started_at": s["started_at"], "completed_at": s["completed_at"],
-                    "study_code": s["entered_code"]} for s in chunk]
-        return 200, {"results": results, "_links": {
-            "self": {"href": f"{base}?page={page}", "title": "Current"},
-            "next": {"href": f"{base}?page={page + 1}" if more else None, "title": "Next"}},
-            "meta": {"count": len(rows)}}
+        return self._paged(rows, query, f"/api/v1/studies/{study_id}/submissions/", lambda s: {
+            "id": s["id"], "participant_id": s["participant"], "status": s["status"], "started_at": s["started_at"],
+            "completed_at": s["completed_at"], "study_code": s["entered_code"]})
 
     def _submission(self, submission_id) -> dict:
         if submission_id not in self.submissions:
@@ -342,8 +345,7 @@ class FakeProlific:
         return self.submissions[submission_id]
 
     def _get_submission(self, submission_id, _, __):
-        submission = self._submission(submission_id)
-        return 200, dict(submission, bonus_payments=list(submission["bonus_payments"]))
+        return 200, dict(found := self._submission(submission_id), bonus_payments=list(found["bonus_payments"]))
 
     def _transition_submission(self, submission_id, body, _):
         submission = self._submission(submission_id)

@@ -11,9 +11,9 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from core.errors import Conflict, InvalidInput
-from crowd import bonuses, sync
+from crowd import bonuses, prolific, sync
 from crowd.models import Assignment, Batch, BonusPayment, CrowdBudget
-from crowd.publishing import BatchRequest, publish
+from crowd.publishing import BatchRequest, post_hits, publish
 from tests.crowd.platforms import ProlificSide, api, token_of, write_pair
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +206,23 @@ def test_one_address_opens_a_bounded_number_of_new_sessions(live_tasks, side, cl
     answers = [client.get(*side.entry(batch, pid, f"{n + 100:024x}")).status_code
                for n, pid in enumerate(participants)]
     assert answers == [200, 200, 429] and Assignment.objects.count() == 2
+
+
+def test_a_lost_create_answer_leaves_one_study_which_the_next_publish_finds_and_uses(live_tasks, side):
+    side.publish(live_tasks["sentiment"])  # another batch's study, listed first
+    side.fake.page_size = 1  # ours is on the list's second page
+    side.fake.inject("create_study", "drop_after_commit")  # Prolific makes the draft; its answer is lost
+    with pytest.raises(prolific.ProlificError) as raised:
+        side.publish(live_tasks["sentiment"])
+    assert raised.value.kind == "connection"
+    batch = Batch.objects.order_by("pk").last()
+    assert batch.status == Batch.Status.PUBLISHING and batch.hit_rows.get().hit_id is None
+    assert "Publish again" in batch.last_error
+    [draft] = [study for study in side.fake.studies.values() if batch.uid.hex in study["internal_name"]]
+    assert draft["status"] == "UNPUBLISHED"
+
+    batch = post_hits(batch)
+    assert batch.status == Batch.Status.PUBLISHED and batch.hit_rows.get().hit_id == draft["id"]
+    assert len(side.fake.studies) == 2 and side.fake.count("create_study") == 2  # one per batch, never a third
+    assert side.fake.studies[draft["id"]]["status"] == "ACTIVE"
+    assert side.fake.count("list_studies") == 4  # before each create (one page, one page), the retry: two pages
