@@ -189,9 +189,12 @@ def completion_url(code: str) -> str:
 
 def create_study(*, name: str, internal_name: str, description: str, external_study_url: str, completion_code: str,
                  estimated_completion_time_minutes: int, reward_cents: int, total_available_places: int,
-                 currency: str = "GBP", device_compatibility=("desktop",), block_group_id: str = "") -> dict:
+                 currency: str = "GBP", device_compatibility=("desktop",), block_group_id: str = "",
+                 block_group_ids=(), allow_group_ids=()) -> dict:
     """A draft study (UNPUBLISHED). Completed submissions wait for review (MANUALLY_REVIEW).
-    ``block_group_id``: a participant group whose members may not take it."""
+    ``block_group_id``, ``block_group_ids``: participant groups whose members may not take it
+    (``participant_group_blocklist``); ``allow_group_ids``: groups outside which no one may
+    (``participant_group_allowlist``)."""
     if currency not in CURRENCIES:
         raise ValueError(f"Currency {currency!r} is not one of {sorted(CURRENCIES)}.")
     body = {
@@ -203,8 +206,11 @@ def create_study(*, name: str, internal_name: str, description: str, external_st
         "total_available_places": int(total_available_places), "currency": currency,
         "device_compatibility": list(device_compatibility),
     }
-    if block_group_id:
-        body["filters"] = [{"filter_id": "participant_group_blocklist", "selected_values": [block_group_id]}]
+    blocked = [group for group in (block_group_id, *block_group_ids) if group]
+    filters = [{"filter_id": f"participant_group_{kind}", "selected_values": list(groups)}
+               for kind, groups in (("blocklist", blocked), ("allowlist", allow_group_ids)) if groups]
+    if filters:
+        body["filters"] = filters
     return _call("POST", "/api/v1/studies/", "create_study", body=body)
 
 

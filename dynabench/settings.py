@@ -588,6 +588,11 @@ PROLIFIC_MIN_HOURLY_REWARD = {currency: Decimal(value) for currency, value in en
 # Optional: a Prolific participant group used as the studies' blocklist (a superuser's block
 # adds the participant to it). Empty: blocks hold on our pages only.
 PROLIFIC_BLOCKLIST_GROUP_ID = env("PROLIFIC_BLOCKLIST_GROUP_ID", default="")
+# Optional: the Prolific workspace in which each task gets two participant groups of ours
+# (crowd.prolific_groups): its blocked participants (every study of the task's blocklist)
+# and those who passed its onboarding (the allowlist of a study that requires it). Empty:
+# task blocks and the onboarding a study requires hold on our pages only.
+PROLIFIC_WORKSPACE_ID = env("PROLIFIC_WORKSPACE_ID", default="")
 # A bonus whose pay call's answer was lost (sent, unconfirmed) that Prolific's records do not
 # show as paid after this many hours is listed for a person to settle (the admin's filter).
 PROLIFIC_UNCONFIRMED_AFTER_HOURS = env.int("PROLIFIC_UNCONFIRMED_AFTER_HOURS", default=2)

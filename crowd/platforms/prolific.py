@@ -11,7 +11,10 @@
   paid on the participant's submission.
 - Blocks: our pages refuse blocked participants; a block on every task also adds
   them to ``PROLIFIC_BLOCKLIST_GROUP_ID`` (a participant group every study of ours
-  excludes) when that is set. Prolific has no per-task block of ours to give.
+  excludes) when that is set. With ``PROLIFIC_WORKSPACE_ID`` set, each task has its
+  own groups (``crowd.prolific_groups``): its blocked participants (its studies'
+  blocklist) and those who passed its onboarding (the allowlist of a study that
+  requires it); without it, task blocks and required onboarding hold at our page only.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.dateparse import parse_datetime
 
-from .. import prolific
+from .. import prolific, prolific_groups
 from ..platform import Listed, Platform
 
 STATUSES = {"AWAITING REVIEW": Listed.SUBMITTED, "APPROVED": Listed.APPROVED, "REJECTED": Listed.REJECTED}
@@ -82,7 +85,7 @@ class ProlificPlatform(Platform):
                 description=batch.description, external_study_url=prolific.study_url_template(entry_url(batch)),
                 completion_code=batch.completion_code, estimated_completion_time_minutes=batch.estimated_minutes,
                 reward_cents=prolific.to_minor(batch.reward), total_available_places=batch.assignments_per_hit,
-                currency=batch.currency, block_group_id=settings.PROLIFIC_BLOCKLIST_GROUP_ID)
+                currency=batch.currency, **prolific_groups.study_filters(batch))
             hit.hit_id, hit.created_at = study["id"], timezone.now()
             hit.save(update_fields=["hit_id", "created_at"])
         if prolific.get_study(hit.hit_id).get("status") == "UNPUBLISHED":
@@ -156,16 +159,20 @@ class ProlificPlatform(Platform):
             prolific.unblock_participant(settings.PROLIFIC_BLOCKLIST_GROUP_ID, identity.worker_id)
 
     def block_on_task(self, identity, task, reason: str, *, sandbox: bool) -> None:
-        """Nothing to give on Prolific: the ``TaskBlock`` row keeps them out at our door."""
+        """The task's blocked group (the blocklist of its studies), with ``PROLIFIC_WORKSPACE_ID``
+        set; the ``TaskBlock`` row keeps them out at our door either way."""
+        prolific_groups.add(prolific_groups.BLOCKED, task, identity.worker_id)
 
     def unblock_on_task(self, identity, task, *, sandbox: bool) -> None:
-        """Nothing to take back on Prolific (see ``block_on_task``)."""
+        prolific_groups.remove(prolific_groups.BLOCKED, task, identity.worker_id)
 
     block_account = block_everywhere
     unblock_account = unblock_everywhere
 
     def mark_onboarded(self, identity, task, *, sandbox: bool) -> None:
-        """Nothing to give on Prolific: the onboarding record itself admits them at our door."""
+        """The task's onboarded group (the allowlist of its studies that require the onboarding),
+        with ``PROLIFIC_WORKSPACE_ID`` set; the onboarding record admits them at our door either way."""
+        prolific_groups.add(prolific_groups.ONBOARDED, task, identity.worker_id)
 
     def notify(self, worker_ids: list[str], subject: str, message: str, *, sandbox: bool) -> list[dict]:
         raise prolific.ProlificError("request", "Messages to Prolific participants are sent on Prolific's site; "

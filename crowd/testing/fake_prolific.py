@@ -17,7 +17,7 @@ error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
   the API docs give no rate) rounded half up, and ``total_amount``. ``/pay/`` is NOT idempotent:
   each call pays every row again (``payments``); a payment shows in its submission's
   ``bonus_payments``; ``async_payments=True`` holds them until ``process_payments()``.
-- Participant groups: create, list, add, remove; a member of a study's blocklist group cannot start it.
+- Participant groups: create, list, add, remove; a study's blocklist and allowlist groups say who may start it.
 - ``inject(endpoint, fault, times)``: ``drop_after_commit`` (apply, close unanswered),
   ``hang_after_commit`` (apply, answer after ``hang_seconds``), ``throttle`` (429,
   ``Retry-After: retry_after``), ``server_error`` (500, nothing applied). ``calls`` logs requests.
@@ -192,9 +192,9 @@ class FakeProlific:
                 raise ParticipantActionError(f"{participant_id} already took study {study_id}")
             if len(taken) >= study["total_available_places"]:
                 raise ParticipantActionError(f"study {study_id} is full")
-            for group_id in study["_blocklist"]:
-                if participant_id in self.groups.get(group_id, {}).get("participants", []):
-                    raise ParticipantActionError(f"{participant_id} is in blocklist group {group_id}")
+            inside = {g for g, group in self.groups.items() if participant_id in group["participants"]}
+            if inside & set(study["_blocklist"]) or (study["_allowlist"] and not inside & set(study["_allowlist"])):
+                raise ParticipantActionError(f"{participant_id} is kept out by the study's participant groups")
             submission_id = self._new_id()
             self.submissions[submission_id] = {
                 "id": submission_id, "study_id": study_id, "participant": participant_id, "status": "ACTIVE",
@@ -293,10 +293,10 @@ class FakeProlific:
             problems.setdefault("external_study_url", ["Enter a valid URL."])
         if problems:
             raise ApiError(400, problems)
-        blocklist = [v for f in body.get("filters") or [] if f.get("filter_id") == "participant_group_blocklist"
-                     for v in f.get("selected_values") or []]
+        lists = {f"_{kind}": [v for f in body.get("filters") or [] if f.get("filter_id") == f"participant_group_{kind}"
+                              for v in f.get("selected_values") or []] for kind in ("blocklist", "allowlist")}
         study_id = self._new_id()
-        self.studies[study_id] = {**body, "id": study_id, "status": "UNPUBLISHED", "_blocklist": blocklist,
+        self.studies[study_id] = {**body, **lists, "id": study_id, "status": "UNPUBLISHED",
                                   "currency": body.get("currency", "GBP")}
         return 201, self._public(self.studies[study_id])
 

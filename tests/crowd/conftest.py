@@ -66,4 +66,8 @@ def side(request):
 
     if request.param == "mturk":
         return MTurkSide(request.getfixturevalue("crowd"))
-    return ProlificSide(request.getfixturevalue("prolific_crowd"))
+    fake = request.getfixturevalue("prolific_crowd")
+    # Each task's participant groups (crowd.prolific_groups) live in this workspace; without
+    # one, task blocks and the onboarding hold at our page only (tests/crowd/test_prolific_flow.py).
+    request.getfixturevalue("settings").PROLIFIC_WORKSPACE_ID = "5f0c0000000000000000aaaa"
+    return ProlificSide(fake)

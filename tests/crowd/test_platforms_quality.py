@@ -2,7 +2,10 @@
 tests/crowd/conftest.py): a validation batch, the exactly-once bonus through each
 platform's own mechanism, the bonus run that reads only what changed, the quality
 block and the onboarding a batch requires. Where a platform cannot do something, the
-test's name says so and asserts what that platform does instead."""
+test's name says so and asserts what that platform does instead. On Prolific, the
+task's participant groups (crowd.prolific_groups) are on: the ``side`` fixture sets
+PROLIFIC_WORKSPACE_ID; without it, tests/crowd/test_prolific_flow.py shows our page
+holding alone."""
 
 import html
 import re
@@ -15,7 +18,7 @@ from django.utils import timezone
 
 from annotation import validation
 from annotation.models import Example
-from crowd import bonuses, sync, workers
+from crowd import bonuses, prolific_groups, sync, workers
 from crowd.models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
 from crowd.platforms import by_name
 from tests.annotation.test_onboarding import answers
@@ -116,10 +119,10 @@ def test_a_bonus_run_reads_only_the_assignments_that_changed(live_tasks, side, c
     assert looked_at == [second.pk] and side.paid_to(side.worker) == [Decimal("0.25")]
 
 
-def test_a_writer_below_the_threshold_is_blocked_on_the_task_by_our_page_on_both_and_by_mturk_s_qualification(
+def test_a_writer_below_the_threshold_is_blocked_on_the_task_by_our_page_and_by_the_platform(
         live_tasks, side, client, researcher):
-    """Prolific has no per-task block of ours (only the every-task blocklist group): its
-    study still lets the participant start, and our page is the door that refuses them."""
+    """MTurk: the task's block qualification, which its HIT types require absent.
+    Prolific: the task's blocked participant group, every study's blocklist of the task."""
     task = live_tasks["sentiment"]
     batch = side.publish(task, examples_per_assignment=6, quality_block_threshold=0.5)
 
@@ -140,25 +143,27 @@ def test_a_writer_below_the_threshold_is_blocked_on_the_task_by_our_page_on_both
     refused = side.page(client, again, side.worker)
     assert refused.status_code == 403 and "not admitted" in refused.content.decode()
     assert side.page(client, elsewhere, side.worker).status_code == 200  # another task still takes them
-    if side.name == "mturk":  # MTurk hides the task's HITs from them (the task's block qualification) ...
-        assert not side.admits(again, side.worker)
-    else:  # ... Prolific's study does not: nothing was sent to Prolific for a task block
-        assert side.admits(again, side.worker)
-        assert side.fake.count("add_to_group") == 0 and side.fake.count("create_participant_group") == 0
-    assert side.admits(elsewhere, side.other)
+    assert not side.admits(again, side.worker)  # the platform keeps them out of the task's work too ...
+    assert side.admits(again, side.other) and side.admits(elsewhere, side.worker)  # ... and no one else
+    if side.name == "prolific":
+        group = prolific_groups.group_id(prolific_groups.BLOCKED, task)
+        assert side.fake.groups[group]["participants"] == [side.worker]
+        assert {"filter_id": "participant_group_blocklist", "selected_values": [group]} in \
+            side.fake.studies[again.hit_rows.get().hit_id]["filters"]
+
+    workers.task_unblock(block, researcher)  # lifted: back in, on the platform too
+    assert side.admits(side.publish(task), side.worker)
 
 
-def test_require_onboarding_admits_only_those_who_passed_by_mturk_s_qualification_and_on_prolific_by_our_page(
+def test_require_onboarding_admits_only_those_who_passed_by_our_page_and_by_the_platform(
         with_onboarding, live_tasks, side, client):
-    """Prolific has no per-task allowlist of ours: a study that requires the onboarding is
-    open to every participant there, and our page refuses those who have not passed."""
+    """MTurk: the task's onboarded qualification, which such HIT types require. Prolific:
+    the task's onboarded participant group, such a study's allowlist (and an
+    onboarding-only study's blocklist)."""
     task = live_tasks["sentiment"]
     work = side.publish(task, require_onboarding=True)
-    if side.name == "mturk":
-        assert not side.admits(work, side.worker)  # the onboarded qualification is required
-    else:  # open to everyone on Prolific; our page refuses
-        study = side.fake.studies[work.hit_rows.get().hit_id]
-        assert not [f for f in study.get("filters") or [] if f["filter_id"] == "participant_group_allowlist"]
+    assert not side.admits(work, side.worker)
+    if side.name == "prolific":  # and our page refuses them, whatever the platform let through
         refused = side.page(client, work, side.worker)
         assert refused.status_code == 403 and "passed the task" in refused.content.decode()
 
@@ -168,10 +173,8 @@ def test_require_onboarding_admits_only_those_who_passed_by_mturk_s_qualificatio
 
     done = side.do_work(client, work, text="Passed, and now writing for real.")  # admitted there and here
     assert done.status == Assignment.Status.FINISHED
-    if side.name == "mturk":
-        assert not side.admits(work, side.other)
-    else:
-        assert side.page(client, work, side.other, "b" * 24).status_code == 403
+    assert not side.admits(work, side.other)  # who has not passed is still kept out
+    assert not side.admits(side.publish(task, mode="onboarding", bonus_per_example=Decimal("0")), side.worker)
 
 
 def refusal_text(response) -> str:

@@ -347,7 +347,7 @@ def test_blocklist_group(fake):
     study = new_study(block_group_id=group["id"])
     assert study["filters"] == [{"filter_id": "participant_group_blocklist", "selected_values": [group["id"]]}]
     prolific.publish_study(study["id"])
-    with pytest.raises(ParticipantActionError, match="blocklist"):
+    with pytest.raises(ParticipantActionError, match="participant groups"):
         fake.start_submission(study["id"], "bad1")
     prolific.unblock_participant(group["id"], "bad1")
     assert prolific.group_participants(group["id"]) == []
@@ -355,6 +355,24 @@ def test_blocklist_group(fake):
     with pytest.raises(ProlificError) as caught:
         prolific.block_participant("0" * 24, "x")
     assert caught.value.kind == "not_found"
+
+
+def test_allowlist_group_admits_only_its_members_and_the_blocklist_still_holds(fake):
+    passed = prolific.create_participant_group("Dynabench: onboarding passed (nli)", workspace_id="w1")
+    blocked = prolific.create_participant_group("Dynabench: not admitted (nli)", workspace_id="w1")
+    prolific.block_participant(passed["id"], "p1")  # "block" adds to a group, whatever the group is for
+    prolific.block_participant(passed["id"], "p3")
+    prolific.block_participant(blocked["id"], "p3")
+    study = new_study(block_group_ids=[blocked["id"]], allow_group_ids=[passed["id"]])
+    assert study["filters"] == [{"filter_id": "participant_group_blocklist", "selected_values": [blocked["id"]]},
+                                {"filter_id": "participant_group_allowlist", "selected_values": [passed["id"]]}]
+    prolific.publish_study(study["id"])
+    assert fake.start_submission(study["id"], "p1")
+    for outside in ("p2", "p3"):  # not in the allowlist; in it but blocked
+        with pytest.raises(ParticipantActionError, match="participant groups"):
+            fake.start_submission(study["id"], outside)
+    prolific.block_participant(passed["id"], "p2")  # a group's change applies to a published study at once
+    assert fake.start_submission(study["id"], "p2")
 
 
 def test_participant_rules_of_the_fake(fake):
