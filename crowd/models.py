@@ -335,7 +335,9 @@ class BonusPayment(models.Model):
 class Qualification(models.Model):
     """A qualification type we own on MTurk (a block), created once per endpoint: the
     platform-wide one (no task; superusers give it), and one per task (its
-    researchers' quality thresholds give it)."""
+    researchers' quality thresholds give it); and each task's participant groups of
+    ours on Prolific (purposes ``prolific-blocked`` and ``prolific-onboarded``, sandbox
+    false, the group id in ``qualification_type_id``; ``crowd.prolific_groups``)."""
 
     purpose = models.CharField(max_length=32)
     sandbox = models.BooleanField()

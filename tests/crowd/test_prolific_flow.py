@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from core.errors import Conflict, InvalidInput
-from crowd import bonuses, prolific, sync
+from crowd import bonuses, prolific, sync, workers
 from crowd.models import Assignment, Batch, BonusPayment, CrowdBudget
 from crowd.publishing import BatchRequest, post_hits, publish
 from tests.crowd.platforms import ProlificSide, api, token_of, write_pair
@@ -226,3 +226,25 @@ def test_a_lost_create_answer_leaves_one_study_which_the_next_publish_finds_and_
     assert len(side.fake.studies) == 2 and side.fake.count("create_study") == 2  # one per batch, never a third
     assert side.fake.studies[draft["id"]]["status"] == "ACTIVE"
     assert side.fake.count("list_studies") == 4  # before each create (one page, one page), the retry: two pages
+
+
+def test_without_a_workspace_task_blocks_and_required_onboarding_hold_at_our_page_only(
+        with_onboarding, live_tasks, side, client, settings):
+    """No PROLIFIC_WORKSPACE_ID: no participant group of ours per task, so Prolific lets the
+    participant start, and our page refuses them (a task block, an onboarding not passed)."""
+    assert not settings.PROLIFIC_WORKSPACE_ID
+    task = live_tasks["sentiment"]
+    identity = workers.identity_for(side.worker, sandbox=False, platform="prolific")
+    workers.task_block(identity, task, "Examples validated correct too rarely.")
+    blocked_from = side.publish(task)
+    session = side.fake.start_submission(blocked_from.hit_rows.get().hit_id, side.worker)  # Prolific lets them in
+    refused = client.get(*side.entry(blocked_from, side.worker, session))
+    assert refused.status_code == 403 and "not admitted to these studies" in refused.content.decode()
+
+    needs = side.publish(task, require_onboarding=True)
+    study = side.fake.studies[needs.hit_rows.get().hit_id]
+    assert "filters" not in study  # no allowlist, no blocklist: open to everyone there
+    session = side.fake.start_submission(study["id"], side.other)
+    refused = client.get(*side.entry(needs, side.other, session))
+    assert refused.status_code == 403 and "passed the task" in refused.content.decode()
+    assert not side.fake.groups and side.fake.count("add_to_group") == 0
