@@ -119,6 +119,22 @@ def test_a_bonus_run_reads_only_the_assignments_that_changed(live_tasks, side, c
     assert looked_at == [second.pk] and side.paid_to(side.worker) == [Decimal("0.25")]
 
 
+def test_a_quality_check_judges_only_the_writers_whose_evidence_changed(live_tasks, side, client, researcher,
+                                                                         monkeypatch):
+    batch = side.publish(live_tasks["sentiment"], quality_block_threshold=0.5)
+    first = side.do_work(client, batch)
+    side.do_work(client, batch, worker=side.other, text="Another statement altogether.")
+    assert sync.sync().approved == 2  # the batch's first check judges every writer once
+    age_everything()  # history; the batch's quality watermark is an hour old
+    judged = []
+    real = workers.decided_counts
+    monkeypatch.setattr(workers, "decided_counts", lambda ids, task=None: judged.extend(ids) or real(ids, task))
+    assert sync.sync().task_blocked == 0 and judged == []  # nothing changed: no one read again
+    validate_all(first.session, researcher, "correct")
+    assert sync.sync().task_blocked == 0
+    assert judged == [first.worker.user_id]  # the one writer whose examples were decided since
+
+
 def test_a_writer_below_the_threshold_is_blocked_on_the_task_by_our_page_and_by_the_platform(
         live_tasks, side, client, researcher):
     """MTurk: the task's block qualification, which its HIT types require absent.
