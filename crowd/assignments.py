@@ -253,7 +253,7 @@ def finish(session: AnnotationSession, feedback: str = "", *, platform: str = "m
         done = work_done(assignment)
         if done < required:
             mode = assignment.hit.batch.mode
-            then = "finish" if platform == "prolific" else "submit"
+            then = words.hand_in
             if mode == Batch.Mode.ONBOARDING:
                 raise NotDoneYet(f"This {words.work_name} asks you to answer the onboarding's items first, "
                                  f"then {then}.", assignment)

@@ -89,6 +89,7 @@ class Platform(ABC):
     # of work is called there, and how a worker hands back work they cannot do.
     work_name = "HIT"
     work_plural = "HITs"
+    hand_in = "submit"  # what the worker does with the work once it is done
     give_back = "please return the HIT"
 
     def refusal(self, reason: str, *, or_else: str = "") -> str:

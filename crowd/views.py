@@ -26,6 +26,7 @@ from .api import pages_from
 from .assignments import PREVIEW, NotDoneYet, arrive, completion_token, finish, work_done
 from .me import worker_page
 from .models import Assignment
+from .platforms import for_batch
 
 frameable = frameable_by_mturk()
 submits_to_mturk = frameable_by_mturk(**{"form-action": [SELF, *mturk.SUBMIT_HOSTS]})
@@ -82,7 +83,7 @@ def _work_page(request, assignment, error: str = "", status: int = 200):
     context = work_page_context(request, batch.task, session, batch.mode)
     context.update({"assignment": assignment, "batch": batch, "done": work_done(assignment),
                     "token": make_token(session), "in_frame": not on_prolific, "submit_error": error,
-                    "prolific": on_prolific})
+                    "prolific": on_prolific, "words": for_batch(batch)})
     return render(request, TEMPLATES[batch.mode], context, status=status)
 
 

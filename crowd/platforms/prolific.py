@@ -64,6 +64,7 @@ class ProlificPlatform(Platform):
     one_work_per_worker = True
     work_name = "study"
     work_plural = "studies"
+    hand_in = "finish"
     give_back = "please return your submission on Prolific"
 
     def credentials_found(self) -> bool:

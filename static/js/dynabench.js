@@ -519,8 +519,9 @@
      it goes once the work asked for is done. */
   var hitForm = $("hit-submit-form");
   function shortOfWork(done, required) {
-    return "This HIT asks for " + required + " " + hitForm.dataset.what + "; you have done " + done +
-      " so far. Do " + (required - done) + " more, then submit.";
+    // The platform's words (the form's data: a HIT and "submit" on MTurk, a study and "finish" on Prolific).
+    return "This " + hitForm.dataset.workName + " asks for " + required + " " + hitForm.dataset.what +
+      "; you have done " + done + " so far. Do " + (required - done) + " more, then " + hitForm.dataset.handIn + ".";
   }
   function bumpHitDone(by) {
     var counter = $("hit-done");

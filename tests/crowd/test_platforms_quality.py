@@ -212,6 +212,10 @@ def test_refusals_tell_the_worker_how_to_hand_the_work_back_in_their_platform_s_
     submit = reverse("mturk-hit-submit" if side.name == "mturk" else "prolific-submit")
     early = client.post(submit, {"token": token_of(page)}).content.decode()
     then = "submit" if side.name == "mturk" else "finish"
+    work = "HIT" if side.name == "mturk" else "study"
+    body = page.content.decode()  # the page and its script use the same words
+    assert f"This {work} asks for <strong>2</strong>" in body
+    assert f'data-work-name="{work}" data-hand-in="{then}"' in body
     assert f"This {'HIT' if side.name == 'mturk' else 'study'} asks for 2 examples; you have done 0 so far. " \
            f"Do 2 more, then {then}." in html.unescape(early)
 
