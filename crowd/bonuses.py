@@ -86,14 +86,27 @@ def lease() -> timedelta:
 class BonusReport:
     settled: int = 0
     paid: int = 0
-    amount: Decimal = Decimal("0.00")
+    amounts: dict = field(default_factory=dict)  # currency -> paid by this run (never summed across currencies)
     waiting: int = 0
     reconciled: int = 0  # sent rows (Prolific) found paid on the platform
     unconfirmed: int = 0  # sent rows the platform does not show paid (yet)
     errors: list[str] = field(default_factory=list)
 
+    def add_paid(self, amount: Decimal, currency: str) -> None:
+        self.paid += 1
+        self.amounts[currency] = self.amounts.get(currency, Decimal("0.00")) + amount
+
+    @property
+    def amount(self) -> Decimal:
+        """What this run paid, in its one currency (0 when nothing was paid); a run that paid
+        in several currencies has no one amount: read ``amounts``."""
+        if len(self.amounts) > 1:
+            raise ValueError(f"paid in several currencies ({', '.join(sorted(self.amounts))}): read amounts")
+        return next(iter(self.amounts.values()), Decimal("0.00"))
+
     def __str__(self):
-        text = (f"{self.settled} assignments settled, {self.paid} bonuses paid (${self.amount:.2f}), "
+        paid = ", ".join(money(value, currency) for currency, value in sorted(self.amounts.items())) or money(0)
+        text = (f"{self.settled} assignments settled, {self.paid} bonuses paid ({paid}), "
                 f"{self.waiting} waiting for validation")
         if self.reconciled or self.unconfirmed:
             text += (f", {self.reconciled} sent bonuses found paid, {self.unconfirmed} sent and not yet "
@@ -310,15 +323,14 @@ def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusRepo
             settle_all(assignments.filter(pk__in=chunk), now, report)
     if batch_id is None:
         watermarks.advance(BONUS_WATERMARK, now)
-    due = BonusPayment.objects.select_related("assignment__worker").filter(
+    due = BonusPayment.objects.select_related("assignment__worker", "assignment__hit__batch").filter(
         status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED], next_attempt_at__lte=timezone.now())
     if batch_id is not None:
         due = due.filter(assignment__hit__batch_id=batch_id)
     for payment in due.order_by("pk"):
         try:
             if send(payment):
-                report.paid += 1
-                report.amount += payment.amount
+                report.add_paid(payment.amount, payment.assignment.hit.batch.currency)
         except PlatformError as exc:
             report.errors.append(f"bonus {payment.pk} to {payment.assignment.worker.worker_id}: {exc}")
             if exc.kind in ("throttled", "insufficient_funds"):

@@ -22,3 +22,19 @@ def test_every_box_that_scrolls_a_table_is_a_named_region_the_keyboard_can_reach
     missing = [f"{path}: {tag}" for path, tag in boxes
                if not ('tabindex="0"' in tag and 'role="region"' in tag and re.search(r'aria-label="[^"]+"', tag))]
     assert missing == [], "\n".join(missing)
+
+
+UNCLOSED_COMMENT = re.compile(r"\{#(?:(?!#\}).)*$", re.M)
+
+
+def test_no_short_comment_runs_over_a_line():
+    """Django's ``{# … #}`` ends on its own line: one that runs on is printed on the page
+    as text. A comment of several lines is ``{% comment %}``."""
+    found = [f"{path.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}"
+             for path in TEMPLATES for text in [path.read_text()] for match in UNCLOSED_COMMENT.finditer(text)]
+    assert found == []
+
+
+def test_the_comment_rule_finds_a_comment_that_runs_over_a_line():
+    assert UNCLOSED_COMMENT.search("<p>{# starts here\n   ends here #}</p>")
+    assert not UNCLOSED_COMMENT.search("<p>{# one line #}</p>{% comment %}\nmany\n{% endcomment %}")
