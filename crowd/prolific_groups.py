@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from . import prolific
-from .models import Qualification
+from .models import Batch, Qualification
 
 BLOCKED = "prolific-blocked"
 ONBOARDED = "prolific-onboarded"
@@ -51,13 +51,16 @@ def group_id(purpose: str, task) -> str:
 
 
 def study_filters(batch) -> dict:
-    """``create_study``'s group arguments for the batch: every-task blocklist, the task's."""
+    """``create_study``'s group arguments for the batch: the every-task blocklist group (if
+    set), and the task's groups (with a workspace): its blocked participants, and its
+    onboarded ones (the allowlist of a study that requires the onboarding, the blocklist
+    of an onboarding-only study)."""
     blocked, allowed = [settings.PROLIFIC_BLOCKLIST_GROUP_ID], []
     if enabled():
         blocked.append(group_id(BLOCKED, batch.task))
         if batch.require_onboarding:
             allowed.append(group_id(ONBOARDED, batch.task))
-        elif batch.mode == "onboarding":  # for those who have not passed it
+        elif batch.mode == Batch.Mode.ONBOARDING:  # for those who have not passed it
             blocked.append(group_id(ONBOARDED, batch.task))
     return {"block_group_ids": [group for group in blocked if group], "allow_group_ids": allowed}
 
