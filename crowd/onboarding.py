@@ -10,14 +10,23 @@
 
 A site account (no MTurk identity) has nothing to give on MTurk. If MTurk cannot be
 reached, the record still holds (our pages and the API go by it: a worker blocked
-there is refused at the HIT's door, one who passed writes) and the error is logged.
+there is refused at the HIT's door, one who passed writes) and the error is logged;
+``resync`` (run with every crowd sync) gives again what the records passed or blocked
+since its last run say, so a call that failed is made again until it goes through.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
 
-from . import workers
+from django.db.models import Q
+from django.utils import timezone
+
+from annotation.models import OnboardingRecord
+
+from . import watermarks, workers
 from .models import TaskBlock, WorkerIdentity
 from .platforms import PlatformError, for_identity
 
@@ -73,3 +82,47 @@ def on_reset(sender, task, user, by, **kwargs) -> None:
     except PlatformError as exc:
         log.warning("onboarding reset for %s on %s, but the platform refused to lift the block: %s",
                     identity.worker_id, task.slug, exc)
+
+
+RESYNC_WATERMARK = "onboarding"
+# The first run (no watermark yet) looks back this far: the signals gave what came before.
+FIRST_LOOK_BACK = timedelta(days=1)
+
+
+@dataclass
+class ResyncReport:
+    given: int = 0
+    blocked: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def __str__(self):
+        text = f"onboarding: {self.given} qualifications given again, {self.blocked} blocks given again"
+        return text + (f"; {len(self.errors)} errors: " + "; ".join(self.errors) if self.errors else "")
+
+
+def resync() -> ResyncReport:
+    """Give again, on each worker's platform, what the onboarding records that passed or
+    blocked since the last run say: the onboarded qualification, or the task's block.
+    Both calls are idempotent there, so a pass the signal already gave costs one more call
+    and one that failed is made again. The watermark moves only when every call went
+    through: a failure is retried at the next run."""
+    report = ResyncReport()
+    mark = timezone.now()
+    since = watermarks.read_from(watermarks.get(RESYNC_WATERMARK)) or mark - FIRST_LOOK_BACK
+    records = (OnboardingRecord.objects.filter(Q(passed_at__gte=since) | Q(blocked_at__gte=since),
+                                               user__mturk_identity__isnull=False)
+               .select_related("task", "user__mturk_identity").order_by("pk"))
+    for record in records:
+        identity = record.user.mturk_identity
+        try:
+            if record.passed_at is not None:
+                give_onboarded(record.task, identity)
+                report.given += 1
+            elif record.blocked_at is not None:
+                block_failed(record.task, identity)
+                report.blocked += 1
+        except PlatformError as exc:
+            report.errors.append(f"{identity.worker_id} on {record.task.slug}: {exc}")
+    if not report.errors:
+        watermarks.advance(RESYNC_WATERMARK, mark)
+    return report

@@ -5,13 +5,14 @@ from celery import shared_task
 
 from core import celery_names
 
-from . import bonuses
+from . import bonuses, onboarding
 from . import sync as syncing
 
 
 @shared_task(name=celery_names.CROWD_SYNC)
 def sync() -> str:
-    return str(syncing.sync())
+    """The batches' sync, then the onboarding's qualifications given again where a call failed."""
+    return f"{syncing.sync()}; {onboarding.resync()}"
 
 
 @shared_task(name=celery_names.PAY_BONUSES)

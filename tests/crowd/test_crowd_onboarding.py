@@ -3,10 +3,12 @@ the work, a pass (the task's onboarded qualification), a failure (a block on the
 as the quality block gives it), onboarding-only batches and batches that require the
 onboarding; the feedback box; the Adult Content requirement of hate-speech HITs."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from annotation.models import Example
 from crowd import mturk, sync, workers
@@ -278,3 +280,30 @@ def test_letting_a_blocked_mturk_worker_try_again_in_the_admin_lifts_the_task_bl
     other = batch.hit_rows.get(number=2)
     again = arrive(client, other.hit_id, crowd.accept(other.hit_id, WORKER))
     assert again.status_code == 200 and 'id="onboarding"' in again.content.decode()
+
+
+def test_a_qualification_mturk_refused_when_the_worker_passed_is_given_at_the_next_sync(
+        with_onboarding, live_tasks, crowd, client, settings):
+    from crowd import onboarding as crowd_onboarding
+    from crowd.models import Watermark
+    from crowd.tasks import sync as sync_task
+
+    settings.MTURK_MAX_ATTEMPTS = 1  # one fault refuses one call (no retries with their waits)
+    task = live_tasks["sentiment"]
+    batch = make_batch(task)
+    hit, assignment_id, page = open_hit(client, crowd, batch)
+    onboarded = workers.onboarded_qualification_id(True, task)  # made now: the fault hits the grant only
+    crowd.inject("AssociateQualificationWithWorker", "server_error")
+    assert take(api(token_of(page)), "sentiment", answers("sentiment"))["standing"]["passed"]
+    assert (onboarded, WORKER) not in crowd.qualification_scores  # refused, logged; our record holds
+
+    crowd.inject("AssociateQualificationWithWorker", "server_error")
+    failed = crowd_onboarding.resync()
+    assert failed.errors and failed.given == 0 and (onboarded, WORKER) not in crowd.qualification_scores
+    assert not Watermark.objects.filter(name="onboarding").exists()  # not moved: the next run tries again
+    assert "onboarding: 1 qualifications given again" in sync_task()  # the beat's sync; MTurk answers now
+    assert crowd.qualification_scores[(onboarded, WORKER)]["IntegerValue"] == 1
+    # Once the record is older than the watermark (less its overlap), a run calls nothing.
+    calls = crowd.count("AssociateQualificationWithWorker")
+    Watermark.objects.filter(name="onboarding").update(until=timezone.now() + timedelta(minutes=10))
+    assert crowd_onboarding.resync().given == 0 and crowd.count("AssociateQualificationWithWorker") == calls
