@@ -214,6 +214,23 @@ def create_study(*, name: str, internal_name: str, description: str, external_st
     return _call("POST", "/api/v1/studies/", "create_study", body=body)
 
 
+def study_currency(study: dict) -> str | None:
+    """The currency a study pays in, as Prolific answers it (its workspace's may decide it,
+    whatever a create asked for); None when the answer does not say."""
+    return study.get("presentment_currency_code") or study.get("currency_code") or study.get("currency") or None
+
+
+def check_currency(study: dict, currency: str) -> None:
+    """Refuse a study that pays in another currency than the batch was priced and budgeted
+    in: its rewards and bonuses would be read in the wrong unit. The study stays a draft."""
+    answered = study_currency(study)
+    if answered and answered != currency:
+        raise ProlificError("request", f"Study {study.get('id')} pays in {answered}, but the batch is priced in "
+                            f"{currency}: publish the batch in {answered}, or from a Prolific workspace that pays "
+                            f"in {currency}. The study was left an unpublished draft.", operation="create_study",
+                            code="currency_mismatch")
+
+
 def find_study(internal_name: str) -> dict | None:
     """Our study whose ``internal_name`` is this one, or None: Prolific's list of studies
     (``GET /api/v1/studies/``, every page), matched here (the list filters by status only).

@@ -81,12 +81,15 @@ class ProlificPlatform(Platform):
         never made twice."""
         hit = batch.hit_rows.order_by("number").first()
         if hit.hit_id is None:
-            study = prolific.find_study(internal_name(batch)) or prolific.create_study(
+            found = prolific.find_study(internal_name(batch))
+            # A row of the list is short: the study itself says what it pays in.
+            study = prolific.get_study(found["id"]) if found else prolific.create_study(
                 name=batch.title, internal_name=internal_name(batch),
                 description=batch.description, external_study_url=prolific.study_url_template(entry_url(batch)),
                 completion_code=batch.completion_code, estimated_completion_time_minutes=batch.estimated_minutes,
                 reward_cents=prolific.to_minor(batch.reward), total_available_places=batch.assignments_per_hit,
                 currency=batch.currency, **prolific_groups.study_filters(batch))
+            prolific.check_currency(study, batch.currency)  # before it is kept: never published in another
             hit.hit_id, hit.created_at = study["id"], timezone.now()
             hit.save(update_fields=["hit_id", "created_at"])
         if prolific.get_study(hit.hit_id).get("status") == "UNPUBLISHED":

@@ -4,9 +4,9 @@ It serves what ``crowd/prolific.py`` calls, with Prolific's paths, fields, statu
 error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
 
 - ``Authorization: Token <token>`` on every request (401 without it or with another).
-- Studies: create (UNPUBLISHED), list (pages); ``/transition/`` PUBLISH (ACTIVE), PAUSE, START,
-  STOP (AWAITING REVIEW while submissions wait, else COMPLETED); a full study whose submissions
-  are all in awaits review, and is COMPLETED once all are reviewed.
+- Studies: create (UNPUBLISHED; in ``workspace_currency`` where set, as a workspace decides), list (pages);
+  ``/transition/`` PUBLISH (ACTIVE), PAUSE, START, STOP (AWAITING REVIEW while submissions wait, else
+  COMPLETED); a full study whose submissions are all in awaits review, and is COMPLETED once all are reviewed.
 - Submissions (pages linked by ``_links.next``); participants are simulated in Python
   (``start_submission``, ``complete``, ``add_submission``): ACTIVE, then AWAITING REVIEW with the
   code. APPROVE/REJECT only then (the same transition again is ignored, as Prolific documents);
@@ -117,7 +117,7 @@ class FakeProlific:
         self.token = token
         self.fee_rate = Decimal(fee_rate)
         self.page_size = page_size
-        self.async_payments = async_payments
+        self.async_payments, self.workspace_currency = async_payments, None  # set: every study pays in it
         self.retry_after = 1
         self.hang_seconds = 2.0
         self._lock = threading.RLock()
@@ -296,8 +296,9 @@ class FakeProlific:
         lists = {f"_{kind}": [v for f in body.get("filters") or [] if f.get("filter_id") == f"participant_group_{kind}"
                               for v in f.get("selected_values") or []] for kind in ("blocklist", "allowlist")}
         study_id = self._new_id()
-        self.studies[study_id] = {**body, **lists, "id": study_id, "status": "UNPUBLISHED",
-                                  "currency": body.get("currency", "GBP")}
+        paid_in = {key: self.workspace_currency or body.get("currency", "GBP")
+                   for key in ("currency", "currency_code", "presentment_currency_code")}
+        self.studies[study_id] = {**body, **lists, **paid_in, "id": study_id, "status": "UNPUBLISHED"}
         return 201, self._public(self.studies[study_id])
 
     def _get_study(self, study_id, _, __):

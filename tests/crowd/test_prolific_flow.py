@@ -145,6 +145,25 @@ def test_currencies_are_refused_where_they_do_not_belong(live_tasks, prolific_cr
     assert prolific_crowd.calls == []
 
 
+def test_a_study_that_pays_in_another_currency_than_the_batch_is_never_published(live_tasks, prolific_crowd):
+    CrowdBudget.objects.create(task=live_tasks["sentiment"], amount=Decimal("100.00"), currency="USD")
+    prolific_crowd.workspace_currency = "GBP"  # the workspace decides, whatever the create asked for
+    with pytest.raises(prolific.ProlificError, match="pays in GBP, but the batch is priced in USD") as raised:
+        ProlificSide(prolific_crowd, "USD").publish(live_tasks["sentiment"])
+    assert raised.value.code == "currency_mismatch"
+    batch = Batch.objects.get()
+    assert batch.status == Batch.Status.PUBLISHING and batch.hit_rows.get().hit_id is None
+    [study] = prolific_crowd.studies.values()
+    assert study["status"] == "UNPUBLISHED" and prolific_crowd.count("transition_study") == 0
+    # Publishing again finds that draft by its name and refuses it again: never a second study.
+    with pytest.raises(prolific.ProlificError, match="pays in GBP"):
+        post_hits(batch)
+    batch.refresh_from_db()
+    assert batch.status == Batch.Status.PUBLISHING and "pays in GBP" in batch.last_error
+    assert len(prolific_crowd.studies) == 1 and prolific_crowd.count("create_study") == 1
+    assert prolific_crowd.count("transition_study") == 0
+
+
 def test_the_publish_command_takes_the_platform(live_tasks, prolific_crowd, capsys):
     CrowdBudget.objects.create(task=live_tasks["sentiment"], amount=Decimal("100.00"), currency="GBP")
     with pytest.raises(CommandError, match="below Prolific's minimum"):
