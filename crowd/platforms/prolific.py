@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 from django.urls import reverse
@@ -53,7 +53,9 @@ CATEGORIES = {"no_record": "NO_DATA", "bad_code": "BAD_CODE", "not_finished": "F
 
 
 def _minor_to_major(value) -> Decimal | None:
-    return None if value is None else (Decimal(int(value)) / 100).quantize(Decimal("0.01"))
+    """Pence or cents as Prolific answers them (a number, which may carry a fraction: 33.3)
+    to pounds or dollars, to the nearest cent."""
+    return None if value is None else (Decimal(str(value)) / 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
 class ProlificPlatform(Platform):

@@ -1,4 +1,4 @@
-"""A bonus run's report adds what it paid per currency, never across currencies."""
+"""A bonus run's report adds what it paid per currency, never across currencies; Prolific's amounts in minor units."""
 
 from decimal import Decimal
 
@@ -23,3 +23,14 @@ def test_a_run_in_two_currencies_keeps_them_apart():
     assert "2 bonuses paid (£0.25, $1.00)" in str(report)
     with pytest.raises(ValueError, match="several currencies"):
         report.amount  # noqa: B018  (the property refuses to add pounds to dollars)
+
+
+@pytest.mark.parametrize("answered, expected", [
+    (1250, Decimal("12.50")), (1250.0, Decimal("12.50")), (33.3, Decimal("0.33")), (416.5, Decimal("4.17")),
+    ("83.25", Decimal("0.83")), (None, None)])
+def test_prolific_s_minor_units_become_pounds_or_dollars_to_the_nearest_cent(answered, expected):
+    """The bonus set-up answers its fees and total in pence or cents, as numbers that may
+    carry a fraction: never truncated (33.3p is £0.33, 416.5p is £4.17)."""
+    from crowd.platforms.prolific import _minor_to_major
+
+    assert _minor_to_major(answered) == expected
