@@ -67,10 +67,12 @@ import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from xml.sax.saxutils import escape
 
 import botocore.session
+
+from .local_service import LocalService
 
 TARGET_PREFIX = "MTurkRequesterServiceV20170117."
 ANSWERS_NS = "http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2005-10-01/QuestionFormAnswers.xsd"
@@ -254,14 +256,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class FakeMTurk:
+class FakeMTurk(LocalService):
     """The fake service: ``start()``/``stop()`` or ``with FakeMTurk() as fake:``."""
+
+    handler = _Handler
+    thread_name = "fake-mturk"
 
     def __init__(self, balance="10000.00", seed=None):
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
         self._seq = itertools.count(1)
-        self._server = self._thread = None
         self._faults: dict[str, list[str]] = {}
         self._tokens: dict[tuple[str, str], tuple[float, str]] = {}
         self._hit_type_keys: dict[str, str] = {}
@@ -281,33 +285,9 @@ class FakeMTurk:
         self.adult_content_declined: set[str] = set()
         self.notifications: list[dict] = []
 
-    # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> FakeMTurk:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-mturk", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=5)
-            self._server = self._thread = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
     @property
     def endpoint_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.base_url
 
     # -- test controls ----------------------------------------------------------------------
     @property

@@ -34,8 +34,10 @@ import socket
 import threading
 import time
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from .local_service import LocalService
 
 FAULTS = ("drop_after_commit", "hang_after_commit", "throttle", "server_error")
 REJECTION_CATEGORIES = {"TOO_QUICKLY", "TOO_SLOWLY", "FAILED_INSTRUCTIONS", "INCOMP_LONGITUDINAL", "FAILED_CHECK",
@@ -110,8 +112,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class FakeProlific:
+class FakeProlific(LocalService):
     """The fake service: ``start()``/``stop()`` or ``with FakeProlific() as fake:``."""
+
+    handler = _Handler
+    thread_name = "fake-prolific"
 
     def __init__(self, token="fake-prolific-token", *, fee_rate="0.333", page_size=20, async_payments=False):
         self.token = token
@@ -123,7 +128,6 @@ class FakeProlific:
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._faults: dict[str, list[str]] = {}
-        self._server = self._thread = None
         self.calls: list[tuple[str, str, str, dict | None]] = []
         self.studies: dict[str, dict] = {}
         self.submissions: dict[str, dict] = {}
@@ -132,31 +136,9 @@ class FakeProlific:
         self.pending_payments: list[dict] = []
         self.groups: dict[str, dict] = {}
 
-    # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> FakeProlific:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-prolific", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=5)
-            self._server = self._thread = None
-
-    __enter__ = start
-
-    def __exit__(self, *exc):
-        self.stop()
-
     @property
     def url(self) -> str:
-        return "http://{}:{}".format(*self._server.server_address[:2])
+        return self.base_url
 
     # -- test controls ----------------------------------------------------------------------
     def inject(self, endpoint: str, fault: str, times: int = 1) -> None:

@@ -9,31 +9,12 @@ from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from crowd.models import Assignment, CrowdBudget
 from crowd.publishing import BatchRequest, publish
 from crowd.testing.fake_mturk import WorkerActionError
 from crowd.testing.fake_prolific import ParticipantActionError
-
-
-def token_of(response) -> str:
-    return re.search(r'data-token="([^"]+)"', response.content.decode()).group(1)
-
-
-def api(token) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_X_DYNABENCH_TOKEN=token)
-    return client
-
-
-def write_pair(client, slug, text):
-    """The same statement with each label: exactly one of the two fools a two-label model."""
-    context = client.get(f"/api/tasks/{slug}/contexts/next/").json()
-    for label in ("negative", "positive"):
-        response = client.post(f"/api/tasks/{slug}/examples/", {
-            "context": context["id"], "inputs": {"statement": text}, "target": {"label": label}}, format="json")
-        assert response.status_code == 201, response.content
+from tests.crowd.test_crowd_flow import api, token_of, write_pair  # noqa: F401  (the suites import them from here)
 
 
 class MTurkSide:
