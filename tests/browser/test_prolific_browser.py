@@ -14,6 +14,7 @@ from crowd import bonuses, prolific, sync
 from crowd.models import Assignment, BonusPayment, CrowdBudget
 from crowd.publishing import BatchRequest, publish
 from crowd.testing.fake_prolific import FakeProlific
+from tests.browser.test_worker_journey_browser import write_pair_on_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -48,14 +49,7 @@ def test_a_participant_works_finishes_and_goes_back_to_prolific_with_the_code(
             {"PROLIFIC_PID": PARTICIPANT, "STUDY_ID": study, "SESSION_ID": session}))
         page.wait_for_selector("#context-fields .field .text")
         assert "£0.25" in page.locator(".hit-bar").inner_text()
-        for label in ("negative", "positive"):
-            page.fill("#input-statement", "Not the disaster the reviews promised.")
-            page.locator(f"input[name=label][value={label}]").check()
-            page.click("#submit-example")
-            page.wait_for_selector("#result:not([hidden])")
-            if label == "negative":
-                page.click("#another")
-                page.wait_for_selector("#example-form:not([hidden])")
+        write_pair_on_page(page, "Not the disaster the reviews promised.")
         assert page.locator("#hit-done").inner_text() == "2"
         page.click("#hit-submit")
         page.wait_for_selector("#completion-code")

@@ -22,6 +22,19 @@ WORKER = "A2JOURNEYWORKER1"
 TEXT = "Not the disaster the reviews promised."
 
 
+def write_pair_on_page(page, text):
+    """On the work page, the same statement with each label (so one of the two fools a
+    two-label model), as a worker writes them: "Write another" between the two."""
+    page.wait_for_selector("#context-fields .field .text")
+    for label in ("negative", "positive"):
+        page.fill("#input-statement", text)
+        page.locator(f"input[name=label][value={label}]").check()
+        page.click("#submit-example")
+        page.wait_for_selector("#result:not([hidden])")
+        if label == "negative":
+            page.click("#another")
+            page.wait_for_selector("#example-form:not([hidden])")
+
 def test_a_new_worker_goes_from_onboarding_to_a_paid_bonus_shown_on_their_page(
         with_onboarding, live_server, live_tasks, researcher, fake_mturk, settings, monkeypatch, browser_page):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
@@ -55,15 +68,7 @@ def test_a_new_worker_goes_from_onboarding_to_a_paid_bonus_shown_on_their_page(
 
     # 2. The work: the same words with each label, so one of the two fools the model; then
     # feedback, and Submit posts to MTurk.
-    page.wait_for_selector("#context-fields .field .text")
-    for label in ("negative", "positive"):
-        page.fill("#input-statement", TEXT)
-        page.locator(f"input[name=label][value={label}]").check()
-        page.click("#submit-example")
-        page.wait_for_selector("#result:not([hidden])")
-        if label == "negative":
-            page.click("#another")
-            page.wait_for_selector("#example-form:not([hidden])")
+    write_pair_on_page(page, TEXT)
     assert page.locator("#hit-done").inner_text() == "2"
     page.fill("#hit-feedback", "Clear instructions; the quiz helped.")
     page.click("#hit-submit")
