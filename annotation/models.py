@@ -807,6 +807,8 @@ class OnboardingRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "task"], name="one_onboarding_per_user_and_task")]
+        # What changed since a watermark (the crowd's resync of the platforms' grants).
+        indexes = [models.Index(fields=["updated_at"], name="onboarding_updated_at")]
 
     def __str__(self):
         state = "passed" if self.passed_at else "blocked" if self.blocked_at else f"{self.tries} tries"

@@ -109,8 +109,9 @@ def resync() -> ResyncReport:
     report = ResyncReport()
     mark = timezone.now()
     since = watermarks.read_from(watermarks.get(RESYNC_WATERMARK)) or mark - FIRST_LOOK_BACK
-    records = (OnboardingRecord.objects.filter(Q(passed_at__gte=since) | Q(blocked_at__gte=since),
-                                               user__mturk_identity__isnull=False)
+    # Read through the records' updated_at index (passing or blocking stamps it): what changed, not all.
+    records = (OnboardingRecord.objects.filter(Q(passed_at__isnull=False) | Q(blocked_at__isnull=False),
+                                               updated_at__gte=since, user__mturk_identity__isnull=False)
                .select_related("task", "user__mturk_identity").order_by("pk"))
     for record in records:
         identity = record.user.mturk_identity
