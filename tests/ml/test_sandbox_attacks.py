@@ -35,12 +35,34 @@ SECRET = f"not-for-uploads-{uuid.uuid4().hex}"
 SECRETS = {"SECRET_KEY": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET, "PROLIFIC_TOKEN": SECRET,
            "DATABASE_URL": f"postgres://dynabench:{SECRET}@127.0.0.1:5432/dynabench"}
 
-# The attacker's code: what it tries, then the real check (which calls it when it loads
-# the tokenizer). It raises the first error it met, as a failed exploit would.
-ATTACKER = r'''
-import json, os, socket, sys, runpy
+# The child's program: the real check, with the attacker's code (ATTACK, defining
+# attack()) run where a tokenizer bug would run it. It raises the first error that code
+# met, as a failed exploit would.
+EXPLOITED = r'''
+import json, os, runpy, sys
 T = json.loads(TARGETS)
-found, errors = {}, []
+errors = []
+ATTACK
+
+import ml.backbones
+transformers = ml.backbones.import_transformers()
+load_tokenizer = transformers.AutoTokenizer.from_pretrained
+
+def exploited(*args, **kwargs):
+    attack()
+    if errors:
+        raise errors[0]
+    return load_tokenizer(*args, **kwargs)
+
+transformers.AutoTokenizer.from_pretrained = exploited
+runpy.run_module("ml.sandbox", run_name="__main__")
+'''
+
+# What the attacker tries: to reach, read and write what it should not. Each outcome is
+# a progress line.
+PROBES = r'''
+import socket
+found = {}
 
 def attempt(name, action):
     try:
@@ -92,19 +114,27 @@ def attack():
     with open("check-progress.log", "a") as progress:
         for name, what in found.items():
             progress.write(f"attacker: {name}: {what}\n")
+'''
 
-import ml.backbones
-transformers = ml.backbones.import_transformers()
-load_tokenizer = transformers.AutoTokenizer.from_pretrained
+# A FIFO where the parent reads the child's progress: an open() that never returns
+# would hold the worker past every time limit.
+FIFO = r'''
+def attack():
+    os.unlink("check-progress.log")  # the check writes on to the file it opened
+    os.mkfifo("check-progress.log")
+'''
 
-def exploited(*args, **kwargs):
-    attack()
-    if errors:
-        raise errors[0]
-    return load_tokenizer(*args, **kwargs)
+# Once the check has saved the model, a file of it swapped for a link to a file on the
+# server (here one with the same content, so its digest matches): the parent would read
+# it, and register it, through the link.
+LINK = r'''
+import atexit
 
-transformers.AutoTokenizer.from_pretrained = exploited
-runpy.run_module("ml.sandbox", run_name="__main__")
+def attack():
+    def swap():
+        os.rename("artifact/tokenizer.json", "kept.json")
+        os.symlink(T["work on the server"] + "/kept.json", "artifact/tokenizer.json")
+    atexit.register(swap)
 '''
 
 # The worker: checks the archive in the sandbox, its child running the attacker's code.
@@ -113,8 +143,8 @@ import json, sys
 import ml, ml.sandbox
 from ml.sandbox import Sandbox, check_in_child
 from ml.submissions import SubmissionRejected
-archive, work, spec, var, attacker = sys.argv[1:6]
-ml.sandbox._child_command = lambda request: [sys.executable, "-P", "-c", attacker, str(request)]
+archive, work, spec, var, program = sys.argv[1:6]
+ml.sandbox._child_command = lambda request: [sys.executable, "-P", "-c", program, str(request)]
 lines = []
 try:
     check_in_child(archive, work, ml.TaskSpec.from_dict(json.loads(spec)), sandbox=Sandbox(private=(var,)),
@@ -138,19 +168,34 @@ def archive(tmp_path_factory, sentiment_model_b) -> Path:
     return zipped(sentiment_model_b.path, tmp_path_factory.mktemp("upload") / "upload.zip")
 
 
-@pytest.fixture(scope="module")
-def attack(tmp_path_factory, archive, sentiment_spec):
-    """One check whose child runs the attacker's code, laid out as on a server: the work
-    folder and the upload inside var/models, beside var/secret_key, the database file
-    and another user's upload waiting for its check."""
-    var = tmp_path_factory.mktemp("var")
+def server(var: Path, archive: Path) -> tuple[Path, Path]:
+    """var/ laid out as on a server: var/secret_key, the database file, another user's
+    upload waiting for its check, and this one's; returns this upload and its work folder."""
     incoming = var / "models" / ".submissions" / "incoming"
     incoming.mkdir(parents=True)
     (var / "secret_key").write_text(SECRET)
     (var / "db.sqlite3").write_bytes(b"SQLite format 3\0" + SECRET.encode())
     (incoming / "other.zip").write_bytes(archive.read_bytes())
-    upload = shutil.copy(archive, incoming / "mine.zip")
-    work = var / "models" / ".submissions" / "checking" / "job-1"
+    return Path(shutil.copy(archive, incoming / "mine.zip")), var / "models" / ".submissions" / "checking" / "job-1"
+
+
+def check_exploited(var: Path, upload: Path, work: Path, spec, attack: str, targets: dict, *, timeout=300) -> dict:
+    """Check ``upload`` in a worker process started with the secrets in its environment,
+    its child running ``attack``; the outcome (accepted, or rejected with the reason) and
+    the progress lines."""
+    program = EXPLOITED.replace("ATTACK", attack).replace("TARGETS", repr(json.dumps(targets)))
+    result = subprocess.run(
+        [sys.executable, "-c", WORKER, str(upload), str(work), json.dumps(spec.to_dict()), str(var), program],
+        cwd=ROOT, env={**os.environ, **SECRETS}, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def attack(tmp_path_factory, archive, sentiment_spec):
+    """One check whose child runs the attacker's probes."""
+    var = tmp_path_factory.mktemp("var")
+    upload, work = server(var, archive)
     plant = f".planted-{uuid.uuid4().hex}"
     unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     unix_path = str(tmp_path_factory.mktemp("run") / "service.sock")
@@ -158,14 +203,10 @@ def attack(tmp_path_factory, archive, sentiment_spec):
     unix.listen(8)
     listener = socket.create_server(("127.0.0.1", 0), backlog=8)
     targets = {"port": listener.getsockname()[1], "unix": unix_path, "names": sorted(SECRETS), "secret": SECRET,
-               "var": str(var), "other upload": str(incoming / "other.zip"), "code": str(ROOT / "ml"),
+               "var": str(var), "other upload": str(upload.with_name("other.zip")), "code": str(ROOT / "ml"),
                "plant": plant}
-    attacker = ATTACKER.replace("TARGETS", repr(json.dumps(targets)))
     try:
-        result = subprocess.run(
-            [sys.executable, "-c", WORKER, str(upload), str(work), json.dumps(sentiment_spec.to_dict()), str(var),
-             attacker],
-            cwd=ROOT, env={**os.environ, **SECRETS}, capture_output=True, text=True, timeout=600)
+        outcome = check_exploited(var, upload, work, sentiment_spec, PROBES, targets)
     finally:
         listener.close()
         unix.close()
@@ -173,8 +214,6 @@ def attack(tmp_path_factory, archive, sentiment_spec):
                if path.exists()]
     for path in planted:
         path.unlink()
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
     seen = dict(line.removeprefix("attacker: ").split(": ", 1) for line in outcome["progress"]
                 if line.startswith("attacker: "))
     assert seen, f"the attacker's code never ran: {outcome}"
@@ -223,6 +262,23 @@ def test_the_attackers_code_writes_nothing_outside_its_work_folder(attack, targe
 def test_the_check_fails_with_the_reason(attack):
     """The first thing the attacker's code could not do is the reason the model was refused."""
     assert attack.get("rejected") == "the tokenizer could not be loaded: [Errno 111] Connection refused"
+
+
+@requires_bwrap
+def test_a_fifo_for_the_progress_file_does_not_hold_the_worker(tmp_path, archive, sentiment_spec):
+    """The parent opens what the child left without blocking: the check ends as usual."""
+    upload, work = server(tmp_path / "var", archive)
+    outcome = check_exploited(tmp_path / "var", upload, work, sentiment_spec, FIFO, {}, timeout=240)
+    assert outcome.get("accepted") is True, outcome
+
+
+@requires_bwrap
+def test_a_link_in_the_saved_model_is_refused(tmp_path, archive, sentiment_spec):
+    upload, work = server(tmp_path / "var", archive)
+    outcome = check_exploited(tmp_path / "var", upload, work, sentiment_spec, LINK,
+                              {"work on the server": str(work)})
+    assert outcome.get("rejected") == ("the saved model holds 'tokenizer.json', which is a link or a special file, "
+                                       "not a regular file; refused")
 
 
 # --- where the sandbox cannot run, the check refuses to -------------------------------------
