@@ -265,7 +265,7 @@ def sandbox_problem(sandbox: Sandbox = Sandbox()) -> str | None:  # noqa: B008  
         with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile() as status:
             argv = _sandbox_argv(program, sandbox, Path(scratch), None, [sys.executable, "-I", "-S", "-c", ""],
                                  status.fileno())
-            result = subprocess.run(argv, env={"PATH": os.environ.get("PATH", os.defpath)}, cwd=scratch,
+            result = subprocess.run(argv, env={}, cwd=scratch,
                                     stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
                                     pass_fds=(status.fileno(),))
             started = _sandboxed_pid(status) is not None
