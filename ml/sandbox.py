@@ -301,7 +301,8 @@ def _sandbox_argv(program: str, sandbox: Sandbox, work: Path, archive: Path | No
         argv += ["--ro-bind", source, target]
     for source, target in writable:
         argv += ["--bind", source, target]
-    return [*argv, "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/", "--chdir", str(SANDBOX_WORK), "--",
+    return [*argv, "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir",
+            str(SANDBOX_WORK), "--",
             *command]
 
 

@@ -111,6 +111,7 @@ def attack():
     attempt("write into var/", write(T["var"] + "/models/planted"))
     attempt("write into the code", write(T["code"] + "/" + T["plant"]))
     attempt("write into /tmp", write("/tmp/" + T["plant"]))
+    attempt("write into /dev/shm (memory)", write("/dev/shm/" + T["plant"]))
     with open("check-progress.log", "a") as progress:
         for name, what in found.items():
             progress.write(f"attacker: {name}: {what}\n")
@@ -210,8 +211,8 @@ def attack(tmp_path_factory, archive, sentiment_spec):
     finally:
         listener.close()
         unix.close()
-    planted = [path for path in (var / "models" / "planted", ROOT / "ml" / plant, Path("/tmp") / plant)
-               if path.exists()]
+    planted = [path for path in (var / "models" / "planted", ROOT / "ml" / plant, Path("/tmp") / plant,
+                                 Path("/dev/shm") / plant) if path.exists()]
     for path in planted:
         path.unlink()
     seen = dict(line.removeprefix("attacker: ").split(": ", 1) for line in outcome["progress"]
@@ -252,7 +253,8 @@ def test_the_attackers_code_sees_nothing_of_var(attack, target):
 
 
 @requires_bwrap
-@pytest.mark.parametrize("target", ["write into var/", "write into the code", "write into /tmp"])
+@pytest.mark.parametrize("target", ["write into var/", "write into the code", "write into /tmp",
+                                    "write into /dev/shm (memory)"])
 def test_the_attackers_code_writes_nothing_outside_its_work_folder(attack, target):
     assert attack["seen"][target].startswith("blocked: ")
     assert attack["planted"] == []
