@@ -541,6 +541,20 @@ SUBMISSION_CHECK_MEMORY_MB = _at_least("SUBMISSION_CHECK_MEMORY_MB", 256,
                                        lambda n: env.int(n, default=6144))
 SUBMISSION_CHECK_SECONDS = _at_least("SUBMISSION_CHECK_SECONDS", 1, lambda n: env.float(n, default=300.0))
 SUBMISSION_CHECK_THREADS = _at_least("SUBMISSION_CHECK_THREADS", 1, lambda n: env.int(n, default=2))
+
+# The sandbox that child process runs in: bubblewrap (Debian's package bubblewrap), named
+# by its program on PATH or its path. Inside it the check has no network, a read-only view
+# of Python and the ml code, nothing of var/ or the data sets, and none of this
+# environment's variables. Where it is missing or cannot start, submitted models are not
+# checked at all (the job fails and says so). "none" checks them unconfined, with this
+# process's rights and network: only a development checkout may (DEBUG on); with DEBUG
+# off the settings refuse it.
+SUBMISSION_SANDBOX = env.str("SUBMISSION_SANDBOX", default="bwrap").strip()
+if SUBMISSION_SANDBOX.lower() == "none" and not DEBUG:
+    raise ImproperlyConfigured(
+        "SUBMISSION_SANDBOX=none checks uploaded models without a sandbox, with this server's rights and network; "
+        "it is allowed only with DEBUG on (a development checkout). Install bubblewrap (apt-get install "
+        "bubblewrap) and leave SUBMISSION_SANDBOX unset, or set it to bwrap's path.")
 # Data releases (leaderboard.releases): the key of the annotator pseudonyms a release
 # carries (a keyed hash of the account; never the account, username or MTurk id). Its
 # own setting, like ADDRESS_HASH_KEY: rotating SECRET_KEY keeps every published

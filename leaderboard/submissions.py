@@ -13,8 +13,11 @@ queues its evaluation on every dataset of the task.
   against the task's limits (``model_limits``, read as JSON before anything is
   built), loading, two forward passes and saving, all in a child process with at
   most ``SUBMISSION_CHECK_MEMORY_MB`` of memory and ``SUBMISSION_CHECK_SECONDS``
-  (``ml.sandbox``). A refusal, or a check over either limit, fails the job with the
-  reason; the worker carries on. An accepted model is registered and its
+  (``ml.sandbox``), inside bubblewrap (``SUBMISSION_SANDBOX``): no network, nothing of
+  ``var/`` or the data sets, none of the worker's environment. A refusal, or a check
+  over either limit, fails the job with the reason; the worker carries on. Where the
+  sandbox is missing or cannot start, the model is not checked at all: the job fails
+  saying so, and the worker's log says why. An accepted model is registered and its
   evaluation queued, in one transaction.
 - Per user and task, at most ``SUBMISSIONS_PER_DAY`` attempts a day (refused ones
   count too), counted atomically; the task's researchers are exempt. The count
@@ -33,6 +36,7 @@ queues its evaluation on every dataset of the task.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import shutil
@@ -48,7 +52,7 @@ from core.errors import DomainError, InvalidInput, TooLarge, TooMany, Unavailabl
 from core.ratelimit import Limiter
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
 from jobs.models import Job
-from ml.sandbox import MIB, ChildLimits, check_in_child
+from ml.sandbox import MIB, ChildLimits, Sandbox, SandboxUnavailable, check_in_child
 from ml.submissions import SubmissionLimits, SubmissionRejected, inspect_archive
 from registry.services import check_new_model_name, models_root, register_model
 from tasks.models import Task
@@ -56,6 +60,8 @@ from tasks.roles import is_researcher
 
 from .evaluation import start_evaluation
 from .rows import ml_spec
+
+log = logging.getLogger(__name__)
 
 DAY = 24 * 3600
 WORK_AREA = ".submissions"
@@ -96,6 +102,28 @@ def archive_limits():
 def child_limits():
     return ChildLimits(memory_bytes=settings.SUBMISSION_CHECK_MEMORY_MB * MIB,
                        seconds=settings.SUBMISSION_CHECK_SECONDS, threads=settings.SUBMISSION_CHECK_THREADS)
+
+
+UNCONFINED = ("WARNING: this model is checked WITHOUT a sandbox (SUBMISSION_SANDBOX=none), with the worker's "
+              "rights and network: a development setting only, never for uploads from people you do not trust")
+NOT_CHECKED = ("This server cannot check submitted models safely right now (the sandbox it checks them in is not "
+               "available), so this model was not checked and nothing of it was kept. The site's operators have "
+               "been told; upload it again once they have fixed it.")
+
+
+def check_sandbox() -> Sandbox | None:
+    """The sandbox a check runs in: bubblewrap (``SUBMISSION_SANDBOX``), shown none of
+    the private folders (var/, the data sets, the models and job files). None (no
+    sandbox) only for ``SUBMISSION_SANDBOX=none`` with DEBUG on; with DEBUG off that is
+    :class:`SandboxUnavailable` (the settings refuse it too)."""
+    program = settings.SUBMISSION_SANDBOX
+    if program.lower() == "none":
+        if not settings.DEBUG:
+            raise SandboxUnavailable("SUBMISSION_SANDBOX=none (no sandbox) is allowed only with DEBUG on")
+        return None
+    private = (settings.VAR_DIR, settings.DYNABENCH_DATA_DIR, settings.DYNABENCH_MODELS_DIR,
+               settings.DYNABENCH_JOB_FILES_DIR, settings.DYNABENCH_ARTIFACTS_CACHE)
+    return Sandbox(program=program, private=tuple(str(folder) for folder in private if folder))
 
 
 # --- the request ---------------------------------------------------------------------------
@@ -183,18 +211,27 @@ def run_submission_check_job(job_id: int) -> Job:
                 raise ModelRefused("The uploaded archive is no longer there (a check runs once); upload the model "
                                    "again.")
             limits = child_limits()
-            reporter.progress(5, f"checking the model in a separate process (at most "
-                                 f"{limits.memory_bytes // (1024 * 1024):,} MB of memory and {limits.seconds:g} s)")
-            stages = iter(range(20, 100, 15))
             try:
+                sandbox = check_sandbox()
+                if sandbox is None:
+                    log.warning("job %s: %s", job.pk, UNCONFINED)
+                    reporter.progress(5, UNCONFINED)
+                reporter.progress(5, f"checking the model in a separate process{' in a sandbox' if sandbox else ''} "
+                                     f"(at most {limits.memory_bytes // (1024 * 1024):,} MB of memory and "
+                                     f"{limits.seconds:g} s)")
+                stages = iter(range(20, 100, 15))
                 info = check_in_child(
                     archive, scratch, ml_spec(task), limits=archive_limits(),
-                    bounds=task.parsed_config.submission_bounds(), child=limits,
+                    bounds=task.parsed_config.submission_bounds(), child=limits, sandbox=sandbox,
                     progress=lambda line: reporter.progress(next(stages, 95), line),
                     waiting=_heartbeat(reporter),
                 )
             except SubmissionRejected as exc:
                 raise ModelRefused(exc.reason) from None
+            except SandboxUnavailable as exc:  # the submitter is told it was not checked; the operator why
+                log.error("job %s: a submitted model was not checked, its sandbox is unavailable: %s",
+                          job.pk, exc.reason)
+                raise ModelRefused(NOT_CHECKED) from None
             dest = models_root() / task.slug / "submissions" / uuid.uuid4().hex
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(info.path, dest)

@@ -47,9 +47,11 @@ created.  Nothing is ever unpickled and no code from the upload is run.
 
 Stages 1 to 3 alone are :func:`inspect_archive`: no decompression, no torch, cheap
 enough for a web request.  Unpacking, loading and the forward pass run a hostile
-model's code paths in transformers and tokenizers: a worker calls
-:func:`unpack_submission` only in a child process with memory and time limits
-(:mod:`ml.sandbox`), never in its own process and never in a web process.
+model's code paths in transformers and tokenizers (and their configs may name
+files to read): a worker calls :func:`unpack_submission` only in a child process
+with memory and time limits, inside bubblewrap (no network, nothing of the
+server's files but Python and this package: :mod:`ml.sandbox`), never in its own
+process and never in a web process.
 :func:`parameter_count` reads only the safetensors header and needs no torch.
 """
 

@@ -1,7 +1,7 @@
 """A submitted model, checked and evaluated by a real Celery worker on PostgreSQL: the
 submitter watches its check job go from queued to done (the model unpacked, loaded and
 run in a child process of the worker), then its evaluation, then finds it ranked with
-intervals."""
+intervals. The worker checks it inside bubblewrap."""
 
 import time
 
@@ -13,8 +13,9 @@ from tasks.models import Round
 from tests.leaderboard.test_board import LEANING  # a name and gender words: fairness is measured
 from tests.leaderboard.test_models_and_jobs import add_examples
 from tests.leaderboard.test_submissions_api import model_zip, upload
+from tests.sandboxing import requires_bwrap
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, requires_bwrap]
 
 
 def wait_for(api, job_id: int, seen: list) -> dict:

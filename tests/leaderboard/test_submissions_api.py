@@ -3,7 +3,10 @@ evaluated and ranked; refused archives say why and store nothing; per-user limit
 private models stay private on the board, the API and the exports. And from the
 attacker's side: an oversized body is stopped while it is read, a config of 10,000
 layers is refused before anything is built, a model that needs too much memory or
-time fails its job while the worker carries on, and nothing is left behind."""
+time fails its job while the worker carries on, and nothing is left behind; a
+config that names a server file reads nothing (the check's sandbox), and without
+its sandbox no model is checked at all. The tests that run a check need bubblewrap
+(tests/sandboxing.py)."""
 
 import io
 import json
@@ -22,6 +25,7 @@ from registry.models import ModelVersion
 from tasks.models import Round
 from tests.leaderboard import upload_recorder
 from tests.leaderboard.test_models_and_jobs import add_examples
+from tests.sandboxing import requires_bwrap
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +91,7 @@ def scored_task(live_tasks):
     return task
 
 
+@requires_bwrap
 def test_a_user_submits_a_model_that_is_checked_evaluated_and_ranked(scored_task, tiny_artifact, annotator,
                                                                       client_for, client, settings,
                                                                       django_capture_on_commit_callbacks):
@@ -147,6 +152,7 @@ def test_at_most_n_a_day_for_users_and_researchers_are_exempt(scored_task, annot
         assert upload(owner, b"not a zip", name=f"r-{n}").status_code == 400  # never 429
 
 
+@requires_bwrap
 def test_private_models_show_only_to_their_owner_and_researchers(scored_task, tiny_artifact, annotator,
                                                                   second_annotator, researcher, client_for, client,
                                                                   django_capture_on_commit_callbacks):
@@ -176,6 +182,7 @@ def test_duplicate_names_and_anonymous_uploads_are_refused(scored_task, tiny_art
     assert upload(anonymous, body).status_code in (401, 403)
 
 
+@requires_bwrap
 def test_the_upload_page_and_the_model_page(scored_task, tiny_artifact, annotator, second_annotator, client,
                                             django_capture_on_commit_callbacks):
     from django.core.files.uploadedfile import SimpleUploadedFile
@@ -295,6 +302,7 @@ def test_the_upload_page_stops_an_oversized_upload_while_reading_it(scored_task,
     assert forged.status_code == 403
 
 
+@requires_bwrap
 def test_a_config_of_ten_thousand_layers_fails_its_check_with_the_reason(scored_task, tiny_artifact, annotator,
                                                                          client_for, settings,
                                                                          django_capture_on_commit_callbacks):
@@ -310,6 +318,7 @@ def test_a_config_of_ten_thousand_layers_fails_its_check_with_the_reason(scored_
     assert leftovers(settings.DYNABENCH_MODELS_DIR) == []
 
 
+@requires_bwrap
 def test_a_task_sets_its_own_limits_on_submitted_models(scored_task, tiny_artifact, annotator, client_for,
                                                         django_capture_on_commit_callbacks):
     scored_task.config = {**scored_task.config, "model_limits": {"max_layers": 4}}
@@ -343,6 +352,7 @@ def hostile_zip(tiny_artifact, tmp_path) -> bytes:
     return out.getvalue()
 
 
+@requires_bwrap
 def test_a_model_whose_loading_blows_the_memory_limit_fails_and_the_worker_carries_on(
         scored_task, tiny_artifact, hostile_zip, annotator, client_for, settings,
         django_capture_on_commit_callbacks):
@@ -367,6 +377,7 @@ def test_a_model_whose_loading_blows_the_memory_limit_fails_and_the_worker_carri
     assert ModelVersion.objects.filter(name="modest").exists()
 
 
+@requires_bwrap
 def test_a_check_past_its_time_limit_is_killed_and_leaves_nothing(scored_task, tiny_artifact, annotator,
                                                                   client_for, settings,
                                                                   django_capture_on_commit_callbacks):
@@ -380,6 +391,7 @@ def test_a_check_past_its_time_limit_is_killed_and_leaves_nothing(scored_task, t
     assert leftovers(settings.DYNABENCH_MODELS_DIR) == []
 
 
+@requires_bwrap
 def test_what_a_killed_worker_left_is_removed_by_the_next_check(scored_task, annotator, client_for, tiny_artifact,
                                                                 settings, django_capture_on_commit_callbacks):
     """A worker killed mid-check leaves its job's work folder and archive; the sweeper
@@ -483,3 +495,89 @@ def test_the_daily_limit_fails_closed_when_its_cache_is_down(scored_task, annota
         take_daily(annotator, task)
     assert refused.value.retry_after == 60 and "nothing was stored" in refused.value.message
     take_daily(annotator, task)  # the cache is back: counted
+
+
+# --- the attacker's side: what the check can reach, and no check without its sandbox ---------------
+
+
+def vocabulary_from_a_server_file(artifact_dir: Path, path: Path) -> bytes:
+    """A model that passes every check of the archive, whose tokenizer_config.json names a
+    file of the server's as its vocabulary ("vocab"): transformers reads whatever file it
+    names. vocab.txt is there for the archive's checks (a tokenizer file is required)."""
+    vocabulary = json.loads((artifact_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    tokenizer_config = {**json.loads((artifact_dir / "tokenizer_config.json").read_text()), "vocab": str(path)}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.write(artifact_dir / "config.json", "config.json")
+        zf.write(artifact_dir / "model.safetensors", "model.safetensors", compress_type=zipfile.ZIP_STORED)
+        zf.writestr("vocab.txt", "\n".join(sorted(vocabulary, key=vocabulary.get)) + "\n")
+        zf.writestr("tokenizer_config.json", json.dumps(tokenizer_config))
+    return out.getvalue()
+
+
+@requires_bwrap
+def test_a_model_whose_tokenizer_reads_the_servers_secret_key_is_refused_and_reads_nothing(
+        scored_task, tiny_artifact, annotator, client_for, settings, tmp_path, django_capture_on_commit_callbacks):
+    """Unconfined, the check opened var/secret_key as the vocabulary: its refusal then
+    told a file that exists from one that does not (here: no [UNK] token in it), and a
+    file with an [UNK] line among its lines became the registered model's tokens, saved
+    in its tokenizer.json. In the sandbox var/ is not there: the tokenizer cannot be
+    loaded, and that is the reason the model is refused."""
+    settings.VAR_DIR = tmp_path  # var/ as on a server: the key beside the models folder
+    secret = "not-for-uploads-7f3a9c1e"
+    (tmp_path / "secret_key").write_text(secret + "\n")
+    body = vocabulary_from_a_server_file(tiny_artifact("sentiment").path, tmp_path / "secret_key")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(client_for(annotator), body, name="curious")
+    job = finished(response)
+    assert job.status == Job.Status.FAILED, job.log
+    assert job.error.startswith("the tokenizer could not be loaded: ") and "No such file or directory" in job.error
+    assert not ModelVersion.objects.filter(name="curious").exists()
+    assert leftovers(settings.DYNABENCH_MODELS_DIR) == []
+    assert not [p for p in settings.DYNABENCH_MODELS_DIR.rglob("*") if p.is_file() and secret in p.read_text("latin-1")]
+
+
+def test_without_its_sandbox_a_submitted_model_is_not_checked_at_all(scored_task, tiny_artifact, annotator,
+                                                                     client_for, settings, tmp_path, caplog,
+                                                                     django_capture_on_commit_callbacks):
+    """bubblewrap missing on the worker: the check refuses to run, rather than run
+    unconfined; the submitter is told their model was not checked, the log says why."""
+    from leaderboard.submissions import NOT_CHECKED
+
+    settings.SUBMISSION_SANDBOX = str(tmp_path / "bin" / "bwrap")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(client_for(annotator), model_zip(tiny_artifact("sentiment").path), name="unchecked")
+    job = finished(response)
+    assert job.status == Job.Status.FAILED and job.error == NOT_CHECKED
+    assert "unpacked" not in job.log and "allowed" not in job.log  # nothing of it was run
+    assert not ModelVersion.objects.filter(name="unchecked").exists()
+    assert leftovers(settings.DYNABENCH_MODELS_DIR) == []
+    assert f"the sandbox program '{tmp_path / 'bin' / 'bwrap'}' (bubblewrap) is not installed" in caplog.text
+
+
+def test_no_sandbox_is_refused_with_debug_off(scored_task, tiny_artifact, annotator, client_for, settings, caplog,
+                                              django_capture_on_commit_callbacks):
+    from leaderboard.submissions import NOT_CHECKED
+
+    settings.SUBMISSION_SANDBOX, settings.DEBUG = "none", False
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(client_for(annotator), model_zip(tiny_artifact("sentiment").path), name="bare")
+    job = finished(response)
+    assert job.status == Job.Status.FAILED and job.error == NOT_CHECKED
+    assert not ModelVersion.objects.filter(name="bare").exists()
+    assert "SUBMISSION_SANDBOX=none (no sandbox) is allowed only with DEBUG on" in caplog.text
+
+
+def test_no_sandbox_with_debug_on_checks_unconfined_and_says_so(scored_task, tiny_artifact, annotator, client_for,
+                                                                settings, caplog,
+                                                                django_capture_on_commit_callbacks):
+    """A development checkout without bubblewrap may opt out, and every check it runs says so."""
+    from leaderboard.submissions import UNCONFINED
+
+    settings.SUBMISSION_SANDBOX, settings.DEBUG = "none", True
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(client_for(annotator), model_zip(tiny_artifact("sentiment").path), name="local")
+    job = finished(response)
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert UNCONFINED in job.log and UNCONFINED in caplog.text
+    assert "in a sandbox" not in job.log

@@ -1,6 +1,7 @@
-"""The check of an uploaded model runs in a child process: over its memory or time limit
-it is refused with the reason, the caller lives on, and nothing is left in its work
-folder; a killed caller takes its child with it."""
+"""The check of an uploaded model runs in a child process, inside bubblewrap: over its
+memory or time limit it is refused with the reason, the caller lives on, and nothing
+is left in its work folder; a killed caller takes its child (and the sandbox) with it.
+What the sandbox keeps from the child: tests/ml/test_sandbox_attacks.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ import pytest
 import ml
 from ml.sandbox import ARTIFACT, MIB, CheckLimitExceeded, ChildLimits, check_in_child
 from ml.submissions import SubmissionRejected
+from tests.sandboxing import requires_bwrap
+
+pytestmark = requires_bwrap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,22 +37,20 @@ def archive(tmp_path_factory, sentiment_model_b) -> Path:
 
 
 def children_of(work: Path) -> list[int]:
-    """Live check processes of the work folder ``work`` (the child names its request file there)."""
-    return processes_mentioning(str(work / "check-request.json"))
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line mentions ``text``."""
+    """Live check processes of the work folder ``work``: bubblewrap, the processes in
+    its sandbox and the check itself all write their output to the file the parent
+    opened there (whatever path the sandbox shows them)."""
+    output = os.path.realpath(work / "check-output.log")
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                target = os.readlink(entry / "fd" / "1")
                 state = next((line for line in (entry / "status").read_text().splitlines()
                               if line.startswith("State:")), "")
             except OSError:
                 continue
-            if text in cmdline and "zombie" not in state:
+            if target.startswith(output) and "zombie" not in state:
                 found.append(int(entry.name))
     return found
 

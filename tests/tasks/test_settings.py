@@ -99,6 +99,15 @@ def test_secret_key_is_required_when_debug_is_off(tmp_path):
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
 
 
+def test_checking_submissions_without_a_sandbox_is_refused_when_debug_is_off(tmp_path):
+    """SUBMISSION_SANDBOX=none runs uploaded models' checks with the server's rights and
+    network: a production configuration that says so does not start."""
+    result = run_settings(tmp_path, DEBUG="false", SECRET_KEY="k" * 50, SUBMISSION_SANDBOX="none", **PRODUCTION)
+    assert result.returncode != 0
+    assert "SUBMISSION_SANDBOX=none checks uploaded models without a sandbox" in result.stderr
+    assert run_settings(tmp_path, DEBUG="true", SUBMISSION_SANDBOX="None").returncode == 0
+
+
 def test_check_deploy_is_clean_under_production_settings(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
     env.update(
