@@ -11,13 +11,16 @@ the model's error. Token counts come from ``usage`` where the endpoint reports i
 from __future__ import annotations
 
 import hashlib
+import json
 
 from ..spec import TaskSpec
 from . import prompts
 from .errors import EndpointProtocolError
+from .network import NetworkPolicy
 from .transport import post_json
 
 RAW_KEPT = 2000  # characters of the raw answer stored with a prediction (its sha256 covers all of it)
+MAX_TOKENS = 64  # the most completion tokens a request asks for (a label or a span is short)
 
 
 def chat_url(base: str) -> str:
@@ -31,7 +34,7 @@ def chat_url(base: str) -> str:
 
 
 def request_body(spec: TaskSpec, inputs: dict[str, str], *, model: str, template: str | None,
-                 descriptions: dict[str, str], max_tokens: int = 64) -> dict:
+                 descriptions: dict[str, str], max_tokens: int = MAX_TOKENS) -> dict:
     if template is None:
         template = prompts.QA_TEMPLATE if spec.is_qa else prompts.CLASSIFICATION_TEMPLATE
     text = prompts.render(template, prompts.values_for(inputs, list(spec.labels), descriptions))
@@ -80,12 +83,21 @@ def interpret(spec: TaskSpec, inputs: dict[str, str], content: str) -> dict:
     return {"label": label, "probabilities": probabilities}
 
 
-def predict_one(spec: TaskSpec, inputs: dict[str, str], *, url: str, model: str, headers: dict, timeout: float,
-                budget: float, template: str | None = None, descriptions: dict | None = None, **transport) -> dict:
+def most_tokens(body: dict) -> tuple[int, int]:
+    """Upper bounds on what a request may be billed: prompt tokens (no tokenizer
+    makes more tokens than the request's bytes, the chat template's few markers
+    included) and completion tokens (its ``max_tokens``)."""
+    return len(json.dumps(body).encode()), int(body.get("max_tokens") or MAX_TOKENS)
+
+
+def predict_one(spec: TaskSpec, inputs: dict[str, str], *, url: str, model: str, headers: dict,
+                network: NetworkPolicy, timeout: float, budget: float, template: str | None = None,
+                descriptions: dict | None = None, **transport) -> dict:
     """Ask about one example; its prediction with ``endpoint``: the raw answer (cut
     to ``RAW_KEPT`` characters), its sha256, the latency, attempts and token counts."""
     body = request_body(spec, inputs, model=model, template=template, descriptions=descriptions or {})
-    response = post_json(chat_url(url), body, headers=headers, timeout=timeout, budget=budget, **transport)
+    response = post_json(chat_url(url), body, network=network, headers=headers, timeout=timeout, budget=budget,
+                         **transport)
     content = content_of(response.body)
     prediction = interpret(spec, inputs, content)
     prediction["endpoint"] = {"protocol": "openai", "raw": content[:RAW_KEPT],
