@@ -168,16 +168,16 @@ class NetworkPolicy:
         host, port = host_and_port(url)
         if self.allows(host, port):
             return
-        if parts.scheme == "http" and self.https_only:
-            raise EndpointRefused(f"Plain http to {host} is refused on this server: use https (only hosts on "
-                                  "ENDPOINT_ALLOWED_HOSTS may be reached over http).")
         try:
             reason = refused_reason(host)
         except ValueError:
-            return  # a name: resolved and checked when connecting
+            reason = None  # a name: resolved and checked when connecting
         if reason:
             raise EndpointRefused(f"The address {host} is refused: it is {reason}, and this server never connects "
                                   "to such addresses (ENDPOINT_ALLOWED_HOSTS lists the exceptions).")
+        if parts.scheme == "http" and self.https_only:
+            raise EndpointRefused(f"Plain http to {host} is refused on this server: use https (only hosts on "
+                                  "ENDPOINT_ALLOWED_HOSTS may be reached over http).")
 
     def addresses(self, host: str, port: int) -> list[tuple]:
         """``host`` resolved once: ``(family, type, proto, sockaddr)`` of each address,

@@ -11,7 +11,6 @@ the model's error. Token counts come from ``usage`` where the endpoint reports i
 from __future__ import annotations
 
 import hashlib
-import json
 
 from ..spec import TaskSpec
 from . import prompts
@@ -21,6 +20,7 @@ from .transport import post_json
 
 RAW_KEPT = 2000  # characters of the raw answer stored with a prediction (its sha256 covers all of it)
 MAX_TOKENS = 64  # the most completion tokens a request asks for (a label or a span is short)
+TEMPLATE_TOKENS = 16  # a generous bound on the tokens a chat template adds per message (role, markers)
 
 
 def chat_url(base: str) -> str:
@@ -84,10 +84,12 @@ def interpret(spec: TaskSpec, inputs: dict[str, str], content: str) -> dict:
 
 
 def most_tokens(body: dict) -> tuple[int, int]:
-    """Upper bounds on what a request may be billed: prompt tokens (no tokenizer
-    makes more tokens than the request's bytes, the chat template's few markers
-    included) and completion tokens (its ``max_tokens``)."""
-    return len(json.dumps(body).encode()), int(body.get("max_tokens") or MAX_TOKENS)
+    """Upper bounds on what a request may be billed: prompt tokens (no tokenizer makes
+    more tokens of a text than its UTF-8 bytes; each message gets ``TEMPLATE_TOKENS``
+    for the chat template's markers) and completion tokens (its ``max_tokens``)."""
+    prompt = TEMPLATE_TOKENS + sum(len(str(m.get("content", "")).encode()) + TEMPLATE_TOKENS
+                                   for m in body.get("messages", []))
+    return prompt, int(body.get("max_tokens") or MAX_TOKENS)
 
 
 def predict_one(spec: TaskSpec, inputs: dict[str, str], *, url: str, model: str, headers: dict,
