@@ -468,6 +468,19 @@ def _settle(endpoint: Endpoint, round_id: int | None, *, held: Decimal, cost: De
         EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes)
 
 
+def release_reservations(endpoint: Endpoint, user) -> Decimal:
+    """Give back what the endpoint's calls hold against its budgets, in every round:
+    for a superuser, after a process was killed with calls in flight (their
+    reservations were never settled). Used while calls are in flight, it lets those
+    calls pass the budget by what they held. What was given back, in all."""
+    if user is None or not user.is_superuser:
+        raise Forbidden("Only a superuser releases what an endpoint's calls hold against its budget.")
+    rows = EndpointUsage.objects.filter(endpoint=endpoint, reserved__gt=0)
+    held = sum(rows.values_list("reserved", flat=True), Decimal(0))
+    rows.update(reserved=0)
+    return held
+
+
 def _answered_cost(endpoint: Endpoint, answers: list[dict], most: dict) -> tuple[Decimal, int, int]:
     """What a request that answered costs, and its reported tokens; where it reported
     none (and tokens are priced), the most it may have used is charged."""

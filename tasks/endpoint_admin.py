@@ -98,12 +98,18 @@ def check_health(modeladmin, request, queryset):
                        lambda e: endpoints.health_check(e, e.model_version.task.parsed_config), "Healthy")
 
 
+@admin.action(description="Release what calls hold against the budgets (after a crash; superusers)")
+def release_reservations(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset.select_related("model_version"),
+                       lambda e: endpoints.release_reservations(e, request.user), "Released")
+
+
 class UsageInline(admin.TabularInline):
     model = EndpointUsage
     extra = 0
     can_delete = False
     fields = readonly_fields = ["round", "calls", "failed_calls", "unparseable", "prompt_tokens",
-                                "completion_tokens", "cost"]
+                                "completion_tokens", "cost", "reserved"]
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -116,7 +122,7 @@ class EndpointAdmin(TaskScopedAdmin):
     list_select_related = ["model_version__task"]
     list_filter = ["protocol"]
     search_fields = ["model_version__name", "url", "remote_model"]
-    actions = [check_health]
+    actions = [check_health, release_reservations]
     inlines = [UsageInline]
 
     def get_form(self, request, obj=None, **kwargs):

@@ -211,3 +211,23 @@ def test_an_evaluation_batch_does_not_pass_the_evaluation_budget(sentiment, supe
             evaluate_model(endpoint.model_version, [static], measure=False)
         assert chat.requests == []
     assert EndpointUsage.objects.filter(endpoint=endpoint, round=None, cost__gt=0).count() == 0
+
+
+@pytest.mark.django_db
+def test_what_a_crashed_call_held_is_released_by_a_superuser_only(sentiment, client, researcher, superuser):
+    round_id = sentiment.open_round().pk
+    with FakeOpenAI() as chat:
+        endpoint = priced_endpoint(sentiment, chat.url)
+        ask(endpoint, sentiment, [{"statement": "A film."}], round_id)
+        EndpointUsage.objects.filter(endpoint=endpoint).update(reserved=ONE)  # a process killed mid-call
+        with pytest.raises(endpoints.EndpointBudgetSpent, match="1.00 held by calls in flight"):
+            ask(endpoint, sentiment, [{"statement": "Another film."}], round_id)
+        action = {"action": "release_reservations", "_selected_action": [endpoint.pk]}
+        client.force_login(researcher)
+        client.post("/admin/registry/endpoint/", action)
+        assert usage(endpoint, round_id).reserved == ONE
+        client.force_login(superuser)
+        client.post("/admin/registry/endpoint/", action)
+        assert usage(endpoint, round_id).reserved == 0
+        ask(endpoint, sentiment, [{"statement": "Another film."}], round_id)
+        assert len(chat.requests) == 2
