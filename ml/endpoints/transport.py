@@ -112,6 +112,8 @@ def post_json(url: str, body: dict, *, network: NetworkPolicy, headers: dict | N
                 last, retry_hint = f"it could not be reached within {wait:.1f} s", None
             except requests.Timeout:
                 last, retry_hint, maybe_done = f"no answer within {wait:.1f} s", None, True
+            except requests.exceptions.SSLError:
+                last, retry_hint = "its TLS certificate or handshake was refused (check its https setup)", None
             except requests.ConnectionError as exc:
                 if _never_connected(exc):
                     last, retry_hint = "it could not be reached (the connection failed)", None

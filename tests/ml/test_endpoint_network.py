@@ -176,3 +176,11 @@ def test_a_key_goes_only_to_the_hosts_it_is_bound_to(fake):
     assert fake.requests == []
     ask(fake.url, network=LOCAL, secret="sk-bound-here", secret_hosts=("127.0.0.1",))
     assert fake.requests[-1]["headers"]["Authorization"] == "Bearer sk-bound-here"
+
+
+def test_an_allowed_name_keeps_its_name_for_the_host_header(fake):
+    """The connection goes to the address resolved (each in turn: localhost may answer
+    ::1 first, where nothing listens), the request still names the host."""
+    port = fake.server.server_address[1]
+    assert ask(f"http://localhost:{port}", network=NetworkPolicy(allowed_hosts=("localhost",)))[0]["label"]
+    assert fake.requests[-1]["headers"]["Host"] == f"localhost:{port}"
