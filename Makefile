@@ -16,6 +16,11 @@ export DEBUG
 
 .PHONY: run test install migrate demo crowd-demo serve services worker worker-inference worker-training beat lint bench-latency clean
 
+# A model served on this machine (MLServer, vLLM, llama.cpp on 127.0.0.1) may be registered
+# as an endpoint on a development checkout: the serving targets allow that address by name.
+# Every other internal address stays refused; a deployment sets its own list (docs/endpoints.md).
+run serve services crowd-demo worker worker-inference worker-training: export ENDPOINT_ALLOWED_HOSTS ?= 127.0.0.1
+
 # DEBUG pages show tracebacks, settings and code to whoever reaches them: a target that
 # serves on HOST refuses a non-loopback HOST while DEBUG is on, before it installs or
 # writes anything. ALLOW_PUBLIC_DEBUG=1 says you mean it (a throwaway machine on a

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     # One writer sends every request: the per-account throttles (60 examples a minute)
     # would measure the throttle, not the path.
     os.environ["THROTTLE_EXAMPLES"] = os.environ["THROTTLE_USER"] = "1000000/min"
+    os.environ["ENDPOINT_ALLOWED_HOSTS"] = "127.0.0.1"  # the fake endpoint's address, allowed by name
     setup_scratch(folder)
     import io
 
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         client.force_login(user)
         spec = ml.TaskSpec.from_dict(task.parsed_config.ml_spec_dict())
         endpoint = remote.Endpoint(protocol="openai", url=fake.url, model="fake-chat",
+                                   network=remote.NetworkPolicy(allowed_hosts=("127.0.0.1",)),
                                    label_descriptions={label["name"]: label.get("description", "")
                                                        for label in task.parsed_config.labels})
         session = requests.Session()

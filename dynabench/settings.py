@@ -5,7 +5,9 @@ Unset service variables mean the embedded default: SQLite under ``var/`` and
 Celery tasks run in-process. See the settings table in docs/operations.md.
 """
 
+import json
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -18,6 +20,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from core import celery_names
+from ml.endpoints.network import parse_host
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -577,6 +580,66 @@ PUBLIC_EXAMPLES_SEARCH_WINDOW = _at_least("PUBLIC_EXAMPLES_SEARCH_WINDOW", 1,
 # in the cache this long (0: never cached). Evaluations and models drop it at once when
 # they change; the limit bounds what nothing signals (e.g. the baseline's training data).
 LEADERBOARD_CACHE_SECONDS = env.int("LEADERBOARD_CACHE_SECONDS", default=60)
+
+# Models behind endpoints (registry.endpoints, ml.endpoints.network).
+# The keys an endpoint may use, owned by the operator: a JSON object mapping a key's
+# name (what a researcher picks) to the environment variable holding it and the hosts
+# it may be sent to, e.g. {"openai": {"env": "OPENAI_API_KEY", "hosts": ["api.openai.com"]}}.
+# Nothing else is ever read as a key: no other variable, no Django setting, and none of
+# the platform's own secrets (refused here).
+_OWN_SECRETS = {"SECRET_KEY", "SECRET_KEY_FALLBACKS", "ADDRESS_HASH_KEY", "REDIS_SIGNING_KEY",
+                "RELEASE_PSEUDONYM_KEY", "HF_TOKEN", "PROLIFIC_TOKEN", "DATABASE_URL", "CELERY_BROKER_URL",
+                "CELERY_RESULT_BACKEND", "CACHE_URL", "INFERENCE_REPLY_URL", "EMAIL_URL",
+                "DJANGO_SUPERUSER_PASSWORD"}
+
+
+def _endpoint_secrets(raw: str) -> dict:
+    problem = "ENDPOINT_SECRETS must be a JSON object {name: {\"env\": VARIABLE, \"hosts\": [host, ...]}}"
+    try:
+        found = json.loads(raw or "{}")
+    except ValueError:
+        raise ImproperlyConfigured(f"{problem}; it is not JSON.") from None
+    if not isinstance(found, dict):
+        raise ImproperlyConfigured(f"{problem}.")
+    keys = {}
+    for name, entry in found.items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+            raise ImproperlyConfigured(f"{problem}; the name {name!r} is not letters, digits, '_', '.', '-'.")
+        if not isinstance(entry, dict) or set(entry) != {"env", "hosts"}:
+            raise ImproperlyConfigured(f"{problem}; {name!r} needs exactly 'env' and 'hosts'.")
+        variable, hosts = entry["env"], entry["hosts"]
+        if not isinstance(variable, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", variable):
+            raise ImproperlyConfigured(f"{problem}; {name!r}: 'env' must name an environment variable.")
+        if variable in _OWN_SECRETS or variable.startswith(("AWS_", "MTURK_", "PROLIFIC_")):
+            raise ImproperlyConfigured(f"ENDPOINT_SECRETS: {name!r} names {variable}, one of the platform's own "
+                                       "secrets; an endpoint's key has a variable of its own.")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise ImproperlyConfigured(f"{problem}; {name!r}: 'hosts' must be a list of host names.")
+        for host in hosts:
+            try:
+                parse_host(host)
+            except ValueError as exc:
+                raise ImproperlyConfigured(f"ENDPOINT_SECRETS: {name!r}: {exc}.") from None
+        keys[name] = {"env": variable, "hosts": tuple(hosts)}
+    return keys
+
+
+ENDPOINT_SECRETS = _endpoint_secrets(env.str("ENDPOINT_SECRETS", default=""))
+# Hosts whose addresses an endpoint may have although they are internal (loopback,
+# private, ...), and which may be reached over plain http with DEBUG off: "host" (any
+# port) or "host:port", comma-separated. Empty: none. The make targets for a
+# development checkout set 127.0.0.1 (a model server on this machine).
+ENDPOINT_ALLOWED_HOSTS = env.list("ENDPOINT_ALLOWED_HOSTS", default=[])
+for _host in ENDPOINT_ALLOWED_HOSTS:
+    try:
+        parse_host(_host)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"ENDPOINT_ALLOWED_HOSTS: {_exc}.") from None
+# What an endpoint's calls may cost per round, and outside rounds (evaluations and
+# health checks) in all, where no superuser has set its budget.
+ENDPOINT_DEFAULT_BUDGET = Decimal(env.str("ENDPOINT_DEFAULT_BUDGET", default="10.00"))
+if not ENDPOINT_DEFAULT_BUDGET.is_finite() or ENDPOINT_DEFAULT_BUDGET < 0:
+    raise ImproperlyConfigured("ENDPOINT_DEFAULT_BUDGET must be a number of at least 0.")
 
 # Amazon Mechanical Turk (credentials come from the standard AWS variables).
 MTURK_SANDBOX = env.bool("MTURK_SANDBOX", default=True)

@@ -5,19 +5,34 @@ An endpoint is a ``ModelVersion`` without an artifact and an ``Endpoint`` row th
 how to reach it (``registry.models``). The protocols' clients are ``ml.endpoints``
 (no Django); this module adds what needs the database and the settings:
 
-- the secret: ``Endpoint.secret_env`` names an environment variable (or a setting)
-  read in the process that calls; the value is never stored, logged or returned;
+- the key: ``Endpoint.secret_env`` names a key of the operator's map
+  (``ENDPOINT_SECRETS``: its environment variable and the hosts it may be sent to).
+  Nothing else is ever read as a key (no other variable, no setting). The key is read
+  in the process that calls, sent only to its bound hosts (checked at the moment of
+  the call), and never stored, logged or returned. A row naming a key the map does
+  not hold (made before the map existed) is refused at call time, before anything is
+  sent. Only a superuser picks or changes a key and sets prices; a researcher's
+  change of the URL or the model clears the key;
+- where requests go (``network_policy``): every connection's address checked after
+  resolution and that address connected to (``ml.endpoints.network``), internal
+  addresses refused unless on ``ENDPOINT_ALLOWED_HOSTS``, plain http refused with
+  DEBUG off except for those hosts;
 - bounds across every worker: at most ``max_concurrency`` requests in flight
   (``core.slots``, the Redis slots the explanation lane uses; per process without a
   Redis) and at most ``rate_limit_per_minute`` requests a minute (the shared cache);
 - cost: calls, tokens and their price per endpoint and round (``EndpointUsage``),
-  against the budgets a superuser sets: ``round_budget`` for each round's annotation
-  calls, ``evaluation_budget`` for every call outside rounds (evaluations and health
-  checks, in all); once a budget is spent the next call is refused with a clear
-  message before it is made;
-- errors: whatever goes wrong (timeouts, 429s, 5xx, dropped connections, after the
-  retries that fit the wait budget; refusals; answers in the wrong shape) is a 503
-  (``EndpointUnavailable``) that says nothing was stored.
+  against the budgets a superuser sets (``ENDPOINT_DEFAULT_BUDGET`` where none is set):
+  ``round_budget`` for each round's annotation calls, ``evaluation_budget`` for every
+  call outside rounds (evaluations and health checks, in all). The most a call may
+  cost is reserved before it is sent, in one conditional UPDATE (so calls made at once
+  cannot together pass the budget), and settled when it ends: what it cost, or the
+  reservation where the endpoint may have billed without a usable answer. A call the
+  budget cannot cover is refused with a clear message before it is made. An endpoint
+  that uses a key is not asked before a superuser has priced it;
+- errors: whatever goes wrong (timeouts, 429s, 5xx, connections that fail or drop,
+  after the retries that fit the wait budget; refusals; refused addresses; answers in
+  the wrong shape) is a 503 (``EndpointUnavailable``) that says nothing was stored, in
+  words a researcher can act on, never with the endpoint's own text.
 """
 
 from __future__ import annotations
@@ -25,32 +40,31 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
-from django.db.models import F
+from django.db.models import DecimalField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
 import ml
 from core import slots
 from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from ml import endpoints as remote
+from ml.endpoints.network import host_and_port, host_listed
 
 from .models import Endpoint, EndpointUsage, ModelVersion, endpoint_of  # noqa: F401 (endpoint_of re-exported)
 from .services import check_new_model_name
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 TIMEOUT_RANGE = (0.1, 120.0)
 CONCURRENCY_MAX = 64
 SLOT_WAIT = 0.05  # seconds between tries for a free slot
@@ -90,6 +104,32 @@ def _decimal(name: str, value) -> Decimal | None:
     return number
 
 
+def network_policy() -> remote.NetworkPolicy:
+    """Where this server's requests to endpoints may go: ``ENDPOINT_ALLOWED_HOSTS`` skip
+    the address check, and plain http is refused to every other host with DEBUG off."""
+    return remote.NetworkPolicy(allowed_hosts=tuple(settings.ENDPOINT_ALLOWED_HOSTS), https_only=not settings.DEBUG)
+
+
+def key_names() -> list[str]:
+    """The names of the keys an endpoint may use (the operator's ``ENDPOINT_SECRETS``)."""
+    return sorted(settings.ENDPOINT_SECRETS)
+
+
+def _check_key(name: str, url: str) -> None:
+    """``name`` is a key of the map, and ``url``'s host one it may be sent to."""
+    keys = settings.ENDPOINT_SECRETS
+    if name not in keys:
+        if not keys:
+            raise InvalidInput.field("secret_env", "This server has no keys for endpoints (its operators' key map, "
+                                                   "ENDPOINT_SECRETS, is empty): leave it empty.")
+        raise InvalidInput.field("secret_env", f"Not a key of this server: one of {', '.join(key_names())} (the "
+                                               "operators' key map, ENDPOINT_SECRETS), or empty for none.")
+    host, port = host_and_port(url)
+    if not host_listed(keys[name]["hosts"], host, port):
+        raise InvalidInput.field("secret_env", f"The key {name!r} is sent only to {', '.join(keys[name]['hosts'])}; "
+                                               f"this URL's host is {host}.")
+
+
 def check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute) -> dict:
     """The endpoint's fields, checked (``InvalidInput`` naming the field that is wrong)."""
     if protocol not in remote.PROTOCOLS:
@@ -100,14 +140,17 @@ def check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, r
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         raise InvalidInput.field("url", "Must be an http(s) URL.") from None
+    try:
+        network_policy().check_url(url)  # its scheme and a literal address; a name is checked when connecting
+    except remote.EndpointRefused as exc:
+        raise InvalidInput.field("url", exc.message) from None
     model = (model or "").strip()
     if len(model) > 200 or "\x00" in model or (protocol == "v2" and not model):
         raise InvalidInput.field("model", "The v2 protocol needs the model's name at the endpoint; a model's name "
                                           "has at most 200 characters.")
-    secret_env = (secret_env or "").strip()
-    if secret_env and not SECRET_ENV.fullmatch(secret_env):
-        raise InvalidInput.field("secret_env", "Must be the NAME of an environment variable (letters, digits, _), "
-                                               "never the secret itself.")
+    secret_env = secret_env.strip() if isinstance(secret_env, str) else ""
+    if secret_env:
+        _check_key(secret_env, url)
     try:
         timeout_s = float(timeout_s)
     except (TypeError, ValueError):
@@ -124,17 +167,28 @@ def check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, r
             "rate_limit_per_minute": rate_limit_per_minute}
 
 
+def _superuser(user) -> bool:
+    """``user`` may do a superuser's part: a superuser, or None (the operator at the
+    server's shell: ``manage.py`` commands, the demo's set-up)."""
+    return user is None or user.is_superuser
+
+
+PRICES = ("price_per_call", "price_per_1k_prompt_tokens", "price_per_1k_completion_tokens")
+
+
 @transaction.atomic
 def register_endpoint(task, *, name, protocol, url, model="", secret_env="", timeout_s=10.0, max_concurrency=4,
                       rate_limit_per_minute=None, price_per_call=None, price_per_1k_prompt_tokens=None,
                       price_per_1k_completion_tokens=None, is_public=True, user=None) -> ModelVersion:
     """A new model version of ``task`` served at ``url``: ready to be evaluated, made
-    a target, ranked. Nothing is called here (the health check before a promotion does)."""
+    a target, ranked. Nothing is called here (the health check before a promotion does).
+    Prices are a superuser's (``user`` None: the operator, e.g. ``manage.py``)."""
     fields = check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute)
-    prices = {"price_per_call": _decimal("price_per_call", price_per_call),
-              "price_per_1k_prompt_tokens": _decimal("price_per_1k_prompt_tokens", price_per_1k_prompt_tokens),
-              "price_per_1k_completion_tokens": _decimal("price_per_1k_completion_tokens",
-                                                         price_per_1k_completion_tokens)}
+    prices = {price: _decimal(price, value) for price, value in zip(
+        PRICES, (price_per_call, price_per_1k_prompt_tokens, price_per_1k_completion_tokens), strict=True)}
+    if not _superuser(user) and any(value is not None for value in prices.values()):
+        raise Forbidden("Only a superuser sets an endpoint's prices: register it without them, and a superuser "
+                        "prices it.")
     name = check_new_model_name(task, name)
     version = ModelVersion.objects.create(
         task=task, name=name, artifact_path="", sha256="", backbone=f"endpoint ({protocol})",
@@ -144,25 +198,43 @@ def register_endpoint(task, *, name, protocol, url, model="", secret_env="", tim
     return version
 
 
-PRICES = ("price_per_call", "price_per_1k_prompt_tokens", "price_per_1k_completion_tokens")
-
-
-def update_endpoint(endpoint: Endpoint, **changes) -> Endpoint:
+def update_endpoint(endpoint: Endpoint, *, user=None, **changes) -> Endpoint:
     """Change how the endpoint is reached or priced (its protocol stays): the same checks
-    as registering. The round budget is ``set_round_budget``'s (superusers)."""
+    as registering. Its key and prices are a superuser's (``user`` None: the operator);
+    anyone else may clear the key, and their change of the URL or the model clears it
+    (the key's price and hosts were a superuser's choice for that model there). A new
+    URL or model clears ``healthy_at``. The budgets are ``set_round_budget``'s and
+    ``set_evaluation_budget``'s."""
     unknown = set(changes) - {"url", "remote_model", "secret_env", "timeout_s", "max_concurrency",
                               "rate_limit_per_minute", *PRICES}
     if unknown:
         raise InvalidInput.field(sorted(unknown)[0], "Cannot be changed here.")
     current = {"url": endpoint.url, "remote_model": endpoint.remote_model, "secret_env": endpoint.secret_env,
                "timeout_s": endpoint.timeout_s, "max_concurrency": endpoint.max_concurrency,
-               "rate_limit_per_minute": endpoint.rate_limit_per_minute, **changes}
-    fields = check_fields(endpoint.protocol, current["url"], current["remote_model"], current["secret_env"],
-                          current["timeout_s"], current["max_concurrency"], current["rate_limit_per_minute"])
+               "rate_limit_per_minute": endpoint.rate_limit_per_minute}
+    proposed = {**current, **{k: v for k, v in changes.items() if k in current}}
+    proposed["secret_env"] = (proposed["secret_env"] or "").strip()
+    prices = {name: _decimal(name, changes[name]) for name in PRICES if name in changes}
+    prices = {name: value for name, value in prices.items() if value != getattr(endpoint, name)}
+    moved = proposed["url"] != endpoint.url or (proposed["remote_model"] or "").strip() != endpoint.remote_model
+    if not _superuser(user):
+        if proposed["secret_env"] not in ("", endpoint.secret_env):
+            raise Forbidden("Only a superuser chooses an endpoint's key; you may clear it.")
+        if prices:
+            raise Forbidden("Only a superuser sets an endpoint's prices.")
+        if moved:
+            proposed["secret_env"] = ""  # the key went with the URL and model a superuser let it go to
+    # The key is checked where it is set or goes to a new URL or model; one left as it was
+    # (a row older than the key map, say) is checked, and refused, when the endpoint is asked.
+    key = proposed["secret_env"]
+    checked_key = key if key != endpoint.secret_env or moved else ""
+    fields = check_fields(endpoint.protocol, proposed["url"], proposed["remote_model"], checked_key,
+                          proposed["timeout_s"], proposed["max_concurrency"], proposed["rate_limit_per_minute"])
     fields.pop("protocol")
-    for name in PRICES:
-        if name in changes:
-            fields[name] = _decimal(name, changes[name])
+    fields["secret_env"] = key
+    fields.update(prices)
+    if moved:
+        fields["healthy_at"] = None
     for name, value in fields.items():
         setattr(endpoint, name, value)
     endpoint.save(update_fields=list(fields))
@@ -178,35 +250,59 @@ def _set_budget(endpoint: Endpoint, field: str, amount, user) -> Endpoint:
 
 
 def set_round_budget(endpoint: Endpoint, amount, user) -> Endpoint:
-    """Set what the endpoint's calls may cost per round (None: no limit); superusers only."""
+    """Set what the endpoint's calls may cost per round (None: ``ENDPOINT_DEFAULT_BUDGET``);
+    superusers only."""
     return _set_budget(endpoint, "round_budget", amount, user)
 
 
 def set_evaluation_budget(endpoint: Endpoint, amount, user) -> Endpoint:
     """Set what the endpoint's calls outside rounds (evaluations, health checks) may
-    cost in all (None: no limit); superusers only."""
+    cost in all (None: ``ENDPOINT_DEFAULT_BUDGET``); superusers only."""
     return _set_budget(endpoint, "evaluation_budget", amount, user)
 
 
 # --- asking ------------------------------------------------------------------------------
 
 
-def _secret(endpoint: Endpoint) -> str | None:
+def priced(endpoint: Endpoint) -> bool:
+    """Whether a superuser has set any of its prices (0 included)."""
+    return any(getattr(endpoint, name) is not None for name in PRICES)
+
+
+def _secret(endpoint: Endpoint) -> tuple[str | None, tuple[str, ...]]:
+    """The key's value and the hosts it is bound to, checked now (the map may have
+    changed since the endpoint was registered), or ``EndpointUnavailable`` before
+    anything is sent."""
     name = endpoint.secret_env
     if not name:
-        return None
-    value = os.environ.get(name) or getattr(settings, name, None)
-    if not value or not isinstance(value, str):
-        raise EndpointUnavailable(f"The key of endpoint model {endpoint.model_version.name} is not configured on "
-                                  f"this server (the variable {name} is unset); nothing was stored.", retry_after=60)
-    return value
+        return None, ()
+    label = endpoint.model_version.name
+    entry = settings.ENDPOINT_SECRETS.get(name)
+    if entry is None:
+        raise EndpointUnavailable(f"Endpoint model {label} names the key {name!r}, which is not in this server's key "
+                                  "map (ENDPOINT_SECRETS): it is not asked until a superuser picks a key of the map "
+                                  "or clears it. Nothing was stored.", retry_after=3600)
+    host, port = host_and_port(endpoint.url)
+    if not host_listed(entry["hosts"], host, port):
+        raise EndpointUnavailable(f"The key {name!r} of endpoint model {label} is not sent to {host}: it is bound to "
+                                  "other hosts. Nothing was stored.", retry_after=3600)
+    if not priced(endpoint):
+        raise EndpointUnavailable(f"Endpoint model {label} uses the key {name!r} but has no price yet: it is not "
+                                  "asked until a superuser prices it, so that its calls count against its budget. "
+                                  "Nothing was stored.", retry_after=3600)
+    value = os.environ.get(entry["env"])
+    if not value:
+        raise EndpointUnavailable(f"The key {name!r} of endpoint model {label} is not configured on this server (its "
+                                  "environment variable is unset); nothing was stored.", retry_after=60)
+    return value, entry["hosts"]
 
 
 def client(endpoint: Endpoint, config) -> remote.Endpoint:
-    """The ``ml.endpoints.Endpoint`` for this row and task config (the secret read now)."""
+    """The ``ml.endpoints.Endpoint`` for this row and task config (the key read now)."""
     options = config.endpoint_models
+    secret, hosts = _secret(endpoint)
     return remote.Endpoint(protocol=endpoint.protocol, url=endpoint.url, model=endpoint.remote_model,
-                           secret=_secret(endpoint), timeout=endpoint.timeout_s,
+                           secret=secret, secret_hosts=hosts, network=network_policy(), timeout=endpoint.timeout_s,
                            concurrency=1, prompt_template=options.get("prompt_template"),
                            label_descriptions={label["name"]: label.get("description", "")
                                                for label in config.labels})
@@ -279,33 +375,56 @@ def usage_of(endpoint: Endpoint, round_id: int | None) -> EndpointUsage:
     return usage
 
 
-def budget_spent(endpoint: Endpoint, round_id: int | None) -> str | None:
-    """Why the endpoint may make no more calls for ``round_id`` (None: outside rounds,
-    i.e. evaluations and health checks), or None while its budget there is not spent."""
+def budget_of(endpoint: Endpoint, round_id: int | None) -> Decimal:
+    """What the endpoint's calls may cost in ``round_id`` (None: outside rounds, in all):
+    the budget a superuser set, else ``ENDPOINT_DEFAULT_BUDGET``."""
     limit = endpoint.round_budget if round_id is not None else endpoint.evaluation_budget
-    if limit is None:
-        return None
-    spent = (EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).values_list("cost", flat=True)
-             .first()) or Decimal(0)
-    if spent < limit:
-        return None
+    return settings.ENDPOINT_DEFAULT_BUDGET if limit is None else limit
+
+
+def budgets_in_effect(endpoint: Endpoint) -> dict[str, Decimal]:
+    """Its budgets as they apply now: ``round`` (per round) and ``evaluation`` (outside rounds)."""
+    cent = Decimal("0.01")
+    return {"round": budget_of(endpoint, 0).quantize(cent),  # 0: any round, they share one budget field
+            "evaluation": budget_of(endpoint, None).quantize(cent)}
+
+
+def _money(amount: Decimal) -> str:
+    return format(amount.quantize(Decimal("0.01")) if amount == amount.quantize(Decimal("0.01")) else
+                  amount.normalize(), "f")
+
+
+def _budget_reason(endpoint: Endpoint, round_id: int | None, limit: Decimal, spent: Decimal, held: Decimal,
+                   asked: Decimal | None = None) -> str:
+    used = f"{_money(spent)} spent" + (f", {_money(held)} held by calls in flight" if held else "")
+    if asked is not None:
+        used += f"; this call may cost up to {_money(asked)}"
     name = endpoint.model_version.name
     if round_id is not None:
-        return (f"The budget of endpoint model {name} for this round ({limit}) is spent; it answers no more until "
-                "a superuser raises it. Nothing was stored.")
-    return (f"The evaluation budget of endpoint model {name} ({limit}, for its evaluations and health checks in "
-            f"all) is spent ({spent}); it is not asked for either until a superuser raises it. Nothing was stored.")
+        return (f"The budget of endpoint model {name} for this round ({_money(limit)}) is spent ({used}); it answers "
+                "no more until a superuser raises it. Nothing was stored.")
+    return (f"The evaluation budget of endpoint model {name} ({_money(limit)}, for its evaluations and health checks "
+            f"in all) is spent ({used}); it is not asked for either until a superuser raises it. Nothing was stored.")
 
 
-def check_budget(endpoint: Endpoint, round_id: int | None) -> None:
-    """Refuse before any call once the cost for ``round_id`` (None: outside rounds)
-    has reached the endpoint's budget for it."""
-    reason = budget_spent(endpoint, round_id)
-    if reason:
-        raise EndpointBudgetSpent(reason, retry_after=3600)
+def budget_spent(endpoint: Endpoint, round_id: int | None) -> str | None:
+    """Why the endpoint may make no more calls for ``round_id`` (None: outside rounds,
+    i.e. evaluations and health checks), or None while its budget there is not spent
+    (what was spent and what calls in flight hold, against it). An endpoint without a
+    price costs nothing and is never refused for money."""
+    if not priced(endpoint):
+        return None
+    limit = budget_of(endpoint, round_id)
+    spent, held = (EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id)
+                   .values_list("cost", "reserved").first()) or (Decimal(0), Decimal(0))
+    if spent + held < limit:
+        return None
+    return _budget_reason(endpoint, round_id, limit, spent, held)
 
 
 def cost_of(endpoint: Endpoint, requests: int, prompt_tokens: int, completion_tokens: int) -> Decimal:
+    """What so many requests and tokens cost at the endpoint's prices, rounded up to the
+    millionth (a small cost never rounds to nothing)."""
     cost = Decimal(0)
     if endpoint.price_per_call is not None:
         cost += endpoint.price_per_call * requests
@@ -313,26 +432,64 @@ def cost_of(endpoint: Endpoint, requests: int, prompt_tokens: int, completion_to
         cost += endpoint.price_per_1k_prompt_tokens * prompt_tokens / 1000
     if endpoint.price_per_1k_completion_tokens is not None:
         cost += endpoint.price_per_1k_completion_tokens * completion_tokens / 1000
-    return cost.quantize(Decimal("0.000001"))
+    return cost.quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
 
 
-def record_usage(endpoint: Endpoint, round_id: int | None, predictions: list[dict], requests: int,
-                 failed: int = 0) -> None:
-    prompt = sum(p.get("endpoint", {}).get("prompt_tokens", 0) for p in predictions)
-    completion = sum(p.get("endpoint", {}).get("completion_tokens", 0) for p in predictions)
-    unreadable = sum(1 for p in predictions if p.get("unparseable"))
-    changes = {"calls": F("calls") + requests, "failed_calls": F("failed_calls") + failed,
-               "unparseable": F("unparseable") + unreadable, "prompt_tokens": F("prompt_tokens") + prompt,
-               "completion_tokens": F("completion_tokens") + completion,
-               "cost": F("cost") + cost_of(endpoint, requests, prompt, completion)}
+def _reserve(endpoint: Endpoint, round_id: int | None, amount: Decimal) -> None:
+    """Hold ``amount`` against the budget for ``round_id`` before the calls it covers
+    are sent, or refuse them (``EndpointBudgetSpent``). One conditional UPDATE: it
+    holds only while what was spent, what calls in flight hold and ``amount`` stay
+    within the budget, so calls made at once cannot together pass it."""
+    if amount <= 0:
+        return  # costs nothing: never refused for money
+    limit = budget_of(endpoint, round_id)
+    usage_of(endpoint, round_id)
+    room = ExpressionWrapper(Value(limit - amount) - F("reserved"), output_field=DecimalField())
+    if EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id, cost__lte=room).update(
+            reserved=F("reserved") + amount):
+        return
+    spent, held = EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).values_list(
+        "cost", "reserved").get()
+    raise EndpointBudgetSpent(_budget_reason(endpoint, round_id, limit, spent, held, amount),
+                              retry_after=5 if held > 0 else 3600)
+
+
+def _settle(endpoint: Endpoint, round_id: int | None, *, held: Decimal, cost: Decimal, calls: int = 0,
+            failed: int = 0, unparseable: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    """Count what the calls did and cost, and give back what was held for them (one UPDATE)."""
+    changes = {"calls": F("calls") + calls, "failed_calls": F("failed_calls") + failed,
+               "unparseable": F("unparseable") + unparseable, "prompt_tokens": F("prompt_tokens") + prompt_tokens,
+               "completion_tokens": F("completion_tokens") + completion_tokens, "cost": F("cost") + cost}
+    if held:
+        changes["reserved"] = F("reserved") - held
     # One UPDATE (one commit) on the hot path; the round's row is made on its first call.
     if not EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes):
         usage_of(endpoint, round_id)
         EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes)
 
 
-def _requests_for(endpoint: Endpoint, n: int) -> int:
-    return math.ceil(n / remote.V2_BATCH) if endpoint.protocol == "v2" else n
+def release_reservations(endpoint: Endpoint, user) -> Decimal:
+    """Give back what the endpoint's calls hold against its budgets, in every round:
+    for a superuser, after a process was killed with calls in flight (their
+    reservations were never settled). Used while calls are in flight, it lets those
+    calls pass the budget by what they held. What was given back, in all."""
+    if user is None or not user.is_superuser:
+        raise Forbidden("Only a superuser releases what an endpoint's calls hold against its budget.")
+    rows = EndpointUsage.objects.filter(endpoint=endpoint, reserved__gt=0)
+    held = sum(rows.values_list("reserved", flat=True), Decimal(0))
+    rows.update(reserved=0)
+    return held
+
+
+def _answered_cost(endpoint: Endpoint, answers: list[dict], most: dict) -> tuple[Decimal, int, int]:
+    """What a request that answered costs, and its reported tokens; where it reported
+    none (and tokens are priced), the most it may have used is charged."""
+    reported = [a.get("endpoint", {}) for a in answers]
+    prompt = sum(r.get("prompt_tokens", 0) for r in reported)
+    completion = sum(r.get("completion_tokens", 0) for r in reported)
+    charged_prompt = prompt if all("prompt_tokens" in r for r in reported) else most["prompt_tokens"]
+    charged_completion = completion if all("completion_tokens" in r for r in reported) else most["completion_tokens"]
+    return cost_of(endpoint, most["requests"], charged_prompt, charged_completion), prompt, completion
 
 
 def _unavailable(endpoint: Endpoint, exc: Exception, secret: str | None) -> Unavailable:
@@ -348,13 +505,14 @@ def _unavailable(endpoint: Endpoint, exc: Exception, secret: str | None) -> Unav
 def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | None = None,
             budget: float | None = None) -> list[dict]:
     """The endpoint's predictions for ``rows`` (``ml`` inputs), in ``ml.predict``'s
-    shape with ``endpoint`` (raw answer, its sha256, latency, tokens). Checks the round's
-    budget, holds a request slot per request in flight, counts calls, tokens and cost,
-    and turns every failure into a 503 that says nothing was stored."""
+    shape with ``endpoint`` (raw answer, its sha256, latency, tokens). Reserves the most
+    the requests may cost against the budget for ``round_id`` before any is sent, holds
+    a request slot per request in flight, counts calls, tokens and cost (each request
+    settled by what it did: answered, failed after the endpoint may have billed, or
+    failed before), and turns every failure into a 503 that says nothing was stored."""
     if not rows:
         return []
     budget = settings.INFERENCE_TIMEOUT if budget is None else budget
-    check_budget(endpoint, round_id)
     spec = spec_of(config)
     try:
         rows = [spec.validate_inputs(r) for r in rows]
@@ -362,27 +520,54 @@ def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | Non
         raise InvalidInput.field("inputs", exc.message) from None
     target = client(endpoint, config)
     chunk = remote.V2_BATCH if endpoint.protocol == "v2" else 1
+    parts = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]
+    most = [remote.most_usage(target, spec, part) for part in parts]
+    holds = [cost_of(endpoint, **m) for m in most]
+    held = sum(holds, Decimal(0))
+    _reserve(endpoint, round_id, held)
     deadline = time.monotonic() + budget
 
-    def ask(part: list[dict]) -> list[dict]:
+    def ask(index: int) -> tuple[list[dict] | None, Exception | None]:
         left = deadline - time.monotonic()
-        with _slot(endpoint, wait=max(0.0, min(left, budget))):
-            _take_rate(endpoint, _requests_for(endpoint, len(part)))
-            return remote.predict(target, spec, part, budget=max(0.1, deadline - time.monotonic()))
+        try:
+            with _slot(endpoint, wait=max(0.0, min(left, budget))):
+                _take_rate(endpoint, most[index]["requests"])
+                answers = remote.predict(target, spec, parts[index], budget=max(0.1, deadline - time.monotonic()))
+            return answers, None
+        except (remote.EndpointError, EndpointUnavailable) as exc:  # the endpoint's failure, or no slot or rate
+            return None, exc
 
-    parts = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]
+    cost = held  # were the outcome unknown (an error of ours), the most the calls could cost stays charged
+    counts = {}
     try:
         if len(parts) == 1:
-            results = ask(parts[0])
+            outcomes = [ask(0)]
         else:
             with ThreadPoolExecutor(max_workers=min(endpoint.max_concurrency, len(parts))) as pool:
-                results = [p for answered in pool.map(ask, parts) for p in answered]
-    except remote.EndpointError as exc:
-        log.warning("endpoint %s failed: %s", endpoint.pk, type(exc).__name__)
-        record_usage(endpoint, round_id, [], 0, failed=1)
-        raise _unavailable(endpoint, exc, target.secret) from None
-    record_usage(endpoint, round_id, results, _requests_for(endpoint, len(rows)))
-    return results
+                outcomes = list(pool.map(ask, range(len(parts))))
+        cost, counts = Decimal(0), {"calls": 0, "failed": 0, "unparseable": 0, "prompt_tokens": 0,
+                                    "completion_tokens": 0}
+        for (answers, error), most_part, hold in zip(outcomes, most, holds, strict=True):
+            if error is None:
+                charged, prompt, completion = _answered_cost(endpoint, answers, most_part)
+                cost += charged
+                counts["calls"] += most_part["requests"]
+                counts["prompt_tokens"] += prompt
+                counts["completion_tokens"] += completion
+                counts["unparseable"] += sum(1 for a in answers if a.get("unparseable"))
+            elif isinstance(error, remote.EndpointError):
+                counts["failed"] += 1
+                if error.billable:  # answered in the wrong shape, or timed out once sent: it may have billed
+                    cost += hold
+    finally:
+        _settle(endpoint, round_id, held=held, cost=cost, **counts)
+    for _, error in outcomes:
+        if isinstance(error, remote.EndpointError):
+            log.warning("endpoint %s failed: %s", endpoint.pk, type(error).__name__)
+            raise _unavailable(endpoint, error, target.secret) from None
+        if error is not None:
+            raise error
+    return [answer for answers, _ in outcomes for answer in answers]
 
 
 # --- the health check, and "Why?" -----------------------------------------------------------
@@ -414,10 +599,10 @@ def health_check(endpoint: Endpoint, config) -> dict:
     except Unavailable as exc:
         raise Conflict(f"The health check of {endpoint.model_version.name} failed: {exc.message}") from None
     elapsed = time.perf_counter() - started
-    unreadable = [p["endpoint"].get("raw") for p in predictions if p.get("unparseable")]
-    if unreadable:
-        raise Conflict(f"The health check of {endpoint.model_version.name} failed: its answer "
-                       f"{str(unreadable[0])[:100]!r} is not in the task's answer format.")
+    unreadable = sum(1 for p in predictions if p.get("unparseable"))
+    if unreadable:  # what it said is not repeated here: the check's answer says only what to fix
+        raise Conflict(f"The health check of {endpoint.model_version.name} failed: {unreadable} of its {len(rows)} "
+                       "answers are not in the task's answer format (a label of the task, or a span of the passage).")
     endpoint.healthy_at = timezone.now()
     endpoint.save(update_fields=["healthy_at"])
     return {"probes": len(rows), "seconds": round(elapsed, 3), "healthy_at": endpoint.healthy_at.isoformat()}

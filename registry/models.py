@@ -73,8 +73,9 @@ class Endpoint(models.Model):
     """A model version served elsewhere, reached over HTTP (``registry/endpoints.py``).
 
     Its ``ModelVersion`` has no artifact (empty path and sha256); this row says how
-    to reach it. The secret is never stored: ``secret_env`` names the environment
-    variable (or setting) that holds it in each process."""
+    to reach it. The secret is never stored: ``secret_env`` names a key of the
+    operator's key map (``ENDPOINT_SECRETS``), which says which environment variable
+    holds it and which hosts it may be sent to."""
 
     class Protocol(models.TextChoices):
         OPENAI = "openai", "OpenAI-compatible chat completions"
@@ -86,8 +87,9 @@ class Endpoint(models.Model):
     remote_model = models.CharField(max_length=200, blank=True,
                                     help_text="The model's name at the endpoint (chat: 'model'; v2: the path's name).")
     secret_env = models.CharField(
-        max_length=100, blank=True,
-        help_text="Name of the environment variable or setting that holds the API key (never the key itself).")
+        "key", max_length=100, blank=True,
+        help_text="The name of a key of the server's key map (ENDPOINT_SECRETS), never the key itself; empty: "
+                  "no key is sent. Only a superuser changes it; changing the URL or the model clears it.")
     timeout_s = models.FloatField(default=10.0, help_text="Seconds one request may take.")
     max_concurrency = models.PositiveIntegerField(default=4, help_text="Requests in flight at once, across workers.")
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True,
@@ -97,11 +99,11 @@ class Endpoint(models.Model):
     price_per_1k_completion_tokens = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     round_budget = models.DecimalField(
         max_digits=12, decimal_places=2, null=True, blank=True,
-        help_text="The most its calls may cost per round (set by a superuser; empty: no limit).")
+        help_text="The most its calls may cost per round (set by a superuser; empty: ENDPOINT_DEFAULT_BUDGET).")
     evaluation_budget = models.DecimalField(
         max_digits=12, decimal_places=2, null=True, blank=True,
         help_text="The most its calls outside rounds (evaluations and health checks) may cost in all "
-                  "(set by a superuser; empty: no limit).")
+                  "(set by a superuser; empty: ENDPOINT_DEFAULT_BUDGET).")
     healthy_at = models.DateTimeField(null=True, blank=True, help_text="When its last health check passed.")
 
     class Meta:
@@ -114,7 +116,8 @@ class Endpoint(models.Model):
 class EndpointUsage(models.Model):
     """Calls, tokens and cost of one endpoint in one round, capped by its
     ``round_budget``; round None: outside any round (evaluations and health checks),
-    capped by its ``evaluation_budget``."""
+    capped by its ``evaluation_budget``. ``reserved`` is what the calls in flight may
+    still cost: held against the budget before they are sent, settled when they end."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="usage")
     round = models.ForeignKey("tasks.Round", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
@@ -124,6 +127,8 @@ class EndpointUsage(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    reserved = models.DecimalField(max_digits=14, decimal_places=6, default=0,
+                                   help_text="Held for calls in flight: the most they may cost.")
 
     class Meta:
         db_table = "registry_endpointusage"

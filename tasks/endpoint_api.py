@@ -2,7 +2,8 @@
 (``POST /api/tasks/{slug}/endpoints/``) and list them; a health check on demand
 (``POST /api/models/{id}/health-check/``). Evaluating, promoting and ranking an
 endpoint model go through the same endpoints as any model. No answer holds a
-secret: only the name of the variable that holds it."""
+secret: only the name of the key in the server's key map. Prices are a superuser's
+(403 for anyone else who sends one)."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -31,18 +32,6 @@ class StrictNumberField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
-class StrictRegexField(serializers.RegexField):
-    """Text (a JSON string) that matches a pattern, which the schema states."""
-
-    default_error_messages = {"invalid": "Must be the NAME of an environment variable (letters, digits, _).",
-                              "not_a_string": "Must be text (a JSON string)."}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("not_a_string")
-        return super().to_internal_value(data)
-
-
 def _price(help_text: str):
     return StrictNumberField(required=False, allow_null=True, default=None, min_value=0, max_value=1_000_000,
                              help_text=help_text)
@@ -54,30 +43,41 @@ class EndpointCreateSerializer(serializers.Serializer):
     url = StrictCharField(max_length=500, help_text="The endpoint's base URL (http or https).")
     model = StrictCharField(max_length=200, help_text="The model's name at the endpoint (chat: the request's "
                                                       "'model'; v2: the name in the infer URL's path).")
-    secret_env = StrictRegexField(endpoints.SECRET_ENV.pattern, max_length=100, required=False, allow_blank=True,
-                                  default="", help_text="The NAME of the environment variable holding the API key "
-                                                        "(never the key).")
+    secret_env = StrictCharField(max_length=100, required=False, allow_blank=True, default="",
+                                 help_text="The name of a key of the server's key map (ENDPOINT_SECRETS), which binds "
+                                           "it to the hosts it may be sent to; never the key itself. Empty: none.")
     timeout_s = StrictNumberField(required=False, default=10.0, min_value=0.1, max_value=120.0,
                                   help_text="Seconds one request may take.")
     max_concurrency = StrictIntegerField(required=False, default=4, min_value=1, max_value=64)
     rate_limit_per_minute = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1,
                                                max_value=100000)
-    price_per_call = _price("The price of one request.")
-    price_per_1k_prompt_tokens = _price("The price of 1000 prompt tokens.")
-    price_per_1k_completion_tokens = _price("The price of 1000 completion tokens.")
+    price_per_call = _price("The price of one request (superusers only).")
+    price_per_1k_prompt_tokens = _price("The price of 1000 prompt tokens (superusers only).")
+    price_per_1k_completion_tokens = _price("The price of 1000 completion tokens (superusers only).")
     is_public = StrictBooleanField(required=False, default=True)
 
 
 class EndpointSerializer(serializers.ModelSerializer):
     id = serializers.IntegerField(source="model_version_id", help_text="The model version's id.")
     name = serializers.CharField(source="model_version.name")
+    round_budget_in_effect = serializers.SerializerMethodField(
+        help_text="What its calls may cost per round: round_budget, or ENDPOINT_DEFAULT_BUDGET where it is null.")
+    evaluation_budget_in_effect = serializers.SerializerMethodField(
+        help_text="What its calls outside rounds may cost in all: evaluation_budget, or ENDPOINT_DEFAULT_BUDGET.")
 
     class Meta:
         model = Endpoint
         fields = ["id", "name", "protocol", "url", "remote_model", "secret_env", "timeout_s", "max_concurrency",
                   "rate_limit_per_minute", "price_per_call", "price_per_1k_prompt_tokens",
-                  "price_per_1k_completion_tokens", "round_budget", "evaluation_budget", "healthy_at"]
+                  "price_per_1k_completion_tokens", "round_budget", "evaluation_budget", "round_budget_in_effect",
+                  "evaluation_budget_in_effect", "healthy_at"]
         read_only_fields = fields
+
+    def get_round_budget_in_effect(self, endpoint) -> str:
+        return str(endpoints.budgets_in_effect(endpoint)["round"])
+
+    def get_evaluation_budget_in_effect(self, endpoint) -> str:
+        return str(endpoints.budgets_in_effect(endpoint)["evaluation"])
 
 
 class HealthSerializer(serializers.Serializer):

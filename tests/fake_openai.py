@@ -11,9 +11,12 @@ malformed request, 404 for an unknown model, 429 with ``Retry-After``, 500/503.
 
 Faults are queued per request (``fail(...)``): ``429``, ``500``, ``503``,
 ``timeout`` (answers only after ``slow_seconds``), ``drop`` (closes the connection
-without answering), ``not_json`` (200 with an HTML body), ``no_choices``. The
-answer itself comes from ``answer(user_message) -> str`` (default: the first label
-word in ``words`` found in the example part of the prompt, else the first label).
+without answering), ``not_json`` (200 with an HTML body), ``no_choices``,
+``redirect`` (307 to ``redirect_to``, as a proxy in front of a moved server
+answers); ``ok`` (or any other word) answers normally, to place a fault later in the
+queue. The answer itself comes from ``answer(user_message) -> str`` (default:
+"positive"). ``report_usage=False`` leaves ``usage`` out of the answer, as some
+compatible servers do (it is optional in their answers).
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ def _tokens(text: str) -> int:
 
 class FakeOpenAI:
     def __init__(self, *, api_key: str | None = None, models: tuple[str, ...] = ("fake-chat",),
-                 answer=None, slow_seconds: float = 5.0):
+                 answer=None, slow_seconds: float = 5.0, report_usage: bool = True):
         self.api_key = api_key
+        self.report_usage = report_usage
+        self.redirect_to = "http://127.0.0.1:9/"
         self.models = set(models)
         self.answer = answer or (lambda text: "positive")
         self.slow_seconds = slow_seconds
@@ -132,6 +137,8 @@ class FakeOpenAI:
                                        "server_error")
                 if fault == "not_json":
                     return self._send(200, None, raw=b"<html>gateway</html>")
+                if fault == "redirect":
+                    return self._send(307, {"error": {"message": "moved"}}, {"Location": fake.redirect_to})
                 if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
                     return self._error(400, "'messages' is a required property", "invalid_request_error")
                 model = body.get("model")
@@ -145,11 +152,13 @@ class FakeOpenAI:
                 content = fake.answer(user)
                 usage = {"prompt_tokens": _tokens(prompt), "completion_tokens": _tokens(content)}
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                self._send(200, {
+                answer = {
                     "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                     "model": model, "system_fingerprint": "fp_fake",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                 "logprobs": None, "finish_reason": "stop"}],
-                    "usage": usage})
+                                 "logprobs": None, "finish_reason": "stop"}]}
+                if fake.report_usage:
+                    answer["usage"] = usage
+                self._send(200, answer)
 
         return Handler

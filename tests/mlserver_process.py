@@ -29,6 +29,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "mlserver"
 EXECUTABLE = VENV / "bin" / "mlserver"
+# Where it listens: loopback, which an endpoint reaches only where ENDPOINT_ALLOWED_HOSTS
+# names it (the tests that register it as an endpoint do, explicitly).
+HOST = "127.0.0.1"
 START_TIMEOUT = 180.0  # seconds: imports torch and loads the model on a busy 2-core machine
 PORT_TAKEN = ("address already in use", "errno 98")
 
@@ -48,7 +51,7 @@ def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
         for s in sockets:
-            s.bind(("127.0.0.1", 0))
+            s.bind((HOST, 0))
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
@@ -68,11 +71,11 @@ class MLServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{HOST}:{self.port}"
 
     def _write_settings(self) -> None:
         self.port, grpc_port, self.metrics_port = free_ports(3)
-        settings = {"host": "127.0.0.1", "http_port": self.port, "grpc_port": grpc_port,
+        settings = {"host": HOST, "http_port": self.port, "grpc_port": grpc_port,
                     "metrics_port": self.metrics_port, "parallel_workers": 0, "debug": False,
                     "environments_dir": str(self.folder / ".envs"), "metrics_dir": str(self.folder / ".metrics")}
         model = {"name": self.name, "implementation": "ml.serving.mlserver_runtime.ArtifactRuntime",
@@ -140,7 +143,7 @@ class MLServerProcess:
 
     def calls(self) -> int:
         """Successful inference requests for the model, from the server's own metrics."""
-        status, text = self._get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        status, text = self._get(f"http://{HOST}:{self.metrics_port}/metrics")
         assert status == 200, text
         pattern = rf'^model_infer_request_success_total\{{[^}}]*model="{re.escape(self.name)}"[^}}]*\}} (\S+)$'
         found = re.findall(pattern, text, flags=re.MULTILINE)

@@ -8,12 +8,17 @@
 ``probabilities``, or ``answer``/``start``/``end``/``score``), each prediction with
 ``endpoint``: the raw answer, its sha256, latency, attempts and token counts.
 ``explain_by_occlusion`` is a black-box "Why?": leave one word out at a time.
-The secret (an API key) is passed in as a value by the caller, sent as a bearer
-token and never logged or returned.
+The secret (an API key) is passed in as a value by the caller with the hosts it is
+bound to; it is sent as a bearer token to those hosts only, and never logged or
+returned. Where requests may go is the caller's ``network.NetworkPolicy`` (the
+default refuses every internal address and plain http), checked on every
+connection (``network``). ``most_usage`` bounds what a request may be billed
+before it is sent, so a caller can reserve it against a budget.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,24 +26,28 @@ from dataclasses import dataclass, field
 
 from ..spec import TaskSpec
 from . import oip_v2, openai_chat
-from .errors import EndpointError, EndpointProtocolError, EndpointRejected, EndpointUnavailable
+from .errors import EndpointError, EndpointProtocolError, EndpointRefused, EndpointRejected, EndpointUnavailable
+from .network import NetworkPolicy, host_and_port, host_listed
 
 PROTOCOLS = ("openai", "v2")
 V2_BATCH = 32
 
-__all__ = ["PROTOCOLS", "Endpoint", "EndpointError", "EndpointProtocolError", "EndpointRejected",
-           "EndpointUnavailable", "explain_by_occlusion", "predict"]
+__all__ = ["PROTOCOLS", "Endpoint", "EndpointError", "EndpointProtocolError", "EndpointRefused", "EndpointRejected",
+           "EndpointUnavailable", "NetworkPolicy", "explain_by_occlusion", "most_usage", "predict"]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """How to reach one model: ``secret`` is the key's value, found by the caller
-    (from the environment variable the registry names), never stored."""
+    (from the operator's key map), never stored; ``secret_hosts`` the hosts it may be
+    sent to (``host`` or ``host:port``); ``network`` where requests may go at all."""
 
     protocol: str
     url: str
     model: str = ""
     secret: str | None = field(default=None, repr=False)
+    secret_hosts: tuple[str, ...] = ()
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
     timeout: float = 10.0
     concurrency: int = 4
     prompt_template: str | None = None
@@ -49,7 +58,29 @@ class Endpoint:
             raise ValueError(f"unknown protocol {self.protocol!r}; one of {', '.join(PROTOCOLS)}")
 
     def headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.secret}"} if self.secret else {}
+        """The request's headers: the key, checked now against the hosts it is bound to."""
+        if not self.secret:
+            return {}
+        host, port = host_and_port(self.url)
+        if not host_listed(self.secret_hosts, host, port):
+            raise EndpointRefused(f"The endpoint's key is not sent to {host}: it is bound to other hosts.")
+        return {"Authorization": f"Bearer {self.secret}"}
+
+
+def most_usage(endpoint: Endpoint, spec: TaskSpec, rows: list[dict]) -> dict:
+    """The most that asking about ``rows`` may be billed, before it is asked:
+    ``requests``, ``prompt_tokens`` and ``completion_tokens`` (chat: each request's
+    bytes and its ``max_tokens``; v2 reports no tokens)."""
+    if endpoint.protocol == "v2":
+        return {"requests": math.ceil(len(rows) / V2_BATCH), "prompt_tokens": 0, "completion_tokens": 0}
+    prompt = completion = 0
+    for row in rows:
+        body = openai_chat.request_body(spec, spec.validate_inputs(row), model=endpoint.model,
+                                        template=endpoint.prompt_template, descriptions=endpoint.label_descriptions)
+        most_prompt, most_completion = openai_chat.most_tokens(body)
+        prompt += most_prompt
+        completion += most_completion
+    return {"requests": len(rows), "prompt_tokens": prompt, "completion_tokens": completion}
 
 
 def predict(endpoint: Endpoint, spec: TaskSpec, rows: list[dict], *, budget: float, **transport) -> list[dict]:
@@ -58,7 +89,7 @@ def predict(endpoint: Endpoint, spec: TaskSpec, rows: list[dict], *, budget: flo
     (an ``EndpointError``): the caller gets every answer or none."""
     rows = [spec.validate_inputs(r) for r in rows]
     common = {"url": endpoint.url, "model": endpoint.model, "headers": endpoint.headers(),
-              "timeout": endpoint.timeout, "budget": budget, **transport}
+              "network": endpoint.network, "timeout": endpoint.timeout, "budget": budget, **transport}
     if endpoint.protocol == "v2":
         results = []
         for start in range(0, len(rows), V2_BATCH):

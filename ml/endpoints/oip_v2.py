@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from ..spec import TaskSpec
 from .errors import EndpointProtocolError
+from .network import NetworkPolicy
 from .transport import post_json
 
 INT_TYPES = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
@@ -54,13 +55,14 @@ def output(body: dict, name: str, shape: list[int], types: set[str]) -> list:
     if len(found) != 1:
         raise EndpointProtocolError(f"The answer has no single output tensor named {name!r}.")
     tensor = found[0]
+    # What the endpoint sent is not repeated in a message: only what was expected.
     if tensor.get("datatype") not in types:
-        raise EndpointProtocolError(f"Output {name!r} is {tensor.get('datatype')!r}, not one of {sorted(types)}.")
+        raise EndpointProtocolError(f"Output {name!r} is not of a datatype among {sorted(types)}.")
     if tensor.get("shape") != shape:
-        raise EndpointProtocolError(f"Output {name!r} has shape {tensor.get('shape')}, expected {shape}.")
+        raise EndpointProtocolError(f"Output {name!r} does not have the shape {shape}.")
     data = _flat(tensor.get("data"))
     if len(data) != math.prod(shape):
-        raise EndpointProtocolError(f"Output {name!r} holds {len(data)} values for shape {shape}.")
+        raise EndpointProtocolError(f"Output {name!r} does not hold {math.prod(shape)} values for shape {shape}.")
     for value in data:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise EndpointProtocolError(f"Output {name!r} holds a value that is not a finite number.")
@@ -76,7 +78,7 @@ def interpret(spec: TaskSpec, rows: list[dict[str, str]], body: dict) -> list[di
         for row, start, end in zip(rows, starts, ends, strict=True):
             start, end = int(start), int(end)
             if not 0 <= start <= end <= len(row["passage"]):
-                raise EndpointProtocolError(f"The span [{start}, {end}) is not inside the passage.")
+                raise EndpointProtocolError("An answered span is not inside the passage.")
             predictions.append({"answer": row["passage"][start:end], "start": start, "end": end, "score": 1.0,
                                 "raw": [start, end]})
         return predictions
@@ -94,13 +96,13 @@ def interpret(spec: TaskSpec, rows: list[dict[str, str]], body: dict) -> list[di
 
 
 def predict_batch(spec: TaskSpec, rows: list[dict[str, str]], *, url: str, model: str, headers: dict,
-                  timeout: float, budget: float, **transport) -> list[dict]:
+                  network: NetworkPolicy, timeout: float, budget: float, **transport) -> list[dict]:
     """Predictions for ``rows`` (one request), each with ``endpoint``: its raw output
     values, their sha256, the request's latency and attempts."""
     if not rows:
         return []
-    response = post_json(infer_url(url, model), request_body(spec, rows), headers=headers, timeout=timeout,
-                         budget=budget, **transport)
+    response = post_json(infer_url(url, model), request_body(spec, rows), network=network, headers=headers,
+                         timeout=timeout, budget=budget, **transport)
     predictions = interpret(spec, rows, response.body)
     for prediction in predictions:
         raw = prediction.pop("raw")

@@ -15,9 +15,12 @@ import hashlib
 from ..spec import TaskSpec
 from . import prompts
 from .errors import EndpointProtocolError
+from .network import NetworkPolicy
 from .transport import post_json
 
 RAW_KEPT = 2000  # characters of the raw answer stored with a prediction (its sha256 covers all of it)
+MAX_TOKENS = 64  # the most completion tokens a request asks for (a label or a span is short)
+TEMPLATE_TOKENS = 16  # a generous bound on the tokens a chat template adds per message (role, markers)
 
 
 def chat_url(base: str) -> str:
@@ -31,7 +34,7 @@ def chat_url(base: str) -> str:
 
 
 def request_body(spec: TaskSpec, inputs: dict[str, str], *, model: str, template: str | None,
-                 descriptions: dict[str, str], max_tokens: int = 64) -> dict:
+                 descriptions: dict[str, str], max_tokens: int = MAX_TOKENS) -> dict:
     if template is None:
         template = prompts.QA_TEMPLATE if spec.is_qa else prompts.CLASSIFICATION_TEMPLATE
     text = prompts.render(template, prompts.values_for(inputs, list(spec.labels), descriptions))
@@ -80,12 +83,23 @@ def interpret(spec: TaskSpec, inputs: dict[str, str], content: str) -> dict:
     return {"label": label, "probabilities": probabilities}
 
 
-def predict_one(spec: TaskSpec, inputs: dict[str, str], *, url: str, model: str, headers: dict, timeout: float,
-                budget: float, template: str | None = None, descriptions: dict | None = None, **transport) -> dict:
+def most_tokens(body: dict) -> tuple[int, int]:
+    """Upper bounds on what a request may be billed: prompt tokens (no tokenizer makes
+    more tokens of a text than its UTF-8 bytes; each message gets ``TEMPLATE_TOKENS``
+    for the chat template's markers) and completion tokens (its ``max_tokens``)."""
+    prompt = TEMPLATE_TOKENS + sum(len(str(m.get("content", "")).encode()) + TEMPLATE_TOKENS
+                                   for m in body.get("messages", []))
+    return prompt, int(body.get("max_tokens") or MAX_TOKENS)
+
+
+def predict_one(spec: TaskSpec, inputs: dict[str, str], *, url: str, model: str, headers: dict,
+                network: NetworkPolicy, timeout: float, budget: float, template: str | None = None,
+                descriptions: dict | None = None, **transport) -> dict:
     """Ask about one example; its prediction with ``endpoint``: the raw answer (cut
     to ``RAW_KEPT`` characters), its sha256, the latency, attempts and token counts."""
     body = request_body(spec, inputs, model=model, template=template, descriptions=descriptions or {})
-    response = post_json(chat_url(url), body, headers=headers, timeout=timeout, budget=budget, **transport)
+    response = post_json(chat_url(url), body, network=network, headers=headers, timeout=timeout, budget=budget,
+                         **transport)
     content = content_of(response.body)
     prediction = interpret(spec, inputs, content)
     prediction["endpoint"] = {"protocol": "openai", "raw": content[:RAW_KEPT],

@@ -12,10 +12,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ODD = '<img src=x onerror="window.__pwned=1"> maybe positive?'
 
 
-def test_an_answer_that_cannot_be_read_is_shown_as_such(live_server, demo_tasks, annotator, browser_page):
+def test_an_answer_that_cannot_be_read_is_shown_as_such(live_server, demo_tasks, annotator, browser_page, settings):
     from registry.endpoints import register_endpoint
     from tests.conftest import PASSWORD
 
+    settings.ENDPOINT_ALLOWED_HOSTS = ["127.0.0.1"]  # the fake's address, allowed by name
     page, errors = browser_page
     task = demo_tasks["sentiment"]
     with FakeOpenAI(answer=lambda text: ODD) as chat:

@@ -1,5 +1,8 @@
 """ml.endpoints against a protocol-level fake OpenAI-compatible server: the answer read
-strictly, retries within the wait budget, and every failure case."""
+strictly, retries within the wait budget, and every failure case, with no word of the
+endpoint's own error text in any message. The fake listens on 127.0.0.1, which the
+policy these tests pass allows explicitly (the default refuses it:
+tests/ml/test_endpoint_network.py)."""
 
 import logging
 import time
@@ -15,10 +18,11 @@ from tests.fake_openai import FakeOpenAI
 SENTIMENT = TaskSpec(kind="classification", labels=["negative", "positive"], input_fields=["statement"])
 QA = TaskSpec(kind="extractive_qa")
 ROW = {"statement": "The film was a delight."}
+LOCAL = remote.NetworkPolicy(allowed_hosts=("127.0.0.1",))  # the fake's address, allowed by name
 
 
 def endpoint(fake, **kwargs):
-    return remote.Endpoint(protocol="openai", url=fake.url, model="fake-chat", **kwargs)
+    return remote.Endpoint(protocol="openai", url=fake.url, model="fake-chat", network=LOCAL, **kwargs)
 
 
 @pytest.fixture
@@ -52,7 +56,8 @@ def test_a_writers_text_never_reaches_into_the_template():
 
 def test_a_chat_answer_with_its_raw_text_tokens_and_the_request_shape(fake):
     fake.api_key = "sk-test-key"
-    [prediction] = remote.predict(endpoint(fake, secret="sk-test-key"), SENTIMENT, [ROW], budget=5)
+    [prediction] = remote.predict(endpoint(fake, secret="sk-test-key", secret_hosts=("127.0.0.1",)), SENTIMENT,
+                                  [ROW], budget=5)
     assert prediction["label"] == "positive" and prediction["probabilities"] == {"negative": 0.0, "positive": 1.0}
     info = prediction["endpoint"]
     assert info["raw"] == "positive" and len(info["raw_sha256"]) == 64 and info["attempts"] == 1
@@ -122,24 +127,27 @@ def test_a_429_whose_retry_after_is_beyond_the_budget_is_not_waited_for():
         sleeps = []
         response = transport.post_json(fake.url + "/v1/chat/completions",
                                        {"model": "fake-chat", "messages": [{"role": "user", "content": "x"}]},
-                                       timeout=2, budget=3, sleep=sleeps.append)
+                                       network=LOCAL, timeout=2, budget=3, sleep=sleeps.append)
         assert response.attempts == 2 and sleeps == [0.0]
 
 
-def test_a_refusal_is_not_retried_and_never_shows_the_key(fake, caplog):
-    fake.api_key = "sk-right"
+def test_a_refusal_is_not_retried_and_never_shows_the_key_or_the_endpoints_text(fake, caplog):
+    fake.api_key = "sk-right"  # the fake's 401 echoes the key it was given, as OpenAI's does
     caplog.set_level(logging.DEBUG)
+    wrong = endpoint(fake, secret="sk-wrong-secret-value", secret_hosts=("127.0.0.1",))
     with pytest.raises(remote.EndpointRejected) as caught:
-        remote.predict(endpoint(fake, secret="sk-wrong-secret-value"), SENTIMENT, [ROW], budget=5)
-    assert len(fake.requests) == 1 and "HTTP 401" in caught.value.message
-    assert "sk-wrong-secret-value" not in caught.value.message and "[secret]" in caught.value.message
+        remote.predict(wrong, SENTIMENT, [ROW], budget=5)
+    assert len(fake.requests) == 1 and "HTTP 401" in caught.value.message and "key" in caught.value.message
+    assert "sk-wrong-secret-value" not in caught.value.message and "Incorrect API key" not in caught.value.message
     assert "sk-wrong-secret-value" not in caplog.text
-    assert "sk-wrong-secret-value" not in repr(endpoint(fake, secret="sk-wrong-secret-value"))
+    assert "sk-wrong-secret-value" not in repr(wrong)
 
 
 def test_unknown_models_and_malformed_answers(fake):
-    with pytest.raises(remote.EndpointRejected, match="does not exist"):
-        remote.predict(remote.Endpoint(protocol="openai", url=fake.url, model="nope"), SENTIMENT, [ROW], budget=5)
+    with pytest.raises(remote.EndpointRejected, match="no such path or model") as caught:
+        remote.predict(remote.Endpoint(protocol="openai", url=fake.url, model="nope", network=LOCAL), SENTIMENT,
+                       [ROW], budget=5)
+    assert "does not exist" not in caught.value.message  # the fake's own words are not repeated
     fake.fail("not_json")
     with pytest.raises(remote.EndpointProtocolError, match="not JSON"):
         remote.predict(endpoint(fake), SENTIMENT, [ROW], budget=5)
@@ -151,8 +159,10 @@ def test_unknown_models_and_malformed_answers(fake):
 def test_a_refused_connection_is_unavailable():
     with FakeOpenAI() as fake:
         url = fake.url
-    with pytest.raises(remote.EndpointUnavailable, match="connection"):
-        remote.predict(remote.Endpoint(protocol="openai", url=url, model="fake-chat"), SENTIMENT, [ROW], budget=0.6)
+    with pytest.raises(remote.EndpointUnavailable, match="could not be reached") as caught:
+        remote.predict(remote.Endpoint(protocol="openai", url=url, model="fake-chat", network=LOCAL), SENTIMENT,
+                       [ROW], budget=0.6)
+    assert caught.value.billable is False  # nothing was sent: nothing to pay for
 
 
 def test_v2_answers_are_checked_for_shape_and_type():
@@ -165,8 +175,8 @@ def test_v2_answers_are_checked_for_shape_and_type():
     for bad, message in [
         ({"outputs": []}, "no single output"),
         ({"outputs": [{**good["outputs"][0], "shape": [2, 3]}]}, "shape"),
-        ({"outputs": [{**good["outputs"][0], "datatype": "BYTES"}]}, "BYTES"),
-        ({"outputs": [{**good["outputs"][0], "data": [0.2, 0.8, 0.9]}]}, "holds 3 values"),
+        ({"outputs": [{**good["outputs"][0], "datatype": "BYTES"}]}, "datatype"),
+        ({"outputs": [{**good["outputs"][0], "data": [0.2, 0.8, 0.9]}]}, "does not hold 4 values"),
         ({"outputs": [{**good["outputs"][0], "data": [0.5, 0.8, 0.9, 0.1]}]}, "probability distribution"),
         ({"outputs": [{**good["outputs"][0], "data": [0.2, "x", 0.9, 0.1]}]}, "finite number"),
         ({}, "outputs"),

@@ -24,12 +24,15 @@ def first_word_of_the_passage(prompt: str) -> str:
 
 
 @pytest.fixture
-def qa_endpoint(demo_tasks, monkeypatch):
+def qa_endpoint(demo_tasks, monkeypatch, settings):
     monkeypatch.setenv(ENV, SECRET)
+    settings.ENDPOINT_ALLOWED_HOSTS = ["127.0.0.1"]  # the fake's address, allowed by name
+    settings.ENDPOINT_SECRETS = {"qa-chat": {"env": ENV, "hosts": ["127.0.0.1"]}}
     with FakeOpenAI(api_key=SECRET, answer=first_word_of_the_passage) as server:
         out = io.StringIO()
         call_command("register_endpoint", "--task", "qa", "--name", "fake-reader", "--protocol", "openai",
-                     "--url", server.url, "--model", "fake-chat", "--secret-env", ENV, stdout=out)
+                     "--url", server.url, "--model", "fake-chat", "--secret-env", "qa-chat",
+                     "--price-per-call", "0.001", stdout=out)
         yield demo_tasks["qa"], ModelVersion.objects.get(pk=int(out.getvalue().strip())), server
 
 

@@ -19,7 +19,7 @@ from leaderboard.evaluation import start_evaluation
 from leaderboard.models import Evaluation
 from registry.models import ModelVersion
 from registry.services import ref_for, register_model
-from tests.mlserver_process import MLServerProcess, executable_or_skip
+from tests.mlserver_process import HOST, MLServerProcess, executable_or_skip
 
 # The server imports torch and loads the model before the first request: seconds.
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -51,7 +51,8 @@ def served(tiny_artifacts, tmp_path_factory):
 
 
 @pytest.fixture
-def v2_model(served):
+def v2_model(served, settings):
+    settings.ENDPOINT_ALLOWED_HOSTS = [HOST]  # MLServer on this machine, allowed by name
     out = io.StringIO()
     call_command("register_endpoint", "--task", "sentiment", "--name", "served-tiny", "--protocol", "v2",
                  "--url", served.url, "--model", "tiny-sentiment", stdout=out)
