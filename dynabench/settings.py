@@ -441,6 +441,11 @@ ANNOTATION_SESSION_MAX_AGE = env.int("ANNOTATION_SESSION_MAX_AGE", default=12 * 
 # How long an Idempotency-Key's first answer is kept for retries.
 IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=24 * 3600)
 
+# Accounts one e-mail inbox may confirm (annotation.accounts), however the address is
+# spelled (core.inboxes folds case, +tags and Gmail's dots), deleted accounts included.
+# A confirmed address is what lets a site account's votes count: one inbox, one voter.
+ACCOUNTS_PER_INBOX = _at_least("ACCOUNTS_PER_INBOX", 1, lambda n: env.int(n, default=1))
+
 # --- i18n / static --------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
