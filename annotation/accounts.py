@@ -76,6 +76,10 @@ class EmailTokenGenerator(PasswordResetTokenGenerator):
 email_tokens = EmailTokenGenerator()
 
 
+# The names deleted accounts carry (``crowd.accounts.deleted_name``): nobody signs up with one.
+DELETED_PREFIX = "deleted-"
+
+
 class SignupForm(UserCreationForm):
     email = forms.EmailField(
         required=False, max_length=254, label="E-mail address",
@@ -84,6 +88,13 @@ class SignupForm(UserCreationForm):
 
     class Meta(UserCreationForm.Meta):
         fields = ("username", "email")
+
+    def clean_username(self):
+        username = super().clean_username()
+        if username.casefold().startswith(DELETED_PREFIX):
+            raise forms.ValidationError(f'Usernames starting with "{DELETED_PREFIX}" name deleted accounts; '
+                                        "choose another.")
+        return username
 
 
 def confirmation_link(request, user) -> str:

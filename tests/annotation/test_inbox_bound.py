@@ -10,10 +10,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
 from django.core.cache import cache
+from django.test import RequestFactory
 
 from annotation import trust
+from annotation.accounts import confirmation_link
 from annotation.models import AccountEmail
 from core.inboxes import inbox_hash, normalise
+from crowd.accounts import delete_account
 
 PASSWORD = "a-long-enough-pass-123"
 
@@ -72,6 +75,24 @@ def test_a_second_spelling_of_a_confirmed_inbox_confirms_nothing(db, client, set
     assert trust.email_unverified(third)
     # Nothing on the sign-up page told the attacker that the address is in use.
     assert AccountEmail.objects.filter(inbox=inbox_hash("walker@gmail.com")).count() == 3
+
+
+def test_a_deleted_account_still_counts_towards_its_inbox(db, client, settings):
+    settings.ACCOUNTS_PER_INBOX = 1
+    first = sign_up(client, "walker", "walker@example.org", "198.51.100.1")
+    assert client.get(last_link_to("walker@example.org")).status_code == 200
+    delete_account(get_user_model().objects.get(pk=first.pk))
+    again = sign_up(client, "walker-again", "WALKER+new@example.org", "198.51.100.9")
+    assert last_link_to("WALKER+new@example.org") is None
+    assert "confirmed 1 account already" in mail.outbox[-1].body
+    # Asking again gets the same answer; a link made by hand (the token is the site's) is refused.
+    mail.outbox.clear()
+    client.post("/accounts/verify/send/", REMOTE_ADDR="198.51.100.9")
+    [message] = mail.outbox
+    assert "/accounts/verify/" not in message.body and "confirmed 1 account already" in message.body
+    link = confirmation_link(RequestFactory().get("/"), again)
+    assert client.get(link).status_code == 409
+    assert trust.email_unverified(again)
 
 
 def test_the_bound_is_a_setting(db, client, settings):
