@@ -605,6 +605,12 @@ PROLIFIC_UNCONFIRMED_AFTER_HOURS = env.int("PROLIFIC_UNCONFIRMED_AFTER_HOURS", d
 # one per HIT; made-up ids from one machine are capped).
 # Tries before a bonus that MTurk keeps refusing with a request error ends as gave_up.
 BONUS_MAX_ATTEMPTS = env.int("BONUS_MAX_ATTEMPTS", default=8)
+
+# A bonus held for a researcher's decision (a flagged or escalated example: crowd.bonuses)
+# never settles by a deadline; the bonus run reminds each task's researchers (and the
+# site's admins) of what waits on them, at most once per this many hours.
+BONUS_DECISION_REMINDER_HOURS = _at_least("BONUS_DECISION_REMINDER_HOURS", 1,
+                                          lambda n: env.int(n, default=24))
 # Bounds on what one batch may offer, in USD: a typo (50.00 for 0.50) cannot reach MTurk.
 CROWD_MAX_REWARD = Decimal(env.str("CROWD_MAX_REWARD", default="5.00"))  # per assignment
 CROWD_MAX_BONUS_PER_EXAMPLE = Decimal(env.str("CROWD_MAX_BONUS_PER_EXAMPLE", default="2.00"))
