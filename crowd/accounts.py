@@ -59,10 +59,6 @@ def deleted_name(user_id: int) -> str:
     return f"{DELETED_PREFIX}{digest[:16]}"
 
 
-def is_deleted(user) -> bool:
-    return bool(user is not None and not user.is_active and user.get_username() == deleted_name(user.pk))
-
-
 def delete_account(user, by=None) -> int:
     """Delete ``user``'s account as the module says, by themselves (``by`` None) or by
     ``by``, a superuser; the number of examples they wrote (which stay)."""

@@ -119,8 +119,9 @@ def _settle(modeladmin, request, queryset, *, paid: bool):
     done = 0
     for payment in queryset:
         try:
-            sent_bonuses.settle_by_hand(payment, request.user, paid=paid,
-                                        note=f"Settled in the admin by {request.user.get_username()}.")
+            # Who settled it is the row's settled_by (a deleted account shows its pseudonym there);
+            # a name copied into the note would outlive the account's deletion.
+            sent_bonuses.settle_by_hand(payment, request.user, paid=paid, note="Settled in the admin.")
             done += 1
         except DomainError as exc:
             modeladmin.message_user(request, f"Bonus {payment.pk}: {exc}", messages.ERROR)
