@@ -8,6 +8,14 @@ whether it was confirmed), so it works once, for that address, until
 but its votes never count (``trust.why_not_counted``). An account signed
 up without an address has nothing to confirm: its votes never count either, and it
 cannot reset its password; the form says so.
+
+One inbox confirms at most ``ACCOUNTS_PER_INBOX`` accounts, however its address is
+spelled (``core.inboxes``: case, plus tags and Gmail's dots fold into one inbox), and
+deleted accounts keep counting (their row keeps the inbox's keyed hash, never the
+address). The bound is checked when a link is used, under a lock on the inbox's rows
+(two links used at once confirm no more); the e-mail sent to a full inbox says so
+instead of carrying a link. Nothing on the sign-up page tells whether an address is
+in use: only its inbox learns it.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 from django.views.decorators.http import require_POST
 
 from core import accounts as core_accounts
-from core import ratelimit
-from core.errors import NotFound
+from core import inboxes, ratelimit
+from core.api import http_status
+from core.errors import Conflict, NotFound
 
 from .models import AccountEmail
 
@@ -67,6 +76,10 @@ class EmailTokenGenerator(PasswordResetTokenGenerator):
 email_tokens = EmailTokenGenerator()
 
 
+# The names deleted accounts carry (``crowd.accounts.deleted_name``): nobody signs up with one.
+DELETED_PREFIX = "deleted-"
+
+
 class SignupForm(UserCreationForm):
     email = forms.EmailField(
         required=False, max_length=254, label="E-mail address",
@@ -76,18 +89,46 @@ class SignupForm(UserCreationForm):
     class Meta(UserCreationForm.Meta):
         fields = ("username", "email")
 
+    def clean_username(self):
+        username = super().clean_username()
+        if username.casefold().startswith(DELETED_PREFIX):
+            raise forms.ValidationError(f'Usernames starting with "{DELETED_PREFIX}" name deleted accounts; '
+                                        "choose another.")
+        return username
+
 
 def confirmation_link(request, user) -> str:
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     return request.build_absolute_uri(reverse("verify-email", args=[uid, email_tokens.make_token(user)]))
 
 
+def confirmed_elsewhere(row: AccountEmail) -> int:
+    """How many other accounts ``row``'s inbox has confirmed (deleted ones included)."""
+    if not row.inbox:
+        return 0
+    return (AccountEmail.objects.filter(inbox=row.inbox, verified_at__isnull=False).exclude(pk=row.pk)
+            .order_by().count())
+
+
+def inbox_full_text() -> str:
+    limit = settings.ACCOUNTS_PER_INBOX
+    return (f"This e-mail inbox has confirmed {limit} account{'s' if limit != 1 else ''} already, the most one inbox "
+            "may (however its address is spelled: capitals, +tags and Gmail's dots reach the same inbox). "
+            "This account may still write examples, but its validation votes do not count.")
+
+
 def send_confirmation(request, user) -> bool:
     """Send ``user`` the link to confirm their address; False when there is nothing to
-    confirm (no address, or confirmed already)."""
+    confirm (no address, or confirmed already). An inbox that confirmed its most
+    accounts gets a message that says so, without a link."""
     row = AccountEmail.objects.filter(user=user).first()
     if row is None or not row.email or row.verified_at is not None:
         return False
+    if confirmed_elsewhere(row) >= settings.ACCOUNTS_PER_INBOX:
+        send_mail("Your e-mail address for Dynabench",
+                  f"Hello {user.get_username()},\n\n{inbox_full_text()}\n\nIf you did not sign up, ignore this "
+                  "message.\n", None, [row.email])
+        return True
     send_mail("Confirm your e-mail address for Dynabench",
               f"Hello {user.get_username()},\n\nopen this link to confirm your address:\n\n"
               f"{confirmation_link(request, user)}\n\nIt works for "
@@ -104,13 +145,15 @@ def record_email(user, email: str) -> AccountEmail:
         if email and user.email != email:
             user.email = email
             user.save(update_fields=["email"])
-        row, _ = AccountEmail.objects.update_or_create(user=user, defaults={"email": email, "verified_at": None})
+        row, _ = AccountEmail.objects.update_or_create(
+            user=user, defaults={"email": email, "inbox": inboxes.inbox_hash(email), "verified_at": None})
     return row
 
 
 def confirm(uidb64: str, token: str) -> AccountEmail:
     """Confirm the address the link was made for (NotFound for a link that is not, or no
-    longer, good: a wrong or used token, or one past ``PASSWORD_RESET_TIMEOUT``)."""
+    longer, good: a wrong or used token, or one past ``PASSWORD_RESET_TIMEOUT``;
+    Conflict when its inbox has confirmed ``ACCOUNTS_PER_INBOX`` other accounts)."""
     try:
         pk = int(urlsafe_base64_decode(uidb64).decode())
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError):
@@ -119,7 +162,16 @@ def confirm(uidb64: str, token: str) -> AccountEmail:
     if user is None or not email_tokens.check_token(user, token):
         raise NotFound("This confirmation link is not valid, was used already, or has expired.")
     row = AccountEmail.objects.get(user=user)
-    AccountEmail.objects.filter(pk=row.pk, verified_at__isnull=True).update(verified_at=timezone.now())
+    with transaction.atomic():
+        # Every row of the inbox locked, in one order: two links of one inbox used at
+        # once are counted one after the other.
+        if row.inbox:
+            list(AccountEmail.objects.select_for_update().filter(inbox=row.inbox).order_by("pk")
+                 .values_list("pk", flat=True))
+        row.refresh_from_db()
+        if row.verified_at is None and confirmed_elsewhere(row) >= settings.ACCOUNTS_PER_INBOX:
+            raise Conflict(inbox_full_text())
+        AccountEmail.objects.filter(pk=row.pk, verified_at__isnull=True).update(verified_at=timezone.now())
     row.refresh_from_db()
     return row
 
@@ -137,9 +189,9 @@ def signup(request):
 def verify_email(request, uidb64: str, token: str):
     try:
         confirm(uidb64, token)
-    except NotFound as exc:
+    except (NotFound, Conflict) as exc:
         return render(request, "registration/email_confirm.html", {"ok": False, "message": exc.message},
-                      status=404)
+                      status=http_status(exc))
     return render(request, "registration/email_confirm.html", {"ok": True})
 
 

@@ -48,8 +48,9 @@ PSEUDONYM_SALT = "dynabench.export.annotator"
 # An imported example has no annotator user: the pseudonym its export carried
 # is kept in its metadata under this key, and exported again as "annotator".
 ANNOTATOR_METADATA_KEY = "_exported_annotator"
-# A deleted account's examples stay, anonymised: the account is cut off and only the
-# release's annotator pseudonym (leaderboard.releases.rows.pseudonym) is kept, here.
+# Accounts deleted before deleted accounts kept their examples (crowd.accounts) were cut
+# off from them, keeping only the release's annotator pseudonym
+# (leaderboard.releases.rows.pseudonym), here. Deleted accounts now stay linked, wiped.
 DELETED_ANNOTATOR_KEY = "_deleted_annotator"
 HIDDEN_METADATA_KEYS = (ANNOTATOR_METADATA_KEY, DELETED_ANNOTATOR_KEY)
 RECORD_KEYS = (

@@ -369,7 +369,11 @@ class AccountEmail(models.Model):
     held back."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="account_email")
-    email = models.EmailField()
+    email = models.EmailField(blank=True, help_text="Erased when the account is deleted (the inbox hash stays).")
+    inbox = models.CharField(
+        max_length=64, blank=True, db_index=True, editable=False,
+        help_text="A keyed hash of the inbox the address delivers to (core.inboxes: case, plus tags and Gmail's "
+                  "dots folded): one inbox confirms at most ACCOUNTS_PER_INBOX accounts, deleted ones included.")
     verified_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

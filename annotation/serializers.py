@@ -346,7 +346,9 @@ class ExampleRowSerializer(serializers.Serializer):
         help_text="A pseudonym, the same as in exports and round statistics; for an imported example, the one "
                   "its export carried.")
     annotator_username = serializers.CharField(
-        allow_null=True, help_text="The writer's username; null for an imported example, or a deleted account.")
+        allow_null=True, help_text="The writer's username (a deleted account's is its pseudonym, deleted-...); null "
+                                   "for an imported example, or an account deleted before deleted accounts kept "
+                                   "their examples.")
     created_at = serializers.DateTimeField()
 
     def get_external_uid(self, obj) -> str | None:

@@ -18,6 +18,8 @@ modules, one idea each:
   body, and the ceiling on a request's queries;
 - ``core.accounts``, ``core.backends``, ``core.authentication``: sign-up, sign-in
   and API tokens with their limits, the password backend, token authentication;
+- ``core.inboxes``: the one spelling of the inbox an e-mail address reaches, and its
+  keyed hash (one inbox confirms a bounded number of accounts);
 - ``core.ratelimit``: failure counters on the shared cache (sign-in lockout,
   sign-up limits) and the client address they key on;
 - ``core.cache``: the Redis cache that signs what it pickles and refuses the rest;

@@ -3,7 +3,11 @@
 An API token (``POST /api/auth/token/``) works for ``API_TOKEN_TTL_DAYS`` days from
 when it was made; after that it is refused (401) with a message that says so, and the
 next ``POST /api/auth/token/`` gives a new one. ``DELETE /api/auth/token/`` revokes the
-caller's token at once.
+caller's token at once, and a new password (a reset by e-mail, a change, the admin's
+form, ``manage.py changepassword``, a deleted account's unusable one) revokes every
+token of the account (``revoke_tokens_on_new_password``): a token copied before the
+reset stops working with the old password. Annotation session tokens end with it too,
+by their own rule (``annotation.sessions.session_problem``), as do web sessions.
 """
 
 from datetime import datetime, timedelta
@@ -17,6 +21,19 @@ from rest_framework.authtoken.models import Token
 
 def token_expires_at(token: Token) -> datetime:
     return token.created + timedelta(days=settings.API_TOKEN_TTL_DAYS)
+
+
+def revoke_tokens_on_new_password(sender, instance, update_fields=None, raw=False, **kwargs):
+    """``pre_save`` of the user model: when the password stored is about to change,
+    the account's API tokens are deleted (one read of the stored hash per save that may
+    write the password; a sign-in's save of ``last_login`` reads nothing)."""
+    if raw or instance.pk is None:
+        return
+    if update_fields is not None and "password" not in update_fields:
+        return
+    stored = sender._default_manager.filter(pk=instance.pk).values_list("password", flat=True).first()
+    if stored is not None and stored != instance.password:
+        Token.objects.filter(user_id=instance.pk).delete()
 
 
 def current_token(user) -> Token:

@@ -66,6 +66,9 @@ class MyAssignmentRowSerializer(serializers.Serializer):
                                          help_text="In the ledger, not paid yet (in ``currency``).")
     bonus_paid = serializers.DecimalField(max_digits=9, decimal_places=2, help_text="Paid (in ``currency``).")
     bonus_settled = serializers.BooleanField(help_text="Whether the bonus was worked out (the ledger has a row).")
+    bonus_held = serializers.BooleanField(
+        help_text="Not worked out yet because an example of it waits for a researcher's decision (flagged or "
+                  "escalated): no deadline settles it meanwhile.")
     accepted_at = serializers.DateTimeField()
     submitted_at = serializers.DateTimeField(allow_null=True)
     feedback = serializers.CharField(allow_blank=True)

@@ -1,3 +1,5 @@
+# Long on purpose: the whole life of a bonus (what is paid, when, held for a researcher, how, reminded) in one
+# module, so that its money rules are read together.
 """Bonuses for verified model-fooling examples, paid exactly once.
 
 ``pay_bonuses`` (Celery beat, ``manage.py mturk_pay_bonuses`` and the admin) is
@@ -11,6 +13,22 @@ examples the HIT asked for (the earliest ones; the budget counted no more). An a
 when all of its model-fooling examples are decided or, at the latest, at its
 auto-approval time (MTurk's deadline for the assignment, by which a worker
 should know what they earned); examples verified after that are not paid.
+
+**A flag or an escalation holds the bonus for a researcher, past any deadline**
+(``held``). The assignment's base pay follows the platform's deadline as ever (the
+sync approves confirmed work at once; nothing here waits on it), but while one of
+its model-fooling examples is escalated, or flagged (by its author, a researcher,
+or anyone acting as the worker), or was flagged and cleared by a researcher without
+being decided since, its bonus is not settled at all: the deadline that settles
+undecided examples at $0 does not apply to them. A researcher's decision ends the
+hold: deciding the example (correct pays it, incorrect or flagged does not; a
+researcher's counted decision is final, so a flag placed after it holds nothing),
+or clearing the flag of an example the validators had decided (their decision
+stands). The next run then settles the assignment once, as any other. The run
+marks each held assignment (``Assignment.bonus_held_since``: the admin's list
+"bonus held for a researcher"), and reminds each task's researchers and the site's
+admins by e-mail of what waits on them, at most once per
+``BONUS_DECISION_REMINDER_HOURS`` (``remind_researchers``).
 
 How it is paid (the ledger first):
 1. A ``BonusPayment`` row, unique per (assignment, reason), is written with a
@@ -56,15 +74,16 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.mail import mail_admins
+from django.core.mail import mail_admins, send_mail
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from annotation.examples import signature_ok
-from annotation.models import Example
+from annotation.models import Example, Validation
 
 from . import sent_bonuses, watermarks
-from .models import Assignment, Batch, BonusPayment
+from .models import Assignment, Batch, BonusPayment, Watermark
 from .money import money, usd
 from .platforms import PLATFORMS, PlatformError, for_batch
 
@@ -88,6 +107,8 @@ class BonusReport:
     paid: int = 0
     amounts: dict = field(default_factory=dict)  # currency -> paid by this run (never summed across currencies)
     waiting: int = 0
+    held: int = 0  # of the waiting: held for a researcher's decision (a flag or an escalation)
+    reminded: int = 0  # researchers' reminder e-mails this run sent
     reconciled: int = 0  # sent rows (Prolific) found paid on the platform
     unconfirmed: int = 0  # sent rows the platform does not show paid (yet)
     errors: list[str] = field(default_factory=list)
@@ -108,6 +129,8 @@ class BonusReport:
         paid = ", ".join(money(value, currency) for currency, value in sorted(self.amounts.items())) or money(0)
         text = (f"{self.settled} assignments settled, {self.paid} bonuses paid ({paid}), "
                 f"{self.waiting} waiting for validation")
+        if self.held:
+            text += f" ({self.held} held for a researcher's decision on a flagged or escalated example)"
         if self.reconciled or self.unconfirmed:
             text += (f", {self.reconciled} sent bonuses found paid, {self.unconfirmed} sent and not yet "
                      "confirmed (never sent again by themselves)")
@@ -137,28 +160,60 @@ def deadline(assignment: Assignment, now=None):
         submitted + timedelta(seconds=assignment.hit.batch.auto_approval_delay_seconds))
 
 
+def researcher_decided(examples) -> set[int]:
+    """The ids among ``examples`` that a researcher's counted decision decided (final:
+    a flag placed after it holds nothing)."""
+    return set(Validation.objects.filter(example_id__in=[e.pk for e in examples], mode=Validation.Mode.OWNER,
+                                         counted=True).exclude(label="").values_list("example_id", flat=True))
+
+
+def _was_flagged(example: Example) -> bool:
+    metadata = example.metadata if isinstance(example.metadata, dict) else {}
+    return example.flagged or example.flagged_by_id is not None or "unflagged" in metadata
+
+
+def holds(example: Example, decided: set[int]) -> bool:
+    """Whether ``example`` holds its assignment's bonus for a researcher's decision:
+    escalated, or flagged, or flagged once and cleared while still undecided, and no
+    researcher's counted decision on it."""
+    if example.pk in decided:
+        return False
+    status = example.validation_status
+    return (status == Example.ValidationStatus.ESCALATED or example.flagged
+            or (status == Example.ValidationStatus.PENDING and _was_flagged(example)))
+
+
+def held(assignment: Assignment) -> list[Example]:
+    """The assignment's model-fooling examples that hold its bonus for a researcher."""
+    examples = list(fooling_examples(assignment).order_by("pk"))
+    decided = researcher_decided(examples)
+    return [e for e in examples if holds(e, decided)]
+
+
 def settle(assignment: Assignment, now=None) -> BonusPayment | None:
-    """The assignment's ledger row, written once it can be settled; None while it waits."""
+    """The assignment's ledger row, written once it can be settled; None while it waits
+    (for its validators until the deadline, for a researcher past it: ``holds``)."""
     now = now or timezone.now()
     batch = assignment.hit.batch
     examples = list(fooling_examples(assignment))
-    # An escalated example (adaptive validation, undecided after its most votes) waits
-    # for a researcher's decision like a pending one, until the deadline.
-    undecided = (Example.ValidationStatus.PENDING, Example.ValidationStatus.ESCALATED)
-    pending = [e for e in examples if e.validation_status in undecided and not e.flagged]
+    decided = researcher_decided(examples)
+    if any(holds(e, decided) for e in examples):
+        return None  # a researcher's decision is due: no deadline settles it at $0
+    # What is left undecided was never flagged nor escalated: the deadline settles it.
+    pending = [e for e in examples if e.validation_status == Example.ValidationStatus.PENDING]
     cutoff = deadline(assignment, now)
     if pending and now < cutoff:
         return None
-    verified = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED and not e.flagged]
+    # A flag still on a verified example here was answered by a researcher's decision.
+    verified = [e for e in examples if e.validation_status == Example.ValidationStatus.VERIFIED]
     paid = [e for e in verified if signature_ok(e)]
     # At most the examples the HIT asked for (the earliest), as the batch's budget counted.
     capped = sorted(paid, key=lambda e: (e.created_at, e.pk))
     paid = capped[:batch.examples_per_assignment]
     not_counted = {
-        "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED and not e.flagged for e in examples),
-        "flagged": sum(e.flagged or e.validation_status == Example.ValidationStatus.FLAGGED for e in examples),
-        "undecided at the deadline": sum(e.validation_status in undecided and not e.flagged
-                                         for e in examples),
+        "rejected": sum(e.validation_status == Example.ValidationStatus.REJECTED for e in examples),
+        "flagged": sum(e.validation_status == Example.ValidationStatus.FLAGGED for e in examples),
+        "undecided at the deadline": len(pending),
         "with a signature that no longer checks": len(verified) - len(capped),
         "over the examples the HIT asked for": len(capped) - len(paid),
     }
@@ -290,15 +345,27 @@ def changed_since(since, now) -> set[int]:
 
 def settle_all(assignments, now, report: BonusReport) -> None:
     """Settle each of ``assignments`` that can be settled; remember the deadline of each
-    that waits, so that the run after it passes finds it."""
+    that waits, so that the run after it passes finds it, and whether a researcher's
+    decision holds it (``bonus_held_since``)."""
     for assignment in assignments.order_by("pk"):
         if settle(assignment, now) is None:
             report.waiting += 1
+            changes = {}
             settle_by = deadline(assignment)
             if settle_by != assignment.bonus_settle_by:
-                Assignment.objects.filter(pk=assignment.pk).update(bonus_settle_by=settle_by)
+                changes["bonus_settle_by"] = settle_by
+            if held(assignment):
+                report.held += 1
+                if assignment.bonus_held_since is None:
+                    changes["bonus_held_since"] = now
+            elif assignment.bonus_held_since is not None:
+                changes["bonus_held_since"] = None
+            if changes:
+                Assignment.objects.filter(pk=assignment.pk).update(**changes)
         else:
             report.settled += 1
+            if assignment.bonus_held_since is not None:
+                Assignment.objects.filter(pk=assignment.pk).update(bonus_held_since=None)
 
 
 def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusReport:
@@ -323,6 +390,7 @@ def pay_bonuses(batch_id: int | None = None, *, full: bool = False) -> BonusRepo
             settle_all(assignments.filter(pk__in=chunk), now, report)
     if batch_id is None:
         watermarks.advance(BONUS_WATERMARK, now)
+        report.reminded = remind_researchers(now)
     due = BonusPayment.objects.select_related("assignment__worker", "assignment__hit__batch").filter(
         status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED], next_attempt_at__lte=timezone.now())
     if batch_id is not None:
@@ -357,3 +425,73 @@ def reconcile_sent(report: BonusReport, batch_id: int | None = None) -> None:
             report.errors.append(f"bonus {payment.pk} (sent): {exc}")
             if exc.kind == "throttled":
                 break
+
+
+# --- bonuses held for a researcher: the due list and the reminder ----------------------
+
+REMINDER_MARK = "bonus-decision-reminder"  # a Watermark row: when the last reminder went out
+REMINDER_ROWS = 200  # assignments one reminder lists at most (the rest are counted)
+
+
+def held_for_researchers():
+    """The assignments whose bonus a researcher's decision holds, longest held first (the
+    index on ``bonus_held_since``: a few rows, however long the history)."""
+    return (Assignment.objects.filter(bonus_held_since__isnull=False)
+            .exclude(bonuses__reason=BonusPayment.Reason.VERIFIED_FOOLING)
+            .select_related("hit__batch__task", "worker").order_by("bonus_held_since", "pk"))
+
+
+def _claim_reminder(now) -> bool:
+    """Whether this run sends the reminder: one UPDATE that succeeds only when the last
+    one is ``BONUS_DECISION_REMINDER_HOURS`` old, so two runs at once send one."""
+    every = timedelta(hours=settings.BONUS_DECISION_REMINDER_HOURS)
+    Watermark.objects.bulk_create([Watermark(name=REMINDER_MARK, until=now - every)], ignore_conflicts=True)
+    return bool(Watermark.objects.filter(name=REMINDER_MARK, until__lte=now - every).update(until=now))
+
+
+def _reminder_line(assignment: Assignment, examples: list[Example], now) -> str:
+    base = settings.PUBLIC_BASE_URL.rstrip("/")
+    links = ", ".join(f"{base}{reverse('admin:annotation_example_change', args=[e.pk])} "
+                      f"({'escalated' if e.validation_status == Example.ValidationStatus.ESCALATED else 'flagged'})"
+                      for e in examples)
+    settle_by = deadline(assignment)
+    due = (f"its deadline passed {settle_by:%Y-%m-%d %H:%M} UTC" if settle_by and settle_by <= now
+           else f"its deadline is {settle_by:%Y-%m-%d %H:%M} UTC" if settle_by else "no deadline known yet")
+    return (f"- batch {assignment.hit.batch_id}, {assignment.worker.worker_id}'s assignment "
+            f"{assignment.assignment_id}, held since {assignment.bonus_held_since:%Y-%m-%d %H:%M} UTC ({due}): "
+            f"{links or 'no example holds it any more (the next bonus run settles it)'}")
+
+
+def remind_researchers(now=None) -> int:
+    """E-mail each task's researchers (its owners with an address) the bonuses held for
+    their decision, and the site's admins all of them, when any are held and the last
+    reminder is ``BONUS_DECISION_REMINDER_HOURS`` old; the number of e-mails sent (the
+    admins' one counted when ``ADMINS`` is set)."""
+    now = now or timezone.now()
+    rows = list(held_for_researchers()[:REMINDER_ROWS + 1])
+    if not rows or not _claim_reminder(now):
+        return 0
+    more = len(rows) > REMINDER_ROWS
+    rows = rows[:REMINDER_ROWS]
+    by_task: dict = {}
+    for assignment in rows:
+        by_task.setdefault(assignment.hit.batch.task, []).append(assignment)
+    explain = ("Each example below is flagged or escalated, and the worker's bonus for its assignment waits for a "
+               "researcher's decision: no deadline settles it. Decide the example (correct pays it; incorrect or "
+               "flagged does not), or clear a flag the validators' decision should stand against. The next bonus "
+               "run settles the assignment, once.")
+    sent, everything = 0, []
+    for task, assignments in sorted(by_task.items(), key=lambda item: item[0].slug):
+        lines = [_reminder_line(a, held(a), now) for a in assignments]
+        everything += [f"{task.slug}:"] + lines
+        owners = list(task.owners.filter(is_active=True).exclude(email="").order_by("pk")
+                      .values_list("email", flat=True))
+        if owners:
+            sent += send_mail(f"Bonuses wait for your decision on {task.slug}: {len(lines)} assignment(s)",
+                              explain + "\n\n" + "\n".join(lines) + "\n", None, owners, fail_silently=True)
+    if more:
+        everything.append(f"... and more than {REMINDER_ROWS} assignments in all (the admin's list: Assignments, "
+                          "filter 'bonus held for a researcher').")
+    mail_admins(f"Bonuses held for a researcher's decision: {len(rows)}{'+' if more else ''} assignment(s)",
+                explain + "\n\n" + "\n".join(everything) + "\n", fail_silently=True)
+    return sent + (1 if settings.ADMINS else 0)

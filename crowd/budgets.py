@@ -18,7 +18,10 @@
   than its creator's (``publishing.approve``), and the money is checked again then.
   What counts is the new batch's most *plus* what the same person published alone
   on the same task and site in the last 24 hours (``published_alone``), so ten
-  batches just under the threshold wait as one large one would.
+  batches just under the threshold wait as one large one would. The same person is
+  every account seen at one of the creator's addresses (``trust.same_person``), for
+  the sum and for who may approve: a second account, or a deleted one's successor at
+  its address, is not a second person.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
+from annotation import trust
 from core.errors import Conflict, Forbidden, InvalidInput
 from tasks.models import Task
 
@@ -158,7 +162,10 @@ def published_alone(task: Task, sandbox: bool, user) -> Decimal:
     batches a superuser approved, and cancelled ones, do not count."""
     batches = site_batches(sandbox).filter(task=task, created_at__gte=timezone.now() - APPROVAL_WINDOW,
                                            approved_by__isnull=True)
-    batches = batches.filter(created_by=user) if user is not None else batches.filter(created_by__isnull=True)
+    if user is None:
+        batches = batches.filter(created_by__isnull=True)
+    else:  # the same person's other accounts too (trust.same_person: accounts seen at one address)
+        batches = batches.filter(Q(created_by=user) | Q(created_by__in=trust.same_person(user)))
     batches = batches.exclude(status__in=[Batch.Status.CANCELLED, Batch.Status.AWAITING_APPROVAL])
     return batches.aggregate(total=Sum("max_cost"))["total"] or Decimal("0")
 

@@ -141,7 +141,8 @@ def assignments_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
             "reward": batch.reward, "reward_status": reward_status, "currency": batch.currency,
             "bonus_per_example": batch.bonus_per_example,
             "bonus_due": a.bonus_due or ZERO, "bonus_paid": a.bonus_paid or ZERO,
-            "bonus_settled": a.pk in settled, "accepted_at": a.accepted_at,
+            "bonus_settled": a.pk in settled,
+            "bonus_held": a.pk not in settled and a.bonus_held_since is not None, "accepted_at": a.accepted_at,
             "submitted_at": a.submitted_at or a.finished_at, "feedback": a.feedback})
     return Page(number, found, more)
 

@@ -245,6 +245,10 @@ class Assignment(models.Model):
         null=True, blank=True,
         help_text="When its bonus is settled at the latest (crowd.bonuses.deadline), written once a bonus run "
                   "found it waiting: a later run finds the deadlines that passed since it last ran.")
+    bonus_held_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Since when its bonus waits for a researcher's decision on a flagged or escalated example "
+                  "(crowd.bonuses.held): no deadline settles it meanwhile. Empty when nothing holds it.")
 
     class Meta:
         ordering = ["-accepted_at"]
@@ -257,6 +261,9 @@ class Assignment(models.Model):
             models.Index(fields=["verified_at"], name="assignment_verified_at"),
             models.Index(fields=["status", "decided_at"], name="assignment_status_decided"),
             models.Index(fields=["bonus_settle_by"], name="assignment_bonus_settle_by"),
+            # The bonuses waiting for a researcher (the admin's due list, the reminder): a few rows.
+            models.Index(fields=["bonus_held_since", "id"], name="assignment_bonus_held",
+                         condition=models.Q(bonus_held_since__isnull=False)),
             models.Index(fields=["accepted_at", "id"], name="assignment_accepted"),  # the admin's order
             # One worker's assignments, newest first (their own page, /me/).
             models.Index(fields=["worker", "-accepted_at", "-id"], name="assignment_worker_recent"),
@@ -419,7 +426,9 @@ class RequesterAccount(models.Model):
 class Watermark(models.Model):
     """How far a periodic job has read what changed: its next run reads only what was
     stamped since ``until`` (less an overlap, for work committed late). One row per
-    job; the bonus run's is ``bonuses`` (``crowd.bonuses``)."""
+    job; the bonus run's is ``bonuses`` (``crowd.bonuses``). The row
+    ``bonus-decision-reminder`` holds when the bonus run last reminded researchers of the
+    bonuses held for their decision (``crowd.bonuses.remind_researchers``)."""
 
     name = models.CharField(max_length=64, primary_key=True)
     until = models.DateTimeField()

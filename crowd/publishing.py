@@ -4,8 +4,9 @@ The money comes first (``crowd.budgets``): the task's budget and the account's
 balance must hold the most the new batch may cost on top of what every open
 batch has committed, or nothing is asked of MTurk. A batch over
 ``CROWD_APPROVAL_THRESHOLD`` is then written *awaiting approval*: a superuser
-other than its creator approves it (``approve``), the money is checked again,
-and only then is anything posted.
+who is another person than its creator approves it (``approve``; not an account
+seen at one of the creator's addresses, ``trust.same_person``), the money is
+checked again, and only then is anything posted.
 
 A writing batch pays for examples that fool the round's target, so the target must
 be worth fooling: it must clear the task's reference line on the static test set
@@ -35,6 +36,7 @@ from django.core.mail import mail_admins
 from django.db import transaction
 from django.utils import timezone
 
+from annotation import trust
 from core.errors import Conflict, Forbidden, InvalidInput
 from leaderboard.promotion import round_target_checks
 from tasks.models import Round, Task
@@ -354,6 +356,11 @@ def may_approve(batch: Batch, user) -> str | None:
         return "Only a superuser approves a batch over CROWD_APPROVAL_THRESHOLD."
     if batch.created_by_id is not None and batch.created_by_id == user.pk:
         return "A batch over CROWD_APPROVAL_THRESHOLD needs a second person: its creator cannot approve it."
+    # One person, whichever account: one seen at an address of the creator's account counts
+    # as its creator (trust.same_person; a deleted creator's addresses are kept for this).
+    if batch.created_by_id is not None and trust.same_person(user).filter(user_id=batch.created_by_id).exists():
+        return ("A batch over CROWD_APPROVAL_THRESHOLD needs a second person: your account was seen at an address "
+                "its creator's account uses, so it counts as its creator. Another superuser approves it.")
     return None
 
 

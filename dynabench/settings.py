@@ -444,6 +444,11 @@ ANNOTATION_SESSION_MAX_AGE = env.int("ANNOTATION_SESSION_MAX_AGE", default=12 * 
 # How long an Idempotency-Key's first answer is kept for retries.
 IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=24 * 3600)
 
+# Accounts one e-mail inbox may confirm (annotation.accounts), however the address is
+# spelled (core.inboxes folds case, +tags and Gmail's dots), deleted accounts included.
+# A confirmed address is what lets a site account's votes count: one inbox, one voter.
+ACCOUNTS_PER_INBOX = _at_least("ACCOUNTS_PER_INBOX", 1, lambda n: env.int(n, default=1))
+
 # --- i18n / static --------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -677,6 +682,12 @@ PROLIFIC_UNCONFIRMED_AFTER_HOURS = env.int("PROLIFIC_UNCONFIRMED_AFTER_HOURS", d
 # one per HIT; made-up ids from one machine are capped).
 # Tries before a bonus that MTurk keeps refusing with a request error ends as gave_up.
 BONUS_MAX_ATTEMPTS = env.int("BONUS_MAX_ATTEMPTS", default=8)
+
+# A bonus held for a researcher's decision (a flagged or escalated example: crowd.bonuses)
+# never settles by a deadline; the bonus run reminds each task's researchers (and the
+# site's admins) of what waits on them, at most once per this many hours.
+BONUS_DECISION_REMINDER_HOURS = _at_least("BONUS_DECISION_REMINDER_HOURS", 1,
+                                          lambda n: env.int(n, default=24))
 # Bounds on what one batch may offer, in USD: a typo (50.00 for 0.50) cannot reach MTurk.
 CROWD_MAX_REWARD = Decimal(env.str("CROWD_MAX_REWARD", default="5.00"))  # per assignment
 CROWD_MAX_BONUS_PER_EXAMPLE = Decimal(env.str("CROWD_MAX_BONUS_PER_EXAMPLE", default="2.00"))

@@ -14,9 +14,10 @@ One module per concern; importing them registers their admins:
 - ``batches``: the publish page and the batch actions;
 - ``ledger``: assignments and the bonus ledger;
 - ``budgets``: what each task may spend;
-- ``workers``: task blocks and worker identities.
+- ``workers``: task blocks and worker identities;
+- ``accounts``: Django's user pages, whose delete keeps the row (``crowd.accounts``).
 """
 
-from . import batches, budgets, ledger, workers
+from . import accounts, batches, budgets, ledger, workers
 
-__all__ = ["batches", "budgets", "ledger", "workers"]
+__all__ = ["accounts", "batches", "budgets", "ledger", "workers"]

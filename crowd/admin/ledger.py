@@ -1,22 +1,55 @@
 """The record of work and pay in the admin, read-only: assignments (what each worker
-wrote, validated and fooled) and the bonus ledger, whose totals follow its filters."""
+wrote, validated and fooled) and the bonus ledger, whose totals follow its filters.
+Both lists say how many bonuses wait for a researcher's decision (a flagged or
+escalated example: ``crowd.bonuses``); the assignments' filter "bonus held for a
+researcher" lists them, each with a link to the examples to decide."""
 
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from core.errors import DomainError
-from crowd import costs, sent_bonuses
+from crowd import bonuses, costs, sent_bonuses
 from crowd.models import Assignment, BonusPayment
 from tasks.admin_lists import ScopedRelatedFilter, TaskScopedAdmin
 
 from .common import ReadOnlyAdminMixin
 
 
+class HeldFilter(admin.SimpleListFilter):
+    """Assignments whose bonus waits for a researcher's decision (the index on
+    ``bonus_held_since``: a few rows), longest held first."""
+
+    title = "bonus held for a researcher"
+    parameter_name = "held"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Bonus held for a researcher's decision")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(pk__in=bonuses.held_for_researchers().values("pk")).order_by("bonus_held_since",
+                                                                                                 "pk")
+        return queryset
+
+
+def warn_held(modeladmin, request, queryset) -> None:
+    """Say how many bonuses of ``queryset`` (the list's own scope) a researcher's decision holds."""
+    held = len(queryset.filter(pk__in=bonuses.held_for_researchers().values("pk")).order_by()
+               .values_list("pk", flat=True)[:100])
+    if held:
+        modeladmin.message_user(
+            request, f"{held if held < 100 else '100 or more'} bonus(es) wait for a researcher's decision on a "
+                     "flagged or escalated example; no deadline settles them. Assignments, filter 'bonus held for "
+                     "a researcher', links each example to decide.", messages.WARNING)
+
+
 @admin.register(Assignment)
 class AssignmentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     task_path = "hit__batch__task"
-    list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "verified_at",
-                    "decided_at", "feedback", "worker_feedback"]
-    list_filter = ["status", ("hit__batch", ScopedRelatedFilter)]
+    list_display = ["assignment_id", "worker", "batch", "status", "work", "held_examples", "accepted_at",
+                    "verified_at", "decided_at", "feedback", "worker_feedback"]
+    list_filter = ["status", HeldFilter, ("hit__batch", ScopedRelatedFilter)]
     list_select_related = ["worker", "hit__batch", "session"]
     sortable_by = ["accepted_at"]  # the order an index serves
     search_fields = exact_search_fields = ["assignment_id", "worker__worker_id"]
@@ -31,6 +64,22 @@ class AssignmentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     def work(self, obj):
         s = obj.session
         return f"{s.examples_written} / {s.validations_done} / {s.examples_fooled}"
+
+    @admin.display(description="bonus held by")
+    def held_examples(self, obj):
+        """The examples a researcher must decide before the bonus settles (only for the
+        few assignments marked held: one small read each)."""
+        if obj.bonus_held_since is None:
+            return ""
+        return format_html_join(", ", '<a href="{}">example {}</a>', (
+            (reverse("admin:annotation_example_change", args=[e.pk]), e.pk) for e in bonuses.held(obj))) \
+            or format_html("{}", "nothing now (settled at the next run)")
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        if hasattr(response, "context_data") and "cl" in response.context_data:
+            warn_held(self, request, self.get_queryset(request))
+        return response
 
 
 class ZeroSettlementFilter(admin.SimpleListFilter):
@@ -70,8 +119,9 @@ def _settle(modeladmin, request, queryset, *, paid: bool):
     done = 0
     for payment in queryset:
         try:
-            sent_bonuses.settle_by_hand(payment, request.user, paid=paid,
-                                        note=f"Settled in the admin by {request.user.get_username()}.")
+            # Who settled it is the row's settled_by (a deleted account shows its pseudonym there);
+            # a name copied into the note would outlive the account's deletion.
+            sent_bonuses.settle_by_hand(payment, request.user, paid=paid, note="Settled in the admin.")
             done += 1
         except DomainError as exc:
             modeladmin.message_user(request, f"Bonus {payment.pk}: {exc}", messages.ERROR)
@@ -125,6 +175,10 @@ class BonusPaymentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
         response = super().changelist_view(request, extra_context)
         if hasattr(response, "context_data") and "cl" in response.context_data:
             response.context_data["totals"] = costs.bonus_totals(response.context_data["cl"].queryset)
+            scope = Assignment.objects.all()
+            if not request.user.is_superuser:  # the assignments of the tasks they research
+                scope = scope.filter(hit__batch__task__in=self.researched_task_ids(request))
+            warn_held(self, request, scope)
             # At most 100 counted (the big list's counts are bounded): through the index on status.
             waiting = len(self.get_queryset(request).filter(sent_bonuses.unconfirmed_q()).order_by()
                           .values_list("pk", flat=True)[:100])

@@ -164,3 +164,58 @@ def test_the_worker_page_sends_the_confirmation_link_again(client, django_user_m
     assert 'id="email-unverified"' not in client.get("/me/").content.decode()
     client.logout()
     assert client.post("/accounts/verify/send/").status_code == 302 and len(mail.outbox) == 2
+
+
+def test_a_password_reset_ends_every_token_copied_before_it(client, django_user_model, demo_tasks):
+    """Someone copied the victim's API token and an annotation session token (a laptop,
+    a log, a shared script). The victim resets the password by e-mail: both stop
+    working at once, and the victim's new sign-in gets a new token that works."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from annotation import sessions
+    from annotation.tokens import make_token
+
+    task = demo_tasks["sentiment"]
+    victim = django_user_model.objects.create_user("victim", email="victim@example.org", password=PASSWORD)
+    stolen = APIClient().post("/api/auth/token/", {"username": "victim", "password": PASSWORD}).json()["token"]
+    by_key, by_session = APIClient(), APIClient()
+    by_key.credentials(HTTP_AUTHORIZATION=f"Token {stolen}")
+    by_session.credentials(HTTP_X_DYNABENCH_TOKEN=make_token(sessions.start_session(victim, task)))
+    assert by_key.get("/api/me/").status_code == 200
+    assert by_session.get(f"/api/tasks/{task.slug}/validations/next/").status_code in (200, 204)
+
+    client.post("/accounts/password-reset/", {"email": "victim@example.org"})
+    confirm = client.get(link_in(mail.outbox[-1], "/accounts/reset/"), follow=True)
+    done = client.post(confirm.redirect_chain[-1][0], {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD})
+    assert done.status_code == 302
+
+    assert by_key.get("/api/me/").status_code == 401
+    assert not Token.objects.filter(key=stolen).exists()
+    ended = by_session.get(f"/api/tasks/{task.slug}/validations/next/")
+    assert ended.status_code == 401 and "password changed" in ended.json()["detail"]
+    fresh = APIClient().post("/api/auth/token/", {"username": "victim", "password": NEW_PASSWORD}).json()["token"]
+    assert fresh != stolen
+    again = APIClient()
+    again.credentials(HTTP_AUTHORIZATION=f"Token {fresh}")
+    assert again.get("/api/me/").status_code == 200
+
+
+def test_a_sign_in_keeps_the_token_and_a_password_change_anywhere_ends_it(django_user_model):
+    """The revocation follows the stored password, not the page: a sign-in (which saves
+    the account's last_login) keeps the token; the admin's form or a command's
+    set_password ends it; saving the account with the same password does not."""
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create_user("changer", password=PASSWORD)
+    token = Token.objects.create(user=user)
+    assert Client().login(username="changer", password=PASSWORD)
+    user.refresh_from_db()
+    assert user.last_login is not None
+    user.first_name = "Chang"
+    user.save()
+    assert Token.objects.filter(pk=token.pk).exists()
+    user.set_password(NEW_PASSWORD)
+    user.save(update_fields=["password"])
+    assert not Token.objects.filter(user=user).exists()
