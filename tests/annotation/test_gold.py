@@ -149,7 +149,8 @@ def test_agreeing_with_the_writer_every_time_earns_no_trust(demo_tasks, research
 
 def test_an_unchecked_weight_is_capped_at_a_newcomers(demo_tasks, researcher, annotator):
     """Two vouched validators who always agree look reliable to the EM; with no gold item
-    or researcher's decision behind it, the weight stays a newcomer's."""
+    or researcher's decision behind it, the weight stays a newcomer's, and one gold answer
+    adds what one answer supports, not what the EM makes of their agreement."""
     task = demo_tasks["sentiment"]
     task.config = {**task.config, "validation": {"policy": "adaptive", "min_votes": 5, "max_votes": 5}}
     task.save()
@@ -163,6 +164,17 @@ def test_an_unchecked_weight_is_capped_at_a_newcomers(demo_tasks, researcher, an
     reliability.refit(task)
     newcomer = R.Reliability.newcomer().strength
     assert all(row.weight <= newcomer + 1e-9 for row in ValidatorReliability.objects.filter(task=task))
+    # One gold answer each no longer lifts the cap: the weight is what one answer supports
+    # (the prior and one right answer where the writer was right), either way.
+    [item] = gold_set(task, researcher, annotator, ["correct"])
+    for member in pair:
+        vote(member, item, "correct")
+    reliability.refit(task)
+    one_answer = R.Reliability(4 + 1, 1, 4, 1)
+    for row in ValidatorReliability.objects.filter(task=task):
+        fitted = R.Reliability(row.s_hits, row.s_misses, row.t_hits, row.t_misses)
+        for says in (True, False):
+            assert abs(fitted.weight(says)) <= abs(one_answer.weight(says)) + 1e-9, (row.validator.username, says)
 
 
 def test_gold_items_look_like_any_other_item_before_and_after(demo_tasks, researcher, annotator, client_for):
