@@ -139,25 +139,22 @@ def draw_from_queue(task: Task, user, rng: random.Random | None = None) -> Examp
         after = rows[-1]
 
 
-HELD_MOST = 20  # a validator's live claims read at once, newest first (usually one or two)
-
-
 def held_claim(task: Task, user) -> Example | None:
     """The example the queue served ``user`` on ``task`` and they have not answered, while
     the claim lasts and it still waits (a gold item, or in the queue): asking again
     serves it again, so drawing anew costs ``VALIDATION_CLAIM_SECONDS`` of waiting.
-    Two small reads: their newest live claims, and which of those they answered."""
-    claims = list(ValidationClaim.objects.filter(validator=user, expires_at__gt=timezone.now(), example__task=task)
-                  .filter(Q(example__queue_priority__isnull=False)
-                          | (~Q(example__gold_verdict="") & Q(example__retracted=False)))
-                  .exclude(example__annotator__in=trust.same_person(user))
-                  .select_related("example__context", "example__round", "example__task")
-                  .order_by("-expires_at", "-pk")[:HELD_MOST])
-    if not claims:
-        return None
-    answered = set(Validation.objects.filter(validator=user, example_id__in=[c.example_id for c in claims])
-                   .order_by().values_list("example_id", flat=True))
-    return next((claim.example for claim in claims if claim.example_id not in answered), None)
+    One read of their live claims, newest first, joined to their own validation of each
+    example on its unique key (left out when there is one)."""
+    claim = (ValidationClaim.objects.filter(validator=user, expires_at__gt=timezone.now(), example__task=task)
+             .filter(Q(example__queue_priority__isnull=False)
+                     | (~Q(example__gold_verdict="") & Q(example__retracted=False)))
+             .annotate(mine=FilteredRelation("example__validations",
+                                             condition=Q(example__validations__validator=user)))
+             .filter(mine__isnull=True)
+             .exclude(example__annotator__in=trust.same_person(user))
+             .select_related("example__context", "example__round", "example__task")
+             .order_by("-expires_at", "-pk").first())
+    return claim.example if claim is not None else None
 
 
 STARTED_MOST = 100  # a validator's undecided blind answers read at once (usually none or one)
