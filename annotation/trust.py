@@ -165,11 +165,8 @@ class Standing:
                 f"(trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
                 "giving one answer would get")
         if self.min_reference_answers:
-            reference_rate = (f"{self.reference_agreeing / self.reference_answers:.0%}"
-                              if self.reference_answers else "-")
             text += (f"; of them {self.min_reference_answers} at least on examples that others decided after "
-                     f"your answer, at {self.min_agreement:.0%} too: you have {self.reference_answers}, "
-                     f"{reference_rate} agreeing")
+                     f"your answer, at {self.min_agreement:.0%} too")
         return text + ")"
 
 
