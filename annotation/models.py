@@ -337,6 +337,10 @@ class ValidationClaim(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["example", "validator"], name="one_claim_per_validator")]
+        indexes = [
+            # A validator's live claims (the queue serves what they hold again: validation.held_claim).
+            models.Index(fields=["validator", "expires_at"], name="claim_validator_live"),
+        ]
 
     def __str__(self):
         return f"example {self.example_id} served to {self.validator} until {self.expires_at:%Y-%m-%d %H:%M}"

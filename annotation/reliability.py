@@ -7,8 +7,9 @@ EM). Here it meets the database:
   counted decisions (``correct`` or ``incorrect``) of validators of confirmed MTurk
   validation batches and of accounts trusted on the task, and every decision on a
   gold item. Researchers' counted decisions and gold items are the known truths
-  (anchors); a weight that no anchor supports is capped at a newcomer's, however
-  consistently a group agrees with itself. Strata: whether the example fooled the
+  (anchors); no weight exceeds what the validator's own answers on anchors support
+  (``reliability_model.anchored``: a newcomer's with none, a little more with a few),
+  however consistently a group agrees with itself. Strata: whether the example fooled the
   model, so that writers of model-fooling examples (more often wrong) get a prior
   of their own.
 - **When it is refitted.** By a job (``annotation.refit_reliability``), never inside
@@ -166,16 +167,16 @@ def refit(task: Task) -> ReliabilityFit:
         strata.update({example: _stratum_of(fooled) for example, _v, _l, _d, fooled in rows})
         votes = [R.Vote(example, validator, label == Validation.Label.CORRECT)
                  for example, validator, label, _d, _f in rows]
-        checked = {validator for example, validator, _l, _d, _f in rows if example in anchors}
         fit_started = time.perf_counter()
         fitted = R.fit(votes, anchors=anchors, strata=strata)
         fit_seconds = time.perf_counter() - fit_started
+        # No weight above what the validator's answers on anchors support (a newcomer's
+        # without any): the EM also learns from unchecked examples, where a group that
+        # votes together looks reliable whatever the truth.
+        supported = R.anchored(votes, anchors)
         newcomer = R.Reliability.newcomer()
         for validator, rel in list(fitted.reliabilities.items()):
-            if validator not in checked and rel.strength > newcomer.strength:
-                # No gold item or researcher's decision supports this weight: capped.
-                fitted.reliabilities[validator] = R.Reliability(
-                    newcomer.s_hits, newcomer.s_misses, newcomer.t_hits, newcomer.t_misses, votes=rel.votes)
+            fitted.reliabilities[validator] = R.capped(rel, supported.get(validator, newcomer))
         overall = fitted.overall_prior_right
         intervals = R.accuracy_intervals(fitted.reliabilities, overall, seed=task.pk)
         now = timezone.now()

@@ -32,6 +32,12 @@ means, so a newcomer's estimate is the prior (``Prior``) and moves with each vot
 the EM can attribute; nothing is ever exactly 0 or 1. ``posterior_right`` combines
 the votes on one example with the fitted reliabilities; ``decide`` applies a task's
 rule (``Rule``) to that posterior.
+
+The EM's estimate also learns from examples nobody checked, where a group that votes
+together looks reliable to it whatever the truth. ``anchored`` is what a validator's
+answers on anchors alone support (the Beta posterior from the prior and those answers:
+few answers, a weight near a newcomer's), and ``capped`` keeps the fitted estimate
+below it, so that no weight exceeds what checked answers support.
 """
 
 from __future__ import annotations
@@ -130,6 +136,40 @@ class Reliability:
     def accuracy(self, prior_right: float) -> float:
         """P(the vote matches the truth) on examples that are right with ``prior_right``."""
         return prior_right * self.sensitivity + (1.0 - prior_right) * self.specificity
+
+
+def anchored(votes: Iterable[Vote], anchors: Mapping[Hashable, bool],
+             prior: Prior = DEFAULT_PRIOR) -> dict[Hashable, Reliability]:
+    """What each validator's answers on anchored examples support by themselves: the Beta
+    posterior of their sensitivity (from anchors whose writer is right) and specificity
+    (from those whose writer is wrong), starting at the prior. A validator with no such
+    answer is missing (a newcomer's, ``Reliability.newcomer``); one with a few sits near it."""
+    counts: dict[Hashable, list[int]] = {}
+    for vote in votes:
+        if vote.example not in anchors:
+            continue
+        tally = counts.setdefault(vote.validator, [0, 0, 0, 0])  # s hits, s misses, t hits, t misses
+        if anchors[vote.example]:
+            tally[0 if vote.says_correct else 1] += 1
+        else:
+            tally[3 if vote.says_correct else 2] += 1
+    s_a, s_b = prior.sensitivity
+    t_a, t_b = prior.specificity
+    return {validator: Reliability(s_a + s_hits, s_b + s_misses, t_a + t_hits, t_b + t_misses,
+                                   votes=s_hits + s_misses + t_hits + t_misses)
+            for validator, (s_hits, s_misses, t_hits, t_misses) in counts.items()}
+
+
+def capped(fitted: Reliability, supported: Reliability) -> Reliability:
+    """``fitted`` with its sensitivity and its specificity each no higher than
+    ``supported``'s (the pseudo-counts of the lower one are kept): a vote of it weighs no
+    more than one of ``supported`` either way, and its balanced accuracy is no higher.
+    Its vote count stays the fit's."""
+    s = (fitted.s_hits, fitted.s_misses) if fitted.sensitivity <= supported.sensitivity else (
+        supported.s_hits, supported.s_misses)
+    t = (fitted.t_hits, fitted.t_misses) if fitted.specificity <= supported.specificity else (
+        supported.t_hits, supported.t_misses)
+    return Reliability(*s, *t, votes=fitted.votes)
 
 
 def accuracy_intervals(reliabilities: Mapping[Hashable, Reliability], prior_right: float,

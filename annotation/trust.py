@@ -121,10 +121,16 @@ def is_batch_validator(session: AnnotationSession | None) -> bool:
 
 @dataclass(frozen=True)
 class Standing:
-    """A validator's record on a task: answers on gold items and blind answers on
-    examples they could not have decided themselves (``reference_decisions``), how many
-    agree with the truth, and how many a validator who always gave one answer (always
-    "the writer is right", or always "wrong") would have got right."""
+    """A validator's record on a task: answers on gold items and answers on examples
+    that others decided afterwards (``reference_decisions``, the *reference* answers), how
+    many agree with the truth, and how many a validator who always gave one answer (always
+    "the writer is right", or always "wrong") would have got right.
+
+    Trust needs both kinds. A gold item is shown to every validator and keeps its verdict,
+    so its answer can be learnt and passed round a ring; a reference decision is made on
+    an ordinary example after the answer was given, so nobody can know it in advance. A
+    ring that knows every gold answer and lies on the examples that pay fails the second
+    part and never decides anything."""
 
     answers: int
     agreeing: int
@@ -132,6 +138,9 @@ class Standing:
     min_agreement: float
     constant: int = 0  # what the better of the two constant answers would agree on
     vouched: bool = False  # a researcher of the task vouched for them
+    reference_answers: int = 0  # of ``answers``: those on examples others decided afterwards
+    reference_agreeing: int = 0
+    min_reference_answers: int = 0
 
     @property
     def agreement(self) -> float | None:
@@ -144,15 +153,21 @@ class Standing:
     @property
     def earned(self) -> bool:
         return (self.answers >= self.min_answers and self.agreeing >= self.min_agreement * self.answers
-                and self.agreeing > self.constant)
+                and self.agreeing > self.constant
+                and self.reference_answers >= self.min_reference_answers
+                and self.reference_agreeing >= self.min_agreement * self.reference_answers)
 
     def describe(self) -> str:
         if self.vouched:
             return "a researcher of the task vouched for you"
         rate = f"{self.agreement:.0%}" if self.answers else "-"
-        return (f"{self.answers} answers on checked items, {rate} agreeing "
+        text = (f"{self.answers} answers on checked items, {rate} agreeing "
                 f"(trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
-                "giving one answer would get)")
+                "giving one answer would get")
+        if self.min_reference_answers:
+            text += (f"; of them {self.min_reference_answers} at least on examples that others decided after "
+                     f"your answer, at {self.min_agreement:.0%} too")
+        return text + ")"
 
 
 def reference_decisions(task: Task):
@@ -176,13 +191,23 @@ STANDINGS_CHUNK = 500  # validators whose records one query reads
 
 def standings(task: Task, user_ids) -> dict[int, Standing]:
     """Each of ``user_ids``' records on ``task`` (two queries per ``STANDINGS_CHUNK``):
-    each answer on a gold item against its verdict, and each blind answer on a
-    reference decision their own vote did not help decide, against that decision."""
+    each answer on a gold item against its verdict, and each answer on a reference
+    decision their own vote did not help decide, against that decision: their decision
+    when they gave one (the vote that would have counted), else their blind answer."""
     rule = task.parsed_config.validator_trust
     verified, rejected = Example.ValidationStatus.VERIFIED, Example.ValidationStatus.REJECTED
     on_gold = Q(gold_agrees__isnull=False)
-    blind = (Q(gold_agrees__isnull=True, blind_agrees__isnull=False, counted=False)
-             | Q(gold_agrees__isnull=True, blind_agrees__isnull=False, label=""))
+    not_gold = Q(gold_agrees__isnull=True)
+    # A reference answer: not on a gold item (not even a blind answer alone: its verdict
+    # can be known), and not a vote that counted (it could have swayed the decision it is
+    # checked against); a decision, or a blind answer alone.
+    reference = (not_gold & Q(example__gold_verdict="") & (Q(counted=False) | Q(label=""))
+                 & (~Q(label="") | Q(blind_agrees__isnull=False)))
+    decided_agrees = (Q(label=Validation.Label.CORRECT, example__validation_status=verified)
+                      | Q(label=Validation.Label.INCORRECT, example__validation_status=rejected))
+    blind_agrees = Q(label="") & (Q(blind_agrees=True, example__validation_status=verified)
+                                  | Q(blind_agrees=False, example__validation_status=rejected))
+    reference_agrees = not_gold & (decided_agrees | blind_agrees)
     ids = sorted(set(user_ids))
     found = {}
     for start in range(0, len(ids), STANDINGS_CHUNK):
@@ -191,20 +216,24 @@ def standings(task: Task, user_ids) -> dict[int, Standing]:
                       .values_list("validator_id", flat=True))
         records = {row["validator_id"]: row for row in (
             Validation.objects.filter(validator_id__in=chunk, task=task)
-            .filter(on_gold | (blind & Q(example__in=reference_decisions(task))))
+            .filter(on_gold | (reference & Q(example__in=reference_decisions(task))))
             .order_by().values("validator_id")
             .annotate(answers=Count("pk"),
-                      agreeing=Count("pk", filter=(Q(gold_agrees=True) | (Q(gold_agrees__isnull=True) & (
-                          Q(blind_agrees=True, example__validation_status=verified)
-                          | Q(blind_agrees=False, example__validation_status=rejected))))),
+                      agreeing=Count("pk", filter=Q(gold_agrees=True) | reference_agrees),
+                      references=Count("pk", filter=not_gold),
+                      references_agreeing=Count("pk", filter=reference_agrees),
                       right=Count("pk", filter=(Q(gold_agrees__isnull=False, example__gold_verdict="correct")
                                                 | Q(gold_agrees__isnull=True,
                                                     example__validation_status=verified)))))}
         for pk in chunk:
-            record = records.get(pk, {"answers": 0, "agreeing": 0, "right": 0})
+            record = records.get(pk, {"answers": 0, "agreeing": 0, "right": 0, "references": 0,
+                                      "references_agreeing": 0})
             answers, right = record["answers"], record["right"]
             found[pk] = Standing(answers, record["agreeing"], rule["min_answers"], float(rule["min_agreement"]),
-                                 constant=max(right, answers - right), vouched=pk in vouched)
+                                 constant=max(right, answers - right), vouched=pk in vouched,
+                                 reference_answers=record["references"],
+                                 reference_agreeing=record["references_agreeing"],
+                                 min_reference_answers=int(rule.get("min_reference_answers", 0)))
     return found
 
 

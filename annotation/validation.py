@@ -12,7 +12,11 @@ Validators are assigned, not self-chosen: a blind answer or a decision is accept
 only on an example the validation queue served to that validator (``next_for``, a
 ``ValidationClaim`` that expires after ``VALIDATION_CLAIM_SECONDS``); any other id
 gets 409 ``not_assigned``. The task's researchers are the exception: they may decide
-any example.
+any example. What is served is drawn at random among the queue's most urgent
+examples (``draw_from_queue``), and asking again serves the same one while its claim
+lasts (``held_claim``): accounts that ask at the same moment do not land on one
+example together, and a script cannot ask until the gold item or the example it
+wants comes up.
 
 An example is verified, rejected or flagged when ``num_matching_validations``
 counted user decisions agree (the ``fixed`` policy, the default); under the task
@@ -32,6 +36,7 @@ stored and shown but count for nothing.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -47,8 +52,11 @@ from tasks.roles import is_researcher
 
 from . import gold, onboarding, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
-from .models import AnnotationSession, Example, Validation, ValidationClaim
+from .models import QUEUE_STEP, AnnotationSession, Example, Validation, ValidationClaim
 from .reliability_model import ESCALATED, decide
+
+# Where the queue's draws come from (and the gold draw's): not predictable from outside.
+_draws = random.SystemRandom()
 
 OWNER_OUTCOME = {
     Validation.Label.CORRECT: Example.ValidationStatus.VERIFIED,
@@ -63,15 +71,17 @@ COUNTER = {
 
 
 def validation_queue(task: Task, user):
-    """Examples ``user`` may validate, in the order the queue serves them: model-fooling
-    ones first, then those with the fewest validations (on an adaptive task, for a
-    validator whose reliability is known: those closest to a decision), the oldest
-    first among equals (``Example.queue_priorities``).
+    """Examples ``user`` may validate, most urgent first: model-fooling ones first, then
+    those with the fewest validations (on an adaptive task, for a validator whose
+    reliability is known: those closest to a decision), the oldest first among equals
+    (``Example.queue_priorities``); the queue serves one drawn among the first of them
+    (``draw_from_queue``).
     Never their own, never retracted, flagged or decided ones, never twice, never one
     from an MTurk assignment that MTurk has not confirmed yet: exactly those have a
-    queue priority. The next item is the first entry of a partial index on it, not a
-    sort of the task's pending examples. (Those they answered blind and have not
-    decided yet come before all of these: ``next_for``.)"""
+    queue priority. The next item is read from the first entries of a partial index on
+    it, not a sort of the task's pending examples. (Those they answered blind and have
+    not decided yet, and the one they hold a claim on, come before all of these:
+    ``next_for``.)"""
     known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
     priority = "queue_priority_adaptive" if known else "queue_priority"
     return (
@@ -87,14 +97,26 @@ def validation_queue(task: Task, user):
     )
 
 
-QUEUE_PAGE = 50  # entries of the queue's index read at a time by ``first_in_queue``
+QUEUE_PAGE = 50  # entries of the queue's index read at a time, and the most urgent a draw is among
 
 
-def first_in_queue(task: Task, user) -> Example | None:
-    """The first example of ``validation_queue(task, user)``: the queue's partial index
-    walked ``QUEUE_PAGE`` entries at a time (not the validator's nor their accounts'),
-    with no join to their validations (given that, a planner may read and sort every
-    waiting example); one small read leaves out what they decided."""
+def _kind(example: Example, priority: str) -> int:
+    """The example's rank in the queue's first key: model-fooling, not fooling, no model."""
+    place = getattr(example, priority)
+    return place // QUEUE_STEP // (QUEUE_STEP if priority == "queue_priority_adaptive" else 1)
+
+
+def draw_from_queue(task: Task, user, rng: random.Random | None = None) -> Example | None:
+    """An example of ``validation_queue(task, user)``, drawn at random among the first
+    ``QUEUE_PAGE`` that ``user`` has not decided, of the kind the queue serves first
+    (model-fooling ones while any wait for them). The queue's partial index is walked a
+    page at a time (not the validator's nor their accounts' examples), with no join to
+    their validations (given that, a planner may read and sort every waiting example);
+    one small read per page leaves out what they decided.
+
+    At random, so that the queue's head is nobody's to predict: three accounts that ask
+    at the same moment land on three examples, not together on one."""
+    rng = rng or _draws
     known = task.parsed_config.adaptive_validation and reliability.is_known(task, user)
     priority = "queue_priority_adaptive" if known else "queue_priority"
     walk = (Example.objects.filter(task=task, **{f"{priority}__isnull": False})
@@ -108,12 +130,31 @@ def first_in_queue(task: Task, user) -> Example | None:
         rows = list(page[:QUEUE_PAGE])
         decided = set(Validation.objects.filter(validator=user, example_id__in=[e.pk for e in rows])
                       .exclude(label="").order_by().values_list("example_id", flat=True)) if rows else set()
-        for example in rows:
-            if example.pk not in decided:
-                return example
+        waiting = [example for example in rows if example.pk not in decided]
+        if waiting:
+            first_kind = _kind(waiting[0], priority)
+            return rng.choice([example for example in waiting if _kind(example, priority) == first_kind])
         if len(rows) < QUEUE_PAGE:
             return None
         after = rows[-1]
+
+
+def held_claim(task: Task, user) -> Example | None:
+    """The example the queue served ``user`` on ``task`` and they have not answered, while
+    the claim lasts and it still waits (a gold item, or in the queue): asking again
+    serves it again, so drawing anew costs ``VALIDATION_CLAIM_SECONDS`` of waiting.
+    One read of their live claims, newest first, joined to their own validation of each
+    example on its unique key (left out when there is one)."""
+    claim = (ValidationClaim.objects.filter(validator=user, expires_at__gt=timezone.now(), example__task=task)
+             .filter(Q(example__queue_priority__isnull=False)
+                     | (~Q(example__gold_verdict="") & Q(example__retracted=False)))
+             .annotate(mine=FilteredRelation("example__validations",
+                                             condition=Q(example__validations__validator=user)))
+             .filter(mine__isnull=True)
+             .exclude(example__annotator__in=trust.same_person(user))
+             .select_related("example__context", "example__round", "example__task")
+             .order_by("-expires_at", "-pk").first())
+    return claim.example if claim is not None else None
 
 
 STARTED_MOST = 100  # a validator's undecided blind answers read at once (usually none or one)
@@ -150,14 +191,16 @@ def assign(example: Example, user) -> ValidationClaim:
 
 
 def next_for(task: Task, user) -> Example | None:
-    """The next example for ``user``, assigned to them: one they answered blind and have
-    not decided yet, else the queue's first (``validation_queue``). It carries
-    ``my_blind_answer`` (their stored blind answer, or None)."""
+    """The next example for ``user``, assigned to them (the claim renewed): one they
+    answered blind and have not decided yet, else the one they were served and have not
+    answered (``held_claim``), else a gold item at the task's rate (``gold.pick``), else a
+    draw from the queue (``draw_from_queue``). It carries ``my_blind_answer`` (their
+    stored blind answer, or None)."""
     started = started_for(task, user).first()
     if started is not None:
         example, example.my_blind_answer = started.example, started.blind_answer
     else:
-        example = gold.pick(task, user) or first_in_queue(task, user)
+        example = held_claim(task, user) or gold.pick(task, user, _draws) or draw_from_queue(task, user)
         if example is None:
             return None
         example.my_blind_answer = None

@@ -57,11 +57,13 @@ VALIDATION_POLICIES = ["fixed", "adaptive"]
 VALIDATION_DEFAULTS = {"policy": "adaptive", "target_confidence": 0.9, "min_votes": 2, "max_votes": 5,
                        "gold_rate": 0.1}
 # Whose votes decide: ``decides`` "all" examples (the default) or only "paid" ones
-# need a trusted validator (``annotation.trust``); ``gold_*``: below
-# ``gold_min_agreement`` on at least ``gold_min_answers`` gold items, a validator's
-# votes stop counting on the task (and a crowd worker is blocked there).
-TRUST_DEFAULTS = {"min_answers": 20, "min_agreement": 0.8, "decides": "all", "gold_min_answers": 5,
-                  "gold_min_agreement": 0.6}
+# need a trusted validator (``annotation.trust``); ``min_reference_answers``: of the
+# checked answers, how many must be on ordinary examples that others decided after the
+# answer (gold items can be learnt; such a decision cannot be known in advance);
+# ``gold_*``: below ``gold_min_agreement`` on at least ``gold_min_answers`` gold items,
+# a validator's votes stop counting on the task (and a crowd worker is blocked there).
+TRUST_DEFAULTS = {"min_answers": 20, "min_agreement": 0.8, "min_reference_answers": 5, "decides": "all",
+                  "gold_min_answers": 5, "gold_min_agreement": 0.6}
 
 # The sizes a submitted model's config.json may declare (``ml.submissions.ConfigBounds``,
 # whose defaults apply to the names a task's ``model_limits`` leaves out), and the
@@ -130,6 +132,7 @@ CONFIG_SCHEMA = {
             "properties": {
                 "min_answers": {"type": "integer", "minimum": 1, "maximum": 10000},
                 "min_agreement": {"type": "number", "minimum": 0.5, "maximum": 1},
+                "min_reference_answers": {"type": "integer", "minimum": 0, "maximum": 10000},
                 "decides": {"enum": ["all", "paid"]},
                 "gold_min_answers": {"type": "integer", "minimum": 1, "maximum": 10000},
                 "gold_min_agreement": {"type": "number", "minimum": 0, "maximum": 1},
@@ -204,9 +207,9 @@ class TaskConfig:
     blind_validation: bool = True
     # Who may decide an example (besides researchers and the MTurk workers of a
     # validation batch): a site account with at least ``min_answers`` answers on gold
-    # items and blind answers on examples that trusted votes decided, agreeing at
-    # ``min_agreement`` or more and better than always giving one answer would
-    # (``annotation.trust``); ``TRUST_DEFAULTS``.
+    # items and on examples that others decided afterwards (``min_reference_answers`` of
+    # them at least), agreeing at ``min_agreement`` or more, each part, and better than
+    # always giving one answer would (``annotation.trust``); ``TRUST_DEFAULTS``.
     validator_trust: dict = field(default_factory=lambda: dict(DEFAULTS["validator_trust"]))
     # How examples are decided (``VALIDATION_POLICIES``): the policy and, for
     # ``adaptive``, its target confidence and vote bounds.

@@ -127,11 +127,13 @@ def validation_rule(config) -> str:
                 "wrong).")
     trust = config.validator_trust
     decides = "every example" if trust["decides"] == "all" else "every example that earns a bonus"
+    references = int(trust.get("min_reference_answers", 0))
+    of_them = (f", {references} of them on examples that others decided after the answer" if references else "")
     return (f"{rule}{blind} On {decides}, the votes that count are those of the task's researchers (who decide "
             "at once), of MTurk workers of a validation batch once MTurk confirmed their work, and of site "
-            f"accounts that earned trust on the task (at least {trust['min_answers']} checked answers, agreeing at "
-            f"{percent(trust['min_agreement'], 0)} or more) or that a researcher vouched for; accounts that count "
-            "as the writer (a shared address) never validate the writer's examples.")
+            f"accounts that earned trust on the task (at least {trust['min_answers']} checked answers{of_them}, "
+            f"agreeing at {percent(trust['min_agreement'], 0)} or more) or that a researcher vouched for; accounts "
+            "that count as the writer (a shared address) never validate the writer's examples.")
 
 
 def round_facts(rnd: Round, tally: Tally) -> dict:

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from annotation import gold, reliability, trust, validation
+from annotation import gold, reliability, sessions, trust, validation
 from annotation import reliability_model as R
-from annotation.models import Example, Validation, ValidatorReliability
+from annotation.models import AnnotationSession, Example, Validation, ValidatorReliability
 from annotation.stats import round_stats
 
 from .test_trust import account, paid, vote, with_trust_rule, write
@@ -77,7 +77,9 @@ def test_a_ring_of_aged_accounts_decides_no_paid_example_and_moves_no_public_rat
 
 
 def test_an_honest_validator_who_passes_gold_items_earns_trust_and_weight(demo_tasks, researcher, annotator):
-    task = with_trust_rule(demo_tasks["sentiment"], min_answers=6, min_agreement=0.8)
+    """On a task whose researchers trust gold items alone (``min_reference_answers: 0``;
+    the default asks for answers on examples others decided too, below)."""
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=6, min_agreement=0.8, min_reference_answers=0)
     task.config = {**task.config, "validation": {"policy": "adaptive"}}
     task.save()
     items = gold_set(task, researcher, annotator, ["correct", "incorrect"] * 3)
@@ -93,10 +95,47 @@ def test_an_honest_validator_who_passes_gold_items_earns_trust_and_weight(demo_t
     assert row.weight > R.Reliability.newcomer().strength  # gold answers support it
 
 
+def test_gold_answers_alone_earn_no_trust_by_default(demo_tasks, researcher, annotator):
+    """A ring that knows every gold verdict answers all twenty right. By default that is not
+    trust: the rule also asks for answers on examples that others decided after the
+    answer was given, which nobody can know in advance. There a validator who tells the
+    truth agrees, and one who lies on paid examples does not."""
+    task = demo_tasks["sentiment"]  # the default rule: 20 checked answers, 5 of them on such examples
+    items = gold_set(task, researcher, annotator, ["correct", "incorrect"] * 12)
+    knows, honest = account("knows", "198.51.100.95"), account("honest", "198.51.100.96")
+    for user in (knows, honest):
+        answer_gold(user, items[:20], right=True)
+        record = trust.standing(task, user)
+        assert (record.answers, record.agreeing, record.reference_answers, record.trusted) == (20, 20, 0, False)
+        assert "on examples that others decided after your answer" in record.describe()
+    for item in items[20:]:  # blind answers alone on gold items are no reference answers either
+        validation.assign(item, knows)
+        validation.give_blind_answer(item.pk, knows, item.target)
+    assert trust.standing(task, knows).reference_answers == 0
+    deciders = [account(f"decider{i}", f"198.51.100.{97 + i}") for i in range(2)]
+    for user in deciders:
+        trust.vouch(task, user, researcher)
+    writer = account("writer", "203.0.113.90")
+    hit = sessions.start_session(writer, task, mturk_assignment_id="A-writer", mode=AnnotationSession.Mode.CREATE)
+    for i in range(5):
+        example = write(task, writer, text=f"A fine film, paid {i}", session=hit)
+        assert vote(honest, example, "correct").not_counted_because == "untrusted"
+        assert vote(knows, example, "incorrect", answer={"label": "negative"}).not_counted_because == "untrusted"
+        for user in deciders:
+            vote(user, example, "correct")
+        example.refresh_from_db()
+        assert example.validation_status == "verified"
+    assert trust.standing(task, honest).trusted
+    record = trust.standing(task, knows)
+    assert (record.reference_answers, record.reference_agreeing, record.trusted) == (5, 0, False)
+    assert vote(knows, write(task, writer, text="A fine film, paid again", session=hit)).not_counted_because == \
+        "untrusted"
+
+
 def test_agreeing_with_the_writer_every_time_earns_no_trust(demo_tasks, researcher, annotator):
     """Copying: three in four gold items have the writer right, so always "correct"
     scores 75%, the rule's bar, and still no more than the constant answer."""
-    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75)
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75, min_reference_answers=0)
     items = gold_set(task, researcher, annotator, ["correct", "correct", "correct", "incorrect"])
     copier, honest = account("copier", "198.51.100.90"), account("honest", "198.51.100.91")
     answer_gold(copier, items, always="correct")
@@ -110,7 +149,8 @@ def test_agreeing_with_the_writer_every_time_earns_no_trust(demo_tasks, research
 
 def test_an_unchecked_weight_is_capped_at_a_newcomers(demo_tasks, researcher, annotator):
     """Two vouched validators who always agree look reliable to the EM; with no gold item
-    or researcher's decision behind it, the weight stays a newcomer's."""
+    or researcher's decision behind it, the weight stays a newcomer's, and one gold answer
+    adds what one answer supports, not what the EM makes of their agreement."""
     task = demo_tasks["sentiment"]
     task.config = {**task.config, "validation": {"policy": "adaptive", "min_votes": 5, "max_votes": 5}}
     task.save()
@@ -124,6 +164,17 @@ def test_an_unchecked_weight_is_capped_at_a_newcomers(demo_tasks, researcher, an
     reliability.refit(task)
     newcomer = R.Reliability.newcomer().strength
     assert all(row.weight <= newcomer + 1e-9 for row in ValidatorReliability.objects.filter(task=task))
+    # One gold answer each no longer lifts the cap: the weight is what one answer supports
+    # (the prior and one right answer where the writer was right), either way.
+    [item] = gold_set(task, researcher, annotator, ["correct"])
+    for member in pair:
+        vote(member, item, "correct")
+    reliability.refit(task)
+    one_answer = R.Reliability(4 + 1, 1, 4, 1)
+    for row in ValidatorReliability.objects.filter(task=task):
+        fitted = R.Reliability(row.s_hits, row.s_misses, row.t_hits, row.t_misses)
+        for says in (True, False):
+            assert abs(fitted.weight(says)) <= abs(one_answer.weight(says)) + 1e-9, (row.validator.username, says)
 
 
 def test_gold_items_look_like_any_other_item_before_and_after(demo_tasks, researcher, annotator, client_for):

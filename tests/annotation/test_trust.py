@@ -212,7 +212,8 @@ def with_trust_rule(task, **rule):
 
 
 def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, annotator, researcher):
-    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75, decides="paid")
+    task = with_trust_rule(demo_tasks["sentiment"], min_answers=4, min_agreement=0.75, min_reference_answers=4,
+                           decides="paid")
     candidate = account("candidate", "198.51.100.30")
     # A clique of puppets deciding each other's unpaid examples earns nothing.
     clique = [account(f"clique{i}", f"198.51.100.{40 + i}") for i in range(3)]
@@ -297,9 +298,11 @@ def test_the_trust_rule_is_part_of_the_checked_task_config():
     base = {"context_fields": [], "input_fields": [{"name": "text"}], "model_inputs": ["text"],
             "labels": [{"name": "a"}, {"name": "b"}]}
     config = validate_task_config("classification", {**base, "validator_trust": {"min_answers": 5}})
-    assert config.validator_trust == {"min_answers": 5, "min_agreement": 0.8, "decides": "all",
-                                      "gold_min_answers": 5, "gold_min_agreement": 0.6}
+    assert config.validator_trust == {"min_answers": 5, "min_agreement": 0.8, "min_reference_answers": 5,
+                                      "decides": "all", "gold_min_answers": 5, "gold_min_agreement": 0.6}
     with pytest.raises(ValidationError, match="decides"):
         validate_task_config("classification", {**base, "validator_trust": {"decides": "nobody"}})
     with pytest.raises(ValidationError, match="min_agreement"):
         validate_task_config("classification", {**base, "validator_trust": {"min_agreement": 0.3}})
+    with pytest.raises(ValidationError, match="min_reference_answers"):
+        validate_task_config("classification", {**base, "validator_trust": {"min_reference_answers": -1}})

@@ -102,7 +102,8 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
     task = live_tasks["sentiment"]
     # The fixed rule (three counted votes decide): the votes below are counted one by one; the
     # adaptive rule's weights have their own tests (tests/annotation/test_adaptive_validation.py).
-    task.config = {**task.config, "validator_trust": {"min_answers": 2, "min_agreement": 0.8},
+    task.config = {**task.config, "validator_trust": {"min_answers": 2, "min_agreement": 0.8,
+                                                      "min_reference_answers": 2},
                    "validation": {"policy": "fixed"}}
     task.save()
     rnd = task.open_round()
@@ -198,8 +199,11 @@ def test_a_ring_of_aged_accounts_with_gold_in_the_queue_earns_no_bonus(celery_wo
 
     _point_at(worker_mturk, settings, monkeypatch)
     task = live_tasks["sentiment"]
-    task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.8},
-                   "validation": {"gold_rate": 1.0}}  # gold first: a qualification round
+    # Gold first, a qualification round on gold items alone (min_reference_answers 0: the
+    # default also asks for answers on examples others decided, tests/annotation/test_ring.py).
+    task.config = {**task.config, "validator_trust": {"min_answers": 4, "min_agreement": 0.8,
+                                                      "min_reference_answers": 0},
+                   "validation": {"gold_rate": 1.0}}
     task.save()
     rnd = task.open_round()
     # Gold items: the writer is right on half of them (the researcher's verdicts).
