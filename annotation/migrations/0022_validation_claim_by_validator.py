@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0020_onboarding_updated_at_index'),
+        ('annotation', '0021_account_email_inbox'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
