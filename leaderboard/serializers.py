@@ -9,6 +9,7 @@ from registry.models import ModelVersion
 from .evaluation import has_finished_evaluation
 from .models import Evaluation, Release
 from .promotion import MAX_ENSEMBLE
+from .releases.public import withheld
 from .training import MODES, SELECTIONS
 
 MAX_ID = 2**63 - 1
@@ -99,7 +100,12 @@ class NewReleaseSerializer(serializers.Serializer):
     rounds = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=100_000), min_length=1,
                                    max_length=1000, help_text="Round numbers; closed rounds only (0: the static data).")
     splits = serializers.ListField(child=StrictChoiceField(choices=RELEASE_SPLITS), min_length=1, max_length=3,
-                                   required=False, help_text="Default: every split. Each is one Parquet file.")
+                                   required=False, help_text="Default: train and dev (and test with "
+                                                             "release_test_split). Each is one Parquet file.")
+    release_test_split = StrictBooleanField(
+        required=False, default=False,
+        help_text="Release the rounds' test split on purpose: it is the leaderboard's test data, public from then "
+                  "on (the data browser too). Recorded on the release. Naming test without it is a 400.")
 
 
 class ReleaseFileSerializer(serializers.Serializer):
@@ -128,6 +134,8 @@ class ReleaseSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         out = []
         for path, entry in release.files.items():
+            if withheld(release, path):  # a test split nobody released on purpose
+                continue
             url = reverse("release-file", args=[release.task.slug, release.version, path])
             out.append({"path": path, "sha256": entry["sha256"], "bytes": entry["bytes"], "rows": entry.get("rows"),
                         "url": request.build_absolute_uri(url) if request is not None else url})
