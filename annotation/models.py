@@ -805,7 +805,8 @@ def _tally_validation(example, before: Counter | None, after: Counter) -> None:
 
 class OnboardingRecord(models.Model):
     """A worker's onboarding on a task (its config's ``onboarding``): the try under way
-    (``answers``: item number -> whether it was right), the tries finished, and whether
+    (``answers``: item number -> whether it was right), the items served in the tries
+    finished (``seen``: never served to them again), the tries finished, and whether
     they passed or failed every try allowed (``blocked_at``: then they may not write or
     validate on the task). One row per user and task, for site accounts and MTurk
     workers alike (``annotation.onboarding``)."""
@@ -814,6 +815,9 @@ class OnboardingRecord(models.Model):
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="onboarding_records")
     answers = models.JSONField(default=dict, blank=True,
                                help_text="The try under way: item number -> whether the answer was right.")
+    seen = models.JSONField(default=list, blank=True,
+                            help_text="The items of the tries finished (numbers in the task's pool): each was "
+                                      "answered with feedback, so no later try of this worker serves it.")
     tries = models.PositiveIntegerField(default=0, help_text="Tries finished (every item answered).")
     last_score = models.PositiveIntegerField(null=True, blank=True, help_text="Items right in the last finished try.")
     passed_at = models.DateTimeField(null=True, blank=True)
