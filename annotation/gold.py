@@ -8,12 +8,20 @@ any example a researcher decided, and it is training data like them.
 - **Served like any item.** The validation queue (``validation.next_for``) mixes
   gold items in at the task config's ``validation.gold_rate`` (0.1: one item in
   ten), each at most once to a validator and never to its writer or an account
-  that counts as the writer. The item carries nothing that sets it apart; nor does
-  the answer to the decision (``masked_state``): a validator never learns which
-  items were gold, so a ring cannot pass their verdicts around.
+  that counts as the writer. Nothing a validator sees sets it apart: no item
+  carries other validators' votes, a validator's decision answer tells no
+  outcome, and whether the decision counts (and why not) is told as on any other
+  item (``told``); their page says the same, and their record on checked items
+  moves only in steps (``annotation.record``). So a validator never learns which
+  items were gold, and a ring cannot pass their verdicts around.
 - **What an answer is.** Evidence about the validator, not about the example: it is
   stored with ``not_counted_because = "gold"`` and ``gold_agrees`` (the decision
-  matches the verdict; a flag never does), moves no counter and decides nothing.
+  matches the verdict; a flag never does), with what the validator was told
+  (``shown_not_counted_because``), moves no counter and decides nothing.
+- **Never public while in use.** The data browser, releases and a HIT's preview
+  leave out gold items in use (``not_in_use``). A researcher retires one (``retire``) to
+  make it public; it is never served as gold again. An example that may have been
+  public already never becomes one (``may_have_been_public``).
 - **What it is worth.** Answers on gold items are the reliability fit's anchors
   (``reliability.refit``) and half of a validator's record for trust
   (``trust.standing``); a validator below ``validator_trust.gold_min_agreement`` on
