@@ -155,9 +155,9 @@ class Standing:
         else:  # an agreement over a few items would say how each went
             said = (f"{self.answers} answers on checked items so far (your agreement is shown once "
                     f"{checked.shown_agreement_from()} are counted)")
+        steps = f"; your record moves every {checked.step()} decisions on the task" if checked.step() > 1 else ""
         return (f"{said}; trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
-                "giving one answer would get; your record moves every "
-                f"{checked.step()} decisions on the task")
+                f"giving one answer would get{steps}")
 
 
 def reference_decisions(task: Task):
