@@ -110,7 +110,6 @@ def test_the_test_split_is_public_only_once_a_researcher_releases_it_on_purpose(
     assert anonymous.get(reverse("release-file", args=["nli", 2, "data/test.parquet"])).status_code == 404
     train = anonymous.get(reverse("release-file", args=["nli", 2, "data/train.parquet"]))
     assert train.status_code == 200 and body(train)
-    train.close()
     assert "data/test.parquet" not in client.get(reverse("public-examples", args=["nli"])).content.decode()
     assert not shown_uids(client, round=1) & test_uids and legacy.pk
 
@@ -120,7 +119,6 @@ def test_the_test_split_is_public_only_once_a_researcher_releases_it_on_purpose(
     assert on_purpose.created_by == researcher and on_purpose.job.params["release_test_split"] is True
     download = anonymous.get(reverse("release-file", args=["nli", on_purpose.version, "data/test.parquet"]))
     assert download.status_code == 200 and body(download)
-    download.close()
     assert test_uids <= shown_uids(client, round=0) | shown_uids(client, round=1)
     assert {r.number: r.usable for r in browse.public_rounds(task)}[1] == sum(
         1 for e in release_world.released if e.round.number == 1)
