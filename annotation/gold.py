@@ -117,6 +117,25 @@ def may_have_been_public(example: Example) -> bool:
     return example.round.status == Round.Status.CLOSED and example.validation_status not in waiting
 
 
+def check_never_public(example: Example, verdict: str) -> None:
+    """Refuse to make ``example`` a gold item (``validation.mark_gold``) when its answer may
+    have been public already; marking a gold item again with its verdict changes nothing."""
+    if may_have_been_public(example) and example.gold_verdict != verdict:
+        raise Conflict("This example of a closed round was decided, so it may have been public already (the data "
+                       "browser, a release): a gold item must be one whose answer nobody could look up. Choose one "
+                       "of an open round, or one still waiting for validation.")
+
+
+def tell_confirmed(session) -> None:
+    """The provisional session was confirmed (``validation.confirm_session``): its answers
+    on gold items are told as its other decisions now are, what they would be on any item."""
+    for validation in (Validation.objects.filter(session=session, not_counted_because=Validation.NotCounted.GOLD,
+                                                 shown_not_counted_because=Validation.NotCounted.PROVISIONAL)
+                       .select_related("example__task", "validator").order_by("pk")):
+        validation.shown_not_counted_because = trust.why_not_counted(validation.example, validation.validator, session)
+        validation.save(update_fields=["shown_not_counted_because"])
+
+
 def retire(example: Example, researcher) -> Example:
     """``researcher`` ends ``example``'s use as a gold item: the queue serves it no more as
     one, and it is public like any example (verified ones of closed rounds are in the

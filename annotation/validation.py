@@ -218,9 +218,7 @@ def give_blind_answer(example_id: int, user, answer) -> Validation:
     if existing is not None:
         raise Conflict("You already answered this example; your first answer stands."
                        if existing.blind_answer is not None else "You have already validated this example.")
-    # The claim before the example's state: an id the queue did not serve answers the
-    # same whatever the example is (a decided one, or a gold item).
-    _check_assigned(example, user, answered=False)
+    _check_assigned(example, user, answered=False)  # before the state: an unserved id tells nothing of it
     if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
             and not is_researcher(user, example.task)):
         raise Conflict("This example has been decided already.")
@@ -287,7 +285,7 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         if existing is not None and existing.label:
             raise Conflict("You have already validated this example.")
         on_gold = bool(example.gold_verdict) and not owner
-        _check_assigned(example, user, answered=existing is not None)  # before the state: see give_blind_answer
+        _check_assigned(example, user, answered=existing is not None)  # before the state (see give_blind_answer)
         if not owner and not on_gold and example.validation_status != Example.ValidationStatus.PENDING:
             raise Conflict("This example has been decided already.")
         if not may_see_target(example, user, blind_answer_given=existing is not None):
@@ -414,13 +412,7 @@ def confirm_session(session: AnnotationSession) -> int:
             if validation.counted:
                 _count(example, validation.label, owner=False)
                 counted += 1
-        # Its answers on gold items are told as any other decision: what they would be now.
-        for validation in (Validation.objects.filter(session=session, not_counted_because=Validation.NotCounted.GOLD,
-                                                     shown_not_counted_because=Validation.NotCounted.PROVISIONAL)
-                           .select_related("example__task", "validator").order_by("pk")):
-            validation.shown_not_counted_because = trust.why_not_counted(validation.example, validation.validator,
-                                                                         session)
-            validation.save(update_fields=["shown_not_counted_because"])
+        gold.tell_confirmed(session)
     return counted
 
 
@@ -437,10 +429,7 @@ def mark_gold(example_id: int, researcher, verdict: str) -> Example:
         raise Forbidden("Only the task's researchers mark gold items.")
     if example.source != Example.Source.ANNOTATION or example.retracted:
         raise Conflict("Only examples written on the platform and not retracted can be gold items.")
-    if gold.may_have_been_public(example) and example.gold_verdict != verdict:
-        raise Conflict("This example of a closed round was decided, so it may have been public already (the data "
-                       "browser, a release): a gold item must be one whose answer nobody could look up. Choose one "
-                       "of an open round, or one still waiting for validation.")
+    gold.check_never_public(example, verdict)
     if trust.counts_as_writer(researcher, example):
         raise Conflict("Your account counts as this example's writer (a shared address): another researcher "
                        "must make it a gold item.")
