@@ -17,7 +17,9 @@ updates, never with a read-modify-write in Python):
 - ``onboarding``: a task's onboarding quiz, taken per worker and task, and the rule
   that only those who passed write or validate (``onboarding_api``: its endpoints;
   ``onboarding_admin``: its records in the admin);
-- ``gold``: known-answer items, the ground truth a ring of accounts cannot write;
+- ``gold``: known-answer items, the ground truth a ring of accounts cannot write, and
+  that nothing a validator or the public sees sets apart; ``record``: a validator's
+  record on checked items, which moves in steps so that no change points at one item;
 - ``reliability``: validators' reliability on a task and the adaptive decision, read
   from and stored to the database; ``reliability_model`` is its pure model (no Django);
 - ``counters``: the numbers the pages show, kept beside the rows and reconciled;

@@ -32,6 +32,7 @@ from tasks.models import Round, Task
 
 from . import examples as example_services
 from . import exports as export_services
+from . import gold as gold_services
 from . import onboarding_admin  # noqa: F401  (registers the onboarding records' list)
 from . import reliability as reliability_services
 from . import trust as trust_services
@@ -89,10 +90,17 @@ def gold_incorrect(modeladmin, request, queryset):
                        "Made gold (writer wrong)")
 
 
+@admin.action(description="Retire gold items: public like any example, no longer served as gold")
+def gold_retire(modeladmin, request, queryset):
+    run_service_action(modeladmin, request, queryset.select_related("task"),
+                       lambda e: gold_services.retire(e, request.user), "Retired")
+
+
 DECIDED_FIELDS = [
     "uid", "external_uid", "task", "round", "context", "annotator", "source", "inputs", "target",
     "model_predictions", "prediction", "fooled", "retracted", "flagged", "flag_reason", "flagged_by",
-    "validation_status", "gold_verdict", "validations_correct", "validations_incorrect", "validations_flagged",
+    "validation_status", "gold_verdict", "gold_retired_at", "validations_correct", "validations_incorrect",
+    "validations_flagged",
     "latency_ms",
     "signature", "created_at", "updated_at",
 ]
@@ -226,7 +234,7 @@ class ExampleAdmin(TaskScopedAdmin):
     fields = [*DECIDED_FIELDS[:8], "split", *DECIDED_FIELDS[8:], "metadata"]
     readonly_fields = DECIDED_FIELDS
     inlines = [ValidationInline]
-    actions = [flag_examples, unflag_examples, gold_correct, gold_incorrect]
+    actions = [flag_examples, unflag_examples, gold_correct, gold_incorrect, gold_retire]
     # "Export…" above the list: the whole filtered list of one task, written by a job.
     change_list_template = "admin/annotation/example/change_list.html"
 

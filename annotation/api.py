@@ -22,7 +22,7 @@ from tasks import services as task_services
 from tasks.models import Round
 from tasks.roles import is_researcher
 
-from . import contexts, examples, idempotency, listing, reliability, sessions, stats, validation
+from . import contexts, examples, gold, idempotency, listing, reliability, sessions, stats, validation
 from .access import example_for, seen, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
@@ -205,11 +205,14 @@ class ExampleFlag(AnnotationView):
 
 
 class ExampleGold(APIView):
-    """Make the example a known-answer (gold) item with its true verdict ("correct": the
-    writer's answer is right; "incorrect": wrong), as the caller's researcher decision
-    on it: the task's researchers only. The validation queue mixes gold items in at the
-    task config's ``validation.gold_rate``, and validators' answers on them are the
-    evidence for their trust (docs/crowd.md)."""
+    """POST: make the example a known-answer (gold) item with its true verdict ("correct":
+    the writer's answer is right; "incorrect": wrong), as the caller's researcher decision
+    on it: the task's researchers only; an example of a closed round that was decided is
+    refused (409: it may have been public). The validation queue mixes gold items in at
+    the task config's ``validation.gold_rate``, and validators' answers on them are the
+    evidence for their trust (docs/annotation.md). DELETE: retire it: the queue serves it
+    no more as a gold item, and it becomes public like any example (a gold item in use
+    stays out of the data browser and releases)."""
 
     permission_classes = [permissions.IsAuthenticated]
     error_statuses = (409,)
@@ -222,6 +225,11 @@ class ExampleGold(APIView):
         if not is_researcher(request.user, example.task):
             raise Forbidden("Only the task's researchers mark gold items.")
         example = validation.mark_gold(example.pk, request.user, params.validated_data["verdict"])
+        return Response(ExampleStateSerializer(example).data)
+
+    @extend_schema(request=None, responses={200: ExampleStateSerializer})
+    def delete(self, request, pk):
+        example = gold.retire(example_for(request, pk), request.user)
         return Response(ExampleStateSerializer(example).data)
 
 

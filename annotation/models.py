@@ -72,6 +72,10 @@ class Example(models.Model):
         help_text="A known-answer (gold) item: the researchers' verdict on the writer's answer. The validation "
                   "queue mixes gold items in (the task config's validation.gold_rate); answers on them are the "
                   "evidence for a validator's trust (annotation.gold).")
+    gold_retired_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A gold item a researcher retired: no longer served as one, and public like any example "
+                  "(a gold item in use stays out of the public browser and releases: annotation.gold).")
     latency_ms = models.FloatField(null=True, blank=True, help_text="Model latency when it was written.")
     signature = models.CharField(
         max_length=64, blank=True,
@@ -272,6 +276,15 @@ class Validation(models.Model):
     not_counted_because = models.CharField(
         max_length=12, choices=NotCounted.choices, blank=True, default="",
         help_text="Why the decision does not count (stored and shown, but it decides nothing).")
+    shown_not_counted_because = models.CharField(
+        max_length=12, choices=NotCounted.choices, blank=True, default="",
+        help_text="On a gold item: what the validator is told, the reason it would not count on any other "
+                  "item (empty: it would count). Nothing they see sets a gold item apart (annotation.gold).")
+    in_record = models.BooleanField(
+        default=False,
+        help_text="Part of the validator's record on checked items: the record moves only once a step of "
+                  "CHECKED_RECORD_STEP decisions closes, so no change in it points at one item "
+                  "(annotation.record).")
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -290,6 +303,9 @@ class Validation(models.Model):
             # The task's answers on gold items since a time (the crowd's quality check).
             models.Index(fields=["task", "decided_at"], condition=models.Q(gold_agrees__isnull=False),
                          name="validation_gold_answers"),
+            # A validator's work on a task since their record's last step (a few rows).
+            models.Index(fields=["validator", "task"], condition=models.Q(in_record=False),
+                         name="validation_outside_record"),
         ]
 
     def __str__(self):
@@ -797,7 +813,8 @@ def _tally_validation(example, before: Counter | None, after: Counter) -> None:
 
 class OnboardingRecord(models.Model):
     """A worker's onboarding on a task (its config's ``onboarding``): the try under way
-    (``answers``: item number -> whether it was right), the tries finished, and whether
+    (``answers``: item number -> whether it was right), the items served in the tries
+    finished (``seen``: never served to them again), the tries finished, and whether
     they passed or failed every try allowed (``blocked_at``: then they may not write or
     validate on the task). One row per user and task, for site accounts and MTurk
     workers alike (``annotation.onboarding``)."""
@@ -806,6 +823,9 @@ class OnboardingRecord(models.Model):
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="onboarding_records")
     answers = models.JSONField(default=dict, blank=True,
                                help_text="The try under way: item number -> whether the answer was right.")
+    seen = models.JSONField(default=list, blank=True,
+                            help_text="The items of the tries finished (numbers in the task's pool): each was "
+                                      "answered with feedback, so no later try of this worker serves it.")
     tries = models.PositiveIntegerField(default=0, help_text="Tries finished (every item answered).")
     last_score = models.PositiveIntegerField(null=True, blank=True, help_text="Items right in the last finished try.")
     passed_at = models.DateTimeField(null=True, blank=True)

@@ -3,12 +3,20 @@ worker writes or validates on it.
 
 The quiz is the task's instructions, then its items: examples to label, or to judge
 (is the shown answer correct?), each with a known answer and an explanation that
-the worker reads once they have answered. A *try* ends when every item is
-answered; it passes when at least ``pass_mark`` of them were right
-(``TaskConfig.onboarding_needed``). Passing is recorded once per worker and task;
-failing ``max_tries`` tries blocks the worker on the task. ``require_passed`` is
-the rule every write and validation goes through (``OnboardingRequired``: a 403
-with the code ``onboarding_required``); the task's researchers are never asked.
+the worker reads once they have answered. The config's items are a *pool*: each try
+draws ``per_try`` of them (``draw``) that no earlier try of the same worker served, so
+the answers and explanations one try shows are never asked again of that worker, and a
+second try cannot be passed from the first one's feedback. (The config checks that the
+pool holds ``per_try`` x ``max_tries`` items; only after a researcher lets a blocked
+worker try again may a try run short of fresh items, and then it is topped up with
+served ones.) The draw is random, keyed by the server's secret, the worker, the task
+and the try: the same all through a try, unknown to the worker beforehand. A *try*
+ends when every item drawn is answered; it passes when at least ``pass_mark`` of them
+were right (``TaskConfig.onboarding_needed``). Passing is recorded once per worker
+and task; failing ``max_tries`` tries blocks the worker on the task.
+``require_passed`` is the rule every write and validation goes through
+(``OnboardingRequired``: a 403 with the code ``onboarding_required``); the task's
+researchers are never asked.
 
 The known answers never leave the server before the worker answers: ``shown_items``
 leaves them out. MTurk workers take the same quiz through their assignment's token;
@@ -19,11 +27,13 @@ after the record is stored) to give the task's MTurk qualifications, and to
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from core.errors import Conflict, Forbidden, InvalidInput, OnboardingRequired
 from tasks.models import Task
@@ -62,7 +72,7 @@ class Standing:
     tries: int
     max_tries: int
     answered: list[int]  # items answered in the try under way
-    items: int
+    items: int  # items in a try
     needed: int
     last_score: int | None
 
@@ -92,7 +102,7 @@ def standing(task: Task, user) -> Standing:
     return Standing(
         required=required, passed=passed, blocked=record is not None and record.blocked_at is not None,
         tries=record.tries if record else 0, max_tries=config["max_tries"],
-        answered=sorted(int(k) for k in (record.answers if record else {})), items=len(config["items"]),
+        answered=sorted(int(k) for k in (record.answers if record else {})), items=config["per_try"],
         needed=task.parsed_config.onboarding_needed, last_score=record.last_score if record else None)
 
 
@@ -127,11 +137,39 @@ def blocked_task_ids(user) -> set[int]:
                .values_list("task_id", flat=True))
 
 
-def shown_items(task: Task) -> list[dict]:
-    """The items as the worker sees them before answering: no answer, no explanation."""
+DRAW_SALT = "dynabench.onboarding.draw"
+
+
+def draw(task: Task, user, record: OnboardingRecord | None = None) -> list[int]:
+    """The numbers (in the task's pool) of the items of ``user``'s try under way: ``per_try``
+    items that no earlier try of theirs served (``record.seen``), drawn at random with a
+    seed keyed by the server's secret, the task, the user, the try and what they have
+    seen, so the draw stands all through the try. After a researcher let a blocked
+    worker try again the fresh items may run short: the try is topped up with seen ones."""
+    config = task.parsed_config.onboarding
+    if not config:
+        return []
+    if record is None:
+        record = _record(task, user)
+    seen = set(record.seen) if record is not None else set()
+    tries = record.tries if record is not None else 0
+    pool = range(len(config["items"]))
+    fresh, served = [n for n in pool if n not in seen], [n for n in pool if n in seen]
+    seed = salted_hmac(DRAW_SALT, f"{task.pk}:{getattr(user, 'pk', None)}:{tries}:{sorted(seen)}").hexdigest()
+    rng = random.Random(seed)
+    per_try = min(config["per_try"], len(pool))
+    chosen = rng.sample(fresh, min(per_try, len(fresh)))
+    chosen += rng.sample(served, per_try - len(chosen))
+    return sorted(chosen)
+
+
+def shown_items(task: Task, user) -> list[dict]:
+    """The items of ``user``'s try under way (``draw``) as they see them before
+    answering: no answer, no explanation."""
     config = task.parsed_config.onboarding or {"items": []}
     shown = []
-    for number, item in enumerate(config["items"]):
+    for number in draw(task, user):
+        item = config["items"][number]
         entry = {"number": number, "kind": item["kind"], "context": item.get("context", {}),
                  "inputs": item["inputs"]}
         if item["kind"] == "judge":
@@ -171,9 +209,10 @@ def _is_right(task: Task, item: dict, answer) -> bool:
 
 
 def answer_item(task: Task, user, number, answer) -> Answered:
-    """``user`` answers item ``number`` of the task's onboarding: whether it was right,
-    the known answer and its explanation. The last item of a try scores the try: a pass
-    is recorded once, and failing the last try allowed blocks the user on the task."""
+    """``user`` answers item ``number`` of their try under way (``draw``): whether it was
+    right, the known answer and its explanation (safe to show: no later try of theirs
+    serves the item again). The last item of a try scores the try: a pass is recorded
+    once, and failing the last try allowed blocks the user on the task."""
     config = task.parsed_config.onboarding
     if not config:
         raise Conflict(f"The task {task.name} asks for no onboarding.")
@@ -194,11 +233,17 @@ def answer_item(task: Task, user, number, answer) -> Answered:
             raise Conflict("You passed this task's onboarding already.")
         if record.blocked_at is not None:
             raise OnboardingRequired(blocked_message(task))
+        drawn = draw(task, user, record)
+        if number not in drawn:
+            raise InvalidInput.field("item", f"Item {number} is not one of your items in this try: answer "
+                                             f"{', '.join(map(str, drawn))} (GET /api/tasks/{task.slug}/onboarding/).")
         if str(number) in record.answers:
             raise Conflict("You answered this item in this try already; answer the others.")
         record.answers[str(number)] = right
-        if len(record.answers) == len(items):
-            score = sum(1 for value in record.answers.values() if value)
+        if all(str(n) in record.answers for n in drawn):
+            score = sum(1 for n in drawn if record.answers[str(n)])
+            # Served with feedback (also an answer the draw left behind, had the pool changed): never again.
+            record.seen = sorted(set(record.seen) | set(drawn) | {int(k) for k in record.answers})
             record.tries, record.last_score, record.answers = record.tries + 1, score, {}
             if score >= task.parsed_config.onboarding_needed:
                 record.passed_at = passed = timezone.now()
@@ -216,7 +261,8 @@ def answer_item(task: Task, user, number, answer) -> Answered:
 
 def reset(task: Task, user) -> None:
     """Lift a block from failed tries (a researcher lifting the worker's task block):
-    the worker may take the onboarding again, from no tries."""
+    the worker may take the onboarding again, from no tries. The items they saw stay
+    seen: their next tries draw fresh items first."""
     OnboardingRecord.objects.filter(task=task, user=user, passed_at__isnull=True).update(
         blocked_at=None, tries=0, answers={}, updated_at=timezone.now())
 
@@ -245,9 +291,9 @@ def take_with_known_answers(task: Task, user) -> Standing:
         return standing(task, user)
     done = set(standing(task, user).answered)
     result = None
-    for number, item in enumerate(config["items"]):
+    for number in draw(task, user):
         if number not in done:
-            result = answer_item(task, user, number, item["answer"])
+            result = answer_item(task, user, number, config["items"][number]["answer"])
     return result.standing if result is not None else standing(task, user)
 
 

@@ -53,7 +53,8 @@ class OnboardingRecordAdmin(TaskScopedAdmin):
     search_help_text = "A worker's username (exact)."
     ordering = ["-id"]  # the primary key's index: newest first, whatever the table holds
     actions = [let_try_again]
-    readonly_fields = ["user", "task", "answers", "tries", "last_score", "passed_at", "blocked_at", "updated_at"]
+    readonly_fields = ["user", "task", "answers", "seen", "tries", "last_score", "passed_at", "blocked_at",
+                       "updated_at"]
 
     @admin.display(description="state")
     def state(self, obj):

@@ -7,6 +7,8 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from tasks.onboarding_config import MAX_POOL
+
 from . import onboarding
 from .access import task_for
 from .api import AnnotationView
@@ -20,7 +22,7 @@ class OnboardingStandingSerializer(serializers.Serializer):
     max_tries = serializers.IntegerField()
     tries_left = serializers.IntegerField()
     answered = serializers.ListField(child=serializers.IntegerField(), help_text="Items answered in this try.")
-    items = serializers.IntegerField()
+    items = serializers.IntegerField(help_text="Items in a try (drawn from the task's pool: none served again).")
     needed = serializers.IntegerField(help_text="Items a try must get right to pass.")
     last_score = serializers.IntegerField(allow_null=True)
 
@@ -48,7 +50,8 @@ class AnswerField(serializers.JSONField):
 
 
 class AnswerCreateSerializer(serializers.Serializer):
-    item = serializers.IntegerField(min_value=0, max_value=19, help_text="The item's number.")
+    item = serializers.IntegerField(min_value=0, max_value=MAX_POOL - 1,
+                                    help_text="The item's number: one of the items of your try under way (GET).")
     answer = AnswerField(help_text='A label item: an answer of the task ({"label": ...}, or for QA '
                                              '{"text": ...}); a judge item: "correct" or "incorrect".')
 
@@ -72,7 +75,8 @@ class Onboarding(AnnotationView):
         task = task_for(request, slug)
         config = task.parsed_config.onboarding or {}
         body = {"task": task.slug, "instructions": task.instructions, "introduction": config.get("introduction", ""),
-                "standing": onboarding.standing(task, request.user), "items": onboarding.shown_items(task)}
+                "standing": onboarding.standing(task, request.user),
+                "items": onboarding.shown_items(task, request.user)}
         return Response(OnboardingSerializer(body).data)
 
 

@@ -22,6 +22,7 @@ from tasks.models import Round
 from . import reliability, trust
 from .examples import MAX_DATABASE_ID, MAX_REASON_LENGTH
 from .exporting import anonymise
+from .gold import told
 from .models import Example, Validation
 from .stats import verified_rate
 from .validation import may_see_target
@@ -190,14 +191,12 @@ class ValidationItemSerializer(serializers.ModelSerializer):
     target = serializers.SerializerMethodField()
     prediction = serializers.SerializerMethodField()
     fooled = serializers.SerializerMethodField()
-    votes_so_far = serializers.SerializerMethodField(
-        help_text="Decisions given on it so far (how many, not which way); the task's "
-                  "num_matching_validations matching ones decide it.")
 
     class Meta:
         model = Example
-        fields = ["id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction", "fooled",
-                  "votes_so_far"]
+        # Nothing about other validators' votes: on a gold item they would read differently
+        # (its answers decide nothing, and it is served to many), so no item carries them.
+        fields = ["id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction", "fooled"]
         read_only_fields = fields
 
     def to_representation(self, obj):
@@ -226,11 +225,6 @@ class ValidationItemSerializer(serializers.ModelSerializer):
 
     def get_fooled(self, obj) -> bool | None:
         return obj.fooled if self._shown(obj) else None
-
-    def get_votes_so_far(self, obj) -> int:
-        if obj.gold_verdict:  # a gold item: the users' decisions, not the researchers' verdict
-            return obj.validations.filter(mode=Validation.Mode.USER).exclude(label="").count()
-        return obj.validations_correct + obj.validations_incorrect + obj.validations_flagged
 
 
 class ExampleStateSerializer(serializers.ModelSerializer):
@@ -373,32 +367,58 @@ class ValidatorReliabilitySerializer(serializers.Serializer):
     fitted_at = serializers.DateTimeField()
 
 
-class ValidatedSerializer(serializers.Serializer):
-    """The example's state after a decision (from ``validation.Validated``)."""
+class DecidedExampleSerializer(serializers.Serializer):
+    """The example after a decision. A validator is told nothing of the other validators'
+    votes or of the outcome (null): on a gold item they would read differently (its
+    answers decide nothing), so no item tells them. A researcher's answer has them all."""
 
-    example = ExampleStateSerializer()
+    id = serializers.IntegerField()
+    retracted = serializers.BooleanField()
+    flagged = serializers.BooleanField()
+    flag_reason = serializers.CharField(allow_blank=True)
+    validation_status = serializers.ChoiceField(choices=Example.ValidationStatus.choices, allow_null=True,
+                                                help_text="The task's researchers only; null for a validator.")
+    validations_correct = serializers.IntegerField(allow_null=True, help_text="The task's researchers only.")
+    validations_incorrect = serializers.IntegerField(allow_null=True, help_text="The task's researchers only.")
+    validations_flagged = serializers.IntegerField(allow_null=True, help_text="The task's researchers only.")
+
+
+class ValidatedSerializer(serializers.Serializer):
+    """The answer to a decision (from ``validation.Validated``): the decision, whether it
+    counts and why not, told alike on every item (``gold.told``)."""
+
+    example = serializers.SerializerMethodField()
     label = serializers.CharField(source="validation.label")
     mode = serializers.CharField(source="validation.mode")
-    counted = serializers.BooleanField(
-        source="validation.counted", help_text="Whether the decision counts towards the example's outcome.")
-    not_counted_because = serializers.ChoiceField(
-        source="validation.not_counted_because", choices=Validation.NotCounted.choices,
-        help_text="Why it does not count (empty when it does).")
+    counted = serializers.SerializerMethodField(help_text="Whether the decision counts towards the example's outcome.")
+    not_counted_because = serializers.SerializerMethodField(help_text="Why it does not count (empty when it does).")
     note = serializers.SerializerMethodField(help_text="What the validator reads about a decision that does not count.")
     session = SessionSerializer()
 
-    def get_note(self, obj) -> str:
-        if obj.shown is not None:  # a gold item: told as any other decision
-            return trust.explain(Validation(example=obj.example, validator=obj.validation.validator,
-                                            not_counted_because=obj.shown["not_counted_because"]))
-        return trust.explain(obj.validation)
+    @extend_schema_field(DecidedExampleSerializer)
+    def get_example(self, obj) -> dict:
+        example = obj.example
+        shown = {"id": example.pk, "retracted": example.retracted, "flagged": example.flagged,
+                 "flag_reason": example.flag_reason, "validation_status": None, "validations_correct": None,
+                 "validations_incorrect": None, "validations_flagged": None}
+        if obj.validation.mode == Validation.Mode.OWNER:
+            shown.update(validation_status=example.validation_status,
+                         validations_correct=example.validations_correct,
+                         validations_incorrect=example.validations_incorrect,
+                         validations_flagged=example.validations_flagged)
+        return DecidedExampleSerializer(shown).data
 
-    def to_representation(self, obj):
-        data = super().to_representation(obj)
-        if getattr(obj, "shown", None) is not None:
-            data.update(example=obj.shown["example"], counted=obj.shown["counted"],
-                        not_counted_because=obj.shown["not_counted_because"])
-        return data
+    def get_counted(self, obj) -> bool:
+        return told(obj.validation)[0]
+
+    @extend_schema_field(serializers.ChoiceField(choices=[c for c in Validation.NotCounted.values
+                                                          if c != Validation.NotCounted.GOLD]))
+    def get_not_counted_because(self, obj) -> str:
+        return told(obj.validation)[1]
+
+    def get_note(self, obj) -> str:
+        return trust.explain(Validation(example=obj.example, validator=obj.validation.validator,
+                                        not_counted_because=told(obj.validation)[1]))
 
 
 VERIFIED_RATE_HELP = ("Verified model-fooling examples / examples collected; null until a collected example "

@@ -49,6 +49,7 @@ from core.ratelimit import address_key
 from tasks.models import Task
 from tasks.roles import is_researcher
 
+from . import record as checked
 from .models import AccountAddress, AccountEmail, AnnotationSession, Example, Validation, VouchedValidator
 
 NotCounted = Validation.NotCounted
@@ -160,14 +161,18 @@ class Standing:
     def describe(self) -> str:
         if self.vouched:
             return "a researcher of the task vouched for you"
-        rate = f"{self.agreement:.0%}" if self.answers else "-"
-        text = (f"{self.answers} answers on checked items, {rate} agreeing "
-                f"(trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
-                "giving one answer would get")
+        if checked.shown_agreement(self.answers):
+            said = f"{self.answers} answers on checked items, {self.agreement:.0%} agreeing"
+        else:  # an agreement over a few items would say how each went
+            said = (f"{self.answers} answers on checked items so far (your agreement is shown once "
+                    f"{checked.shown_agreement_from()} are counted)")
+        needs = (f"trust needs {self.min_answers} at {self.min_agreement:.0%}, and more than always "
+                 "giving one answer would get")
         if self.min_reference_answers:
-            text += (f"; of them {self.min_reference_answers} at least on examples that others decided after "
-                     f"your answer, at {self.min_agreement:.0%} too")
-        return text + ")"
+            needs += (f"; of them {self.min_reference_answers} at least on examples that others decided after "
+                      f"your answer, at {self.min_agreement:.0%} too")
+        steps = f"; your record moves every {checked.step()} decisions on the task" if checked.step() > 1 else ""
+        return f"{said}; {needs}{steps}"
 
 
 def reference_decisions(task: Task):
@@ -215,7 +220,7 @@ def standings(task: Task, user_ids) -> dict[int, Standing]:
         vouched = set(VouchedValidator.objects.filter(task=task, validator_id__in=chunk)
                       .values_list("validator_id", flat=True))
         records = {row["validator_id"]: row for row in (
-            Validation.objects.filter(validator_id__in=chunk, task=task)
+            Validation.objects.filter(checked.in_record(), validator_id__in=chunk, task=task)
             .filter(on_gold | (reference & Q(example__in=reference_decisions(task))))
             .order_by().values("validator_id")
             .annotate(answers=Count("pk"),
@@ -256,7 +261,8 @@ def checked_record(task: Task, user) -> tuple[int, int]:
                                    Example.ValidationStatus.FLAGGED)
     by_researcher = Exists(Validation.objects.filter(example=OuterRef("example"), mode=Validation.Mode.OWNER,
                                                      counted=True).exclude(label=""))
-    row = (Validation.objects.filter(validator=user, task=task, mode=Validation.Mode.USER).exclude(label="")
+    row = (Validation.objects.filter(checked.in_record(), validator=user, task=task, mode=Validation.Mode.USER)
+           .exclude(label="")
            .filter(Q(gold_agrees__isnull=False) | (Q(gold_agrees__isnull=True) & by_researcher))
            .aggregate(answers=Count("pk"), agreeing=Count("pk", filter=Q(gold_agrees=True) | (
                Q(gold_agrees__isnull=True) & (
@@ -371,37 +377,31 @@ def explain(validation: Validation) -> str:
     return text.format(age=min_account_age_text())
 
 
-GOLD_MISSED = "gold_missed"
-GOLD_AGREED = "gold_agreed"
 UNDECIDED = "undecided"
-GOLD_TEXTS = {
-    GOLD_MISSED: "A checked (gold) item: your decision disagreed with the researchers' own answer. It decides "
-                 "nothing; too many of these and your decisions stop counting on the task.",
-    GOLD_AGREED: "A checked (gold) item: your decision agreed with the researchers' own answer. It decides "
-                 "nothing, but it earns you trust on the task.",
-    UNDECIDED: "You gave your own answer but no decision yet: it counts for nothing until you decide.",
-}
+UNDECIDED_TEXT = "You gave your own answer but no decision yet: it counts for nothing until you decide."
 
 
 def reasons(validations) -> dict[int, tuple[str, str]]:
     """Why each of ``validations`` (with ``example__task`` and ``validator`` loaded) does
     or does not count, as (code, text): the code stored when the vote was made
-    (``why_not_counted``), told apart on gold items (``gold_missed`` or ``gold_agreed``)
-    and for an answer not decided yet (``undecided``); ("", "") when it counts. The
-    worker's page shows these: it never works out a rule itself. A validator's standing
+    (``why_not_counted``), on a gold item the one the validator was told (what it would
+    be on any other item: nothing sets a gold item apart), and for an answer not decided
+    yet (``undecided``); ("", "") when it counts. The worker's page shows these: it
+    never works out a rule itself. A validator's standing
     is read once per task, whatever the number of votes."""
     standings_by_task: dict[int, Standing] = {}
     found = {}
     for validation in validations:
         code = validation.not_counted_because
         if not validation.label:
-            found[validation.pk] = (UNDECIDED, GOLD_TEXTS[UNDECIDED])
+            found[validation.pk] = (UNDECIDED, UNDECIDED_TEXT)
             continue
-        if code == NotCounted.GOLD or (validation.gold_agrees is not None and not code):
-            code = GOLD_AGREED if validation.gold_agrees else GOLD_MISSED
-            found[validation.pk] = (code, GOLD_TEXTS[code])
-            continue
-        if validation.counted and not code:
+        if code == NotCounted.GOLD or validation.gold_agrees is not None:
+            code = validation.shown_not_counted_because
+            if not code:
+                found[validation.pk] = ("", "")
+                continue
+        elif validation.counted and not code:
             found[validation.pk] = ("", "")
             continue
         if not code:  # stored as waiting (a provisional session MTurk has not confirmed)

@@ -50,7 +50,7 @@ from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from tasks.models import Task
 from tasks.roles import is_researcher
 
-from . import gold, onboarding, reliability, sessions, trust
+from . import gold, onboarding, record, reliability, sessions, trust
 from .examples import MAX_REASON_LENGTH
 from .models import QUEUE_STEP, AnnotationSession, Example, Validation, ValidationClaim
 from .reliability_model import ESCALATED, decide
@@ -254,9 +254,6 @@ def give_blind_answer(example_id: int, user, answer) -> Validation:
     """Store ``user``'s own answer to the example, before they see the writer's."""
     example = _locked_example(example_id)
     _check_can_validate(example, user)
-    if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
-            and not is_researcher(user, example.task)):
-        raise Conflict("This example has been decided already.")
     config = example.task.parsed_config
     context_fields = example.context.fields if example.context_id else None
     answer = config.clean_target(answer, context_fields, field="answer", need_start=False)
@@ -264,7 +261,10 @@ def give_blind_answer(example_id: int, user, answer) -> Validation:
     if existing is not None:
         raise Conflict("You already answered this example; your first answer stands."
                        if existing.blind_answer is not None else "You have already validated this example.")
-    _check_assigned(example, user, answered=False)
+    _check_assigned(example, user, answered=False)  # before the state: an unserved id tells nothing of it
+    if (example.validation_status != Example.ValidationStatus.PENDING and not example.gold_verdict
+            and not is_researcher(user, example.task)):
+        raise Conflict("This example has been decided already.")
     try:
         with transaction.atomic():
             return Validation.objects.create(
@@ -301,10 +301,6 @@ class Validated:
     example: Example
     validation: Validation
     session: AnnotationSession
-    # On a gold item, what the validator is told: the example as though it were still
-    # waiting, and whether the decision counts as it would on any other item
-    # (``gold.masked_state``): nothing in the answer sets a gold item apart.
-    shown: dict | None = None
 
 
 def validate_example(example_id: int, user, *, label: str, reason: str = "",
@@ -332,9 +328,9 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         if existing is not None and existing.label:
             raise Conflict("You have already validated this example.")
         on_gold = bool(example.gold_verdict) and not owner
+        _check_assigned(example, user, answered=existing is not None)  # before the state (see give_blind_answer)
         if not owner and not on_gold and example.validation_status != Example.ValidationStatus.PENDING:
             raise Conflict("This example has been decided already.")
-        _check_assigned(example, user, answered=existing is not None)
         if not may_see_target(example, user, blind_answer_given=existing is not None):
             raise Conflict("Give your own answer first (blind validation): "
                            f"POST /api/examples/{example.pk}/blind-answer/, then decide.")
@@ -342,18 +338,17 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
         now = timezone.now()
         session = sessions.current_session(user, example.task, session)
         because = trust.why_not_counted(example, user, session)
-        shown = None
+        told = ""
         gold_agrees = None
         if on_gold:  # evidence about the validator: decides nothing, told as any other decision
-            shown = {"counted": not because, "not_counted_because": because}
-            because, gold_agrees = Validation.NotCounted.GOLD, label == example.gold_verdict
+            told, because, gold_agrees = because, Validation.NotCounted.GOLD, label == example.gold_verdict
         counted = not because
         if existing is not None:
             existing.label, existing.mode, existing.reason, existing.decided_at = label, mode, reason, now
             existing.session, existing.counted, existing.not_counted_because = session, counted, because
-            existing.gold_agrees = gold_agrees
+            existing.gold_agrees, existing.shown_not_counted_because = gold_agrees, told
             existing.save(update_fields=["label", "mode", "reason", "decided_at", "session", "counted",
-                                         "not_counted_because", "gold_agrees"])
+                                         "not_counted_because", "gold_agrees", "shown_not_counted_because"])
             validation = existing
         else:
             try:
@@ -361,15 +356,16 @@ def validate_example(example_id: int, user, *, label: str, reason: str = "",
                     validation = Validation.objects.create(example=example, validator=user, label=label,
                                                            mode=mode, reason=reason, decided_at=now,
                                                            session=session, counted=counted,
-                                                           not_counted_because=because, gold_agrees=gold_agrees)
+                                                           not_counted_because=because, gold_agrees=gold_agrees,
+                                                           shown_not_counted_because=told)
             except IntegrityError as exc:  # a concurrent duplicate from the same user
                 raise Conflict("You have already validated this example.") from exc
         if counted:
             _count(example, label, owner=owner)
         sessions.bump(session, validations_done=1)
-        if shown is not None:
-            shown["example"] = gold.masked_state(example, validation, shown["counted"])
-        validated = Validated(example, validation, session, shown)
+        if not owner:
+            record.close_step(example.task, user)
+        validated = Validated(example, validation, session)
         if within_transaction is not None:
             within_transaction(validated)
     return validated
@@ -459,6 +455,7 @@ def confirm_session(session: AnnotationSession) -> int:
             if validation.counted:
                 _count(example, validation.label, owner=False)
                 counted += 1
+        gold.tell_confirmed(session)
     return counted
 
 
@@ -468,13 +465,14 @@ def mark_gold(example_id: int, researcher, verdict: str) -> Example:
     decision must agree; marking again with the same verdict changes nothing."""
     if verdict not in gold.VERDICTS:
         raise InvalidInput.field("verdict", f"{verdict!r} is not one of {list(gold.VERDICTS)}.")
-    example = Example.objects.select_related("task").filter(pk=example_id).first()
+    example = Example.objects.select_related("task", "round").filter(pk=example_id).first()
     if example is None:
         raise NotFound("No such example.")
     if not is_researcher(researcher, example.task):
         raise Forbidden("Only the task's researchers mark gold items.")
     if example.source != Example.Source.ANNOTATION or example.retracted:
         raise Conflict("Only examples written on the platform and not retracted can be gold items.")
+    gold.check_never_public(example, verdict)
     if trust.counts_as_writer(researcher, example):
         raise Conflict("Your account counts as this example's writer (a shared address): another researcher "
                        "must make it a gold item.")

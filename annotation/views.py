@@ -135,7 +135,8 @@ def onboarding_context(task, user) -> dict | None:
     if state.open:
         return None
     config = task.parsed_config.onboarding
-    return {"standing": state, "items": onboarding.shown_items(task), "introduction": config.get("introduction", ""),
+    return {"standing": state, "items": onboarding.shown_items(task, user),
+            "introduction": config.get("introduction", ""),
             "blocked_message": onboarding.blocked_message(task) if state.blocked else ""}
 
 

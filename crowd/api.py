@@ -44,8 +44,8 @@ class MyValidationRowSerializer(serializers.Serializer):
     decision = serializers.CharField(allow_null=True, help_text="correct, incorrect, flagged; null: not decided.")
     counted = serializers.BooleanField(help_text="Whether it counted towards the example's outcome.")
     not_counted_because = serializers.CharField(
-        allow_null=True, help_text="new_account, untrusted, provisional, unverified, failed_gold, same_person, "
-                                   "gold_missed, gold_agreed or undecided; null when it counted.")
+        allow_null=True, help_text="new_account, untrusted, provisional, unverified, failed_gold, same_person "
+                                   "or undecided; null when it counted.")
     explanation = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()
 

@@ -108,7 +108,7 @@ def validations_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
     why = trust.reasons(rows)
     return Page(number, [{
         "id": v.pk, "example": v.example_id, "task": v.example.task.slug, "task_name": v.example.task.name,
-        "decision": v.label or None, "counted": bool(v.label) and v.counted and not why[v.pk][0],
+        "decision": v.label or None, "counted": bool(v.label) and not why[v.pk][0],
         "not_counted_because": why[v.pk][0] or None, "explanation": why[v.pk][1],
         "created_at": v.created_at} for v in rows], more)
 

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from annotation import gold
 from annotation.models import Example
 from annotation.tokens import InvalidToken, make_token, session_from_token
 from annotation.views import frameable_by_mturk, work_page_context
@@ -44,9 +45,12 @@ def _refused(request, exc: DomainError):
 
 
 def _sample(task):
-    """A verified model-fooling example of the task, to show in the preview."""
-    example = (Example.objects.filter(task=task, source=Example.Source.ANNOTATION, fooled=True, retracted=False,
-                                      flagged=False, validation_status=Example.ValidationStatus.VERIFIED)
+    """A verified model-fooling example of the task, to show in the preview: never a gold
+    item in use (its verdict is the validators' answer key) nor a test-split example (the
+    leaderboard's test data)."""
+    example = (gold.not_in_use(Example.objects.filter(
+        task=task, source=Example.Source.ANNOTATION, fooled=True, retracted=False, flagged=False,
+        validation_status=Example.ValidationStatus.VERIFIED)).exclude(split=Example.Split.TEST)
                .order_by("-pk").first())  # the newest: an index walk
     if example is None:
         return None

@@ -285,6 +285,14 @@ VALIDATION_CLAIM_SECONDS = env.int("VALIDATION_CLAIM_SECONDS", default=30 * 60)
 # sign-ups made in bulk cannot vote at once. MTurk workers of a validation batch and the
 # task's researchers do not wait.
 VALIDATOR_MIN_ACCOUNT_AGE = env.int("VALIDATOR_MIN_ACCOUNT_AGE", default=24 * 3600)
+
+# Gold items stay secret (annotation.record, annotation.gold). A validator's record on
+# checked items (what decides trust and the stop after failed checks, and what they are
+# told of it) moves only after every CHECKED_RECORD_STEP decisions on a task, so that no
+# change in it points at one item; the agreement is shown to them only over at least
+# CHECKED_AGREEMENT_MIN_ANSWERS answers on checked items.
+CHECKED_RECORD_STEP = _at_least("CHECKED_RECORD_STEP", 1, lambda n: env.int(n, default=20))
+CHECKED_AGREEMENT_MIN_ANSWERS = _at_least("CHECKED_AGREEMENT_MIN_ANSWERS", 1, lambda n: env.int(n, default=10))
 # The key of the hashes that addresses are kept as (accounts seen at one address count as
 # one person when validating). Changing it forgets which accounts share an address, so it
 # is its own setting: rotating SECRET_KEY keeps every same-person link. Required when

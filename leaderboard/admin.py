@@ -310,7 +310,12 @@ class SubmissionAdmin(ModelVersionAdmin):
 class ReleaseForm(forms.Form):
     rounds = forms.CharField(help_text="Closed round numbers, comma-separated (0: the static data), e.g. 0, 1.")
     splits = forms.MultipleChoiceField(choices=[(s, s) for s in Example.Split.values],
-                                       initial=list(Example.Split.values), widget=forms.CheckboxSelectMultiple)
+                                       initial=[s for s in Example.Split.values if s != Example.Split.TEST],
+                                       widget=forms.CheckboxSelectMultiple)
+    release_test_split = forms.BooleanField(
+        required=False, label="Release the test split on purpose",
+        help_text="The test split is the leaderboard's test data: ticked, it is public from then on (the data "
+                  "browser too), and the release records it. Needed to release test.")
 
     def clean_rounds(self):
         try:
@@ -330,7 +335,8 @@ def release_dataset(modeladmin, request, queryset):
         for task in queryset:
             try:
                 job = release_service.start_release(task, rounds=form.cleaned_data["rounds"],
-                                                    splits=form.cleaned_data["splits"], user=request.user)
+                                                    splits=form.cleaned_data["splits"], user=request.user,
+                                                    release_test_split=form.cleaned_data["release_test_split"])
             except DomainError as exc:
                 modeladmin.message_user(request, f"{task}: {exc}", messages.ERROR)
             else:

@@ -320,7 +320,9 @@ class ReleaseList(generics.ListAPIView):
     """GET: a task's data releases, newest version first (anyone who may see the task):
     each an immutable snapshot of verified examples of closed rounds, with every file's
     sha256 and download address. POST (the task's researchers): make the next release
-    of ``rounds`` and ``splits``; the answer (202) is the job that writes it, whose
+    of ``rounds`` and ``splits`` (train, dev; the test split only with
+    ``release_test_split``: the leaderboard's test data is released on purpose or not at
+    all); the answer (202) is the job that writes it, whose
     ``result`` names the release once it succeeded. Refused (409) for a round that is
     open or a draft, when the rounds hold no verified example in the splits, or while
     another release of the task is queued or running; 503 where releases are not
@@ -340,7 +342,8 @@ class ReleaseList(generics.ListAPIView):
         data = NewReleaseSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         job = release_service.start_release(task, rounds=data.validated_data["rounds"],
-                                            splits=data.validated_data.get("splits"), user=request.user)
+                                            splits=data.validated_data["splits"], user=request.user,
+                                            release_test_split=data.validated_data["release_test_split"])
         return job_response(request, job)
 
 

@@ -111,6 +111,11 @@ class Release(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    test_split_released = models.BooleanField(
+        default=False,
+        help_text="Its researcher released the test split of these rounds on purpose (the leaderboard's test "
+                  "data: public from then on, in the browser too). A release without it holds no test split "
+                  "that the public may download (leaderboard.releases.test_splits).")
 
     objects = ReleaseQuerySet.as_manager()
 

@@ -15,6 +15,7 @@ from tasks.models import Task
 
 from .models import Release
 from .releases import browse
+from .releases.public import withheld
 
 
 def _visible_task(request, slug) -> Task:
@@ -52,6 +53,9 @@ def release_file(request, slug, version, name):
     release = Release.objects.filter(task=task, version=version).first()
     if release is None or name not in release.files:
         raise Http404(f"Task {slug} has no release {version} with a file {name}.")
+    if withheld(release, name):
+        raise Http404(f"{name} of {release} is the leaderboard's test data, which this release's researcher did "
+                      "not release on purpose: it is not public.")
     download_as = f"{slug}-v{version}-{name.rsplit('/', 1)[-1]}"
     if release.location.startswith("s3://"):
         return redirect(artifacts.stored_file_url(release.location, name, download_as=download_as))

@@ -9,6 +9,7 @@ from registry.models import ModelVersion
 from .evaluation import has_finished_evaluation
 from .models import Evaluation, Release
 from .promotion import MAX_ENSEMBLE
+from .releases.public import withheld
 from .training import MODES, SELECTIONS
 
 MAX_ID = 2**63 - 1
@@ -90,7 +91,9 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         return has_finished_evaluation(obj)
 
 
-RELEASE_SPLITS = list(Example.Split.values)
+# The splits a release names; the test split (the leaderboard's test data) only through
+# release_test_split, so that nobody releases it without saying so.
+RELEASE_SPLITS = [s for s in Example.Split.values if s != Example.Split.TEST]
 
 
 class NewReleaseSerializer(serializers.Serializer):
@@ -98,8 +101,24 @@ class NewReleaseSerializer(serializers.Serializer):
 
     rounds = serializers.ListField(child=StrictIntegerField(min_value=0, max_value=100_000), min_length=1,
                                    max_length=1000, help_text="Round numbers; closed rounds only (0: the static data).")
-    splits = serializers.ListField(child=StrictChoiceField(choices=RELEASE_SPLITS), min_length=1, max_length=3,
-                                   required=False, help_text="Default: every split. Each is one Parquet file.")
+    splits = serializers.ListField(
+        child=StrictChoiceField(choices=RELEASE_SPLITS, error_messages={
+            "invalid_choice": '"{input}" is not a split named here: train or dev. The test split is the '
+                              "leaderboard's test data, released on purpose only: release_test_split."}),
+        min_length=1, max_length=2, required=False,
+        help_text="Default: train and dev. Each is one Parquet file.")
+    release_test_split = StrictBooleanField(
+        required=False, default=False,
+        help_text="Release the rounds' test split too, on purpose: it is the leaderboard's test data, public from "
+                  "then on (the data browser too). Recorded on the release.")
+
+    def validate(self, data):
+        """The splits the service is asked for: those named (or train and dev), and test
+        with ``release_test_split``."""
+        splits = data.get("splits") or [s for s in RELEASE_SPLITS]
+        if data.get("release_test_split"):
+            splits = [*splits, Example.Split.TEST]
+        return {**data, "splits": splits}
 
 
 class ReleaseFileSerializer(serializers.Serializer):
@@ -128,6 +147,8 @@ class ReleaseSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         out = []
         for path, entry in release.files.items():
+            if withheld(release, path):  # a test split nobody released on purpose
+                continue
             url = reverse("release-file", args=[release.task.slug, release.version, path])
             out.append({"path": path, "sha256": entry["sha256"], "bytes": entry["bytes"], "rows": entry.get("rows"),
                         "url": request.build_absolute_uri(url) if request is not None else url})

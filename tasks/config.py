@@ -37,6 +37,7 @@ from .onboarding_config import (  # noqa: F401
     ONBOARDING_SCHEMA,
     onboarding_problems,
 )
+from .onboarding_config import with_defaults as onboarding_defaults
 
 # The built-in kinds' names (what tests and fixtures spell); product code asks the kind.
 CLASSIFICATION = ClassificationKind.name
@@ -236,10 +237,10 @@ class TaskConfig:
 
     @property
     def onboarding_needed(self) -> int:
-        """How many of the onboarding's items a try must get right (0: no onboarding)."""
+        """How many of a try's items it must get right (0: no onboarding)."""
         if not self.onboarding:
             return 0
-        items = len(self.onboarding["items"])
+        items = self.onboarding["per_try"]
         return min(items, math.ceil(self.onboarding["pass_mark"] * items - 1e-9))
 
     def submission_bounds(self):
@@ -416,7 +417,7 @@ def validate_task_config(task_type: str, config) -> TaskConfig:
         raise ValidationError({"config": problems})
 
     if merged["onboarding"] is not None:
-        merged["onboarding"] = {**ONBOARDING_DEFAULTS, **merged["onboarding"]}
+        merged["onboarding"] = onboarding_defaults(merged["onboarding"])
     parsed = TaskConfig(task_type=task_type, **merged)
     problems = onboarding_problems(parsed)
     if problems:

@@ -11,11 +11,17 @@ from core.errors import InvalidInput
 # on the task. Each item is an example to ``label`` (the worker gives the answer, a
 # target as the task takes it) or to ``judge`` (the worker says whether the shown
 # ``target`` is "correct" or "incorrect"), with its known ``answer`` and the
-# ``explanation`` shown after the worker answers. ``pass_mark``: the share of items a
-# try must get right; ``max_tries``: tries before the worker is blocked on the task.
+# ``explanation`` shown after the worker answers. ``items`` is a pool: each try draws
+# ``per_try`` of them that no earlier try of the same worker served, so the answers
+# shown after one try are never asked again; the pool holds at least ``per_try`` x
+# ``max_tries`` items (default ``per_try``: the pool split evenly among the tries).
+# ``pass_mark``: the share of a try's items it must get right; ``max_tries``: tries
+# before the worker is blocked on the task.
 ONBOARDING_KINDS = ["label", "judge"]
 JUDGE_ANSWERS = ["correct", "incorrect"]
 ONBOARDING_DEFAULTS = {"pass_mark": 0.8, "max_tries": 2, "introduction": ""}
+MAX_POOL = 60
+MAX_PER_TRY = 20
 _TEXTS = {"type": "object", "maxProperties": 10, "additionalProperties": {"type": "string", "maxLength": 5000}}
 ONBOARDING_SCHEMA = {
     "type": "object",
@@ -24,7 +30,7 @@ ONBOARDING_SCHEMA = {
     "properties": {
         "introduction": {"type": "string", "maxLength": 2000},
         "items": {
-            "type": "array", "minItems": 1, "maxItems": 20,
+            "type": "array", "minItems": 1, "maxItems": MAX_POOL,
             "items": {
                 "type": "object",
                 "additionalProperties": False,
@@ -39,10 +45,19 @@ ONBOARDING_SCHEMA = {
                 },
             },
         },
+        "per_try": {"type": "integer", "minimum": 1, "maximum": MAX_PER_TRY},
         "pass_mark": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "max_tries": {"type": "integer", "minimum": 1, "maximum": 10},
     },
 }
+
+
+def with_defaults(onboarding: dict) -> dict:
+    """The onboarding with its defaults filled in: ``ONBOARDING_DEFAULTS``, and ``per_try``
+    the pool split evenly among ``max_tries`` (checked by ``onboarding_problems``)."""
+    merged = {**ONBOARDING_DEFAULTS, **onboarding}
+    merged.setdefault("per_try", len(merged["items"]) // merged["max_tries"])
+    return merged
 
 
 def onboarding_problems(config) -> list[str]:
@@ -53,6 +68,14 @@ def onboarding_problems(config) -> list[str]:
     if not config.onboarding:
         return []
     problems = []
+    pool, per_try, tries = (len(config.onboarding["items"]), config.onboarding["per_try"],
+                            config.onboarding["max_tries"])
+    if per_try < 1 or per_try * tries > pool:
+        problems.append(
+            f"config.onboarding.items: each of the {tries} tries (max_tries) draws {max(per_try, 1)} items "
+            f"(per_try) that no earlier try of the same worker served, since the answers are shown after each "
+            f"one: the pool needs at least {max(per_try, 1) * tries} items, and has {pool}. Add items, or lower "
+            "per_try or max_tries.")
     for number, item in enumerate(config.onboarding["items"]):
         where = f"config.onboarding.items.{number}"
 

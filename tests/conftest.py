@@ -10,6 +10,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # several test processes share the co
 # the tests start; _fewer_timed_passes sets it in this one, whose settings are loaded.
 TIMED_PASSES = 2
 os.environ.setdefault("EVALUATION_TIMED_PASSES", str(TIMED_PASSES))
+# A validator's record on checked items moves with each decision here, and its agreement
+# shows over any number of answers (_checked_record_at_once says why): for the processes
+# the tests start too.
+os.environ.setdefault("CHECKED_RECORD_STEP", "1")
+os.environ.setdefault("CHECKED_AGREEMENT_MIN_ANSWERS", "1")
 
 from datetime import timedelta  # noqa: E402
 
@@ -134,6 +139,20 @@ def _fewer_timed_passes():
     settings.EVALUATION_TIMED_PASSES = TIMED_PASSES
     yield
     settings.EVALUATION_TIMED_PASSES = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _checked_record_at_once():
+    """A validator's record on checked items moves after each decision here, not after
+    every CHECKED_RECORD_STEP (20) of them, and its agreement is told over any number of
+    answers: the tests of trust and gold count answers one by one. The tests of the steps
+    themselves (tests/annotation/test_gold_secrecy.py) set the production values back."""
+    from django.conf import settings
+
+    before = settings.CHECKED_RECORD_STEP, settings.CHECKED_AGREEMENT_MIN_ANSWERS
+    settings.CHECKED_RECORD_STEP, settings.CHECKED_AGREEMENT_MIN_ANSWERS = 1, 1
+    yield
+    settings.CHECKED_RECORD_STEP, settings.CHECKED_AGREEMENT_MIN_ANSWERS = before
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,7 +1,8 @@
 """The public browser of a task's verified examples: closed rounds only, a page at a time.
 
-What is public is what a release could hold (``rows.usable``: verified, not flagged,
-retracted or provisional) in a *closed* round: nothing from an open round (still being
+What is public is what a release could hold (``public.shown``: verified, not flagged,
+retracted or provisional, no gold item in use, and a test split only once a researcher
+released it on purpose) in a *closed* round: nothing from an open round (still being
 written and validated, and its examples would help the next writers fool the model)
 and nothing unverified. Hidden tasks are their researchers' alone (the caller passes
 a task the visitor may see).
@@ -20,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Count
 from django.urls import reverse
 
+from annotation.gold import in_use_q
 from annotation.models import Example
 from core.errors import InvalidInput, NotFound
 from core.pagination import MAX_KEY, whole_number
@@ -30,6 +33,7 @@ from tasks.config import text_problem
 from tasks.models import Round, Task
 
 from ..models import Release
+from .public import TEST, shown, test_split_public_rounds, withheld
 from .rows import usable
 
 MAX_QUERY = 200
@@ -52,13 +56,27 @@ class BrowsePage:
     next_before: int | None = None  # where the next page starts (an example id)
     scanned: int = 0  # a search: rows read for this page
     window_ran_out: bool = False  # a search: the window ended before the page filled
+    test_withheld: bool = False  # the round's test split asked for, and not public
 
 
 def public_rounds(task: Task) -> list[PublicRound]:
-    """The task's closed rounds and their usable examples, from the round counters."""
+    """The task's closed rounds and their public examples: the round counters' usable
+    ones (no row read), less a test split not released on purpose and the gold items in
+    use (one count over the task's few gold items)."""
     rows = (Round.objects.filter(task=task, status=Round.Status.CLOSED).order_by("number")
             .values_list("number", "counts__usable_train", "counts__usable_dev", "counts__usable_test"))
-    return [PublicRound(number, sum(n or 0 for n in counts)) for number, *counts in rows]
+    public_test = test_split_public_rounds(task)
+    gold = {(number, split): n for number, split, n in (
+        usable(Example.objects.filter(in_use_q(), task=task, round__status=Round.Status.CLOSED))
+        .order_by().values_list("round__number", "split").annotate(n=Count("pk")))}
+    found = []
+    for number, train, dev, test in rows:
+        splits = {"train": train or 0, "dev": dev or 0}
+        if number in public_test:
+            splits[TEST] = test or 0
+        found.append(PublicRound(number, sum(max(n - gold.get((number, split), 0), 0)
+                                             for split, n in splits.items())))
+    return found
 
 
 def _parse(round_number, split, query, before):
@@ -116,7 +134,11 @@ def browse(task: Task, *, round_number=None, split=None, query=None, before=None
     if chosen is None:
         return page
     round_id = Round.objects.filter(task=task, number=chosen).values_list("pk", flat=True).get()
-    base = usable(Example.objects.filter(round_id=round_id))
+    test_public = chosen in test_split_public_rounds(task)
+    if split == TEST and not test_public:
+        page.test_withheld = True
+        return page
+    base = shown(Example.objects.filter(round_id=round_id), test_split_public=test_public)
     if split:
         base = base.filter(split=split)
     base = base.select_related("context")
@@ -180,5 +202,5 @@ def releases_with_downloads(task: Task, limit: int = 10) -> list:
     found = list(Release.objects.filter(task=task).order_by("-version")[:limit])
     for release in found:
         release.downloads = [(name, entry, reverse("release-file", args=[task.slug, release.version, name]))
-                             for name, entry in release.files.items()]
+                             for name, entry in release.files.items() if not withheld(release, name)]
     return found

@@ -2,7 +2,8 @@
 
 Released: the *usable* examples of the chosen rounds and split, the ones training and
 evaluation read and the round counters count as ``usable_<split>``: verified, not
-flagged, not retracted, and not in an MTurk assignment that MTurk has not confirmed.
+flagged, not retracted, and not in an MTurk assignment that MTurk has not confirmed;
+less the gold items in use (``public``: their verdicts are the validators' answer key).
 Only closed rounds are released (``check_rounds``); round 0, the static data a task
 starts from, is closed from the start.
 
@@ -24,6 +25,7 @@ from django.db.models import Count, Q
 from django.utils.crypto import salted_hmac
 
 from annotation.exporting import ANNOTATOR_METADATA_KEY, DELETED_ANNOTATOR_KEY
+from annotation.gold import not_in_use
 from annotation.models import Example, Validation
 from core.errors import Conflict, InvalidInput, Unavailable
 from registry.models import ModelVersion
@@ -197,7 +199,9 @@ def released_rows(task: Task, rounds: list[Round], split: str, *, chunk: int = C
     kind = config.kind
     names = ModelNames(task)
     for rnd in rounds:
-        base = usable(Example.objects.filter(round_id=rnd.pk, split=split))
+        # What the public may see (no gold item in use); whether a test split may be
+        # released at all is the service's check (``service.start_release``).
+        base = not_in_use(usable(Example.objects.filter(round_id=rnd.pk, split=split)))
         last = 0
         while True:
             examples = list(base.filter(pk__gt=last).select_related("context").order_by("pk")[:chunk])

@@ -1,11 +1,12 @@
 """Making a release: the service that queues it and the job that writes it.
 
-``start_release`` checks the request (closed rounds only, known splits, something
-verified to release, the pseudonym key set, no other release of the task under way)
-and queues a ``release_dataset`` job. The job (``run_release_job``) checks the rounds
-again (one may have opened meanwhile), writes the split files a chunk at a time
-(progress on the Job row), then ``croissant.json`` and README.md, puts the folder in
-the artifact store under a location of its own, and only then records the
+``start_release`` checks the request (closed rounds only, known splits, the test split
+only when released on purpose, something verified to release, the pseudonym key set,
+no other release of the task under way) and queues a ``release_dataset`` job. The job
+(``run_release_job``) checks the rounds again (one may have opened meanwhile), writes
+the split files a chunk at a time (progress on the Job row), then ``croissant.json``
+and README.md, puts the folder in the artifact store under a location of its own, and
+only then records the
 ``Release`` with its version, counts and digests, in the transaction that completes
 the job: a release that exists has all its files, and a failed job leaves no row.
 """
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from annotation.models import RoundCounts
 from core import celery_names
-from core.errors import Conflict
+from core.errors import Conflict, InvalidInput
 from jobs.engine import JobReporter, create_job, enqueue_by_name, run_job
 from jobs.models import Job
 from registry import artifacts
@@ -33,7 +34,8 @@ from tasks.models import Task
 
 from ..models import Release
 from . import card, croissant, files
-from .rows import check_rounds, columns, pseudonym_key, released_rows
+from .public import TEST
+from .rows import SPLITS, check_rounds, columns, pseudonym_key, released_rows
 
 README, CROISSANT = "README.md", "croissant.json"
 
@@ -45,11 +47,28 @@ def usable_count(rounds, splits) -> int:
     return sum(value or 0 for value in totals.values())
 
 
-def start_release(task: Task, *, rounds, splits=None, user=None) -> Job:
+def released_splits(splits, release_test_split: bool) -> list[str] | None:
+    """The splits a release asks for: ``splits``, or by default train and dev, and test
+    too with ``release_test_split``. The test split is the leaderboard's test data: it is
+    released only on purpose (``release_test_split``, recorded on the release), never by
+    default; naming it without that is a 400 that says so."""
+    if splits is None:
+        return [s for s in SPLITS if s != TEST or release_test_split]
+    if TEST in splits and not release_test_split:
+        raise InvalidInput.field(
+            "release_test_split", "The test split is the leaderboard's test data: it is released only on purpose. "
+                                  "Set release_test_split to true (recorded on the release; the split is public "
+                                  "from then on, in the data browser too), or leave test out.")
+    return splits
+
+
+def start_release(task: Task, *, rounds, splits=None, user=None, release_test_split: bool = False) -> Job:
     """Queue the job that makes ``task``'s next release of ``rounds`` (round numbers) and
-    ``splits`` (default: every split). Refused with the reason: an unknown or unclosed
-    round, an unknown split, nothing verified in them, no pseudonym key, or another
-    release of the task queued or running."""
+    ``splits`` (default: train and dev; the test split only with ``release_test_split``:
+    ``released_splits``). Refused with the reason: an unknown or unclosed round, an
+    unknown split, the test split not released on purpose, nothing verified in them, no
+    pseudonym key, or another release of the task queued or running."""
+    splits = released_splits(splits, release_test_split)
     round_rows, splits = check_rounds(task, rounds, splits)
     pseudonym_key()  # refuses (503) when RELEASE_PSEUDONYM_KEY is not set
     if not usable_count(round_rows, splits):
@@ -63,7 +82,8 @@ def start_release(task: Task, *, rounds, splits=None, user=None) -> Job:
             raise Conflict(f"Task {task.slug} already has a release job {active.status}: job #{active.pk}. "
                            "Wait for it to finish or cancel it first.")
         job = create_job(Job.Kind.RELEASE_DATASET, task=task, user=user,
-                         params={"rounds": [r.number for r in round_rows], "splits": splits})
+                         params={"rounds": [r.number for r in round_rows], "splits": splits,
+                                 "release_test_split": bool(release_test_split and TEST in splits)})
         enqueue_by_name(job, celery_names.RELEASE_DATASET)
     return job
 
@@ -73,9 +93,10 @@ def next_version(task: Task) -> int:
 
 
 def build_release(task: Task, folder: Path, *, version: int, round_numbers, splits,
-                  reporter: JobReporter | None = None) -> tuple[dict, dict]:
+                  reporter: JobReporter | None = None, release_test_split: bool = False) -> tuple[dict, dict]:
     """Write a release of ``task`` into ``folder``: ``data/<split>.parquet`` per split with
     rows, ``croissant.json`` and ``README.md``. Returns (facts, files)."""
+    splits = released_splits(splits, release_test_split)
     rounds, splits = check_rounds(task, round_numbers, splits)
     cols = columns(task)
     tally = card.Tally(labelled=task.parsed_config.kind.has_labels)
@@ -122,8 +143,10 @@ def run_release_job(job_id: int) -> Job:
         try:
             reporter.progress(0, f"release v{version} of {task.slug}: rounds {job.params['rounds']}, "
                                  f"splits {job.params['splits']}")
+            test_split = bool(job.params.get("release_test_split"))
             facts, described = build_release(task, tmp, version=version, round_numbers=job.params["rounds"],
-                                             splits=job.params["splits"], reporter=reporter)
+                                             splits=job.params["splits"], reporter=reporter,
+                                             release_test_split=test_split)
             reporter.progress(92, "storing the files")
             # A location of its own (a random suffix): a retried or raced job, or one of a
             # database made again beside the same store, never writes over files a
@@ -137,7 +160,8 @@ def run_release_job(job_id: int) -> Job:
                         release = Release.objects.create(
                             task=task, version=version, rounds=facts["rounds"], splits=facts["splits"],
                             counts=facts["counts"], files=described, license=facts["license"], location=location,
-                            job=job, created_by=job.created_by)
+                            job=job, created_by=job.created_by,
+                            test_split_released=test_split and TEST in facts["splits"])
                 except IntegrityError:
                     raise Conflict(f"Another release of {task.slug} took version {version} meanwhile; run this "
                                    "job again for the next version.") from None

@@ -389,7 +389,6 @@
       $("reason").value = "";
       var body = $("item-body");
       if (!item) {
-        $("item-standing").textContent = "";
         body.textContent = "";
         var empty = el("p", null, root.dataset.emptyText);
         empty.id = "empty";
@@ -399,9 +398,6 @@
         return;
       }
       body.textContent = "";
-      var votes = item.votes_so_far || 0;
-      $("item-standing").textContent = votes + (votes === 1 ? " vote" : " votes") + " so far; " +
-        root.dataset.votesNeeded + " matching votes decide it.";
       Object.keys(item.context || {}).forEach(function (name) { renderField(body, name, name, item.context[name]); });
       Object.keys(item.inputs).forEach(function (name) { renderField(body, name, name, item.inputs[name], "written"); });
       if (item.blind) {

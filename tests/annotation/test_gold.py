@@ -188,8 +188,8 @@ def test_gold_items_look_like_any_other_item_before_and_after(demo_tasks, resear
     served = client.get("/api/tasks/sentiment/validations/next/").json()
     assert served["id"] == item.pk  # gold_rate 1: the gold item first
     assert set(served) == {"id", "round", "context", "inputs", "blind", "blind_answer", "target", "prediction",
-                           "fooled", "votes_so_far"}
-    assert served["votes_so_far"] == 0 and served["target"] is None  # the researcher's verdict is not shown
+                           "fooled"}
+    assert served["target"] is None  # the researcher's verdict is not shown
     assert client.post(f"/api/examples/{item.pk}/blind-answer/", {"answer": {"label": "positive"}},
                        format="json").status_code == 201
     on_gold = client.post(f"/api/examples/{item.pk}/validations/", {"label": "correct"}, format="json").json()
@@ -197,7 +197,7 @@ def test_gold_items_look_like_any_other_item_before_and_after(demo_tasks, resear
     client.post(f"/api/examples/{plain.pk}/blind-answer/", {"answer": {"label": "positive"}}, format="json")
     on_plain = client.post(f"/api/examples/{plain.pk}/validations/", {"label": "correct"}, format="json").json()
     for body in (on_gold, on_plain):
-        assert body["example"]["validation_status"] == "pending"
+        assert body["example"]["validation_status"] is None  # a validator is not told outcomes
         assert (body["counted"], body["not_counted_because"]) == (False, "untrusted")
     assert on_gold["note"] == on_plain["note"]
     assert {k: v for k, v in on_gold["example"].items() if k != "id"} == \

@@ -14,15 +14,21 @@ from tests.browser.test_keyboard_browser import active, make_items, token_url, w
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def drawn(page) -> list[int]:
+    """The pool numbers of the items the page shows: the worker's try, drawn from the pool."""
+    return [int(n) for n in page.eval_on_selector_all(".onboarding-form", "forms => forms.map(f => f.dataset.number)")]
+
+
 def pass_onboarding(page, items):
-    """Answers each onboarding item right, as a worker would on the page (each answer's
-    explanation shown), then goes on to the work."""
-    for number, item in enumerate(items):
+    """Answers each onboarding item of the try right, as a worker would on the page (each
+    answer's explanation shown), then goes on to the work."""
+    for place, number in enumerate(drawn(page)):
+        item = items[number]
         form = page.locator(f".onboarding-form[data-number='{number}']")
         form.locator(f"input[value='{item['answer'] if item['kind'] == 'judge' else item['answer']['label']}']").check()
         form.locator("button[type=submit]").click()
         page.wait_for_function("n => document.querySelectorAll('.onboarding-result')[n].textContent.length > 0",
-                               arg=number)
+                               arg=place)
         assert item["explanation"] in form.locator(".onboarding-result").inner_text()
     assert "You passed" in page.locator("#onboarding-outcome").inner_text()
     page.locator("#onboarding-continue").click()
@@ -36,7 +42,10 @@ def test_a_new_worker_passes_the_onboarding_then_writes(with_onboarding, live_se
     page.wait_for_selector("#onboarding")
     assert page.locator("#example-form").count() == 0
     items = task.parsed_config.onboarding["items"]
-    for number, item in enumerate(items):
+    numbers = drawn(page)
+    assert len(numbers) == task.parsed_config.onboarding["per_try"]  # a try's items, drawn from the pool
+    for place, number in enumerate(numbers):
+        item = items[number]
         form = page.locator(f".onboarding-form[data-number='{number}']")
         value = item["answer"] if item["kind"] == "judge" else item["answer"]["label"]
         form.locator(f"input[value='{value}']").check()
@@ -44,7 +53,7 @@ def test_a_new_worker_passes_the_onboarding_then_writes(with_onboarding, live_se
         result = form.locator(".onboarding-result")
         result.wait_for(state="visible")
         page.wait_for_function("n => document.querySelectorAll('.onboarding-result')[n].textContent.length > 0",
-                               arg=number)
+                               arg=place)
         assert result.inner_text().startswith("Right.")
         assert item["explanation"] in result.inner_text()
     assert wait_for_focus(page, "#onboarding-outcome") == "#onboarding-outcome"
@@ -105,8 +114,12 @@ def test_the_onboarding_and_a_hit_page_have_no_axe_violations(with_onboarding, l
     page.goto(token_url(live_server, annotator, task, "create"))
     page.wait_for_selector("#onboarding")
     assert violations(page, axe_source) == []
-    form = page.locator(".onboarding-form[data-number='0']")
-    form.locator("input[value='not-hateful']").check()
+    number = drawn(page)[0]
+    item = task.parsed_config.onboarding["items"][number]
+    wrong = ({"correct": "incorrect", "incorrect": "correct"}[item["answer"]] if item["kind"] == "judge"
+             else {"hateful": "not-hateful", "not-hateful": "hateful"}[item["answer"]["label"]])
+    form = page.locator(f".onboarding-form[data-number='{number}']")
+    form.locator(f"input[value='{wrong}']").check()
     form.locator("button[type=submit]").click()
     page.wait_for_function("() => document.querySelector('.onboarding-result').textContent.length > 0")
     assert "Not quite" in form.locator(".onboarding-result").inner_text()

@@ -29,7 +29,7 @@ def public_pages(published, boarded, demo_tasks, annotator, second_annotator, re
     batch, hit, assignment_id = published
     task, models = boarded
     populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-    service.start_release(demo_tasks["nli"], rounds=[0, 1])  # runs at once: no test transaction here
+    service.start_release(demo_tasks["nli"], rounds=[0, 1], release_test_split=True)  # runs at once
     for i in range(3):
         Example.objects.create(task=task, round=task.open_round(), context=task.contexts.first(), annotator=annotator,
                                inputs={"statement": f"{LONG}{i}"}, target={"label": "positive"}, fooled=i == 0)

@@ -15,7 +15,7 @@ def test_examples_and_releases_show_as_text_and_fit_the_screen(live_server, demo
                                                               second_annotator, researcher, other_researcher,
                                                               superuser, browser_page, width):
     populate(demo_tasks["nli"], [annotator, second_annotator], researcher, [other_researcher, superuser])
-    service.start_release(demo_tasks["nli"], rounds=[0, 1])  # run when it commits (no test transaction here)
+    service.start_release(demo_tasks["nli"], rounds=[0, 1], release_test_split=True)  # run when it commits
     page, errors = browser_page
     page.set_viewport_size({"width": width, "height": 900})
     for path, shows_examples in (("/tasks/nli/examples/?round=1", True), ("/tasks/nli/", False)):

@@ -73,7 +73,7 @@ def test_every_kind_of_user_sees_the_platform_work(live_server, fresh_demo, anno
     page.wait_for_selector("#explanation:not([hidden]) .heat")
     assert Example.objects.filter(annotator=annotator, task=task).count() == 1
     page.goto(f"{base}/tasks/{task.slug}/validate/")
-    assert "3 matching votes decide it" in page.locator("#item-standing").inner_text()
+    assert "3 matching votes decide an example" in page.locator("#instructions").inner_text()
     page.locator("input[name=blind-label][value=positive]").check()
     page.click("#reveal")
     page.wait_for_selector("#decide-step:not([hidden])")

@@ -15,7 +15,7 @@ from crowd import mturk, sync, workers
 from crowd.models import Assignment, Batch, TaskBlock
 from crowd.publishing import BatchRequest, publish
 from crowd.testing.fake_mturk import WorkerActionError
-from tests.annotation.test_onboarding import answers
+from tests.annotation.test_onboarding import answers, take
 from tests.crowd.test_crowd_flow import (
     WORKER,
     api,
@@ -27,16 +27,6 @@ from tests.crowd.test_crowd_flow import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-def take(client, slug, given):
-    last = None
-    for number, answer in enumerate(given):
-        response = client.post(f"/api/tasks/{slug}/onboarding/answers/", {"item": number, "answer": answer},
-                               format="json")
-        assert response.status_code == 201, response.content
-        last = response.json()
-    return last
 
 
 def open_hit(client, crowd, batch, worker=WORKER, number=1):

@@ -17,8 +17,12 @@ from tests.leaderboard.release_data import body
 def test_researchers_make_a_release_by_the_api_and_anyone_lists_it(release_world, client_for, researcher, anonymous,
                                                                    django_capture_on_commit_callbacks):
     url = reverse("api:release-list", args=["nli"])
+    unasked = client_for(researcher).post(url, {"rounds": [0, 1], "splits": ["train", "test"]}, format="json")
+    assert unasked.status_code == 400 and "release_test_split" in unasked.json()["detail"]  # the test split: on purpose
+    assert not Job.objects.exists()
     with django_capture_on_commit_callbacks(execute=True):
-        answer = client_for(researcher).post(url, {"rounds": [0, 1], "splits": ["train", "test"]}, format="json")
+        answer = client_for(researcher).post(url, {"rounds": [0, 1], "splits": ["train"], "release_test_split": True},
+                                             format="json")
     assert answer.status_code == 202 and answer.json()["kind"] == "release_dataset"
     job = Job.objects.get(pk=answer.json()["id"])
     assert job.status == Job.Status.SUCCEEDED and job.created_by == researcher
@@ -98,7 +102,8 @@ def test_the_admin_makes_a_release_and_shows_it_read_only(release_world, client,
     selected = {"action": "release_dataset", ACTION_CHECKBOX_NAME: [release_world.task.pk]}
     form = client.post(url, selected)
     assert form.status_code == 200 and 'value="Make the release"' in form.content.decode()
-    assert "closed rounds 0 (3 verified), 1 (8 verified)" in form.content.decode()
+    public = {n: sum(1 for e in release_world.released if e.round.number == n and e.split != "test") for n in (0, 1)}
+    assert f"closed rounds 0 ({public[0]} verified), 1 ({public[1]} verified)" in form.content.decode()
     refused = client.post(url, {**selected, "apply": "1", "rounds": "1, 2", "splits": ["train"]}, follow=True)
     assert [str(m) for m in refused.context["messages"]] == [
         "Natural Language Inference: Round 2 of nli is open: its examples are still being written and validated, "
@@ -106,11 +111,12 @@ def test_the_admin_makes_a_release_and_shows_it_read_only(release_world, client,
     bad = client.post(url, {**selected, "apply": "1", "rounds": "first", "splits": ["train"]})
     assert bad.status_code == 200 and "Write round numbers separated by commas" in bad.content.decode()
     with django_capture_on_commit_callbacks(execute=True):
-        done = client.post(url, {**selected, "apply": "1", "rounds": "0, 1", "splits": ["train", "dev", "test"]},
-                           follow=True)
+        done = client.post(url, {**selected, "apply": "1", "rounds": "0, 1", "splits": ["train", "dev", "test"],
+                                 "release_test_split": "on"}, follow=True)
     [message] = [str(m) for m in done.context["messages"]]
     assert re.fullmatch(r'Natural Language Inference: release job <a href="/jobs/\d+/">#\d+</a> queued\.', message)
     release = Release.objects.get()
+    assert release.splits == ["train", "dev", "test"] and release.test_split_released
     page = client.get(reverse("admin:leaderboard_release_change", args=[release.pk]))
     assert page.status_code == 200
     text = page.content.decode()

@@ -26,10 +26,12 @@ def _jobs_run_on_commit(django_capture_on_commit_callbacks):
     CAPTURE = django_capture_on_commit_callbacks
 
 
-def make_release(task, rounds, splits=None, user=None) -> Release:
-    """A release made by the service and its job (run when the request's transaction commits)."""
+def make_release(task, rounds, splits=None, user=None, release_test_split=True) -> Release:
+    """A release made by the service and its job (run when the request's transaction commits);
+    with its test split released on purpose unless told otherwise."""
     with CAPTURE(execute=True):
-        job = service.start_release(task, rounds=rounds, splits=splits, user=user)
+        job = service.start_release(task, rounds=rounds, splits=splits, user=user,
+                                    release_test_split=release_test_split)
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, (job.status, job.error)
     return Release.objects.get(pk=job.result["release"])
@@ -275,9 +277,9 @@ def test_the_command_writes_the_folder_and_refuses_an_open_round(release_world, 
     out = tmp_path / "release"
     call_command("release_dataset", "--task", "nli", "--rounds", "0,1", "--out", str(out))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "README.md", "croissant.json", "data/dev.parquet", "data/test.parquet", "data/train.parquet"]
+        "README.md", "croissant.json", "data/dev.parquet", "data/train.parquet"]  # no test split by default
     release = Release.objects.get()
-    assert release.rounds == [0, 1] and release.created_by is None
+    assert release.rounds == [0, 1] and release.created_by is None and not release.test_split_released
     with pytest.raises(CommandError, match="Round 2 of nli is open"):
         call_command("release_dataset", "--task", "nli", "--rounds", "1,2", "--out", str(tmp_path / "other"))
     assert not (tmp_path / "other").exists()

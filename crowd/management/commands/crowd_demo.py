@@ -159,9 +159,10 @@ class Command(BaseCommand):
             if onboarding:
                 self.stdout.write(
                     f"\nThe task asks new workers for its onboarding first: the worker's page shows its "
-                    f"{len(onboarding['items'])} items before the work (pass {task.parsed_config.onboarding_needed} "
-                    f"of them; {onboarding['max_tries']} tries). The explanation after each answer gives the right "
-                    "one.\n")
+                    f"{onboarding['per_try']} items before the work, drawn from a pool of {len(onboarding['items'])} "
+                    f"(pass {task.parsed_config.onboarding_needed} of them; {onboarding['max_tries']} tries, each "
+                    "with items the worker was not served before). The explanation after each answer gives the "
+                    "right one.\n")
             if options["no_serve"]:
                 return
             watcher = threading.Thread(target=play_mturk, args=(fake, batch, assignment_id,

@@ -8,7 +8,6 @@ from core.errors import DomainError
 from leaderboard.jobs import JobDidNotSucceed, wait_for_success
 from leaderboard.models import Release
 from leaderboard.releases import hub, service
-from leaderboard.releases.rows import SPLITS
 from tasks.models import Task
 
 
@@ -35,8 +34,11 @@ class Command(BaseCommand):
         parser.add_argument("--task", required=True, help="The task's slug.")
         parser.add_argument("--rounds", required=True, help="Round numbers, comma-separated (e.g. 0,1); closed "
                                                             "rounds only.")
-        parser.add_argument("--splits", default=",".join(SPLITS),
-                            help=f"Splits, comma-separated (default: {','.join(SPLITS)}).")
+        parser.add_argument("--splits", help="Splits, comma-separated (default: train,dev, and test with "
+                                             "--release-test-split).")
+        parser.add_argument("--release-test-split", action="store_true",
+                            help="Release the test split on purpose: it is the leaderboard's test data, public "
+                                 "from then on (the data browser too); the release records it.")
         parser.add_argument("--out", metavar="DIR", help="Copy the release's files here (a missing or empty folder).")
         parser.add_argument("--push", metavar="REPO", help="Upload the folder to this Hub data set repository "
                                                            "(OWNER/NAME) with HF_TOKEN; implies a folder (--out, "
@@ -46,13 +48,14 @@ class Command(BaseCommand):
         parser.add_argument("--job-timeout", type=float, metavar="SECONDS",
                             help="Give up waiting for the job after this long (it goes on). Default: wait.")
 
-    def handle(self, *args, task, rounds, splits, out, push, private, by, job_timeout, **options):
+    def handle(self, *args, task, rounds, splits, release_test_split, out, push, private, by, job_timeout,
+               **options):
         task_obj = Task.objects.filter(slug=task).first()
         if task_obj is None:
             known = ", ".join(Task.objects.order_by("slug").values_list("slug", flat=True)) or "(none)"
             raise CommandError(f"Unknown task {task!r}. Known tasks: {known}.")
         numbers = _numbers(rounds, "--rounds")
-        split_list = [s for s in splits.replace(" ", "").split(",") if s]
+        split_list = [s for s in splits.replace(" ", "").split(",") if s] if splits else None
         user = None
         if by:
             user = get_user_model().objects.filter(username=by).first()
@@ -69,7 +72,8 @@ class Command(BaseCommand):
         if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise CommandError(f"--out {folder} is not empty: name a new or empty folder.")
         try:
-            job = service.start_release(task_obj, rounds=numbers, splits=split_list, user=user)
+            job = service.start_release(task_obj, rounds=numbers, splits=split_list, user=user,
+                                        release_test_split=release_test_split)
         except DomainError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"release job #{job.pk} queued")
