@@ -155,6 +155,15 @@ def _checked_record_at_once():
     settings.CHECKED_RECORD_STEP, settings.CHECKED_AGREEMENT_MIN_ANSWERS = before
 
 
+@pytest.fixture
+def production_steps(settings):
+    """The production values of the record's step and of the agreement's minimum
+    (dynabench/settings.py's defaults), for the tests of the steps and of attacks that
+    must run under the default settings."""
+    settings.CHECKED_RECORD_STEP = 20
+    settings.CHECKED_AGREEMENT_MIN_ANSWERS = 10
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fast_password_hashing():
     """Real hashing costs ~0.3 s a user; tests create many users."""

@@ -23,14 +23,6 @@ pytestmark = pytest.mark.django_db
 WRITER_ADDRESS = "203.0.113.70"
 
 
-@pytest.fixture
-def production_steps(settings):
-    """The production values of the record's step and of the agreement's minimum (the
-    suite's conftest sets both to one for the tests that count answers one by one)."""
-    settings.CHECKED_RECORD_STEP = 20
-    settings.CHECKED_AGREEMENT_MIN_ANSWERS = 10
-
-
 def twin(task, writer, pk):
     """An example with a fixed id and the same text, answer and model answer as its twin."""
     return Example.objects.create(

@@ -166,7 +166,8 @@ def anchored_support(task) -> dict[int, R.Reliability]:
 
 
 @pytest.mark.parametrize(("knows", "honest"), [("all", 3), ("all", 6), ("some", 3), ("none", 3)])
-def test_a_ring_that_knows_the_gold_decides_nothing(demo_tasks, researcher, monkeypatch, knows, honest):
+def test_a_ring_that_knows_the_gold_decides_nothing(demo_tasks, researcher, monkeypatch, production_steps, knows,
+                                                    honest):
     task = demo_tasks["sentiment"]
     config = task.parsed_config
     assert config.validation["policy"] == "adaptive" and config.validator_trust["decides"] == "all"  # the defaults
