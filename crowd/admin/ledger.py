@@ -14,8 +14,8 @@ from .common import ReadOnlyAdminMixin
 @admin.register(Assignment)
 class AssignmentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     task_path = "hit__batch__task"
-    list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "verified_at",
-                    "decided_at", "feedback", "worker_feedback"]
+    list_display = ["assignment_id", "worker", "batch", "status", "work", "accepted_at", "worker_confirmed_at",
+                    "verified_at", "decided_at", "feedback", "worker_feedback"]
     list_filter = ["status", ("hit__batch", ScopedRelatedFilter)]
     list_select_related = ["worker", "hit__batch", "session"]
     sortable_by = ["accepted_at"]  # the order an index serves
