@@ -281,3 +281,29 @@ def test_a_made_up_work_id_never_borrows_the_worker_s_real_submission(live_tasks
     assert made_up.worker_confirmed_at is None and made_up.verified_at is None
     assert AnnotationSession.objects.get(pk=made_up.session_id).user != \
         WorkerIdentity.objects.get(worker_id=side.worker).user
+
+
+def test_each_platform_confirms_work_as_its_public_reference_says(live_tasks, side, client):
+    """``Platform.confirm_work`` against each fake: MTurk shows an assignment only once it is
+    submitted (before that, and for a made-up id, it cannot tell); Prolific shows a submission
+    from its start, and says no for an id it does not have or another participant's."""
+    from crowd.platforms import for_batch
+
+    batch = side.publish(live_tasks["sentiment"])
+    hit, platform = batch.hit_rows.get(), for_batch(batch)
+    work_id, page = side.start(client, batch)
+    made_up = side.made_up_work_id()
+    if side.name == "mturk":
+        assert platform.confirm_work(batch, hit, work_id, side.worker) is None  # in progress: hidden
+        assert platform.confirm_work(batch, hit, made_up, side.worker) is None
+        write_pair(api(token_of(page)), "sentiment", "Done, then handed in.")
+        side.hand_in(client, token_of(page), work_id)
+        assert platform.confirm_work(batch, hit, work_id, side.worker) is True
+        assert platform.confirm_work(batch, hit, work_id, side.other) is False
+    else:
+        assert platform.confirm_work(batch, hit, work_id, side.worker) is True  # ACTIVE: shown already
+        assert platform.confirm_work(batch, hit, work_id, side.other) is False
+        assert platform.confirm_work(batch, hit, made_up, side.worker) is False
+        side.fake.inject("get_submission", "server_error")
+        with pytest.raises(platform.error):
+            platform.confirm_work(batch, hit, work_id, side.worker, at_once=True)  # one try, then the error
