@@ -51,7 +51,11 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
 
     Three statements for the default strategy: the candidates (with the open round),
     then one transaction that counts the serving and remembers it on the session. A
-    context deactivated or deleted between the two is not served: another is chosen."""
+    context deactivated or deleted between the two is not served: another is chosen.
+    A provisional session's serving (a crowd assignment not yet verified) is not counted:
+    ``times_used`` steers what is served next, so only confirmed work moves it; once the
+    session is confirmed, each example it wrote counts as one use of its context
+    (``validation.confirm_session``)."""
     gone: list[int] = []
     for _ in range(3):
         candidates = servable_contexts(task)
@@ -61,11 +65,13 @@ def next_context(task: Task, session: AnnotationSession) -> Context:
         if context is None or context.round_number is None:  # none, or no round is open
             rnd = open_round_or_error(task)
             raise NotFound(f"Task {task.slug} has no contexts for round {rnd.number}.")
+        counted = not session.provisional
         with transaction.atomic():
-            if Context.objects.filter(pk=context.pk, is_active=True).update(times_used=F("times_used") + 1):
+            live = Context.objects.filter(pk=context.pk, is_active=True)
+            if live.update(times_used=F("times_used") + 1) if counted else live.exists():
                 AnnotationSession.objects.filter(pk=session.pk).update(last_context=context)
                 session.last_context = context
-                context.times_used += 1
+                context.times_used += int(counted)
                 return context
         gone.append(context.pk)
     raise Conflict(f"The contexts of task {task.slug} are changing right now; ask again.")

@@ -170,7 +170,7 @@ def create_example(task: Task, user, *, context_id, inputs, target, session: Ann
         Example.model_versions.through.objects.bulk_create(
             [Example.model_versions.through(example=example, modelversion_id=model_id)
              for model_id in sorted(answered)])
-        if fooled:
+        if fooled and not session.provisional:  # a provisional session's count once it is confirmed
             Context.objects.filter(pk=context.pk).update(times_fooled=F("times_fooled") + 1)
         sessions.bump(session, examples_written=1, examples_fooled=int(fooled))
         if within_transaction is not None:

@@ -787,6 +787,13 @@ def forget_examples(examples) -> None:
     tally.apply()
 
 
+def forget_validations(validations) -> None:
+    """``validations`` (each with its ``example``) are about to be deleted: their shares
+    (decisions, blind answers, counted votes) leave the counters."""
+    for validation in validations:
+        _tally_validation(validation.example, _validation_snapshot(validation), Counter())
+
+
 def _validation_snapshot(validation) -> Counter:
     """What a validation adds, if its example is collected (decisions, blind answers) or
     written on the platform (counted votes)."""

@@ -23,6 +23,11 @@ leaves them out. MTurk workers take the same quiz through their assignment's tok
 the crowd app listens to ``onboarding_passed`` and ``onboarding_blocked`` (sent
 after the record is stored) to give the task's MTurk qualifications, and to
 ``onboarding_reset`` (``let_try_again``, the admin's action) to lift the task block.
+
+A crowd arrival its platform has not confirmed as the worker's is a user of its own
+(``annotation.joining``): it may work where the worker passed (``carry_pass``), and
+otherwise takes the quiz as itself, so failing it in a worker's name blocks only the
+arrival; once confirmed, its record joins the worker's (``join``).
 """
 
 from __future__ import annotations
@@ -303,3 +308,50 @@ def passed_task_ids(user) -> set[int]:
     if not getattr(user, "is_authenticated", False):
         return set()
     return set(OnboardingRecord.objects.filter(user=user, passed_at__isnull=False).values_list("task_id", flat=True))
+
+
+def carry_pass(task: Task, account, arrival) -> bool:
+    """``arrival`` (a crowd arrival under ``account``'s worker id that its platform has not
+    confirmed yet) may write and validate on ``task`` where ``account`` passed its onboarding,
+    as the platform's own admission does (a record of its own, passed; nothing else of the
+    account's record is copied). False when ``account`` has not passed: ``arrival`` takes the
+    quiz itself, and ``join`` carries its tries over once confirmed."""
+    passed = (OnboardingRecord.objects.filter(task=task, user=account, passed_at__isnull=False)
+              .values_list("passed_at", flat=True).first())
+    if passed is None:
+        return False
+    OnboardingRecord.objects.get_or_create(task=task, user=arrival, defaults={"passed_at": passed})
+    return True
+
+
+def join(provisional, account) -> None:
+    """``provisional``'s onboarding records become ``account``'s (``annotation.joining``): where
+    ``account`` has none, as they are; where it has one, a pass or a block of the account's
+    stands, else the tries add up (a pass passes; failing ``max_tries`` in all blocks). The
+    signals go out for a pass or a block the account gets here."""
+    outcomes = []
+    with transaction.atomic():
+        for record in (OnboardingRecord.objects.select_for_update().filter(user=provisional)
+                       .select_related("task").order_by("pk")):
+            mine = OnboardingRecord.objects.select_for_update().filter(user=account, task=record.task).first()
+            if mine is None:
+                record.user = account
+                record.save()
+                outcomes.append((record.task, record.passed_at is not None, record.blocked_at is not None))
+                continue
+            if mine.passed_at is None and mine.blocked_at is None:
+                config = record.task.parsed_config.onboarding
+                mine.tries += record.tries
+                mine.last_score = record.last_score if record.tries else mine.last_score
+                if record.passed_at is not None:
+                    mine.passed_at = record.passed_at
+                elif config and (record.blocked_at is not None or mine.tries >= config["max_tries"]):
+                    mine.blocked_at = timezone.now()
+                mine.save()
+                outcomes.append((record.task, mine.passed_at is not None, mine.blocked_at is not None))
+            record.delete()
+    for task, passed, blocked in outcomes:
+        if passed:
+            onboarding_passed.send(sender=OnboardingRecord, task=task, user=account)
+        elif blocked:
+            onboarding_blocked.send(sender=OnboardingRecord, task=task, user=account)

@@ -6,6 +6,9 @@ has reason to trust.
   Accounts that share one count as the same person: none of them may validate the
   others' examples, and the queue never serves them. An MTurk worker id is one
   account (``crowd.workers.identity_for``), so a worker is always their own writer.
+  An arrival not yet confirmed as the worker's is an account of its own, whose votes
+  count for nothing; once it joins the worker, a vote of its on their own example is
+  dropped (``annotation.joining``).
   IPv6 addresses count by their /64 network, which one machine usually holds whole.
 - **Which votes decide an example**: the task's researchers (at once), the MTurk
   workers of a validation batch once MTurk confirmed their assignment, and site

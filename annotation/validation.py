@@ -43,11 +43,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import FilteredRelation, Q
+from django.db.models import F, FilteredRelation, Q
 from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
-from tasks.models import Task
+from tasks.models import Context, Task
 from tasks.roles import is_researcher
 
 from . import gold, onboarding, record, reliability, sessions, trust
@@ -430,17 +430,29 @@ def confirm_session(session: AnnotationSession) -> int:
     """The provisional session's work is confirmed real: its decisions now count
     (by the rules of ``trust.why_not_counted``, now that MTurk vouches for the worker)
     on the examples still undecided (a decision that comes too late counts for
-    nothing). Returns how many counted; safe to call again."""
+    nothing), and each example it wrote counts as a use of its context (and as fooling
+    it, if it did: ``times_used``, ``times_fooled``, which steer what is served next, move
+    only with confirmed work). Returns how many decisions counted; safe to call again."""
     counted = 0
     with transaction.atomic():
-        AnnotationSession.objects.filter(pk=session.pk).update(provisional=False)
+        if not AnnotationSession.objects.filter(pk=session.pk, provisional=True).update(provisional=False):
+            session.provisional = False
+            return 0  # confirmed already (by this call's twin): its work counted then
         session.provisional = False
         # What it wrote is collected from now on: counted, and served to validators.
+        uses: dict[int, list[int]] = {}
         for example_id in (Example.objects.filter(session=session, provisional=True).order_by("pk")
                            .values_list("pk", flat=True)):
             example = _locked_example(example_id)
             example.provisional = False
             example.save(update_fields=["provisional", "updated_at"])
+            if example.context_id is not None:
+                used = uses.setdefault(example.context_id, [0, 0])
+                used[0] += 1
+                used[1] += example.fooled is True
+        for context_id, (used, fooled) in sorted(uses.items()):
+            Context.objects.filter(pk=context_id).update(times_used=F("times_used") + used,
+                                                         times_fooled=F("times_fooled") + fooled)
         waiting = (Validation.objects.filter(session=session, counted=False,
                                              not_counted_because=Validation.NotCounted.PROVISIONAL)
                    .exclude(label="").select_related("validator").order_by("decided_at", "pk"))

@@ -1,6 +1,7 @@
 """``GET /api/me/``: the caller's own page as JSON (``crowd.me``), for a signed-in
 session, an API token, or the session token of an MTurk assignment (``X-Dynabench-Token``).
-Nobody reads anyone else's: the user is the caller, and no parameter names another."""
+Nobody reads anyone else's: the user is the caller, and no parameter names another; an
+assignment the platform has not confirmed as the worker's reads its own work only."""
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, serializers
@@ -93,6 +94,9 @@ class TaskStandingSerializer(serializers.Serializer):
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     mturk_worker = serializers.BooleanField()
+    unconfirmed = serializers.BooleanField(
+        help_text="Inside an assignment the platform has not confirmed as the worker's yet: the page is that "
+                  "assignment's own work only, and it joins the worker's account once confirmed.")
     email_verified = serializers.BooleanField()
     examples = MyExampleRowSerializer(many=True, source="examples.rows", help_text="This page of them, newest first.")
     validations = MyValidationRowSerializer(many=True, source="validations.rows")

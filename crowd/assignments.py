@@ -2,21 +2,36 @@
 
 MTurk opens our ExternalURL with ``assignmentId``, ``hitId``, ``workerId`` and
 ``turkSubmitTo``. None of them is secret or signed, so nothing they claim is
-trusted for money: an arrival creates a *provisional* identity and an
-assignment row, and the sync pays only once MTurk itself lists that
-(assignment, worker, HIT) as submitted with our completion token.
+trusted: anyone who knows a worker's id can open the HIT with it and a made-up
+assignment id.
 
+- **Nobody acts as another worker.** An arrival the platform has not confirmed as
+  the worker's is its own provisional identity: its session belongs to a user of its
+  own (``workers.arrival_user``), which reaches nothing of the worker's account (their
+  page, examples, flags, standing, gold record, blocks). The platform confirms it
+  (``Platform.confirm_work``, or the sync's listing: the assignment under that worker
+  on that HIT); ``confirm_worker`` then joins its work to the account
+  (``annotation.joining``). MTurk shows an assignment only once it is submitted, so an
+  MTurk arrival is confirmed by the sync after its submission; Prolific shows a
+  submission from its start, so a Prolific arrival is confirmed at once
+  (``crowd.prolific_arrivals``), and one Prolific says is not the participant's is refused.
+  The door still refuses by the claimed worker's blocks and onboarding, as the
+  platform itself would, and an arrival may work where the worker passed the task's
+  onboarding (``onboarding.carry_pass``).
 - A preview (``ASSIGNMENT_ID_NOT_AVAILABLE``) writes nothing and gets no token.
-- Unknown HITs, ended batches, blocked workers (on every task, or on the HIT's
-  task) and foreign ``turkSubmitTo``
-  hosts are refused; an address (IPv6: its /64) may open at most ``MTURK_ARRIVALS_PER_ADDRESS``
-  new assignments per ``MTURK_ARRIVAL_WINDOW``.
-- The session is *provisional*: its validations count only once MTurk confirms
-  the assignment (so made-up worker ids cannot decide anyone's examples).
-- Made-up worker ids on a public HIT id are bounded: a writing assignment writes
-  at most ``examples_cap`` examples (each costs a model pass), and a HIT holds at
-  most ``unconfirmed_cap`` open assignments MTurk has not confirmed; one more
-  arrival is a 409 (the task config's ``crowd_limits``).
+- Unknown HITs, ended batches (or past their lifetime), blocked workers (on every
+  task, or on the HIT's task) and foreign ``turkSubmitTo`` hosts are refused; an
+  address (IPv6: its /64) may open at most ``MTURK_ARRIVALS_PER_ADDRESS`` new
+  assignments per ``MTURK_ARRIVAL_WINDOW``.
+- The session is *provisional*: its validations count, and its examples are collected,
+  only once the sync verifies the work (the platform lists it as submitted with our
+  proof of work: ``validation.confirm_session``).
+- Made-up ids on a public HIT id are bounded: a writing assignment writes at most
+  ``examples_cap`` examples (each costs a model pass), and a HIT holds at most
+  ``unconfirmed_cap`` places for unconfirmed arrivals, each for at most
+  ``CROWD_UNCONFIRMED_HOLD_SECONDS``; one more unconfirmed arrival is a 409 until a
+  place frees (the task config's ``crowd_limits``). A confirmed arrival never waits
+  for them.
 - The assignment's session token works on its task's annotation endpoints for
   the batch's kind of work only, until the assignment's deadline; submitting
   ends it, so a replayed assignment cannot write again.
@@ -24,6 +39,7 @@ assignment row, and the sync pays only once MTurk itself lists that
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +48,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotation import onboarding, sessions
+from annotation import joining, onboarding, sessions
 from annotation.models import AnnotationSession, Example, Validation
 from core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from core.ratelimit import Limiter, address_key
@@ -40,7 +56,9 @@ from core.ratelimit import Limiter, address_key
 from . import mturk, workers
 from .completion import completion_ok, completion_token  # noqa: F401  (their home before crowd.completion)
 from .models import Assignment, Batch, Hit, WorkerIdentity
-from .platforms import by_name
+from .platforms import PlatformError, by_name
+
+log = logging.getLogger(__name__)
 
 PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
 MTURK_ID = re.compile(r"[A-Z0-9]{10,64}")
@@ -97,19 +115,65 @@ def arrive(*, hit_id: str, assignment_id: str, worker_id: str, submit_to: str, a
         raise bad_link("turkSubmitTo", "This HIT belongs to the MTurk " + ("sandbox" if batch.sandbox else "live site")
                        + ", but the link came from the other one.")
     check_task_open(batch)
-    existing = Assignment.objects.select_related("session", "worker__user", "hit").filter(
+    existing = Assignment.objects.select_related("session__user", "worker__user", "hit").filter(
         assignment_id=assignment_id, worker__platform="mturk", worker__worker_id=worker_id).first()
     if existing is not None:  # a return to work already taken, which goes on after an early expiry
         return Arrival(hit, batch, _resume(existing, hit))
-    if batch.status != Batch.Status.PUBLISHED:
-        raise Gone(by_name(batch.platform).refusal("This batch of HITs has ended"))
+    check_taking_new(batch, "This batch of HITs has ended")
     # Checked and counted in one step: a script's arrivals sent at once get no more.
     wait = arrivals_limiter().take(address_key(address)) if address else None
     if wait:
         raise TooMany(f"Too many new assignments from this address; try again in {wait} s.", retry_after=wait)
     identity = workers.identity_for(worker_id, sandbox=batch.sandbox)
     _check_admitted(identity, batch.task)
-    return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to))
+    confirmed = platform_confirms(hit, assignment_id, worker_id)
+    return Arrival(hit, batch, _new_assignment(hit, batch, assignment_id, identity, submit_to, confirmed=confirmed))
+
+
+def check_taking_new(batch: Batch, ended: str) -> None:
+    """Refuse a new arrival once the batch no longer takes workers: ended, or past its
+    lifetime (the platform takes no one new then; the sync finishes the batch)."""
+    if batch.status != Batch.Status.PUBLISHED or (batch.expires_at is not None
+                                                  and batch.expires_at <= timezone.now()):
+        raise Gone(by_name(batch.platform).refusal(ended))
+
+
+def platform_confirms(hit: Hit, work_id: str, worker_id: str) -> bool:
+    """Whether the platform confirms now that ``work_id`` on ``hit`` is ``worker_id``'s, for a
+    platform that shows work in progress (``Platform.confirms_on_arrival``): True, it is; a
+    403 when it says it is not (a forged link); False when it cannot tell (or its call
+    failed): the arrival is then provisional until the sync's listing confirms it."""
+    batch = hit.batch
+    platform = by_name(batch.platform)
+    if not platform.confirms_on_arrival:
+        return False
+    try:
+        mine = platform.confirm_work(batch, hit, work_id, worker_id, at_once=True)
+    except PlatformError as exc:
+        log.warning("%s could not confirm %s as %s's: %s; provisional until the sync confirms it",
+                    platform.label, work_id, worker_id, exc)
+        return False
+    if mine is False:
+        raise Forbidden(f"{platform.label} does not show this link's work as yours: open the {platform.work_name} "
+                        f"from {platform.label}.")
+    return bool(mine)
+
+
+def confirm_worker(assignment: Assignment) -> bool:
+    """The platform confirmed that ``assignment`` is its worker's: its work joins the worker's
+    account (``annotation.joining``), once. True when this call confirmed it."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not Assignment.objects.filter(pk=assignment.pk, worker_confirmed_at__isnull=True).update(
+                worker_confirmed_at=now):
+            return False
+        assignment.worker_confirmed_at = now
+        session = AnnotationSession.objects.select_related("user").get(pk=assignment.session_id)
+        account = WorkerIdentity.objects.select_related("user").get(pk=assignment.worker_id).user
+        joining.join(session.user, account)
+        session.user = account
+        assignment.session = session
+    return True
 
 
 def check_task_open(batch: Batch) -> None:
@@ -143,6 +207,13 @@ def _resume(existing: Assignment, hit: Hit) -> Assignment:
     if existing.hit_id != hit.pk:
         raise bad_link("assignmentId", "This assignment id belongs to another HIT.")
     _check_admitted(existing.worker, hit.batch.task, taking_onboarding=hit.batch.mode == Batch.Mode.ONBOARDING)
+    if existing.worker_confirmed_at is None and platform_confirms(hit, existing.assignment_id,
+                                                                  existing.worker.worker_id):
+        confirm_worker(existing)  # the platform could not answer at the first arrival; it does now
+    own = existing.session.user  # the arrival's own user until the platform confirms it
+    if (hit.batch.mode != Batch.Mode.ONBOARDING and own.pk != existing.worker.user_id
+            and onboarding.is_blocked(hit.batch.task, own)):  # it failed the onboarding itself
+        raise Forbidden(by_name(hit.batch.platform).refusal(onboarding.blocked_message(hit.batch.task)))
     if existing.status != Assignment.Status.WORKING:
         raise Conflict(SUBMITTED_MESSAGE if existing.status != Assignment.Status.RETURNED
                        else "This assignment ended (it was returned or ran out of time).")
@@ -160,16 +231,29 @@ def examples_cap(batch: Batch) -> int:
 
 
 def unconfirmed_cap(batch: Batch) -> int:
-    """The most open assignments (working, or finished here) that MTurk has not
-    confirmed, on one HIT of ``batch``: ``crowd_limits.unconfirmed_per_hit``, by
-    default twice the HIT's assignments plus 2 (returned ones stay open here until
-    their deadline or the next sync)."""
+    """The most places one HIT of ``batch`` holds for arrivals its platform has not
+    confirmed (``unconfirmed_held``): ``crowd_limits.unconfirmed_per_hit``, by default
+    twice the HIT's assignments plus 2."""
     configured = batch.task.parsed_config.crowd_limits.get("unconfirmed_per_hit")
     return configured or 2 * batch.assignments_per_hit + 2
 
 
+def unconfirmed_held(hit: Hit, now=None):
+    """The places on ``hit`` held by arrivals the platform has not confirmed: open ones
+    (working, or finished here) that arrived within ``CROWD_UNCONFIRMED_HOLD_SECONDS`` and
+    whose deadline has not passed. An older one holds none: its work goes on, but made-up
+    ids cannot keep real workers out for longer than that."""
+    now = now or timezone.now()
+    return Assignment.objects.filter(
+        hit=hit, worker_confirmed_at__isnull=True, status__in=[Assignment.Status.WORKING, Assignment.Status.FINISHED],
+        accepted_at__gt=now - timedelta(seconds=settings.CROWD_UNCONFIRMED_HOLD_SECONDS), deadline__gt=now)
+
+
 def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: WorkerIdentity,
-                    submit_to: str) -> Assignment:
+                    submit_to: str, *, confirmed: bool = False) -> Assignment:
+    """The arrival's assignment and session: the worker's own when the platform ``confirmed``
+    it, else a provisional identity's (``workers.arrival_user``), which holds one of the
+    HIT's ``unconfirmed_cap`` places for a while."""
     now = timezone.now()
     deadline = now + timedelta(seconds=batch.assignment_duration_seconds)
     cap = examples_cap(batch) if batch.mode == Batch.Mode.CREATE else None
@@ -179,24 +263,31 @@ def _new_assignment(hit: Hit, batch: Batch, assignment_id: str, identity: Worker
     # returned once MTurk lists the id under someone else, or its deadline passes.
     with transaction.atomic():
         Hit.objects.select_for_update().filter(pk=hit.pk).first()  # arrivals on one HIT count one at a time
-        unconfirmed = Assignment.objects.filter(hit=hit, verified_at__isnull=True, status__in=[
-            Assignment.Status.WORKING, Assignment.Status.FINISHED]).count()
-        if unconfirmed >= unconfirmed_cap(batch):
-            platform = by_name(batch.platform)
-            raise Conflict(platform.refusal(
-                f"This {platform.work_name} already has {unconfirmed} places taken here that {platform.label} has "
-                "not confirmed, more than it gives out", or_else="try again later"))
-        # Provisional: its validations count only once MTurk confirms the assignment.
-        session = sessions.start_session(identity.user, batch.task, mturk_assignment_id=assignment_id,
+        if confirmed:
+            user = identity.user
+        else:
+            held = unconfirmed_held(hit, now).count()
+            if held >= unconfirmed_cap(batch):
+                platform = by_name(batch.platform)
+                raise Conflict(platform.refusal(
+                    f"This {platform.work_name} already has {held} places taken here that {platform.label} has "
+                    "not confirmed, more than it gives out", or_else="try again later"))
+            user = workers.arrival_user(identity)
+            if batch.task.parsed_config.onboarding:
+                onboarding.carry_pass(batch.task, identity.user, user)
+        # Provisional: its validations count only once the sync verifies the work.
+        session = sessions.start_session(user, batch.task, mturk_assignment_id=assignment_id,
                                          mode=batch.mode, expires_at=deadline, provisional=True,
                                          max_examples=cap)
         try:
             with transaction.atomic():
                 return Assignment.objects.create(hit=hit, assignment_id=assignment_id, worker=identity,
                                                  session=session, accepted_at=now, deadline=deadline,
-                                                 submit_to=submit_to)
+                                                 submit_to=submit_to, worker_confirmed_at=now if confirmed else None)
         except IntegrityError:  # the same arrival twice at once: the first one stands
             session.delete()
+            if user.pk != identity.user_id:
+                user.delete()
     return Assignment.objects.select_related("session", "worker", "hit").get(assignment_id=assignment_id,
                                                                              worker=identity)
 
@@ -206,8 +297,8 @@ def work_done(assignment: Assignment) -> int:
     an onboarding-only HIT, 1 once the worker's onboarding is over (passed, or failed
     for good: the quiz was taken either way)."""
     mode = assignment.hit.batch.mode
-    if mode == Batch.Mode.ONBOARDING:
-        state = onboarding.standing(assignment.hit.batch.task, assignment.worker.user)
+    if mode == Batch.Mode.ONBOARDING:  # the session's own user: the worker's account only once confirmed
+        state = onboarding.standing(assignment.hit.batch.task, assignment.session.user)
         return int(state.passed or state.blocked)
     if mode == Batch.Mode.CREATE:
         return Example.objects.filter(session=assignment.session, retracted=False).count()

@@ -3,7 +3,11 @@ what they wrote and what became of it, their votes and whether they counted, the
 HITs and what they were paid, and their standing on each task.
 
 Everything is read for one user, the caller: no id from the request chooses whose
-rows are read. Each list is paged (``PAGE_SIZE`` rows, newest first, one query of at
+rows are read. Inside an assignment the platform has not confirmed as the worker's, the
+caller is that arrival's provisional identity (``crowd.assignments``): the page shows
+its own work only, says so (``unconfirmed``), and nothing of the account of the worker
+whose id the link named; a worker's own page lists only the assignments confirmed as
+theirs. Each list is paged (``PAGE_SIZE`` rows, newest first, one query of at
 most a page and one row more, so a worker with a long history costs a page, not the
 history). The reasons come from the services that made the decisions: the status
 of an example from its stored fields, why a vote does not count from what
@@ -32,6 +36,7 @@ from tasks.roles import is_researcher
 
 from . import workers
 from .models import Assignment, BonusPayment, TaskBlock, WorkerIdentity
+from .platforms import by_name
 
 PAGE_SIZE = 20
 MAX_PAGE = 100_000
@@ -113,11 +118,30 @@ def validations_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
         "created_at": v.created_at} for v in rows], more)
 
 
-def assignments_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
+def own_assignments(user, *, worker: bool | None = None):
+    """The assignments whose work is ``user``'s: for a worker's account, those of their
+    identity the platform confirmed as theirs (a made-up assignment under their id is not
+    theirs); for an arrival's provisional identity, its own one. ``worker``: whether
+    ``user`` has a worker identity, when the caller knows."""
+    if worker is None:
+        worker = WorkerIdentity.objects.filter(user=user).exists()
+    if worker:
+        return Assignment.objects.filter(worker__user=user, worker_confirmed_at__isnull=False)
+    return Assignment.objects.filter(session__user=user)
+
+
+def unconfirmed_arrival(user) -> Assignment | None:
+    """The assignment ``user`` is the provisional identity of (an arrival its platform has not
+    confirmed as the worker's yet), or None."""
+    return (Assignment.objects.select_related("hit__batch").filter(session__user=user, worker_confirmed_at__isnull=True)
+            .first())
+
+
+def assignments_page(user, number: int = 1, size: int = PAGE_SIZE, *, worker: bool | None = None) -> Page:
     paid = Q(bonuses__status=BonusPayment.Status.PAID)
     owed = Q(bonuses__status__in=[BonusPayment.Status.PENDING, BonusPayment.Status.FAILED,
                                   BonusPayment.Status.GAVE_UP])
-    queryset = (Assignment.objects.filter(worker__user=user)
+    queryset = (own_assignments(user, worker=worker)
                 .select_related("hit__batch__task", "hit__batch__round")
                 .annotate(bonus_paid=Sum("bonuses__amount", filter=paid), bonus_due=Sum("bonuses__amount", filter=owed))
                 .order_by("-accepted_at", "-id"))
@@ -147,20 +171,21 @@ def assignments_page(user, number: int = 1, size: int = PAGE_SIZE) -> Page:
     return Page(number, found, more)
 
 
-def _tasks_of(user):
+def _tasks_of(user, worker: bool):
     return (Task.objects.filter(
         Exists(Example.objects.filter(annotator=user, task=OuterRef("pk")))
         | Exists(Validation.objects.filter(validator=user, task=OuterRef("pk")))
-        | Exists(Assignment.objects.filter(worker__user=user, hit__batch__task=OuterRef("pk")))
+        | Exists(own_assignments(user, worker=worker).filter(hit__batch__task=OuterRef("pk")))
         | Exists(OnboardingRecord.objects.filter(user=user, task=OuterRef("pk"))))
         .order_by("slug"))
 
 
-def standing(user) -> list[dict]:
+def standing(user, arrival: Assignment | None = None) -> list[dict]:
     """The user's standing on each task they worked on: their writing record (decided,
     verified, the share), whether their votes count there and why not, and any block
     (on every task, or on this one) with its reason; a task whose onboarding they only
-    took is listed too."""
+    took is listed too. ``arrival``: the assignment ``user`` is the provisional identity
+    of (``unconfirmed_arrival``): its own record only, nothing of the worker's."""
     identity = WorkerIdentity.objects.filter(user=user).first()
     blocks = {}
     if identity is not None:
@@ -169,7 +194,8 @@ def standing(user) -> list[dict]:
     too_new = trust.account_too_new(user) and identity is None
     passed, failed_onboarding = onboarding.passed_task_ids(user), onboarding.blocked_task_ids(user)
     rows = []
-    for task in _tasks_of(user):
+    platform = by_name(arrival.hit.batch.platform) if arrival is not None else None
+    for task in _tasks_of(user, identity is not None):
         decided, verified = workers.decided_counts([user.pk], task).get(user.pk, (0, 0))
         record = trust.standing(task, user)
         researcher = is_researcher(user, task)
@@ -180,6 +206,9 @@ def standing(user) -> list[dict]:
             votes = "Your decisions no longer count on this task: too many disagreed with the checked items."
         elif identity is not None:
             votes = "Your decisions in validation HITs count once MTurk confirms the assignment."
+        elif platform is not None:
+            votes = (f"Your decisions here count once {platform.label} confirms this {platform.work_name} as yours "
+                     "and your work is handed in.")
         elif unverified:
             votes = "Your decisions do not count until you confirm your e-mail address."
         elif too_new:
@@ -203,7 +232,7 @@ def standing(user) -> list[dict]:
             "examples_decided": decided, "examples_verified": verified,
             "quality": round(verified / decided, 3) if decided else None,
             "quality_judged": decided >= workers.QUALITY_MIN_DECIDED,
-            "votes_count": researcher or (not failed and (identity is not None or (
+            "votes_count": researcher or (not failed and platform is None and (identity is not None or (
                 not unverified and not too_new and record.trusted))),
             "votes": votes, "blocked": blocked, "blocked_because": why})
     return rows
@@ -213,10 +242,18 @@ def worker_page(user, pages: dict | None = None, size: int = PAGE_SIZE) -> dict:
     """All of it for ``user``; ``pages`` maps a section to its page number."""
     pages = pages or {}
     identity = WorkerIdentity.objects.filter(user=user).only("worker_id").first()
+    arrival = None if identity is not None else unconfirmed_arrival(user)
+    note = ""
+    if arrival is not None:
+        platform = by_name(arrival.hit.batch.platform)
+        note = (f"{platform.label} has not confirmed this {platform.work_name} as yours yet, so this page shows "
+                f"its own work only. Once {platform.label} confirms it, this work joins your account and your "
+                "page shows all of it.")
     return {
-        "username": user.get_username(), "mturk_worker": identity is not None,
+        "username": user.get_username(), "mturk_worker": identity is not None or arrival is not None,
+        "unconfirmed": arrival is not None, "unconfirmed_note": note,
         "email_verified": not trust.email_unverified(user),
         "examples": examples_page(user, pages.get("examples", 1), size),
         "validations": validations_page(user, pages.get("validations", 1), size),
-        "assignments": assignments_page(user, pages.get("assignments", 1), size),
-        "standing": standing(user)}
+        "assignments": assignments_page(user, pages.get("assignments", 1), size, worker=identity is not None),
+        "standing": standing(user, arrival)}

@@ -31,12 +31,14 @@ class Currency(models.TextChoices):
 
 
 class WorkerIdentity(models.Model):
-    """Links an MTurk worker id to the platform user that acts for it.
+    """Links an MTurk worker id (or a Prolific participant id) to the platform user that
+    is the worker's account.
 
     An identity is *provisional* from the worker's first arrival until MTurk itself
     reports one of their assignments as submitted by that worker, with our
     completion token: a worker id typed into a URL proves nothing. Nothing is paid
-    to a provisional identity."""
+    to a provisional identity. An arrival acts as the account only once the platform
+    confirms its assignment is the worker's (``Assignment.worker_confirmed_at``)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mturk_identity")
     platform = models.CharField(max_length=10, choices=CrowdPlatform.choices, default=CrowdPlatform.MTURK,
@@ -210,7 +212,12 @@ class Assignment(models.Model):
     """A worker's turn at a HIT, from their arrival on our page to MTurk's verdict.
 
     MTurk may hand a returned assignment's id to the next worker, so the row is
-    unique per (assignment id, worker), never per assignment id alone."""
+    unique per (assignment id, worker), never per assignment id alone.
+
+    ``worker`` is the identity the arrival's link *claims*. Until the platform confirms
+    that the assignment is that worker's (``worker_confirmed_at``), its session belongs to
+    a user of its own (``crowd.workers.arrival_user``), which reaches nothing of the
+    worker's account; once confirmed, its work joins the account (``annotation.joining``)."""
 
     class Status(models.TextChoices):
         WORKING = "working", "Working"
@@ -233,6 +240,11 @@ class Assignment(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True, help_text="When the worker pressed Submit here.")
     submitted_at = models.DateTimeField(null=True, blank=True, help_text="SubmitTime on MTurk.")
     auto_approval_at = models.DateTimeField(null=True, blank=True, help_text="AutoApprovalTime on MTurk.")
+    worker_confirmed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the platform confirmed that this assignment is the worker's (listed under them on the HIT, "
+                  "or their submission in the study): its work joined the worker's account then. Empty: the "
+                  "arrival's own provisional identity, which reaches nothing of the account's.")
     verified_at = models.DateTimeField(
         null=True, blank=True,
         help_text="When MTurk listed this (assignment, worker, HIT) as submitted with our completion token.")
@@ -267,6 +279,11 @@ class Assignment(models.Model):
             models.Index(fields=["accepted_at", "id"], name="assignment_accepted"),  # the admin's order
             # One worker's assignments, newest first (their own page, /me/).
             models.Index(fields=["worker", "-accepted_at", "-id"], name="assignment_worker_recent"),
+            # ... those confirmed as theirs (their page lists no made-up assignment under their id).
+            models.Index(fields=["worker", "-accepted_at", "-id"], name="assignment_worker_confirmed",
+                         condition=models.Q(worker_confirmed_at__isnull=False)),
+            # Confirmations since a watermark (the quality check re-judges those workers).
+            models.Index(fields=["worker_confirmed_at"], name="assignment_confirmed_at"),
         ]
 
     def __str__(self):

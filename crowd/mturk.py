@@ -204,6 +204,19 @@ def list_assignments(hit_id: str, statuses=("Submitted", "Approved", "Rejected")
         params["NextToken"] = token
 
 
+def get_assignment(assignment_id: str, *, sandbox: bool | None = None) -> dict | None:
+    """The assignment as MTurk shows it (``AssignmentId``, ``WorkerId``, ``HITId``, ...), or
+    None where MTurk says it does not exist. MTurk shows only Submitted, Approved and Rejected
+    assignments (GetAssignment's reference), so one a worker still holds and a made-up id
+    both answer None."""
+    try:
+        return call("get_assignment", sandbox=sandbox, AssignmentId=assignment_id).get("Assignment")
+    except MTurkError as exc:
+        if exc.kind == "request" and ("DoesNotExist" in exc.code or "does not exist" in exc.message.lower()):
+            return None
+        raise
+
+
 def parse_answer(answer_xml: str) -> dict[str, str]:
     """The fields of a QuestionFormAnswers document (what the HIT page posted)."""
     if not answer_xml:

@@ -15,7 +15,9 @@ each client module can make its errors ``PlatformError``\\ s:
   person or a fix).
 - ``Listed``: one piece of work as the platform lists it (an MTurk assignment, a
   Prolific submission), normalised.
-- ``Platform``: the operations.
+- ``Platform``: the operations, among them ``confirm_work``: how the platform
+  confirms that an assignment is the worker's it claims to be (an arrival's ids prove
+  nothing; ``crowd.assignments``).
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ class Platform(ABC):
     # Whether paying a bonus twice with the same request pays once (MTurk's
     # UniqueRequestToken). Prolific's pay call is not: each call pays again.
     idempotent_pay = True
-    # Whether a worker does a batch's work at most once (Prolific: one submission per
-    # participant per study), so the sync may match work by worker alone.
-    one_work_per_worker = False
+    # Whether the platform shows a worker's work while it is still in progress, so that an
+    # arrival can be confirmed as the worker's at once (``confirm_work``): Prolific shows a
+    # submission from its start; MTurk shows an assignment only once it is submitted.
+    confirms_on_arrival = False
     # The worker's words for the platform (``refusal`` and the work pages): what a piece
     # of work is called there, and how a worker hands back work they cannot do.
     work_name = "HIT"
@@ -124,6 +127,16 @@ class Platform(ABC):
     # --- work -------------------------------------------------------------------------
     @abstractmethod
     def list_work(self, batch, hit) -> Iterator[Listed]:
+        ...
+
+    @abstractmethod
+    def confirm_work(self, batch, hit, work_id: str, worker_id: str, *, at_once: bool = False) -> bool | None:
+        """Whether the platform says ``work_id`` on ``hit`` is ``worker_id``'s: True (it is),
+        False (it is not: another worker's, another HIT's, or no such work where the platform
+        would show it), None (the platform does not show it now, so it cannot tell). A failed
+        call raises the platform's error; ``at_once``: no retries (a page waits on it). The sync
+        confirms listed work by the listing itself (``list_work``: the work id under that
+        worker id on that HIT)."""
         ...
 
     @abstractmethod

@@ -275,8 +275,12 @@ def list_submissions(study_id: str) -> Iterator[dict]:
         path = ((page.get("_links") or {}).get("next") or {}).get("href")
 
 
-def get_submission(submission_id: str) -> dict:
-    return _call("GET", f"/api/v1/submissions/{quote(submission_id)}/", "get_submission", retry_connection=True)
+def get_submission(submission_id: str, *, retry: bool = True) -> dict:
+    """One submission: its ``study_id``, ``participant``, ``status`` (RESERVED and ACTIVE while
+    the participant works), ``bonus_payments``; a ``not_found`` error for an id Prolific does
+    not have. ``retry=False``: one attempt, for a page a participant waits on."""
+    return _call("GET", f"/api/v1/submissions/{quote(submission_id)}/", "get_submission", retry=retry,
+                 retry_connection=retry)
 
 
 def _transition_submission(submission_id: str, body: dict, operation: str) -> dict:

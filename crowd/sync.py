@@ -2,15 +2,19 @@
 
 The rules below are written for MTurk and hold for Prolific through the platform
 interface (``crowd.platforms``): a study is the batch's one HIT, a submission an
-assignment (its id is the ``SESSION_ID`` of the participant's link), the
-completion token is the batch's completion code, and a submission is matched by the
-participant within the study when its id is not ours (one per participant per study).
-A Prolific rejection carries at least 100 characters and a category.
+assignment (its id is the ``SESSION_ID`` of the participant's link), and the
+completion token is the batch's completion code. Work is matched to our rows by its
+work id under its worker id only. A Prolific rejection carries at least 100
+characters and a category.
 
 ``sync_batch`` (Celery beat, ``manage.py mturk_sync`` and the admin) is safe to
 run at any time and any number of times. For each HIT it lists MTurk's
 assignments and applies these rules, which docs/crowd.md documents:
 
+0. **Confirmed as the worker's** when MTurk lists the assignment under the worker the
+   arrival named, on the same HIT (Prolific: the submission under that participant in
+   the study, in any state): an arrival's work, done as a provisional identity of its
+   own, joins the worker's account then (``assignments.confirm_worker``).
 1. **Verified** only when MTurk lists the assignment as submitted by the same
    worker, on the same HIT, with the completion token our page issued when the
    worker pressed Submit. Only then does the worker's identity become verified.
@@ -21,9 +25,12 @@ assignments and applies these rules, which docs/crowd.md documents:
    token, or work that was never finished on our page.
 4. A row still *working* after its deadline was returned or abandoned: it is
    marked so and its token ends; so is one whose assignment id MTurk lists under
-   another worker (MTurk reuses returned assignments' ids).
+   another worker (MTurk reuses returned assignments' ids), and one finished here
+   but never confirmed, past its deadline, that the platform does not show as its
+   worker's (``_give_up_unconfirmed``).
 5. A published batch whose lifetime is over, or whose every assignment was
-   decided, is expired on MTurk and marked finished. It is still synced until
+   decided, is expired on MTurk and marked finished once no confirmed work is open
+   (work never confirmed does not hold it open). It is still synced until
    MTurk can hold no submission of it (``Batch.review_until``), so a late or
    direct submission is never left to auto-approval.
 6. With a quality threshold set, a worker whose examples of the batch's task are
@@ -56,7 +63,7 @@ from django.utils import timezone
 from annotation import sessions, validation
 
 from . import watermarks, workers
-from .assignments import SUBMITTED_MESSAGE
+from .assignments import SUBMITTED_MESSAGE, confirm_worker
 from .models import Assignment, Batch, WorkerIdentity
 from .platforms import Listed, PlatformError, for_batch
 
@@ -227,10 +234,10 @@ def _sync_batch(batch: Batch, lock: SyncLock, report: SyncReport) -> SyncReport:
             for listed in platform.list_work(batch, hit):
                 lock.keep()
                 report.seen += 1
+                # Only the work id under the worker id: the platform lists it as theirs, on this HIT.
                 assignment = ours.get((listed.work_id, listed.worker_id))
-                if assignment is None and platform.one_work_per_worker:  # the participant's row in the study
-                    assignment = next((a for (_, worker_id), a in ours.items() if worker_id == listed.worker_id
-                                       and a.status != Assignment.Status.RETURNED), None)
+                if assignment is not None and assignment.worker_confirmed_at is None:
+                    confirm_worker(assignment)  # rule 0: its work joins the worker's account
                 for (assignment_id, worker_id), other in ours.items():
                     if assignment_id == listed.work_id and worker_id != listed.worker_id \
                             and other.status == Assignment.Status.WORKING:
@@ -248,6 +255,7 @@ def _sync_batch(batch: Batch, lock: SyncLock, report: SyncReport) -> SyncReport:
                 break  # try again at the next sync
     lock.keep()
     report.returned += _mark_returned(batch, now)
+    report.returned += _give_up_unconfirmed(batch, now, report, lock)
     if batch.quality_block_threshold is not None:
         report.task_blocked += quality_blocks(batch, report)
     if _finish_if_done(batch, now, report):
@@ -265,6 +273,31 @@ def _mark_returned(batch: Batch, now) -> int:
         hit__batch=batch, status=Assignment.Status.WORKING, deadline__lte=now)
     for assignment in late:
         count += _end(assignment, "This assignment ended (it was returned or ran out of time).")
+    return count
+
+
+def _give_up_unconfirmed(batch: Batch, now, report: SyncReport, lock: SyncLock) -> int:
+    """Rule 4 for work finished here that the platform never confirmed as its worker's:
+    past its deadline it is asked about once more (``Platform.confirm_work``). Shown as that
+    worker's, it is confirmed (the listing decides it); otherwise it was never handed in
+    there (MTurk shows every submitted assignment; Prolific every submission) and ends as
+    returned, so made-up ids neither keep the batch open nor its money committed."""
+    platform, count = for_batch(batch), 0
+    stale = Assignment.objects.select_related("hit", "worker", "session").filter(
+        hit__batch=batch, status=Assignment.Status.FINISHED, worker_confirmed_at__isnull=True, deadline__lte=now)
+    for assignment in stale:
+        lock.keep()
+        try:
+            mine = platform.confirm_work(batch, assignment.hit, assignment.assignment_id, assignment.worker.worker_id)
+        except PlatformError as exc:
+            report.errors.append(f"{assignment.assignment_id}: {exc}")
+            continue
+        if mine:
+            confirm_worker(assignment)
+        elif _set_status(assignment, Assignment.Status.FINISHED, status=Assignment.Status.RETURNED):
+            sessions.end_session(assignment.session, f"{platform.label} has no record of this work as yours; "
+                                                     "it takes no more work.")
+            count += 1
     return count
 
 
@@ -336,7 +369,8 @@ def _finish_if_done(batch: Batch, now, report: SyncReport) -> bool:
         return False
     decided = Assignment.objects.filter(hit__batch=batch, status__in=[
         Assignment.Status.APPROVED, Assignment.Status.REJECTED]).count()
-    open_work = Assignment.objects.filter(hit__batch=batch, status__in=[
+    # Only work the platform confirmed as its worker's holds the batch open: made-up ids do not.
+    open_work = Assignment.objects.filter(hit__batch=batch, worker_confirmed_at__isnull=False, status__in=[
         Assignment.Status.WORKING, Assignment.Status.FINISHED, Assignment.Status.SUBMITTED]).exists()
     lifetime_over = batch.expires_at is not None and batch.expires_at <= now
     if open_work or not (lifetime_over or decided >= batch.hits * batch.assignments_per_hit):

@@ -1,9 +1,11 @@
 """MTurk workers: their platform accounts, blocks, messages and quality.
 
-A worker acts through a platform user made for them on their first arrival,
-with no usable password: MTurk workers reach the platform only through a HIT's
-signed per-assignment token (``core.backends`` refuses them a password sign-in
-and the admin is for staff only).
+A worker's account is a platform user made for their identity on first sight, with no
+usable password: workers reach the platform only through an assignment's signed
+token (``core.backends`` refuses them a password sign-in and the admin is for staff
+only). An arrival acts for that account only once the platform confirmed that the
+assignment is the worker's; before that, it is a provisional identity with a user of
+its own (``arrival_user``), whose work joins the account on confirmation.
 
 - Soft block: our own qualification, which every batch's HIT type requires to be
   absent; MTurk then hides our HITs from the worker. The arrival page refuses a
@@ -31,6 +33,7 @@ watermark, so that the sync judges only those (``crowd.sync.quality_blocks``).
 from __future__ import annotations
 
 import re
+import uuid
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -75,6 +78,18 @@ def identity_for(worker_id: str, *, sandbox: bool, platform: str = "mturk") -> W
             return WorkerIdentity.objects.create(user=user, platform=platform, worker_id=worker_id, sandbox=sandbox)
     except IntegrityError:  # the same worker, arriving twice at once: the first one made it
         return found.get()
+
+
+def arrival_user(identity: WorkerIdentity):
+    """A user of its own for one arrival under ``identity``'s worker id that the platform has
+    not confirmed as the worker's: the arrival's provisional identity. It reaches nothing of
+    the worker's account until the platform confirms the assignment, and then its work joins
+    the account (``crowd.assignments.confirm_worker``). No password; its name, with ':' in it,
+    is one no one can sign up with."""
+    user = get_user_model()(username=f"{identity.platform}:{identity.worker_id}:unconfirmed:{uuid.uuid4().hex[:12]}")
+    user.set_unusable_password()
+    user.save()
+    return user
 
 
 def _where(sandbox: bool | None) -> bool:
@@ -198,11 +213,14 @@ def changed_since(task: Task, since, *, validators: bool = False) -> set[int]:
     writers, the authors of the task's examples stamped since (a decision, a flag, a
     retraction); as validators, those whose reliability estimate was refitted since;
     either way, the workers with an assignment on the task that MTurk confirmed since
-    (their work counts from then on), and validators who answered gold items since. Read
+    (their work counts from then on) or confirmed as theirs since (a provisional arrival's
+    work, gold answers among it, joined their account), and validators who answered gold
+    items since. Read
     through indexes on the stamps, so it costs what changed, not the task's history."""
     # Every task's confirmations since (few), its own picked here: a filter on the task
     # in the query could lead the planner through all of the task's assignments.
-    confirmed = {user for user, task_id in Assignment.objects.filter(verified_at__gte=since).order_by()
+    confirmed = {user for stamp in ("verified_at", "worker_confirmed_at")  # two index reads, not an OR
+                 for user, task_id in Assignment.objects.filter(**{f"{stamp}__gte": since}).order_by()
                  .values_list("worker__user_id", "hit__batch__task_id") if task_id == task.pk}
     if validators:
         refitted = ValidatorReliability.objects.filter(task=task, fitted_at__gte=since).order_by()

@@ -713,6 +713,11 @@ DYNABENCH_REFUSE_BELOW_MIN_PAY = env.bool("DYNABENCH_REFUSE_BELOW_MIN_PAY", defa
 MTURK_ARRIVALS_PER_ADDRESS = env.int("MTURK_ARRIVALS_PER_ADDRESS", default=30)
 MTURK_ARRIVAL_WINDOW = env.int("MTURK_ARRIVAL_WINDOW", default=3600)
 
+# Arrivals the platform has not confirmed as the worker's (crowd.assignments): each holds a
+# place on its HIT or study for at most this many seconds (crowd_limits.unconfirmed_per_hit
+# bounds how many at once), so made-up ids cannot keep real workers out for longer.
+CROWD_UNCONFIRMED_HOLD_SECONDS = env.int("CROWD_UNCONFIRMED_HOLD_SECONDS", default=1800)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

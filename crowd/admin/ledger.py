@@ -48,7 +48,7 @@ def warn_held(modeladmin, request, queryset) -> None:
 class AssignmentAdmin(ReadOnlyAdminMixin, TaskScopedAdmin):
     task_path = "hit__batch__task"
     list_display = ["assignment_id", "worker", "batch", "status", "work", "held_examples", "accepted_at",
-                    "verified_at", "decided_at", "feedback", "worker_feedback"]
+                    "worker_confirmed_at", "verified_at", "decided_at", "feedback", "worker_feedback"]
     list_filter = ["status", HeldFilter, ("hit__batch", ScopedRelatedFilter)]
     list_select_related = ["worker", "hit__batch", "session"]
     sortable_by = ["accepted_at"]  # the order an index serves

@@ -82,6 +82,17 @@ class MTurkPlatform(Platform):
                          auto_approval_at=_when(found.get("AutoApprovalTime")),
                          completion=answer.get("completionToken", ""), raw=found)
 
+    def confirm_work(self, batch, hit, work_id: str, worker_id: str, *, at_once: bool = False) -> bool | None:
+        """GetAssignment: True when MTurk shows the assignment under that worker on that HIT,
+        False under another; None when MTurk does not show it, which before the assignment's
+        deadline proves nothing (MTurk hides an assignment until it is submitted) and after it
+        means it was never submitted. Arrivals do not ask (``confirms_on_arrival`` is false):
+        the sync's listing confirms an assignment once it is submitted."""
+        found = mturk.get_assignment(work_id, sandbox=batch.sandbox)
+        if found is None:
+            return None
+        return found.get("WorkerId") == worker_id and found.get("HITId") == hit.hit_id
+
     def completion_ok(self, assignment, listed: Listed) -> bool:
         return completion_ok(assignment, listed.completion)
 

@@ -4,6 +4,9 @@
 - A batch is one study (its one ``Hit`` row holds the study id); a participant's
   submission is an ``Assignment`` whose ``assignment_id`` is the submission id
   (Prolific's ``SESSION_ID`` in the study URL is the submission id).
+- A participant is confirmed as the one the study URL names when Prolific shows the
+  submission (``SESSION_ID``) as theirs in the study (``confirm_work``): at their arrival,
+  or, when Prolific could not answer then, at the next sync's listing.
 - A participant proves the work was done on our page with the batch's completion
   code, which our page shows only once the work asked for is done.
 - Money: Prolific's pay call is not idempotent, so the ledger sends it at most once
@@ -63,7 +66,7 @@ class ProlificPlatform(Platform):
     label = "Prolific"
     error = prolific.ProlificError
     idempotent_pay = False
-    one_work_per_worker = True
+    confirms_on_arrival = True  # a submission is shown from its start (RESERVED, then ACTIVE)
     work_name = "study"
     work_plural = "studies"
     hand_in = "finish"
@@ -109,6 +112,19 @@ class ProlificPlatform(Platform):
                          status=STATUSES.get(found.get("status"), Listed.OTHER),
                          submitted_at=parse_datetime(completed) if completed else None,
                          completion=found.get("study_code") or "", raw=found)
+
+    def confirm_work(self, batch, hit, work_id: str, worker_id: str, *, at_once: bool = False) -> bool:
+        """The submission ``work_id`` (the SESSION_ID), as Prolific shows it from the moment the
+        participant takes a place: True when it is ``worker_id``'s in the batch's study; False
+        when it is another participant's or another study's, or Prolific has no such submission."""
+        try:
+            found = prolific.get_submission(work_id, retry=not at_once)
+        except prolific.ProlificError as exc:
+            if exc.kind == "not_found":
+                return False
+            raise
+        participant = found.get("participant") or found.get("participant_id")
+        return participant == worker_id and found.get("study_id") == hit.hit_id
 
     def completion_ok(self, assignment, listed: Listed) -> bool:
         code = assignment.hit.batch.completion_code

@@ -7,7 +7,8 @@ error body (``{"error": {"status", "error_code", "title", "detail", ...}}``):
 - Studies: create (UNPUBLISHED; in ``workspace_currency`` where set, as a workspace decides), list (pages);
   ``/transition/`` PUBLISH (ACTIVE), PAUSE, START, STOP (AWAITING REVIEW while submissions wait, else
   COMPLETED); a full study whose submissions are all in awaits review, and is COMPLETED once all are reviewed.
-- Submissions (pages linked by ``_links.next``); participants are simulated in Python
+- Submissions (pages linked by ``_links.next``; one by id, 404 for an id it does not have, with its
+  ``study_id`` and ``participant`` from the moment it starts); participants are simulated in Python
   (``start_submission``, ``complete``, ``add_submission``): ACTIVE, then AWAITING REVIEW with the
   code. APPROVE/REJECT only then (the same transition again is ignored, as Prolific documents);
   a rejection needs a message of 100+ characters and a category.
@@ -146,6 +147,14 @@ class FakeProlific(LocalService):
             raise ValueError(f"unknown endpoint {endpoint!r} or fault {fault!r} (see ENDPOINTS and FAULTS)")
         with self._lock:
             self._faults.setdefault(endpoint, []).extend([fault] * times)
+
+    def clear_faults(self, endpoint: str | None = None) -> None:
+        """Drop the faults injected and not met yet (every endpoint's, or ``endpoint``'s)."""
+        with self._lock:
+            if endpoint is None:
+                self._faults.clear()
+            else:
+                self._faults.pop(endpoint, None)
 
     def count(self, endpoint: str) -> int:
         return sum(1 for name, *_ in self.calls if name == endpoint)

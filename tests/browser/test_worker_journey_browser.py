@@ -1,7 +1,8 @@
 """A new MTurk worker's whole study, in headless Chromium against the fake MTurk: the
 HIT shows the task's onboarding first; passed, the worker writes, submits with
 feedback; MTurk approves, a researcher verifies the example that fooled the model, the
-bonus is paid once; and in their next HIT the worker's own page shows that bonus paid."""
+bonus is paid once; in their next HIT, which MTurk has not confirmed yet, the page under the
+token is that HIT's own, and the worker's account has the bonus paid."""
 
 from decimal import Decimal
 from urllib.parse import parse_qs, urlencode
@@ -10,7 +11,7 @@ import pytest
 
 from annotation import validation
 from annotation.models import Example, OnboardingRecord
-from crowd import bonuses, sync
+from crowd import bonuses, me, sync
 from crowd.models import Assignment, BonusPayment
 from crowd.publishing import BatchRequest, publish
 from tests.browser.test_onboarding_browser import pass_onboarding
@@ -86,18 +87,24 @@ def test_a_new_worker_goes_from_onboarding_to_a_paid_bonus_shown_on_their_page(
     assert bonuses.pay_bonuses().paid == 1 and bonuses.pay_bonuses().paid == 0
     assert BonusPayment.objects.get().status == BonusPayment.Status.PAID and len(fake_mturk.bonuses) == 1
 
-    # 4. The next HIT asks no onboarding again, and the worker's own page (opened from the
-    # HIT bar, under the token) shows the first HIT's bonus paid.
-    open_hit(second_hit)
+    # 4. The next HIT asks no onboarding again. MTurk shows an assignment only once it is
+    # submitted, so inside it the page opened from the HIT bar (under the token) is this
+    # HIT's own and says so: it shows nothing of the account, the paid bonus included
+    # (anyone could open a HIT with this worker's id). The account's page has the bonus.
+    second = open_hit(second_hit)
     page.wait_for_selector("#context-fields .field .text")
     assert page.locator("#onboarding").count() == 0
     with page.context.expect_page() as opened:
         page.locator("#hit-my-page button").click()
     mine = opened.value
     mine.wait_for_selector("#my-assignments")
-    row = mine.locator(f"#my-assignments tr[data-assignment='{first}']").inner_text()
-    assert "$0.25" in row and "$0.50" in row, row
-    assert "passed" in mine.locator("#my-standing").inner_text()  # the onboarding, on their standing
-    assert OnboardingRecord.objects.get(task=task).passed_at is not None
+    assert "has not confirmed this HIT as yours yet" in mine.locator("#unconfirmed").inner_text()
+    assert mine.locator(f"#my-assignments tr[data-assignment='{first}']").count() == 0
+    assert mine.locator(f"#my-assignments tr[data-assignment='{second}']").count() == 1
+    assert "passed" in mine.locator("#my-standing").inner_text()  # admitted on the worker's pass
+    account = Assignment.objects.get(assignment_id=first).worker.user
+    [paid] = [row for row in me.worker_page(account)["assignments"].rows if row["assignment_id"] == first]
+    assert (paid["bonus_paid"], paid["reward_status"]) == (Decimal("0.25"), "paid")
+    assert OnboardingRecord.objects.get(task=task, user=account).passed_at is not None
     assert fake_mturk.violations == []
     assert errors == []

@@ -78,6 +78,34 @@ class MTurkSide:
         self._finish(client, token)
         return Assignment.objects.get(assignment_id="3FORGEDFORGEDFORGEDFORGEDFORG1")
 
+    @staticmethod
+    def made_up_work_id(n: int = 0) -> str:
+        return f"3MADEUP{n:023d}"
+
+    @staticmethod
+    def made_up_worker(n: int) -> str:
+        return f"A{n:012d}MADEUP"
+
+    def forged_page(self, client, batch, worker, work_id=None):
+        """Our page opened under ``worker``'s id with a work id MTurk never gave: MTurk shows
+        no assignment before it is submitted, so the arrival is provisional."""
+        return self._page(client, batch.hit_rows.first().hit_id, work_id or self.made_up_work_id(), worker)
+
+    def start(self, client, batch, worker=None, *, platform_down=False):
+        """A real worker takes the work on MTurk and opens our page: (work id, page)."""
+        worker = worker or self.worker
+        work_id = self.fake.accept(batch.hit_rows.first().hit_id, worker)
+        return work_id, self.open(client, batch, worker, work_id, platform_down=platform_down)
+
+    def open(self, client, batch, worker, work_id, *, platform_down=False):
+        """Our page of work the worker took on MTurk (which cannot confirm it before it is
+        submitted: ``platform_down`` changes nothing)."""
+        return self._page(client, batch.hit_rows.first().hit_id, work_id, worker)
+
+    def hand_in(self, client, token, work_id):
+        """Submit here, then on MTurk with the completion token."""
+        self.fake.submit(work_id, {"completionToken": self._finish(client, token)})
+
     def paid_to(self, worker) -> list[Decimal]:
         return [Decimal(b["BonusAmount"]) for b in self.fake.bonuses if b["WorkerId"] == worker]
 
@@ -135,24 +163,71 @@ class ProlificSide:
         self.fake.complete(session, self._finish(client, token))
         return Assignment.objects.get(assignment_id=session, worker__worker_id=worker)
 
-    def page(self, client, batch, worker, work_id="a" * 24):
-        """Our page of the batch opened under ``worker``'s id (a session Prolific never started)."""
+    def page(self, client, batch, worker):
+        """Our page of the batch opened under ``worker``'s id: with a submission Prolific started
+        for them, or, where Prolific keeps them out (its participant groups), a made-up one."""
+        try:
+            work_id = self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
+        except ParticipantActionError:
+            work_id = "a" * 24
         path, params = self.entry(batch, worker, work_id)
         return client.get(path, params)
 
     def admits(self, batch, worker) -> bool:
-        """Whether Prolific itself lets the participant start the batch's study (its filters)."""
+        """Whether Prolific itself lets the participant start the batch's study (its filters);
+        one who holds a submission there already was let in."""
+        study = batch.hit_rows.first().hit_id
+        if any(s["study_id"] == study and s["participant"] == worker and s["status"] == "ACTIVE"
+               for s in self.fake.submissions.values()):
+            return True
         try:
-            self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
+            self.fake.start_submission(study, worker)
         except ParticipantActionError:
             return False
         return True
 
+    @staticmethod
+    def made_up_work_id(n: int = 0) -> str:
+        return f"{0xF00000 + n:024x}"
+
+    @staticmethod
+    def made_up_worker(n: int) -> str:
+        return f"{0xABC000 + n:024x}"
+
+    def _unanswered(self, client, path, params):
+        """Open our page while Prolific cannot answer about the submission."""
+        self.fake.inject("get_submission", "server_error")
+        try:
+            return client.get(path, params)
+        finally:
+            self.fake.clear_faults("get_submission")  # one refused before asking leaves none behind
+
+    def forged_page(self, client, batch, worker, work_id=None):
+        """Our page opened under ``worker``'s id with a SESSION_ID Prolific never gave, in the
+        forger's best case: Prolific cannot answer at the arrival (when it can, it says the
+        submission is not theirs and the page refuses), so the arrival is provisional."""
+        return self._unanswered(client, *self.entry(batch, worker, work_id or self.made_up_work_id()))
+
+    def start(self, client, batch, worker=None, *, platform_down=False):
+        """A real participant starts a submission on Prolific and opens our page: (work id,
+        page). ``platform_down``: Prolific cannot answer at the arrival (it is confirmed later)."""
+        worker = worker or self.worker
+        work_id = self.fake.start_submission(batch.hit_rows.first().hit_id, worker)
+        return work_id, self.open(client, batch, worker, work_id, platform_down=platform_down)
+
+    def open(self, client, batch, worker, work_id, *, platform_down=False):
+        """Our page of the participant's submission (``platform_down``: Prolific cannot answer)."""
+        path, params = self.entry(batch, worker, work_id)
+        return self._unanswered(client, path, params) if platform_down else client.get(path, params)
+
+    def hand_in(self, client, token, work_id):
+        """Finish here, then hand Prolific the completion code."""
+        self.fake.complete(work_id, self._finish(client, token))
+
     def forge(self, client, batch, worker, text="Forged work.", work=None):
         """A made-up SESSION_ID under a real participant's id: worked and finished here,
-        never a submission on Prolific."""
-        path, params = self.entry(batch, worker, "f" * 24)
-        token = token_of(client.get(path, params))
+        never a submission on Prolific (``forged_page``: the forger's best case)."""
+        token = token_of(self.forged_page(client, batch, worker, "f" * 24))
         (work or (lambda worker_api: write_pair(worker_api, batch.task.slug, text)))(api(token))
         self._finish(client, token)
         return Assignment.objects.get(assignment_id="f" * 24)

@@ -3,6 +3,7 @@ the work, a pass (the task's onboarded qualification), a failure (a block on the
 as the quality block gives it), onboarding-only batches and batches that require the
 onboarding; the feedback box; the Adult Content requirement of hate-speech HITs."""
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -10,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from annotation.models import Example
+from annotation.models import Example, OnboardingRecord
 from crowd import mturk, sync, workers
 from crowd.models import Assignment, Batch, TaskBlock
 from crowd.publishing import BatchRequest, publish
@@ -54,7 +55,8 @@ def test_the_hit_shows_the_onboarding_first_and_a_pass_opens_the_work(with_onboa
     result = take(worker, "sentiment", answers("sentiment"))
     assert result["standing"]["passed"] and result["score"] == 4
     onboarded = workers.onboarded_qualification_id(True, batch.task)
-    assert crowd.qualification_scores[(onboarded, WORKER)]["IntegerValue"] == 1
+    # MTurk has not confirmed the HIT as the worker's yet: the pass is the arrival's own until then.
+    assert (onboarded, WORKER) not in crowd.qualification_scores
 
     again = arrive(client, hit.hit_id, assignment_id)
     assert 'id="example-form"' in again.content.decode() and 'id="onboarding"' not in again.content.decode()
@@ -65,24 +67,45 @@ def test_the_hit_shows_the_onboarding_first_and_a_pass_opens_the_work(with_onboa
     assignment = Assignment.objects.get(assignment_id=assignment_id)
     assert assignment.status == Assignment.Status.FINISHED
     assert assignment.worker_feedback == "Item 3 confused me <script>alert(1)</script>"
+    completion = re.search(r'name="completionToken" value="([^"]+)"', response.content.decode()).group(1)
+    crowd.submit(assignment_id, {"completionToken": completion})
+    assert sync.sync().approved == 1  # confirmed: the pass joins the worker's account, and MTurk hears of it
+    assert crowd.qualification_scores[(onboarded, WORKER)]["IntegerValue"] == 1
+    assert OnboardingRecord.objects.get(user=assignment.worker.user, task=batch.task).passed_at is not None
 
 
-def test_failing_every_try_blocks_the_worker_on_the_task_politely(with_onboarding, live_tasks, crowd, client,
-                                                                   researcher):
-    batch = make_batch(live_tasks["sentiment"], hits=2)
-    hit, assignment_id, page = open_hit(client, crowd, batch)
-    worker = api(token_of(page))
+def fail_in_a_quiz_hit(client, crowd, task):
+    """The worker fails every try in an onboarding-only HIT and submits it (done once the quiz
+    is over, passed or not); the sync confirms it, and the failure joins their account."""
+    quiz = publish(BatchRequest(task=task, mode=Batch.Mode.ONBOARDING, hits=1, assignments_per_hit=3,
+                                reward=Decimal("0.20")))
+    hit, assignment_id, page = open_hit(client, crowd, quiz)
+    token = token_of(page)
+    worker = api(token)
     first = take(worker, "sentiment", answers("sentiment", wrong={0, 1}))
     assert not first["standing"]["passed"] and first["standing"]["tries_left"] == 1
     assert 'id="onboarding"' in arrive(client, hit.hit_id, assignment_id).content.decode()  # a second try
     second = take(worker, "sentiment", answers("sentiment", wrong={2, 3}))
     assert second["standing"]["blocked"]
+    assert not TaskBlock.objects.exists()  # the arrival's own failure until MTurk confirms the HIT
+    completion, _ = submit_here(client, token)
+    crowd.submit(assignment_id, {"completionToken": completion})
+    assert sync.sync().approved == 1
+
+
+def test_failing_every_try_blocks_the_worker_on_the_task_politely(with_onboarding, live_tasks, crowd, client,
+                                                                   researcher):
+    batch = make_batch(live_tasks["sentiment"], hits=2)
+    fail_in_a_quiz_hit(client, crowd, batch.task)
 
     block = TaskBlock.objects.get(worker__worker_id=WORKER, task=batch.task)
     assert "onboarding" in block.reason
     assert (workers.block_qualification_id(True, batch.task), WORKER) in crowd.qualification_scores
-    back = arrive(client, hit.hit_id, assignment_id)
+    hit = batch.hit_rows.get(number=1)
+    back = arrive(client, hit.hit_id, "3OPENEDANYWAY000000000000001")  # a link opened all the same
     assert back.status_code == 403 and "Thank you for trying the onboarding" in back.content.decode()
+    with pytest.raises(WorkerActionError, match="lacks"):
+        crowd.accept(hit.hit_id, WORKER)
     other = batch.hit_rows.get(number=2)
     with pytest.raises(WorkerActionError, match="lacks"):  # MTurk no longer shows them the task's HITs
         crowd.accept(other.hit_id, WORKER)
@@ -252,13 +275,8 @@ def test_the_publish_form_offers_onboarding_only_batches_and_requiring_the_onboa
 
 def test_letting_a_blocked_mturk_worker_try_again_in_the_admin_lifts_the_task_block_on_mturk(
         with_onboarding, live_tasks, crowd, client, researcher, client_for):
-    from annotation.models import OnboardingRecord
-
     batch = make_batch(live_tasks["sentiment"], hits=2)
-    hit, assignment_id, page = open_hit(client, crowd, batch)
-    worker = api(token_of(page))
-    take(worker, "sentiment", answers("sentiment", wrong={0, 1}))
-    assert take(worker, "sentiment", answers("sentiment", wrong={2, 3}))["standing"]["blocked"]
+    fail_in_a_quiz_hit(client, crowd, batch.task)
     blocked_on_mturk = (workers.block_qualification_id(True, batch.task), WORKER)
     assert blocked_on_mturk in crowd.qualification_scores
 
@@ -280,11 +298,16 @@ def test_a_qualification_mturk_refused_when_the_worker_passed_is_given_at_the_ne
 
     settings.MTURK_MAX_ATTEMPTS = 1  # one fault refuses one call (no retries with their waits)
     task = live_tasks["sentiment"]
-    batch = make_batch(task)
-    hit, assignment_id, page = open_hit(client, crowd, batch)
+    quiz = publish(BatchRequest(task=task, mode=Batch.Mode.ONBOARDING, hits=1, assignments_per_hit=3,
+                                reward=Decimal("0.20")))
+    hit, assignment_id, page = open_hit(client, crowd, quiz)
     onboarded = workers.onboarded_qualification_id(True, task)  # made now: the fault hits the grant only
+    token = token_of(page)
+    assert take(api(token), "sentiment", answers("sentiment"))["standing"]["passed"]
+    completion, _ = submit_here(client, token)
+    crowd.submit(assignment_id, {"completionToken": completion})
     crowd.inject("AssociateQualificationWithWorker", "server_error")
-    assert take(api(token_of(page)), "sentiment", answers("sentiment"))["standing"]["passed"]
+    assert sync.sync_batch(quiz).approved == 1  # confirmed: the pass joins the account; MTurk refuses the grant
     assert (onboarded, WORKER) not in crowd.qualification_scores  # refused, logged; our record holds
 
     crowd.inject("AssociateQualificationWithWorker", "server_error")

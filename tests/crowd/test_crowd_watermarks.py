@@ -106,6 +106,7 @@ def age_everything():
     then, hour_ago = timezone.now() - LONG_AGO, timezone.now() - timedelta(hours=1)
     Example.objects.update(updated_at=then)
     Assignment.objects.update(verified_at=then, decided_at=then)
+    Assignment.objects.filter(worker_confirmed_at__isnull=False).update(worker_confirmed_at=then)
     ValidatorReliability.objects.update(fitted_at=then)
     Batch.objects.update(quality_checked_until=hour_ago)
     Watermark.objects.update(until=hour_ago)

@@ -221,9 +221,10 @@ def test_the_ledger_lists_sent_unconfirmed_bonuses_and_a_superuser_settles_them(
 def test_one_address_opens_a_bounded_number_of_new_sessions(live_tasks, side, client, settings):
     settings.MTURK_ARRIVALS_PER_ADDRESS = 2
     batch = side.publish(live_tasks["sentiment"], assignments_per_hit=5)
+    study = batch.hit_rows.get().hit_id
     participants = [f"{n:024x}" for n in range(1, 4)]
-    answers = [client.get(*side.entry(batch, pid, f"{n + 100:024x}")).status_code
-               for n, pid in enumerate(participants)]
+    answers = [client.get(*side.entry(batch, pid, side.fake.start_submission(study, pid))).status_code
+               for pid in participants]
     assert answers == [200, 200, 429] and Assignment.objects.count() == 2
 
 

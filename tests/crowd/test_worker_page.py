@@ -3,6 +3,7 @@ wrote, whether their votes counted and why not, their HITs and pay from the ledg
 their standing; and that nobody sees anyone else's."""
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,7 +14,17 @@ from annotation import validation
 from annotation.models import AccountEmail, Example, Validation
 from annotation.validation import assign
 from crowd import bonuses, me, sync
-from tests.crowd.test_crowd_flow import WORKER, api, arrive, do_one_assignment, make_batch, token_of
+from crowd.models import WorkerIdentity
+from tests.crowd.test_crowd_flow import (
+    WORKER,
+    api,
+    arrive,
+    do_one_assignment,
+    make_batch,
+    submit_here,
+    token_of,
+    write_pair,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -125,8 +136,8 @@ def test_nobody_sees_another_workers_page(demo_tasks, annotator, second_annotato
     assert client.get(reverse("mturk-me")).status_code == 405
 
 
-def test_inside_a_hit_the_token_shows_the_workers_own_hits_and_pay_from_the_ledger(live_tasks, crowd, client,
-                                                                                   researcher, annotator):
+def test_a_worker_s_page_shows_their_confirmed_hits_and_pay_and_inside_an_unconfirmed_hit_only_that_hit(
+        live_tasks, crowd, client, researcher, annotator):
     write(live_tasks["sentiment"], annotator, text="Not the worker's")
     batch = make_batch(live_tasks["sentiment"])
     assignment = do_one_assignment(client, crowd, batch)
@@ -134,27 +145,42 @@ def test_inside_a_hit_the_token_shows_the_workers_own_hits_and_pay_from_the_ledg
     for example in Example.objects.filter(session=assignment.session):
         validation.validate_example(example.pk, researcher, label="correct")
     assert bonuses.pay_bonuses().paid == 1
-    # The worker's next HIT: its page under the token, and the API with the same token.
+    # The worker's next HIT: MTurk shows an assignment only once it is submitted, so until
+    # then its token is a provisional identity of its own: its page shows that HIT only.
     hit = batch.hit_rows.order_by("number").last()
-    page = arrive(client, hit.hit_id, crowd.accept(hit.hit_id, WORKER))
+    next_id = crowd.accept(hit.hit_id, WORKER)
+    page = arrive(client, hit.hit_id, next_id)
     token = token_of(page)
     assert 'id="hit-my-page"' in page.content.decode()
     html = client.post(reverse("mturk-me"), {"token": token}).content.decode()
-    assert f'data-assignment="{assignment.assignment_id}"' in html and "$0.25" in html and "$0.50 (paid)" in html
-    assert "Not the worker's" not in html
+    assert f'data-assignment="{assignment.assignment_id}"' not in html and "$0.50 (paid)" not in html
+    assert 'id="unconfirmed"' in html and "Not the worker's" not in html
     body = api(token).get("/api/me/").json()
-    rows = {row["assignment_id"]: row for row in body["assignments"]}
+    assert body["unconfirmed"] is True and [row["assignment_id"] for row in body["assignments"]] == [next_id]
+    assert body["examples"] == [] and body["username"] != f"mturk:{WORKER}"
+    write_pair(api(token), "sentiment", "The next HIT's pair.")
+    completion, _ = submit_here(client, token)
+    crowd.submit(next_id, {"completionToken": completion})
+    assert sync.sync().approved == 1  # confirmed: the HIT's work joins the worker's account
+    account = WorkerIdentity.objects.get(worker_id=WORKER).user
+    mine = me.worker_page(account)
+    rows = {row["assignment_id"]: row for row in mine["assignments"].rows}
     paid = rows[assignment.assignment_id]
     assert (paid["reward"], paid["bonus_paid"], paid["bonus_due"], paid["reward_status"]) == (
-        "0.50", "0.25", "0.00", "paid")
-    assert len(rows) == 2 and body["username"] != annotator.username and body["mturk_worker"] is True
-    assert {row["status"] for row in body["examples"]} == {"verified"}
-    # Another worker's token shows that worker's page, never this one's.
+        Decimal("0.50"), Decimal("0.25"), Decimal("0.00"), "paid")
+    assert set(rows) == {assignment.assignment_id, next_id} and mine["mturk_worker"] is True
+    assert len(mine["examples"].rows) == 4 and not mine["unconfirmed"]
+    client.force_login(account)  # the page as the account sees it (the template renders the ledger)
+    html = client.get("/me/").content.decode()
+    assert f'data-assignment="{assignment.assignment_id}"' in html and "$0.25" in html and "$0.50 (paid)" in html
+    assert "Not the worker's" not in html
+    client.logout()
+    # Another worker's token shows that worker's arrival's page, never this one's.
     other_hit = batch.hit_rows.order_by("number").first()
     other = token_of(arrive(client, other_hit.hit_id, crowd.accept(other_hit.hit_id, "A3WORKERTWO88"),
                             "A3WORKERTWO88"))
     theirs = api(other).get("/api/me/").json()
     assert theirs["assignments"][0]["assignment_id"] != assignment.assignment_id
     assert len(theirs["assignments"]) == 1 and theirs["examples"] == []
-    assert theirs["username"] == "mturk:A3WORKERTWO88" and body["username"] == f"mturk:{WORKER}"
-    assert get_user_model().objects.filter(username=body["username"]).exists()
+    assert theirs["username"].startswith("mturk:A3WORKERTWO88:unconfirmed:")
+    assert get_user_model().objects.filter(username=theirs["username"]).exists()
