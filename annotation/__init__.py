@@ -9,11 +9,14 @@ updates, never with a read-modify-write in Python):
 - ``contexts``: which context an annotator gets next;
 - ``examples``: writing an example (predict, fooled, store), explaining,
   retracting, flagging;
-- ``validation``: the validation queue, blind answers, decisions;
+- ``serving``: the validation queue (what a validator is served next) and the claims
+  that bind answers to what was served; ``validation``: blind answers, decisions;
 - ``trust``: whose votes decide an example (one person, one vote, only votes the
   platform has reason to trust);
 - ``accounts``: a site account's e-mail address, confirmed by a link (until then its
   votes never count);
+- ``joining``: a crowd arrival's provisional work joining the worker's account once
+  the platform confirms the assignment is theirs;
 - ``onboarding``: a task's onboarding quiz, taken per worker and task, and the rule
   that only those who passed write or validate (``onboarding_api``: its endpoints;
   ``onboarding_admin``: its records in the admin);

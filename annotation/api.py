@@ -22,7 +22,7 @@ from tasks import services as task_services
 from tasks.models import Round
 from tasks.roles import is_researcher
 
-from . import contexts, examples, gold, idempotency, listing, reliability, sessions, stats, validation
+from . import contexts, examples, gold, idempotency, listing, reliability, serving, sessions, stats, validation
 from .access import example_for, seen, task_for, token_session
 from .inference import prefetch_models
 from .serializers import (
@@ -253,7 +253,7 @@ class NextValidation(AnnotationView):
     def get(self, request, slug):
         task = task_for(request, slug)
         seen(request)
-        example = validation.next_for(task, request.user)
+        example = serving.next_for(task, request.user)
         if example is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(ValidationItemSerializer(example, context={"user": request.user}).data)

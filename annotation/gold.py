@@ -5,7 +5,7 @@ example written on the platform) with its true verdict: is the writer's answer
 right? Marking is the researcher's decision on it, so a gold item is decided like
 any example a researcher decided, and it is training data like them.
 
-- **Served like any item.** The validation queue (``validation.next_for``) mixes
+- **Served like any item.** The validation queue (``serving.next_for``) mixes
   gold items in at the task config's ``validation.gold_rate`` (0.1: one item in
   ten), each at most once to a validator and never to its writer or an account
   that counts as the writer. Nothing a validator sees sets it apart: no item

@@ -354,7 +354,7 @@ class ValidationClaim(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["example", "validator"], name="one_claim_per_validator")]
         indexes = [
-            # A validator's live claims (the queue serves what they hold again: validation.held_claim).
+            # A validator's live claims (the queue serves what they hold again: serving.held_claim).
             models.Index(fields=["validator", "expires_at"], name="claim_validator_live"),
         ]
 

@@ -27,7 +27,7 @@ from tasks.charts import error_rate_chart
 from tasks.models import Round, Task
 from tasks.roles import is_researcher
 
-from . import examples, onboarding, sessions, stats, trust, validation
+from . import examples, onboarding, serving, sessions, stats, trust
 from .serializers import ValidationItemSerializer
 from .tokens import InvalidToken, make_token, session_from_token
 from .trust import record_address
@@ -154,7 +154,7 @@ def work_page_context(request, task, session, work) -> dict:
         if not context["closed"] and not context["round"].target_models.exists():
             context["waiting_for_target"] = examples.waiting_for_target(task)
     else:
-        example = validation.next_for(task, session.user)
+        example = serving.next_for(task, session.user)
         context["item"] = ValidationItemSerializer(example, context={"user": session.user}).data if example else None
         # Said before the first vote: a new account's decisions wait (the trust rule's own setting).
         context["votes_count_from"] = trust.votes_count_from(task, session.user, session)

@@ -133,8 +133,8 @@ def own_assignments(user, *, worker: bool | None = None):
 def unconfirmed_arrival(user) -> Assignment | None:
     """The assignment ``user`` is the provisional identity of (an arrival its platform has not
     confirmed as the worker's yet), or None."""
-    return (Assignment.objects.select_related("hit__batch").filter(session__user=user, worker_confirmed_at__isnull=True)
-            .first())
+    return (Assignment.objects.select_related("hit__batch", "worker")
+            .filter(session__user=user, worker_confirmed_at__isnull=True).first())
 
 
 def assignments_page(user, number: int = 1, size: int = PAGE_SIZE, *, worker: bool | None = None) -> Page:
@@ -241,16 +241,22 @@ def standing(user, arrival: Assignment | None = None) -> list[dict]:
 def worker_page(user, pages: dict | None = None, size: int = PAGE_SIZE) -> dict:
     """All of it for ``user``; ``pages`` maps a section to its page number."""
     pages = pages or {}
-    identity = WorkerIdentity.objects.filter(user=user).only("worker_id").first()
+    identity = WorkerIdentity.objects.filter(user=user).only("worker_id", "platform").first()
     arrival = None if identity is not None else unconfirmed_arrival(user)
-    note = ""
+    note, platform = "", None
+    if identity is not None:
+        platform = by_name(identity.platform)
     if arrival is not None:
         platform = by_name(arrival.hit.batch.platform)
         note = (f"{platform.label} has not confirmed this {platform.work_name} as yours yet, so this page shows "
                 f"its own work only. Once {platform.label} confirms it, this work joins your account and your "
                 "page shows all of it.")
     return {
-        "username": user.get_username(), "mturk_worker": identity is not None or arrival is not None,
+        # A provisional identity's own name is internal (the worker id, a suffix of its own): the
+        # worker is shown the id their link gave, which the page says is not confirmed yet.
+        "username": f"{arrival.worker.worker_id}, not confirmed yet" if arrival is not None else user.get_username(),
+        "mturk_worker": identity is not None or arrival is not None,
+        "platform_label": platform.label if platform is not None else "",
         "unconfirmed": arrival is not None, "unconfirmed_note": note,
         "email_verified": not trust.email_unverified(user),
         "examples": examples_page(user, pages.get("examples", 1), size),

@@ -1,3 +1,5 @@
+# Long on purpose: the crowd tables (batches, HITs, assignments, worker identities, the ledgers) and the
+# constraints that tie them together, in the one models module Django expects of an app.
 """Crowd work on Amazon Mechanical Turk: batches of HITs, the assignments workers
 take, who those workers are, and the ledger of bonuses paid to them.
 

@@ -27,7 +27,8 @@ from ml import metrics as ml_metrics
 from ml import scoring
 from ml.memory import inference_memory_mb
 from ml.submissions import parameter_count
-from registry.endpoints import EndpointBudgetRefused, budget_spent, endpoint_of
+from registry.endpoint_budgets import EndpointBudgetRefused, budget_spent
+from registry.endpoints import endpoint_of
 from registry.endpoints import predict as endpoint_predict
 from registry.models import ModelVersion
 from registry.services import ref_for

@@ -1,3 +1,5 @@
+# Long on purpose: one endpoint call's whole path (its key, its address, its slot and rate, its reservation,
+# the answer and its errors) read top to bottom; what calls cost is registry/endpoint_budgets.py.
 """Models behind endpoints: registering them, asking them, counting what they cost,
 checking their health, and a black-box "Why?".
 
@@ -6,12 +8,10 @@ how to reach it (``registry.models``). The protocols' clients are ``ml.endpoints
 (no Django); this module adds what needs the database and the settings:
 
 - the key: ``Endpoint.secret_env`` names a key of the operator's map
-  (``ENDPOINT_SECRETS``: its environment variable and the hosts it may be sent to).
-  Nothing else is ever read as a key (no other variable, no setting). The key is read
-  in the process that calls, sent only to its bound hosts (checked at the moment of
-  the call), and never stored, logged or returned. A row naming a key the map does
-  not hold (made before the map existed) is refused at call time, before anything is
-  sent. Only a superuser picks or changes a key and sets prices; a researcher's
+  (``ENDPOINT_SECRETS``: its environment variable and the hosts it may be sent to),
+  never any other variable or setting. It is read in the process that calls, sent only
+  to its bound hosts (checked at each call, before anything is sent), never stored,
+  logged or returned. Only a superuser picks a key or sets prices; a researcher's
   change of the URL or the model clears the key;
 - where requests go (``network_policy``): every connection's address checked after
   resolution and that address connected to (``ml.endpoints.network``), internal
@@ -20,15 +20,10 @@ how to reach it (``registry.models``). The protocols' clients are ``ml.endpoints
 - bounds across every worker: at most ``max_concurrency`` requests in flight
   (``core.slots``, the Redis slots the explanation lane uses; per process without a
   Redis) and at most ``rate_limit_per_minute`` requests a minute (the shared cache);
-- cost: calls, tokens and their price per endpoint and round (``EndpointUsage``),
-  against the budgets a superuser sets (``ENDPOINT_DEFAULT_BUDGET`` where none is set):
-  ``round_budget`` for each round's annotation calls, ``evaluation_budget`` for every
-  call outside rounds (evaluations and health checks, in all). The most a call may
-  cost is reserved before it is sent, in one conditional UPDATE (so calls made at once
-  cannot together pass the budget), and settled when it ends: what it cost, or the
-  reservation where the endpoint may have billed without a usable answer. A call the
-  budget cannot cover is refused with a clear message before it is made. An endpoint
-  that uses a key is not asked before a superuser has priced it;
+- cost (``registry.endpoint_budgets``): the most a call may cost is reserved against
+  the endpoint's budget before it is sent and settled when it ends; a call the budget
+  cannot cover is refused with a clear message before it is made. An endpoint that
+  uses a key is not asked before a superuser has priced it;
 - errors: whatever goes wrong (timeouts, 429s, 5xx, connections that fail or drop,
   after the retries that fit the wait budget; refusals; refused addresses; answers in
   the wrong shape) is a 503 (``EndpointUnavailable``) that says nothing was stored, in
@@ -44,14 +39,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
-from django.db.models import DecimalField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
 import ml
@@ -60,7 +54,18 @@ from core.errors import Conflict, Forbidden, InvalidInput, Unavailable
 from ml import endpoints as remote
 from ml.endpoints.network import host_and_port, host_listed
 
-from .models import Endpoint, EndpointUsage, ModelVersion, endpoint_of  # noqa: F401 (endpoint_of re-exported)
+from .endpoint_budgets import (
+    PRICES,
+    EndpointBudgetRefused,
+    amount_field,
+    answered_cost,
+    budget_spent,
+    cost_of,
+    priced,
+    reserve,
+    settle,
+)
+from .models import Endpoint, ModelVersion, endpoint_of  # noqa: F401 (endpoint_of re-exported)
 from .services import check_new_model_name
 
 log = logging.getLogger(__name__)
@@ -76,32 +81,7 @@ class EndpointUnavailable(Unavailable):
     code = "endpoint_unavailable"
 
 
-class EndpointBudgetSpent(Unavailable):
-    """The endpoint's budget (the round's, or outside rounds) is spent: it answers no more."""
-
-    code = "endpoint_budget_spent"
-
-
-class EndpointBudgetRefused(Conflict):
-    """A health check or an evaluation not started because the endpoint's budget
-    outside rounds is spent (409: the researcher's request clashes with the budget)."""
-
-    code = "endpoint_budget_spent"
-
-
 # --- registering ----------------------------------------------------------------------
-
-
-def _decimal(name: str, value) -> Decimal | None:
-    if value in (None, ""):
-        return None
-    try:
-        number = Decimal(str(value))
-    except ArithmeticError:
-        raise InvalidInput.field(name, "Must be a number.") from None
-    if not number.is_finite() or number < 0 or number > Decimal("1000000"):
-        raise InvalidInput.field(name, "Must be a number from 0 to 1000000.")
-    return number
 
 
 def network_policy() -> remote.NetworkPolicy:
@@ -173,9 +153,6 @@ def _superuser(user) -> bool:
     return user is None or user.is_superuser
 
 
-PRICES = ("price_per_call", "price_per_1k_prompt_tokens", "price_per_1k_completion_tokens")
-
-
 @transaction.atomic
 def register_endpoint(task, *, name, protocol, url, model="", secret_env="", timeout_s=10.0, max_concurrency=4,
                       rate_limit_per_minute=None, price_per_call=None, price_per_1k_prompt_tokens=None,
@@ -184,7 +161,7 @@ def register_endpoint(task, *, name, protocol, url, model="", secret_env="", tim
     a target, ranked. Nothing is called here (the health check before a promotion does).
     Prices are a superuser's (``user`` None: the operator, e.g. ``manage.py``)."""
     fields = check_fields(protocol, url, model, secret_env, timeout_s, max_concurrency, rate_limit_per_minute)
-    prices = {price: _decimal(price, value) for price, value in zip(
+    prices = {price: amount_field(price, value) for price, value in zip(
         PRICES, (price_per_call, price_per_1k_prompt_tokens, price_per_1k_completion_tokens), strict=True)}
     if not _superuser(user) and any(value is not None for value in prices.values()):
         raise Forbidden("Only a superuser sets an endpoint's prices: register it without them, and a superuser "
@@ -214,7 +191,7 @@ def update_endpoint(endpoint: Endpoint, *, user=None, **changes) -> Endpoint:
                "rate_limit_per_minute": endpoint.rate_limit_per_minute}
     proposed = {**current, **{k: v for k, v in changes.items() if k in current}}
     proposed["secret_env"] = (proposed["secret_env"] or "").strip()
-    prices = {name: _decimal(name, changes[name]) for name in PRICES if name in changes}
+    prices = {name: amount_field(name, changes[name]) for name in PRICES if name in changes}
     prices = {name: value for name, value in prices.items() if value != getattr(endpoint, name)}
     moved = proposed["url"] != endpoint.url or (proposed["remote_model"] or "").strip() != endpoint.remote_model
     if not _superuser(user):
@@ -241,32 +218,7 @@ def update_endpoint(endpoint: Endpoint, *, user=None, **changes) -> Endpoint:
     return endpoint
 
 
-def _set_budget(endpoint: Endpoint, field: str, amount, user) -> Endpoint:
-    if user is None or not user.is_superuser:
-        raise Forbidden("Only a superuser sets an endpoint's budget.")
-    setattr(endpoint, field, _decimal(field, amount))
-    endpoint.save(update_fields=[field])
-    return endpoint
-
-
-def set_round_budget(endpoint: Endpoint, amount, user) -> Endpoint:
-    """Set what the endpoint's calls may cost per round (None: ``ENDPOINT_DEFAULT_BUDGET``);
-    superusers only."""
-    return _set_budget(endpoint, "round_budget", amount, user)
-
-
-def set_evaluation_budget(endpoint: Endpoint, amount, user) -> Endpoint:
-    """Set what the endpoint's calls outside rounds (evaluations, health checks) may
-    cost in all (None: ``ENDPOINT_DEFAULT_BUDGET``); superusers only."""
-    return _set_budget(endpoint, "evaluation_budget", amount, user)
-
-
 # --- asking ------------------------------------------------------------------------------
-
-
-def priced(endpoint: Endpoint) -> bool:
-    """Whether a superuser has set any of its prices (0 included)."""
-    return any(getattr(endpoint, name) is not None for name in PRICES)
 
 
 def _secret(endpoint: Endpoint) -> tuple[str | None, tuple[str, ...]]:
@@ -370,128 +322,6 @@ def _take_rate(endpoint: Endpoint, requests: int) -> None:
                                   "a minute; nothing was stored.", retry_after=max(1, 60 - int(time.time()) % 60))
 
 
-def usage_of(endpoint: Endpoint, round_id: int | None) -> EndpointUsage:
-    usage, _ = EndpointUsage.objects.get_or_create(endpoint=endpoint, round_id=round_id)
-    return usage
-
-
-def budget_of(endpoint: Endpoint, round_id: int | None) -> Decimal:
-    """What the endpoint's calls may cost in ``round_id`` (None: outside rounds, in all):
-    the budget a superuser set, else ``ENDPOINT_DEFAULT_BUDGET``."""
-    limit = endpoint.round_budget if round_id is not None else endpoint.evaluation_budget
-    return settings.ENDPOINT_DEFAULT_BUDGET if limit is None else limit
-
-
-def budgets_in_effect(endpoint: Endpoint) -> dict[str, Decimal]:
-    """Its budgets as they apply now: ``round`` (per round) and ``evaluation`` (outside rounds)."""
-    cent = Decimal("0.01")
-    return {"round": budget_of(endpoint, 0).quantize(cent),  # 0: any round, they share one budget field
-            "evaluation": budget_of(endpoint, None).quantize(cent)}
-
-
-def _money(amount: Decimal) -> str:
-    return format(amount.quantize(Decimal("0.01")) if amount == amount.quantize(Decimal("0.01")) else
-                  amount.normalize(), "f")
-
-
-def _budget_reason(endpoint: Endpoint, round_id: int | None, limit: Decimal, spent: Decimal, held: Decimal,
-                   asked: Decimal | None = None) -> str:
-    used = f"{_money(spent)} spent" + (f", {_money(held)} held by calls in flight" if held else "")
-    if asked is not None:
-        used += f"; this call may cost up to {_money(asked)}"
-    name = endpoint.model_version.name
-    if round_id is not None:
-        return (f"The budget of endpoint model {name} for this round ({_money(limit)}) is spent ({used}); it answers "
-                "no more until a superuser raises it. Nothing was stored.")
-    return (f"The evaluation budget of endpoint model {name} ({_money(limit)}, for its evaluations and health checks "
-            f"in all) is spent ({used}); it is not asked for either until a superuser raises it. Nothing was stored.")
-
-
-def budget_spent(endpoint: Endpoint, round_id: int | None) -> str | None:
-    """Why the endpoint may make no more calls for ``round_id`` (None: outside rounds,
-    i.e. evaluations and health checks), or None while its budget there is not spent
-    (what was spent and what calls in flight hold, against it). An endpoint without a
-    price costs nothing and is never refused for money."""
-    if not priced(endpoint):
-        return None
-    limit = budget_of(endpoint, round_id)
-    spent, held = (EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id)
-                   .values_list("cost", "reserved").first()) or (Decimal(0), Decimal(0))
-    if spent + held < limit:
-        return None
-    return _budget_reason(endpoint, round_id, limit, spent, held)
-
-
-def cost_of(endpoint: Endpoint, requests: int, prompt_tokens: int, completion_tokens: int) -> Decimal:
-    """What so many requests and tokens cost at the endpoint's prices, rounded up to the
-    millionth (a small cost never rounds to nothing)."""
-    cost = Decimal(0)
-    if endpoint.price_per_call is not None:
-        cost += endpoint.price_per_call * requests
-    if endpoint.price_per_1k_prompt_tokens is not None:
-        cost += endpoint.price_per_1k_prompt_tokens * prompt_tokens / 1000
-    if endpoint.price_per_1k_completion_tokens is not None:
-        cost += endpoint.price_per_1k_completion_tokens * completion_tokens / 1000
-    return cost.quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
-
-
-def _reserve(endpoint: Endpoint, round_id: int | None, amount: Decimal) -> None:
-    """Hold ``amount`` against the budget for ``round_id`` before the calls it covers
-    are sent, or refuse them (``EndpointBudgetSpent``). One conditional UPDATE: it
-    holds only while what was spent, what calls in flight hold and ``amount`` stay
-    within the budget, so calls made at once cannot together pass it."""
-    if amount <= 0:
-        return  # costs nothing: never refused for money
-    limit = budget_of(endpoint, round_id)
-    usage_of(endpoint, round_id)
-    room = ExpressionWrapper(Value(limit - amount) - F("reserved"), output_field=DecimalField())
-    if EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id, cost__lte=room).update(
-            reserved=F("reserved") + amount):
-        return
-    spent, held = EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).values_list(
-        "cost", "reserved").get()
-    raise EndpointBudgetSpent(_budget_reason(endpoint, round_id, limit, spent, held, amount),
-                              retry_after=5 if held > 0 else 3600)
-
-
-def _settle(endpoint: Endpoint, round_id: int | None, *, held: Decimal, cost: Decimal, calls: int = 0,
-            failed: int = 0, unparseable: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
-    """Count what the calls did and cost, and give back what was held for them (one UPDATE)."""
-    changes = {"calls": F("calls") + calls, "failed_calls": F("failed_calls") + failed,
-               "unparseable": F("unparseable") + unparseable, "prompt_tokens": F("prompt_tokens") + prompt_tokens,
-               "completion_tokens": F("completion_tokens") + completion_tokens, "cost": F("cost") + cost}
-    if held:
-        changes["reserved"] = F("reserved") - held
-    # One UPDATE (one commit) on the hot path; the round's row is made on its first call.
-    if not EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes):
-        usage_of(endpoint, round_id)
-        EndpointUsage.objects.filter(endpoint=endpoint, round_id=round_id).update(**changes)
-
-
-def release_reservations(endpoint: Endpoint, user) -> Decimal:
-    """Give back what the endpoint's calls hold against its budgets, in every round:
-    for a superuser, after a process was killed with calls in flight (their
-    reservations were never settled). Used while calls are in flight, it lets those
-    calls pass the budget by what they held. What was given back, in all."""
-    if user is None or not user.is_superuser:
-        raise Forbidden("Only a superuser releases what an endpoint's calls hold against its budget.")
-    rows = EndpointUsage.objects.filter(endpoint=endpoint, reserved__gt=0)
-    held = sum(rows.values_list("reserved", flat=True), Decimal(0))
-    rows.update(reserved=0)
-    return held
-
-
-def _answered_cost(endpoint: Endpoint, answers: list[dict], most: dict) -> tuple[Decimal, int, int]:
-    """What a request that answered costs, and its reported tokens; where it reported
-    none (and tokens are priced), the most it may have used is charged."""
-    reported = [a.get("endpoint", {}) for a in answers]
-    prompt = sum(r.get("prompt_tokens", 0) for r in reported)
-    completion = sum(r.get("completion_tokens", 0) for r in reported)
-    charged_prompt = prompt if all("prompt_tokens" in r for r in reported) else most["prompt_tokens"]
-    charged_completion = completion if all("completion_tokens" in r for r in reported) else most["completion_tokens"]
-    return cost_of(endpoint, most["requests"], charged_prompt, charged_completion), prompt, completion
-
-
 def _unavailable(endpoint: Endpoint, exc: Exception, secret: str | None) -> Unavailable:
     message = str(getattr(exc, "message", exc))
     if secret:
@@ -524,7 +354,7 @@ def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | Non
     most = [remote.most_usage(target, spec, part) for part in parts]
     holds = [cost_of(endpoint, **m) for m in most]
     held = sum(holds, Decimal(0))
-    _reserve(endpoint, round_id, held)
+    reserve(endpoint, round_id, held)
     deadline = time.monotonic() + budget
 
     def ask(index: int) -> tuple[list[dict] | None, Exception | None]:
@@ -549,7 +379,7 @@ def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | Non
                                     "completion_tokens": 0}
         for (answers, error), most_part, hold in zip(outcomes, most, holds, strict=True):
             if error is None:
-                charged, prompt, completion = _answered_cost(endpoint, answers, most_part)
+                charged, prompt, completion = answered_cost(endpoint, answers, most_part)
                 cost += charged
                 counts["calls"] += most_part["requests"]
                 counts["prompt_tokens"] += prompt
@@ -560,7 +390,7 @@ def predict(endpoint: Endpoint, config, rows: list[dict], *, round_id: int | Non
                 if error.billable:  # answered in the wrong shape, or timed out once sent: it may have billed
                     cost += hold
     finally:
-        _settle(endpoint, round_id, held=held, cost=cost, **counts)
+        settle(endpoint, round_id, held=held, cost=cost, **counts)
     for _, error in outcomes:
         if isinstance(error, remote.EndpointError):
             log.warning("endpoint %s failed: %s", endpoint.pk, type(error).__name__)

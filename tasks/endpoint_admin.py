@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 
 from core.errors import DomainError, InvalidInput
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, EndpointUsage
 from registry.services import check_new_model_name
 
@@ -18,9 +18,9 @@ from .admin_lists import TaskScopedAdmin, run_service_action
 from .models import Task
 
 EDITABLE = ["url", "remote_model", "secret_env", "timeout_s", "max_concurrency", "rate_limit_per_minute",
-            *endpoints.PRICES]
+            *endpoint_budgets.PRICES]
 BUDGETS = ["round_budget", "evaluation_budget"]  # a superuser's
-SUPERUSERS_ONLY = [*endpoints.PRICES, *BUDGETS]
+SUPERUSERS_ONLY = [*endpoint_budgets.PRICES, *BUDGETS]
 
 
 def key_choices():
@@ -101,7 +101,7 @@ def check_health(modeladmin, request, queryset):
 @admin.action(description="Release what calls hold against the budgets (after a crash; superusers)")
 def release_reservations(modeladmin, request, queryset):
     run_service_action(modeladmin, request, queryset.select_related("model_version"),
-                       lambda e: endpoints.release_reservations(e, request.user), "Released")
+                       lambda e: endpoint_budgets.release_reservations(e, request.user), "Released")
 
 
 class UsageInline(admin.TabularInline):
@@ -154,7 +154,7 @@ class EndpointAdmin(TaskScopedAdmin):
                 data["task"], name=data["name"], protocol=data["protocol"], url=data["url"],
                 model=data["remote_model"], secret_env=data["secret_env"], timeout_s=data["timeout_s"],
                 max_concurrency=data["max_concurrency"], rate_limit_per_minute=data["rate_limit_per_minute"],
-                **{name: data.get(name) for name in endpoints.PRICES}, user=request.user)
+                **{name: data.get(name) for name in endpoint_budgets.PRICES}, user=request.user)
             obj.pk, obj.model_version = version.endpoint.pk, version
             return
         stored = Endpoint.objects.get(pk=obj.pk)
@@ -165,6 +165,6 @@ class EndpointAdmin(TaskScopedAdmin):
             self.message_user(request, f"The key {key!r} was cleared: only a superuser changes the URL or the model "
                                        "of an endpoint that uses a key and keeps it.", messages.WARNING)
         if "round_budget" in form.changed_data:
-            endpoints.set_round_budget(stored, data["round_budget"], request.user)
+            endpoint_budgets.set_round_budget(stored, data["round_budget"], request.user)
         if "evaluation_budget" in form.changed_data:
-            endpoints.set_evaluation_budget(stored, data["evaluation_budget"], request.user)
+            endpoint_budgets.set_evaluation_budget(stored, data["evaluation_budget"], request.user)

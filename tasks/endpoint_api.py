@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from core.errors import Forbidden, NotFound
 from core.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
 from ml.endpoints import PROTOCOLS
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, ModelVersion
 
 from .api import visible_task
@@ -74,10 +74,10 @@ class EndpointSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_round_budget_in_effect(self, endpoint) -> str:
-        return str(endpoints.budgets_in_effect(endpoint)["round"])
+        return str(endpoint_budgets.budgets_in_effect(endpoint)["round"])
 
     def get_evaluation_budget_in_effect(self, endpoint) -> str:
-        return str(endpoints.budgets_in_effect(endpoint)["evaluation"])
+        return str(endpoint_budgets.budgets_in_effect(endpoint)["evaluation"])
 
 
 class HealthSerializer(serializers.Serializer):

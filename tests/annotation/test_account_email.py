@@ -13,7 +13,7 @@ from django.utils import timezone
 from annotation import trust, validation
 from annotation.accounts import email_tokens
 from annotation.models import AccountEmail, Example, Validation
-from annotation.validation import assign
+from annotation.serving import assign
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from annotation import reliability, trust, validation
+from annotation import reliability, serving, trust, validation
 from annotation import reliability_model as R
 from annotation.models import ReliabilityFit, Validation, ValidatorReliability
 from core.errors import Conflict
@@ -147,8 +147,8 @@ def test_an_example_undecided_after_max_votes_goes_to_a_researcher(demo_tasks, a
     assert example.validation_status == "escalated" and example.decision_posterior == pytest.approx(0.8)
     # Out of the queue; no validator may vote on it any more; a researcher decides it.
     late = account("late", "198.51.100.79")
-    assert validation.next_for(task, late) is None
-    validation.assign(example, late)
+    assert serving.next_for(task, late) is None
+    serving.assign(example, late)
     with pytest.raises(Conflict, match="decided already"):
         validation.give_blind_answer(example.pk, late, {"label": "positive"})
     response = client_for(researcher).post(f"/api/examples/{example.pk}/validations/", {"label": "correct"},
@@ -277,12 +277,12 @@ def test_known_validators_get_the_examples_closest_to_a_decision(demo_tasks, ann
     far.decision_posterior, far.validations_correct, far.validations_incorrect = 0.6, 1, 1
     far.save()
     expert = known(task, account("expert", "198.51.100.130"))
-    assert [e.pk for e in validation.validation_queue(task, expert)] == [close.pk, far.pk, fresh.pk]
+    assert [e.pk for e in serving.validation_queue(task, expert)] == [close.pk, far.pk, fresh.pk]
     newcomer = account("newcomer", "198.51.100.131")
-    assert [e.pk for e in validation.validation_queue(task, newcomer)] == [fresh.pk, close.pk, far.pk]
+    assert [e.pk for e in serving.validation_queue(task, newcomer)] == [fresh.pk, close.pk, far.pk]
     # Model-fooling examples stay ahead of everything.
     fooling = write(task, annotator, text="fooling", fooled=True)
-    assert validation.validation_queue(task, expert).first().pk == fooling.pk
+    assert serving.validation_queue(task, expert).first().pk == fooling.pk
 
 
 # --- what researchers and authors see ------------------------------------------------------
@@ -343,7 +343,7 @@ def test_concurrent_votes_on_an_adaptive_example_decide_it_once(demo_tasks, anno
     example = write(task, annotator)
     voters = [known(task, account(f"racer{i}", f"198.51.100.{170 + i}")) for i in range(6)]
     for voter in voters:
-        validation.assign(example, voter)
+        serving.assign(example, voter)
         validation.give_blind_answer(example.pk, voter, {"label": "positive"})
     barrier = threading.Barrier(len(voters))
     refused = []

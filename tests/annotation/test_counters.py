@@ -12,7 +12,7 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from annotation import counters, examples, sessions, validation
+from annotation import counters, examples, serving, sessions, validation
 from annotation.datasets import import_records
 from annotation.models import AnnotationSession, Example, RoundCounts, Validation, WriterCounts
 from annotation.stats import round_stats
@@ -35,7 +35,7 @@ def write(task, writer, *, fooled, session=None, text="A statement"):
 
 
 def vote(user, example, label="correct", *, agree=True, session=None):
-    validation.assign(example, user)
+    serving.assign(example, user)
     validation.give_blind_answer(example.pk, user, example.target if agree else {"label": "negative"})
     return validation.validate_example(example.pk, user, label=label, session=session)
 
@@ -68,7 +68,7 @@ def test_every_write_path_keeps_the_counters_equal_to_a_recount(demo_tasks, rese
                 vote(voter, example, rng.choice(["correct", "incorrect", "flagged"]), agree=rng.random() < 0.7)
             elif action == "blind":
                 voter = rng.choice(validators)
-                validation.assign(example, voter)
+                serving.assign(example, voter)
                 validation.give_blind_answer(example.pk, voter, {"label": rng.choice(["positive", "negative"])})
             elif action == "researcher":
                 validation.validate_example(example.pk, researcher, label=rng.choice(["correct", "incorrect"]))
@@ -103,11 +103,11 @@ def test_a_confirmed_mturk_assignment_is_collected_and_counted_from_then_on(demo
                                  mode=AnnotationSession.Mode.CREATE, provisional=True)
     paid = write(task, worker, fooled=True, session=hit)
     assert round_stats(task.open_round())["collected"] == 0  # a worker id typed into a URL moves no number
-    assert validation.next_for(task, checker) is None  # and is not served to validators
+    assert serving.next_for(task, checker) is None  # and is not served to validators
     validation.confirm_session(hit)
     assert Example.objects.get(pk=paid.pk).provisional is False
     assert (round_stats(task.open_round())["collected"], round_stats(task.open_round())["fooled"]) == (1, 1)
-    assert validation.next_for(task, checker).pk == paid.pk
+    assert serving.next_for(task, checker).pk == paid.pk
     no_drift()
 
 

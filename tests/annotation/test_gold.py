@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from annotation import gold, reliability, sessions, trust, validation
+from annotation import gold, reliability, serving, sessions, trust, validation
 from annotation import reliability_model as R
 from annotation.models import AnnotationSession, Example, Validation, ValidatorReliability
 from annotation.stats import round_stats
@@ -109,7 +109,7 @@ def test_gold_answers_alone_earn_no_trust_by_default(demo_tasks, researcher, ann
         assert (record.answers, record.agreeing, record.reference_answers, record.trusted) == (20, 20, 0, False)
         assert "on examples that others decided after your answer" in record.describe()
     for item in items[20:]:  # blind answers alone on gold items are no reference answers either
-        validation.assign(item, knows)
+        serving.assign(item, knows)
         validation.give_blind_answer(item.pk, knows, item.target)
     assert trust.standing(task, knows).reference_answers == 0
     deciders = [account(f"decider{i}", f"198.51.100.{97 + i}") for i in range(2)]
@@ -193,7 +193,7 @@ def test_gold_items_look_like_any_other_item_before_and_after(demo_tasks, resear
     assert client.post(f"/api/examples/{item.pk}/blind-answer/", {"answer": {"label": "positive"}},
                        format="json").status_code == 201
     on_gold = client.post(f"/api/examples/{item.pk}/validations/", {"label": "correct"}, format="json").json()
-    validation.assign(plain, validator)
+    serving.assign(plain, validator)
     client.post(f"/api/examples/{plain.pk}/blind-answer/", {"answer": {"label": "positive"}}, format="json")
     on_plain = client.post(f"/api/examples/{plain.pk}/validations/", {"label": "correct"}, format="json").json()
     for body in (on_gold, on_plain):

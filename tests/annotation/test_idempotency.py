@@ -74,7 +74,7 @@ def answered_blind(task, author, validator_client):
     """An example by ``author`` that the validator has answered blind: ready for a decision
     that counts (a researcher of the task vouches for the validator)."""
     from annotation.models import VouchedValidator
-    from annotation.validation import assign
+    from annotation.serving import assign
 
     VouchedValidator.objects.get_or_create(task=task, validator=validator_client.user)
     example = Example.objects.create(task=task, round=task.open_round(), annotator=author,

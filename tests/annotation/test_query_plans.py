@@ -7,7 +7,7 @@ import pytest
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from annotation import gold, validation
+from annotation import gold, serving, validation
 from annotation.models import Example, Validation
 from tasks.models import Round
 
@@ -54,7 +54,7 @@ def test_the_next_item_to_validate_is_an_index_walk(study, client_for):
     client = client_for(validators[0])  # one with decisions of their own to leave out
     assert_clean(lambda: client.get("/api/tasks/sentiment/validations/next/"))
     expert = known(adaptive(task), validators[1])
-    assert_clean(lambda: validation.next_for(task, expert))
+    assert_clean(lambda: serving.next_for(task, expert))
 
 
 def test_a_gold_draw_walks_the_gold_index(study, researcher):
@@ -68,7 +68,7 @@ def test_a_gold_draw_walks_the_gold_index(study, researcher):
     assert gold.pick(task, validators[0]) is not None
     found = plan_problems(lambda: gold.pick(task, validators[0]), sorts=False)
     assert not found, "\n".join(found)
-    assert_clean(lambda: validation.next_for(task, validators[2]))
+    assert_clean(lambda: serving.next_for(task, validators[2]))
 
 
 def test_the_check_fails_on_a_full_scan_and_on_a_count_run_once_per_row(study):
@@ -91,8 +91,8 @@ def test_the_queue_and_the_hit_preview_walk_an_index_in_its_order(study):
     from crowd.views import _sample
 
     task, validators = study
-    for queue in (validation.validation_queue(task, validators[0]),
-                  validation.validation_queue(adaptive(task), known(task, validators[1]))):
+    for queue in (serving.validation_queue(task, validators[0]),
+                  serving.validation_queue(adaptive(task), known(task, validators[1]))):
         assert not problems_of(*queue[:1].query.sql_with_params(), sorts=False)
     found = plan_problems(lambda: _sample(task), sorts=False)
     assert not found, "\n".join(found)

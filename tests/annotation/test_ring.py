@@ -7,7 +7,7 @@ answer right; every other item they take for one that pays, and there they lie
 together: "correct" on their accomplice's mislabelled paid examples, "incorrect" on
 honest writers' right ones. Beside them, the task's own validators (a researcher
 vouched for them, and each answered a few gold items) tell the truth. Everything runs
-through the services the API calls: the queue serves (``validation.next_for``),
+through the services the API calls: the queue serves (``serving.next_for``),
 answers are given blind and then decided, and the reliability fit is refitted as the
 beat does. The task keeps its default settings.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from annotation import reliability, sessions, trust, validation
+from annotation import reliability, serving, sessions, trust, validation
 from annotation import reliability_model as R
 from annotation.models import AnnotationSession, Example, Validation, ValidatorReliability
 
@@ -94,7 +94,7 @@ def play(task, researcher, *, knows: str, honest: int) -> tuple[Played, list]:
     for user in pool:
         trust.vouch(task, user, researcher)
         for item in rng.sample(gold, HONEST_GOLD_ANSWERS):
-            validation.assign(item, user)
+            serving.assign(item, user)
             answer(user, item, says_right=item.gold_verdict == "correct")
 
     def says_right(user, example: Example) -> bool:
@@ -109,7 +109,7 @@ def play(task, researcher, *, knows: str, honest: int) -> tuple[Played, list]:
     # the claim on whatever else it was served.)
     for member in members:
         for item in rng.sample(gold, RING_GOLD_ANSWERS):
-            validation.assign(item, member)
+            serving.assign(item, member)
             answer(member, item, says_right(member, item))
     reliability.refit(task)
 
@@ -124,7 +124,7 @@ def play(task, researcher, *, knows: str, honest: int) -> tuple[Played, list]:
     since_refit = 0
     for _turn in range(TURNS):
         for user in rng.sample(validators, len(validators)):
-            example = validation.next_for(task, user)
+            example = serving.next_for(task, user)
             if example is None:
                 continue
             answer(user, example, says_right(user, example))
@@ -171,7 +171,7 @@ def test_a_ring_that_knows_the_gold_decides_nothing(demo_tasks, researcher, monk
     task = demo_tasks["sentiment"]
     config = task.parsed_config
     assert config.validation["policy"] == "adaptive" and config.validator_trust["decides"] == "all"  # the defaults
-    monkeypatch.setattr(validation, "_draws", random.Random(f"draws:{knows}:{honest}"))  # a replayable queue
+    monkeypatch.setattr(serving, "_draws", random.Random(f"draws:{knows}:{honest}"))  # a replayable queue
 
     played, validators = play(task, researcher, knows=knows, honest=honest)
 
@@ -201,10 +201,10 @@ def test_accounts_asking_at_the_same_moment_do_not_land_on_one_example(demo_task
     once were all served the same example, and two of them decide a paid one. Now each
     is drawn among the most urgent examples."""
     task = demo_tasks["sentiment"]
-    monkeypatch.setattr(validation, "_draws", random.Random("same moment"))
+    monkeypatch.setattr(serving, "_draws", random.Random("same moment"))
     waiting = pending_fooling(task, account("writer", "203.0.113.80"), 20)
     accounts = [account(f"ring{i}", f"192.0.2.{20 + i}") for i in range(12)]
-    served = [validation.next_for(task, user).pk for user in accounts]
+    served = [serving.next_for(task, user).pk for user in accounts]
     assert set(served) <= {example.pk for example in waiting}
     assert len(set(served[:3])) > 1  # the first three are not all on one
     assert len(set(served)) >= 6  # spread over the waiting examples (about 9 of 20 expected)
@@ -221,14 +221,14 @@ def test_asking_again_serves_the_same_example_until_the_claim_lapses(demo_tasks,
     from annotation.models import ValidationClaim
 
     task = demo_tasks["sentiment"]
-    monkeypatch.setattr(validation, "_draws", random.Random("asking again"))
+    monkeypatch.setattr(serving, "_draws", random.Random("asking again"))
     gold_writer = account("gold-writer", "203.0.113.81")
     for i in range(5):
         validation.mark_gold(write(task, gold_writer, text=f"Gold {i}").pk, researcher, "correct")
     pending_fooling(task, account("writer", "203.0.113.82"), 10)
     member = account("ring0", "192.0.2.30")
-    first = validation.next_for(task, member)
-    assert all(validation.next_for(task, member).pk == first.pk for _ in range(60))
+    first = serving.next_for(task, member)
+    assert all(serving.next_for(task, member).pk == first.pk for _ in range(60))
     # Once answered, or once the claim lapses, the next one is drawn.
     ValidationClaim.objects.filter(validator=member).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert validation.next_for(task, member) is not None
+    assert serving.next_for(task, member) is not None

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation import sessions, trust, validation
+from annotation import serving, sessions, trust, validation
 from annotation.models import AccountAddress, AnnotationSession, Example, Validation
 from annotation.stats import round_stats
 
@@ -75,7 +75,7 @@ def paid(task, writer, **kwargs):
 
 def vote(user, example, label="correct", *, answer=None, session=None):
     """Serve, answer blind, and decide, through the services the API calls."""
-    validation.assign(example, user)
+    serving.assign(example, user)
     answer = answer or example.target
     validation.give_blind_answer(example.pk, user, answer)
     return validation.validate_example(example.pk, user, label=label, session=session).validation
@@ -100,7 +100,7 @@ def test_sock_puppets_signed_up_at_the_writers_address_cannot_validate_the_write
         # The queue never serves them the writer's example ...
         assert puppet.get("/api/tasks/sentiment/validations/next/").status_code == 204
         # ... and a claim made by hand does not help: they count as the writer.
-        validation.assign(example, puppet.user)
+        serving.assign(example, puppet.user)
         answered = puppet.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "negative"}},
                                format="json")
         assert answered.status_code == 403 and "counts as the writer" in answered.json()["detail"]
@@ -123,10 +123,10 @@ def test_an_account_seen_at_the_writers_address_later_counts_as_the_writer(demo_
     puppet = account("puppet")
     trust.record_address(puppet, "2001:db8:5:6:ffff::2")  # another host in the writer's IPv6 /64
     other = write(task, annotator, text="Another one")
-    validation.assign(other, puppet)
+    serving.assign(other, puppet)
     with pytest.raises(validation.Forbidden, match="counts as the writer"):
         validation.give_blind_answer(other.pk, puppet, {"label": "positive"})
-    assert validation.next_for(task, puppet) is None
+    assert serving.next_for(task, puppet) is None
 
 
 def test_a_loopback_address_links_no_one():
@@ -147,7 +147,7 @@ def test_votes_of_fresh_sign_ups_are_stored_but_decide_nothing(demo_tasks, annot
     before = round_stats(task.open_round())
     puppets = [sign_up(f"fresh{i}", f"198.51.100.{10 + i}") for i in range(3)]
     for puppet in puppets:
-        validation.assign(example, puppet.user)
+        serving.assign(example, puppet.user)
         assert puppet.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": {"label": "negative"}},
                            format="json").status_code == 201
         decided = puppet.post(f"/api/examples/{example.pk}/validations/", {"label": "correct"}, format="json")
@@ -228,7 +228,7 @@ def test_trust_is_earned_against_decisions_the_account_did_not_make(demo_tasks, 
     # The writer is right on two and wrong on two; the candidate agrees on three.
     references = [write(task, annotator, text=f"reference {i}") for i in range(4)]
     for i, example in enumerate(references):
-        validation.assign(example, candidate)
+        serving.assign(example, candidate)
         validation.give_blind_answer(example.pk, candidate, {"label": "positive" if i == 0 else "negative"})
     assert trust.standing(task, candidate).answers == 0  # not decided yet
     for i, example in enumerate(references):
@@ -246,7 +246,7 @@ def test_a_validator_who_disagrees_with_the_decisions_stays_untrusted(demo_tasks
     careless = account("careless", "198.51.100.50")
     references = [write(task, annotator, text=f"reference {i}") for i in range(5)]
     for i, example in enumerate(references):
-        validation.assign(example, careless)
+        serving.assign(example, careless)
         validation.give_blind_answer(example.pk, careless, {"label": "positive" if i < 3 else "negative"})
         validation.validate_example(example.pk, researcher, label="correct")
     record = trust.standing(task, careless)

@@ -44,7 +44,7 @@ def users(n, prefix="validator"):
 def served(client, example):
     """The validation queue serves ``example`` to the client's user (its own service), as
     GET .../validations/next/ does for the queue's head: only then may they validate it."""
-    from annotation.validation import assign
+    from annotation.serving import assign
 
     assign(example, client.user)
 
@@ -279,7 +279,8 @@ def test_owner_validation_decides_at_once_and_can_override(demo_tasks, annotator
 def test_concurrent_validators_never_over_count(demo_tasks, annotator):
     if connection.vendor != "postgresql":
         pytest.skip("row-lock concurrency is tested on PostgreSQL (DATABASE_URL=postgres://..., as in CI)")
-    from annotation.validation import assign, give_blind_answer, validate_example
+    from annotation.serving import assign
+    from annotation.validation import give_blind_answer, validate_example
     from core.errors import Conflict
 
     task = demo_tasks["sentiment"]
@@ -425,14 +426,14 @@ def test_the_validate_page_serves_its_item_to_the_signed_in_validator(demo_tasks
 def test_the_queue_walk_reads_past_pages_the_validator_decided(demo_tasks, annotator, monkeypatch):
     """The next item is found a page of the queue's index at a time: past pages whose
     examples the validator decided already, to the first they did not."""
-    from annotation import validation
+    from annotation import serving, validation
 
-    monkeypatch.setattr(validation, "QUEUE_PAGE", 2)
+    monkeypatch.setattr(serving, "QUEUE_PAGE", 2)
     task = demo_tasks["sentiment"]
     examples = [make_example(task, annotator, fooled=True, text=f"walked {i}") for i in range(6)]
     [validator] = users(1, "walker")
     for example in examples[:5]:
         Validation.objects.create(example=example, validator=validator, label="correct")
-    assert validation.draw_from_queue(task, validator).pk == examples[5].pk
+    assert serving.draw_from_queue(task, validator).pk == examples[5].pk
     Validation.objects.create(example=examples[5], validator=validator, label="correct")
-    assert validation.draw_from_queue(task, validator) is None
+    assert serving.draw_from_queue(task, validator) is None

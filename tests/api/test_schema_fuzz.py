@@ -166,10 +166,15 @@ def refine(schema: dict, world: dict) -> dict:
                 "performance:4,throughput:1,memory:1,robustness:1,fairness:1,calibration:0"]}
         if parameter["name"] == "dataset_weights":  # a round without a test set is a 400 too
             parameter["schema"] = {"type": "string", "enum": [""]}
-    # An endpoint's URL must be one the URL validator accepts (http or https): the
-    # registry's rule, checked at run time (tests/registry/test_endpoint_api.py refuses others).
+    # An endpoint's URL must be one the URL validator accepts (http or https) and not a
+    # literal address the server never connects to (loopback, private, ...): the registry's
+    # rules, checked at run time (tests/registry/test_endpoint_api.py and
+    # test_endpoint_addresses.py refuse the others with a 400).
     endpoint = components["EndpointCreateRequest"]["properties"]
-    endpoint["url"] = {"type": "string", "enum": ["http://127.0.0.1:9/", "https://models.example.org/v1"]}
+    endpoint["url"] = {"type": "string", "enum": ["https://models.example.org/v1", "https://models.example.org:8443/v2/"]}
+    # A key is a name of the operators' key map (ENDPOINT_SECRETS), empty on the fuzzed
+    # server: none is the only valid one (tests/registry/test_endpoint_keys.py refuses the rest).
+    endpoint["secret_env"] = {"type": "string", "enum": [""]}
     for name in ("TaskRequest", "TaskUpdateRequest", "PatchedTaskUpdateRequest"):
         properties = components[name]["properties"]
         properties["config"] = {"enum": VALID_CONFIGS}

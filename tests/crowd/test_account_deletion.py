@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 
-from annotation import trust, validation
+from annotation import serving, trust, validation
 from annotation.exporting import example_record
 from annotation.models import AccountAddress, AccountEmail, Example, Validation, VouchedValidator
 from core.errors import Forbidden
@@ -101,14 +101,14 @@ def test_a_deleted_writers_new_account_at_the_same_address_still_counts_as_the_w
     assert client.post("/accounts/delete/", {"confirm": "delete"}, REMOTE_ADDR=HOME).status_code == 200
     again = sign_up(client, "writer-again", HOME_AGAIN)
     assert trust.counts_as_writer(again, Example.objects.get(pk=example.pk))
-    assert validation.next_for(task, again) is None
+    assert serving.next_for(task, again) is None
     with pytest.raises(Forbidden, match="counts as the writer"):
         validation.give_blind_answer(example.pk, again, {"label": "positive"})
     with pytest.raises(Forbidden, match="counts as the writer"):
         validation.validate_example(example.pk, again, label="correct")
     assert not Validation.objects.filter(validator=again).exists()
     stranger = sign_up(client, "stranger", ELSEWHERE)
-    assert validation.next_for(task, stranger).pk == example.pk  # the queue serves it to another person
+    assert serving.next_for(task, stranger).pk == example.pk  # the queue serves it to another person
 
 
 def test_a_deleted_creators_new_account_cannot_approve_the_batch(live_tasks, side, client, superuser, settings):

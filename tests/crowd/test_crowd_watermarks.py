@@ -647,7 +647,7 @@ def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(dem
     """Votes on a validation batch are judged by the gold items too: a worker who says
     "correct" to everything (no reliability estimate needed) is blocked at the next
     check; one who answers them rightly is not."""
-    from annotation import validation
+    from annotation import serving, validation
     from tests.annotation.test_trust import account, write
 
     task = demo_tasks["sentiment"]
@@ -660,7 +660,7 @@ def test_a_validation_worker_who_fails_the_gold_items_is_blocked_on_the_task(dem
     careful = assignment_in(batch, "ACAREFUL000001", when=timezone.now())
     for item in items:
         for assignment, label in ((careless, "correct"), (careful, item.gold_verdict)):
-            validation.assign(item, assignment.worker.user)
+            serving.assign(item, assignment.worker.user)
             validation.give_blind_answer(item.pk, assignment.worker.user, item.target)
             validation.validate_example(item.pk, assignment.worker.user, label=label, session=assignment.session)
     assert sync.quality_blocks(batch, sync.SyncReport()) == 1

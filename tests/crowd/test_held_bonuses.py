@@ -11,7 +11,7 @@ from django.core import mail
 from django.utils import timezone
 
 from annotation import examples as example_services
-from annotation import validation
+from annotation import serving, validation
 from annotation.models import Example, VouchedValidator
 from crowd import bonuses, me, sync
 from crowd.models import Assignment, BonusPayment, Watermark
@@ -34,7 +34,7 @@ def deadline_passes(assignment):
 
 
 def vote(example, validator, label):
-    validation.assign(example, validator)
+    serving.assign(example, validator)
     validation.give_blind_answer(example.pk, validator, {"label": example.target["label"]})
     return validation.validate_example(example.pk, validator, label=label)
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from annotation import validation
 from annotation.models import AccountEmail, Example, Validation
-from annotation.validation import assign
+from annotation.serving import assign
 from crowd import bonuses, me, sync
 from crowd.models import WorkerIdentity
 from tests.crowd.test_crowd_flow import (
@@ -182,5 +182,6 @@ def test_a_worker_s_page_shows_their_confirmed_hits_and_pay_and_inside_an_unconf
     theirs = api(other).get("/api/me/").json()
     assert theirs["assignments"][0]["assignment_id"] != assignment.assignment_id
     assert len(theirs["assignments"]) == 1 and theirs["examples"] == []
-    assert theirs["username"].startswith("mturk:A3WORKERTWO88:unconfirmed:")
-    assert get_user_model().objects.filter(username=theirs["username"]).exists()
+    assert theirs["username"] == "A3WORKERTWO88, not confirmed yet"  # the id its link gave, said to be unconfirmed
+    # Its own provisional user, not the worker's account (which the first sync made for them).
+    assert get_user_model().objects.filter(username__startswith="mturk:A3WORKERTWO88:unconfirmed:").exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from annotation import validation
+from annotation import serving, validation
 from annotation.models import Example
 from crowd import tasks as crowd_tasks
 from crowd.models import Assignment, BonusPayment
@@ -77,7 +77,7 @@ def _sign_up(username, address):
 
 def _vote_through_the_api(voter, example, label):
     """The queue serves ``example`` to ``voter``, who answers blind and decides, over HTTP."""
-    validation.assign(example, voter.user)
+    serving.assign(example, voter.user)
     answered = voter.post(f"/api/examples/{example.pk}/blind-answer/", {"answer": example.target}, format="json")
     if answered.status_code != 201:
         return answered
@@ -142,7 +142,7 @@ def test_sock_puppets_buy_no_bonus_and_an_honest_worker_is_paid_once(celery_work
     # always agreeing with the writer, which the trust rule asks of a record.
     for example, answer in zip(references, ["positive", "negative"], strict=True):
         for validator in trusted:
-            validation.assign(example, validator.user)
+            serving.assign(example, validator.user)
             validation.give_blind_answer(example.pk, validator.user, {"label": answer})
     for example, verdict in zip(references, ["correct", "incorrect"], strict=True):
         validation.validate_example(example.pk, researcher, label=verdict)

@@ -19,7 +19,7 @@ from core.errors import Forbidden
 from jobs.models import Job
 from leaderboard.evaluation import evaluate_model, start_evaluation
 from leaderboard.models import Evaluation
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, EndpointUsage
 from tasks.models import Round
 from tests.registry.test_endpoints import chat, chat_model, sentiment, target, write  # noqa: F401 - fixtures
@@ -50,8 +50,8 @@ def test_the_evaluation_budget_is_a_superusers_and_refuses_the_health_check_and_
         target, sentiment, client_for, researcher, annotator, superuser, chat):  # noqa: F811
     endpoint = per_call(target)
     with pytest.raises(Forbidden):
-        endpoints.set_evaluation_budget(endpoint, "0.01", researcher)
-    endpoints.set_evaluation_budget(endpoint, "0.01", superuser)
+        endpoint_budgets.set_evaluation_budget(endpoint, "0.01", researcher)
+    endpoint_budgets.set_evaluation_budget(endpoint, "0.01", superuser)
     owner = client_for(researcher)
     checked = owner.post(f"/api/models/{target.pk}/health-check/")
     assert checked.status_code == 200, checked.content
@@ -74,7 +74,7 @@ def test_the_evaluation_budget_is_a_superusers_and_refuses_the_health_check_and_
     assert write(client_for(annotator), "A film.").status_code == 201
     assert spent_outside_rounds(endpoint) == Decimal("0.01")
 
-    endpoints.set_evaluation_budget(endpoint, "0.02", superuser)
+    endpoint_budgets.set_evaluation_budget(endpoint, "0.02", superuser)
     endpoint.refresh_from_db()
     assert endpoints.health_check(endpoint, sentiment.parsed_config)["probes"] == 1
     assert spent_outside_rounds(endpoint) == Decimal("0.02")
@@ -91,7 +91,7 @@ def test_an_evaluation_that_runs_out_of_budget_fails_its_job_and_stores_nothing(
     assert before.metrics["accuracy"] == 1.0 and spent_outside_rounds(endpoint) == Decimal("0.03")
 
     chat.answer = lambda text: "negative"  # what a second evaluation would store, were it stored
-    endpoints.set_evaluation_budget(endpoint, "0.06", superuser)  # round 0's 3 calls, not round 1's
+    endpoint_budgets.set_evaluation_budget(endpoint, "0.06", superuser)  # round 0's 3 calls, not round 1's
     with django_capture_on_commit_callbacks(execute=True):
         job = start_evaluation(chat_model, rounds=[0, 1], measure=False)
     job.refresh_from_db()
@@ -104,7 +104,7 @@ def test_an_evaluation_that_runs_out_of_budget_fails_its_job_and_stores_nothing(
     assert after.pk == before.pk and after.metrics == before.metrics and after.job_id is None
     assert spent_outside_rounds(endpoint) == Decimal("0.06")
 
-    endpoints.set_evaluation_budget(endpoint, None, superuser)  # no limit: it runs to the end
+    endpoint_budgets.set_evaluation_budget(endpoint, None, superuser)  # no limit: it runs to the end
     with django_capture_on_commit_callbacks(execute=True):
         job = start_evaluation(chat_model, rounds=[0, 1], measure=False)
     job.refresh_from_db()

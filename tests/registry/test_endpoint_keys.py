@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.errors import Forbidden, InvalidInput
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, ModelVersion
 from tests.fake_openai import FakeOpenAI
 
@@ -124,7 +124,7 @@ def test_only_a_superuser_picks_a_key_moves_a_keyed_endpoint_or_sets_prices(demo
     endpoint = version.endpoint
     with pytest.raises(Forbidden, match="Only a superuser chooses an endpoint's key"):
         endpoints.update_endpoint(endpoint, user=researcher, secret_env="local")
-    for price in endpoints.PRICES:
+    for price in endpoint_budgets.PRICES:
         with pytest.raises(Forbidden, match="prices"):
             endpoints.update_endpoint(endpoint, user=researcher, **{price: "0"})
     endpoints.update_endpoint(endpoint, user=superuser, secret_env="local", price_per_call="0.01")
@@ -160,13 +160,13 @@ def test_a_researcher_cannot_set_prices_through_the_api_or_the_admin(demo_tasks,
             "price_per_1k_completion_tokens": "0", "usage-TOTAL_FORMS": "0", "usage-INITIAL_FORMS": "0"}
     assert client.post("/admin/registry/endpoint/add/", form).status_code == 302
     endpoint = Endpoint.objects.get()
-    assert not endpoints.priced(endpoint) and endpoint.secret_env == "local"
+    assert not endpoint_budgets.priced(endpoint) and endpoint.secret_env == "local"
     change = f"/admin/registry/endpoint/{endpoint.pk}/change/"
     assert b'name="price_per_call"' not in client.get(change).content
     moved = client.post(change, {**form, "url": chat.url.replace("http://127.0.0.1", "https://localhost")},
                         follow=True)
     endpoint.refresh_from_db()
-    assert not endpoints.priced(endpoint) and endpoint.secret_env == ""  # prices ignored; the move cleared the key
+    assert not endpoint_budgets.priced(endpoint) and endpoint.secret_env == ""  # prices ignored; move cleared key
     assert "The key &#x27;local&#x27; was cleared" in moved.content.decode()
     client.force_login(superuser)
     assert client.post(change, {**form, "price_per_call": "0.5"}).status_code == 302

@@ -15,7 +15,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, EndpointUsage
 from tests.fake_openai import FakeOpenAI
 
@@ -63,7 +63,7 @@ def test_calls_in_flight_cannot_together_pass_the_budget(sentiment):
                     try:
                         ask(endpoint, sentiment, [{"statement": f"Another film {i}."}], round_id)
                         during.append("answered")
-                    except endpoints.EndpointBudgetSpent as exc:
+                    except endpoint_budgets.EndpointBudgetSpent as exc:
                         during.append("refused" if "is spent" in exc.message else exc.message)
             finally:
                 connection.close()  # this thread's own connection
@@ -101,7 +101,7 @@ def test_six_calls_at_once_are_charged_and_bounded_by_the_budget(sentiment):
                 barrier.wait()
                 ask(endpoint, sentiment, [{"statement": f"Film {i}."}], round_id)
                 outcomes.append("answered")
-            except endpoints.EndpointBudgetSpent:
+            except endpoint_budgets.EndpointBudgetSpent:
                 outcomes.append("refused")
             finally:
                 connection.close()
@@ -125,10 +125,10 @@ def test_every_endpoint_has_a_budget_by_default(sentiment, settings):
         endpoint = priced_endpoint(sentiment, chat.url, round_budget=None)  # no superuser set one
         for i in range(2):
             ask(endpoint, sentiment, [{"statement": f"Film {i}."}], round_id)
-        with pytest.raises(endpoints.EndpointBudgetSpent, match=r"for this round \(2.00\) is spent"):
+        with pytest.raises(endpoint_budgets.EndpointBudgetSpent, match=r"for this round \(2.00\) is spent"):
             ask(endpoint, sentiment, [{"statement": "One more."}], round_id)
         assert len(chat.requests) == 2
-        assert endpoints.budget_spent(endpoint, None) is None  # evaluations have a budget of their own
+        assert endpoint_budgets.budget_spent(endpoint, None) is None  # evaluations have a budget of their own
     assert usage(endpoint, round_id).cost == 2
 
 
@@ -206,8 +206,8 @@ def test_an_evaluation_batch_does_not_pass_the_evaluation_budget(sentiment, supe
                                external_uid=f"e{i}")
     with FakeOpenAI() as chat:
         endpoint = priced_endpoint(sentiment, chat.url, price_per_call=Decimal("0.01"))
-        endpoints.set_evaluation_budget(endpoint, "0.02", superuser)
-        with pytest.raises(endpoints.EndpointBudgetSpent, match="evaluation budget"):
+        endpoint_budgets.set_evaluation_budget(endpoint, "0.02", superuser)
+        with pytest.raises(endpoint_budgets.EndpointBudgetSpent, match="evaluation budget"):
             evaluate_model(endpoint.model_version, [static], measure=False)
         assert chat.requests == []
     assert EndpointUsage.objects.filter(endpoint=endpoint, round=None, cost__gt=0).count() == 0
@@ -220,7 +220,7 @@ def test_what_a_crashed_call_held_is_released_by_a_superuser_only(sentiment, cli
         endpoint = priced_endpoint(sentiment, chat.url)
         ask(endpoint, sentiment, [{"statement": "A film."}], round_id)
         EndpointUsage.objects.filter(endpoint=endpoint).update(reserved=ONE)  # a process killed mid-call
-        with pytest.raises(endpoints.EndpointBudgetSpent, match="1.00 held by calls in flight"):
+        with pytest.raises(endpoint_budgets.EndpointBudgetSpent, match="1.00 held by calls in flight"):
             ask(endpoint, sentiment, [{"statement": "Another film."}], round_id)
         action = {"action": "release_reservations", "_selected_action": [endpoint.pk]}
         client.force_login(researcher)

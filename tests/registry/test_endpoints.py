@@ -19,7 +19,7 @@ from core.errors import Conflict, Forbidden, InvalidInput
 from leaderboard import promotion
 from leaderboard.evaluation import evaluate_model
 from leaderboard.models import Evaluation
-from registry import endpoints
+from registry import endpoint_budgets, endpoints
 from registry.models import Endpoint, EndpointUsage, ModelVersion
 from tasks.models import Round
 from tests.fake_openai import FakeOpenAI
@@ -201,8 +201,8 @@ def test_the_round_budget_is_a_superusers_and_stops_the_endpoint(target, client_
     Endpoint.objects.filter(pk=target.endpoint.pk).update(price_per_1k_prompt_tokens=None)  # 0.01 a call
     endpoint = Endpoint.objects.get(pk=target.endpoint.pk)
     with pytest.raises(Forbidden):
-        endpoints.set_round_budget(endpoint, "0.02", researcher)
-    endpoints.set_round_budget(endpoint, "0.02", superuser)
+        endpoint_budgets.set_round_budget(endpoint, "0.02", researcher)
+    endpoint_budgets.set_round_budget(endpoint, "0.02", superuser)
     assert [write(client_for(annotator), "A film.").status_code for _ in range(2)] == [201, 201]
     usage = EndpointUsage.objects.get(endpoint=endpoint, round__number=1)
     assert usage.cost == Decimal("0.02") and usage.reserved == 0
@@ -210,7 +210,7 @@ def test_the_round_budget_is_a_superusers_and_stops_the_endpoint(target, client_
     response = write(client_for(annotator), "A film.")
     assert response.status_code == 503 and "budget" in response.json()["detail"]
     assert len(chat.requests) == asked  # refused before any call
-    endpoints.set_round_budget(endpoint, None, superuser)  # back to ENDPOINT_DEFAULT_BUDGET (10.00)
+    endpoint_budgets.set_round_budget(endpoint, None, superuser)  # back to ENDPOINT_DEFAULT_BUDGET (10.00)
     assert write(client_for(annotator), "A film.").status_code == 201
 
 
