@@ -426,7 +426,7 @@ def test_the_validate_page_serves_its_item_to_the_signed_in_validator(demo_tasks
 def test_the_queue_walk_reads_past_pages_the_validator_decided(demo_tasks, annotator, monkeypatch):
     """The next item is found a page of the queue's index at a time: past pages whose
     examples the validator decided already, to the first they did not."""
-    from annotation import serving, validation
+    from annotation import serving
 
     monkeypatch.setattr(serving, "QUEUE_PAGE", 2)
     task = demo_tasks["sentiment"]
